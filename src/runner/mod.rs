@@ -1,0 +1,81 @@
+//! Runners execute one trial: a user's command (`command`) or the built-in libtorch trainer in
+//! a long-lived worker process (`worker`).
+//!
+//! A runner streams reports as they arrive and ends with a [`RunResult`]; it never decides the
+//! trial's state (the scheduler does, from the reports and the end), and a failure of the
+//! trial is a value here, never an `Err` that could stop the study.
+
+pub mod command;
+
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+
+use crate::space::Params;
+use crate::trial::{Report, TrialNumber};
+
+/// One trial to run on one slot.
+#[derive(Debug, Clone)]
+pub struct TrialJob {
+    pub number: TrialNumber,
+    pub params: Params,
+    /// `cpu` or `cuda:N`: the slot's device, the only one the trial may use.
+    pub device: String,
+    /// A directory of this trial's own, created before start; logs go there.
+    pub trial_dir: PathBuf,
+    /// Per-trial wall-clock limit.
+    pub timeout: Option<Duration>,
+}
+
+/// Why the scheduler asks a running trial to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopRequest {
+    /// Keep running.
+    None,
+    /// The pruner decided to stop it (recorded as pruned).
+    Prune,
+    /// The user stopped it, to be recorded as failed.
+    Cancel,
+}
+
+/// How a run ended, before the scheduler turns it into a trial state.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunEnd {
+    /// Ran to its end on its own (exit status 0, or the trainer finished its budget).
+    Finished,
+    /// Failed by its own fault: non-zero exit, signal, timeout, divergence, out of memory.
+    Failed {
+        reason: String,
+        /// The last lines of standard error, where there is one.
+        log_tail: Option<String>,
+    },
+    /// Stopped because of a [`StopRequest`].
+    Stopped,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunResult {
+    pub end: RunEnd,
+    /// Log files this run wrote (recorded in the database).
+    pub logs: Vec<PathBuf>,
+}
+
+/// What a runner hands the scheduler while a trial runs.
+pub type ReportSender = mpsc::UnboundedSender<Report>;
+
+/// A boxed future of a trial run.
+pub type RunFuture = Pin<Box<dyn Future<Output = RunResult> + Send>>;
+
+/// The seam between the scheduler and the ways a trial can run.
+pub trait TrialRunner: Send + Sync {
+    /// Starts `job`; the future ends when the trial has ended and every report was sent.
+    /// `stop` changes from [`StopRequest::None`] when the trial must stop early.
+    fn run(
+        &self,
+        job: TrialJob,
+        reports: ReportSender,
+        stop: watch::Receiver<StopRequest>,
+    ) -> RunFuture;
+}

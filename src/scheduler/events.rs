@@ -1,0 +1,88 @@
+//! What the scheduler tells the outside world (the TUI, the line printer), and what the
+//! outside world may ask of it (steering).
+
+use std::time::{Duration, SystemTime};
+
+use crate::space::Params;
+use crate::trial::{Direction, Report, TrialNumber, TrialState};
+
+/// The study as the UI shows it in its header.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StudyInfo {
+    pub name: String,
+    pub metric: String,
+    pub direction: Direction,
+    pub sampler: String,
+    pub pruner: String,
+    /// The trial budget (`trials`), if any.
+    pub budget: Option<u64>,
+    pub timeout: Option<Duration>,
+    /// The device of each worker slot, by slot index.
+    pub slots: Vec<String>,
+    /// Where the study is stored.
+    pub storage: String,
+}
+
+/// A finished trial as events carry it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrialSummary {
+    pub number: TrialNumber,
+    pub state: TrialState,
+    pub value: Option<f64>,
+    pub params: Params,
+    pub error: Option<String>,
+    pub duration: Option<Duration>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// The study opened; `existing` are its trials already finished (resume).
+    StudyStarted {
+        info: StudyInfo,
+        existing: Vec<TrialSummary>,
+        at: SystemTime,
+    },
+    TrialStarted {
+        number: TrialNumber,
+        slot: usize,
+        device: String,
+        params: Params,
+        at: SystemTime,
+    },
+    TrialReported {
+        number: TrialNumber,
+        slot: usize,
+        report: Report,
+    },
+    TrialFinished {
+        slot: usize,
+        trial: TrialSummary,
+        at: SystemTime,
+    },
+    /// Scheduling of new trials paused or resumed.
+    Paused(bool),
+    /// The user asked to stop; running trials are finishing (`graceful`) or being stopped.
+    Stopping {
+        graceful: bool,
+    },
+    StudyFinished {
+        reason: String,
+        at: SystemTime,
+    },
+}
+
+/// Steering requests to the scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    Pause,
+    Resume,
+    /// Stop one running trial, recorded as pruned (`as_pruned`) or failed.
+    StopTrial {
+        number: TrialNumber,
+        as_pruned: bool,
+    },
+    /// Stop asking for trials; `graceful` lets running ones finish, otherwise they are stopped.
+    Quit {
+        graceful: bool,
+    },
+}
