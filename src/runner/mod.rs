@@ -21,12 +21,16 @@ use crate::trial::{Report, TrialNumber};
 pub struct TrialJob {
     pub number: TrialNumber,
     pub params: Params,
+    /// The worker slot (0-based) that runs it; runners that keep a process per slot key on it.
+    pub slot: usize,
     /// `cpu` or `cuda:N`: the slot's device, the only one the trial may use.
     pub device: String,
     /// A directory of this trial's own, created before start; logs go there.
     pub trial_dir: PathBuf,
     /// Per-trial wall-clock limit.
     pub timeout: Option<Duration>,
+    /// The study seed; with the trial number it seeds everything the trial draws.
+    pub seed: u64,
 }
 
 /// Why the scheduler asks a running trial to stop.
