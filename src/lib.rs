@@ -7,4 +7,5 @@ pub mod runner;
 pub mod sampler;
 pub mod scheduler;
 pub mod space;
+pub mod train;
 pub mod trial;
