@@ -98,6 +98,9 @@ pub struct BuiltinTrial {
     pub time_budget: Option<Duration>,
     /// Report every this many optimizer steps; 0 reports once per epoch.
     pub report_every: u64,
+    /// `[trial] timeout`: the wall-clock limit of one trial (the scheduler puts it in
+    /// `TrialJob::timeout`); unlike `time_budget` it fails the trial.
+    pub timeout: Option<Duration>,
 }
 
 /// The type and range of one knob.
@@ -429,21 +432,25 @@ pub fn parse_builtin(
     data.check_model(model)?;
 
     let mut time_budget = None;
+    let mut timeout = None;
     let mut report_every = 0;
     for (key, value) in table {
         match key.as_str() {
             "kind" | "model" | "data" => {}
-            "time_budget" => {
+            "time_budget" | "timeout" => {
                 let s = value.as_str().ok_or_else(|| {
-                    "trial.time_budget: must be a duration string such as \"90s\" or \"5m\""
-                        .to_string()
+                    format!("trial.{key}: must be a duration string such as \"90s\" or \"5m\"")
                 })?;
                 let d = humantime::parse_duration(s)
-                    .map_err(|e| format!("trial.time_budget: {s:?} is not a duration: {e}"))?;
+                    .map_err(|e| format!("trial.{key}: {s:?} is not a duration: {e}"))?;
                 if d.is_zero() {
-                    return Err("trial.time_budget: must be longer than zero".into());
+                    return Err(format!("trial.{key}: must be longer than zero"));
                 }
-                time_budget = Some(d);
+                if key == "timeout" {
+                    timeout = Some(d);
+                } else {
+                    time_budget = Some(d);
+                }
             }
             "report_every" => match value.as_integer() {
                 Some(n) if n >= 0 => report_every = n as u64,
@@ -463,7 +470,7 @@ pub fn parse_builtin(
             }
             k => {
                 return Err(format!(
-                    "trial.{k}: unknown key (known: time_budget, report_every, model, data, {})",
+                    "trial.{k}: unknown key (known: time_budget, timeout, report_every, model, data, {})",
                     KNOBS
                         .iter()
                         .filter(|s| s.section == Section::Trial)
@@ -584,6 +591,7 @@ pub fn parse_builtin(
         knobs,
         time_budget,
         report_every,
+        timeout,
     };
     // A fixed combination that can never work is a study error, not a failure of each trial.
     if let (Some(Knob::Fixed(w)), Some(Knob::Fixed(h))) =
