@@ -67,7 +67,10 @@ fn main() -> ExitCode {
 /// until src/cli.rs has them.
 fn trainer_dispatch() -> Option<ExitCode> {
     let args: Vec<String> = std::env::args().collect();
-    match (args.get(1).map(String::as_str), args.get(2).map(String::as_str)) {
+    match (
+        args.get(1).map(String::as_str),
+        args.get(2).map(String::as_str),
+    ) {
         (Some("worker"), _) => {
             let device = match (args.get(2).map(String::as_str), args.get(3)) {
                 (Some("--device"), Some(d)) => d.clone(),

@@ -44,8 +44,8 @@ fn load(path: &Path) -> Option<Loaded> {
     }
     let space = Space::from_toml(table["space"].as_table().expect("[space]")).expect("space");
     let dir = path.parent().expect("a study has a directory");
-    let trial = parse_builtin(&trial_t, &space, dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let trial =
+        parse_builtin(&trial_t, &space, dir).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     Some(Loaded {
         table,
         space,
@@ -138,7 +138,11 @@ async fn run_study(path: &Path, dir: &Path) -> (Vec<f64>, f64) {
                         last = *v;
                     }
                 }
-                values.push(if res.end == RunEnd::Finished { last } else { f64::NAN });
+                values.push(if res.end == RunEnd::Finished {
+                    last
+                } else {
+                    f64::NAN
+                });
             }
             values
         }));

@@ -75,8 +75,13 @@ async fn run(
 /// The worker's pid, from the line it writes to each trial's log.
 fn worker_pid(log: &Path) -> Option<i32> {
     let text = std::fs::read_to_string(log).ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("tune worker ")?.split(':').next()?.parse().ok())
+    text.lines().find_map(|l| {
+        l.strip_prefix("tune worker ")?
+            .split(':')
+            .next()?
+            .parse()
+            .ok()
+    })
 }
 
 #[tokio::test]
@@ -86,7 +91,14 @@ async fn a_worker_streams_reports_and_is_reused_from_trial_to_trial() {
     let (a, reps) = run(&r, job(dir.path(), 0, 1e-2, None), |_| StopRequest::None).await;
     assert_eq!(a.end, RunEnd::Finished, "{a:?}");
     assert_eq!(reps.len(), 2);
-    for key in ["val_loss", "val_acc", "train_loss", "samples_per_s", "data_wait", "epoch"] {
+    for key in [
+        "val_loss",
+        "val_acc",
+        "train_loss",
+        "samples_per_s",
+        "data_wait",
+        "epoch",
+    ] {
         assert!(reps[1].metrics.contains_key(key), "{key} missing");
     }
     assert!(reps[1].metrics["val_acc"] > 0.5, "{:?}", reps[1].metrics);
@@ -128,7 +140,9 @@ async fn a_killed_worker_fails_its_trial_and_a_fresh_one_runs_the_next() {
     j.trial_dir = dir.path().join("trial-2");
     let (again, _) = run(&r, j, |_| StopRequest::None).await;
     match again.end {
-        RunEnd::Failed { reason, .. } => assert!(reason.starts_with("timed out after 2s"), "{reason}"),
+        RunEnd::Failed { reason, .. } => {
+            assert!(reason.starts_with("timed out after 2s"), "{reason}")
+        }
         other => panic!("expected a timeout, got {other:?}"),
     }
 }
@@ -158,4 +172,27 @@ async fn a_diverging_learning_rate_fails_the_trial_as_diverged() {
         }
         other => panic!("expected divergence, got {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn the_same_seed_and_params_give_the_same_result_in_fresh_and_reused_workers() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let t = trial("epochs = 2");
+    let (a, ra) = run(&runner(t.clone()), job(dir.path(), 0, 1e-2, None), |_| {
+        StopRequest::None
+    })
+    .await;
+    let reused = runner(t);
+    let mut j = job(dir.path(), 0, 1e-2, None);
+    j.trial_dir = dir.path().join("again-0");
+    let (b, rb) = run(&reused, j, |_| StopRequest::None).await;
+    let mut j = job(dir.path(), 0, 1e-2, None);
+    j.trial_dir = dir.path().join("again-1");
+    let (c, rc) = run(&reused, j, |_| StopRequest::None).await;
+    for r in [&a, &b, &c] {
+        assert_eq!(r.end, RunEnd::Finished);
+    }
+    let last = |r: &[Report]| r.last().map(|r| r.metrics["val_loss"]);
+    assert_eq!(last(&ra), last(&rb));
+    assert_eq!(last(&rb), last(&rc));
 }

@@ -45,7 +45,7 @@ enum ToWorker {
         number: u64,
         seed: u64,
         params: Params,
-        trial: BuiltinTrial,
+        trial: Box<BuiltinTrial>,
         /// The trial's log file: the worker sends its stderr there while the trial runs.
         log: PathBuf,
     },
@@ -237,7 +237,7 @@ async fn run_on(
         number: job.number.0,
         seed: job.seed,
         params: job.params.clone(),
-        trial,
+        trial: Box::new(trial),
         log: log.clone(),
     };
     // Reuse the slot's worker unless it died while idle or serves another device; a write
@@ -263,7 +263,10 @@ async fn run_on(
             Ok(()) => break,
             Err(e) if attempts >= 2 => {
                 *slot = None;
-                return failed(format!("cannot send the job to the worker: {e}"), tail(&log));
+                return failed(
+                    format!("cannot send the job to the worker: {e}"),
+                    tail(&log),
+                );
             }
             Err(_) => *slot = None,
         }
@@ -463,16 +466,19 @@ pub fn worker_main(device: &str) -> ExitCode {
         if let Err(e) = redirect_output(&log) {
             eprintln!("tune worker: cannot write the log {}: {e}", log.display());
         }
-        eprintln!("tune worker {}: trial {number} on {device_name}", std::process::id());
+        eprintln!(
+            "tune worker {}: trial {number} on {device_name}",
+            std::process::id()
+        );
         let result = match device {
             None => Err(TrainError::Failed(format!(
                 "unknown device {device_name:?} (cpu, cuda or cuda:N)"
             ))),
-            Some(d) if d.is_cuda() && !tch::Cuda::is_available() => Err(TrainError::Failed(
-                format!(
+            Some(d) if d.is_cuda() && !tch::Cuda::is_available() => {
+                Err(TrainError::Failed(format!(
                     "{device_name} is not available to this build (CUDA needs `--features cuda` and a CUDA libtorch)"
-                ),
-            )),
+                )))
+            }
             Some(d) => crate::train::train(
                 &trial,
                 &params,

@@ -8,8 +8,8 @@
 //! Needs `scripts/setup.sh --bench` (the Python side: torch's pure-Python dependencies and the
 //! CUDA libraries its extension module links against).
 
-use std::path::{Path, PathBuf};
 use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Instant;
 
@@ -56,9 +56,7 @@ impl BenchOptions {
             match a.as_str() {
                 "--steps" => o.steps = it.next().and_then(|v| v.parse().ok()).unwrap_or(o.steps),
                 "--batch" => o.batch = it.next().and_then(|v| v.parse().ok()).unwrap_or(o.batch),
-                "--repeat" => {
-                    o.repeat = it.next().and_then(|v| v.parse().ok()).unwrap_or(o.repeat)
-                }
+                "--repeat" => o.repeat = it.next().and_then(|v| v.parse().ok()).unwrap_or(o.repeat),
                 "--models" => {
                     if let Some(v) = it.next() {
                         o.models = v
@@ -132,7 +130,7 @@ fn tune_once(
     let mut step = |s: &mut Session| -> Result<(), String> {
         let mut next = || {
             loader
-                .next()
+                .next_batch()
                 .map(|(b, _)| b)
                 .map_err(super::TrainError::Failed)
         };
@@ -221,7 +219,11 @@ impl Python {
             .args(["--warmup", &o.warmup.to_string()])
             .env(
                 "PYTHONPATH",
-                format!("{}:{}", root.join(".libtorch").display(), bench_deps.display()),
+                format!(
+                    "{}:{}",
+                    root.join(".libtorch").display(),
+                    bench_deps.display()
+                ),
             )
             .env("LD_LIBRARY_PATH", nvidia_libs.join(":"))
             .env("OMP_NUM_THREADS", "1")
@@ -277,12 +279,18 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     let fashion = Path::new(super::FASHION_MNIST_DIR);
     let (source, data_arg, data_name) = if fashion.join("train-images-idx3-ubyte.gz").is_file() {
         (
-            Source::FashionMnist { dir: fashion.to_path_buf() },
+            Source::FashionMnist {
+                dir: fashion.to_path_buf(),
+            },
             fashion.display().to_string(),
             "Fashion-MNIST train (60 000 × 1×28×28)",
         )
     } else {
-        (Source::Digits, "digits".to_string(), "digits (1 797 × 1×8×8; Fashion-MNIST not installed)")
+        (
+            Source::Digits,
+            "digits".to_string(),
+            "digits (1 797 × 1×8×8; Fashion-MNIST not installed)",
+        )
     };
     let spec = DataSpec {
         source,
@@ -300,7 +308,10 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         .iter()
         .flat_map(|m| o.amps.iter().map(move |a| (*m, *a)))
         .collect();
-    println!("tune bench trainer: {data_name}; batch {}, Adam, {} timed steps after {} warm-up, best of {} alternating runs; 1 intra-op thread each side", o.batch, o.steps, o.warmup, o.repeat);
+    println!(
+        "tune bench trainer: {data_name}; batch {}, Adam, {} timed steps after {} warm-up, best of {} alternating runs; 1 intra-op thread each side",
+        o.batch, o.steps, o.warmup, o.repeat
+    );
     println!("models: mlp = 784-256-256-10 ReLU; cnn = conv3x3(32)+pool, conv3x3(64)+pool, linear");
     let mut python = if o.no_python {
         None
@@ -323,7 +334,15 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     let torch_rates = python.is_some().then_some(torch);
     println!(
         "{:<6} {:<5} | {:>12} {:>12} {:>7} | {:>12} {:>12} {:>7} | {:>9}",
-        "model", "amp", "tune /s", "torch /s", "ratio", "tune /cpu-s", "torch /cpu-s", "ratio", "bf16/fp32"
+        "model",
+        "amp",
+        "tune /s",
+        "torch /s",
+        "ratio",
+        "tune /cpu-s",
+        "torch /cpu-s",
+        "ratio",
+        "bf16/fp32"
     );
     for (i, (m, a)) in configs.iter().enumerate() {
         let t = tune_rates[i];

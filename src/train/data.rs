@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
@@ -131,9 +132,7 @@ impl DataSpec {
         let only = |allowed: &[&str]| -> Result<(), String> {
             for k in ["path", "x", "y", "x_key", "y_key", "dir"] {
                 if t.contains_key(k) && !allowed.contains(&k) {
-                    return Err(format!(
-                        "trial.data.{k}: not used by dataset {dataset:?}"
-                    ));
+                    return Err(format!("trial.data.{k}: not used by dataset {dataset:?}"));
                 }
             }
             Ok(())
@@ -205,17 +204,15 @@ impl DataSpec {
                 None => Ok(None),
                 Some(v) => match v.as_integer() {
                     Some(i) if i > 0 => Ok(Some(i as u64)),
-                    _ => Err(format!(
-                        "trial.data.{k}: must be an integer > 0, not {v}"
-                    )),
+                    _ => Err(format!("trial.data.{k}: must be an integer > 0, not {v}")),
                 },
             }
         };
         let normalize = match t.get("normalize") {
             None => true,
-            Some(v) => v.as_bool().ok_or_else(|| {
-                format!("trial.data.normalize: must be true or false, not {v}")
-            })?,
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| format!("trial.data.normalize: must be true or false, not {v}"))?,
         };
         let device_cache = match string("device_cache")?.as_deref() {
             None | Some("auto") => DeviceCache::Auto,
@@ -266,9 +263,13 @@ impl DataSpec {
 /// What a data set asks of a model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Task {
-    Classify { classes: i64 },
+    Classify {
+        classes: i64,
+    },
     /// Next-token prediction over this many token ids.
-    Language { vocab: i64 },
+    Language {
+        vocab: i64,
+    },
 }
 
 /// A numeric array memory-mapped from a file: rows are gathered on demand.
@@ -521,7 +522,10 @@ fn load_digits(spec: &DataSpec) -> Result<Dataset, DataError> {
             .collect::<Result<_, _>>()
             .map_err(|e| format_err(path, format!("line {}: {e}", i + 1)))?;
         if vals.len() != 65 {
-            return Err(format_err(path, format!("line {}: expected 65 values", i + 1)));
+            return Err(format_err(
+                path,
+                format!("line {}: expected 65 values", i + 1),
+            ));
         }
         x.extend_from_slice(&vals[..64]);
         y.push(vals[64] as i64);
@@ -555,7 +559,12 @@ fn load_fashion(dir: &Path, spec: &DataSpec) -> Result<Dataset, DataError> {
     let px = (h * w) as usize;
     let to_f = |b: &[u8]| b.iter().map(|&v| v as f32 / 255.0).collect::<Vec<f32>>();
     let mut tx = Tensor::from_slice(&to_f(&tr_x[..n_train * px])).view([n_train as i64, 1, h, w]);
-    let ty = Tensor::from_slice(&tr_y[..n_train].iter().map(|&v| v as i64).collect::<Vec<_>>());
+    let ty = Tensor::from_slice(
+        &tr_y[..n_train]
+            .iter()
+            .map(|&v| v as i64)
+            .collect::<Vec<_>>(),
+    );
     let mut vx = Tensor::from_slice(&to_f(&te_x)).view([te_y.len() as i64, 1, h, w]);
     let vy = Tensor::from_slice(&te_y.iter().map(|&v| v as i64).collect::<Vec<_>>());
     if spec.normalize {
@@ -748,7 +757,8 @@ fn load_arrays(
     // again every epoch anyway).
     train_rows.sort_unstable();
     let bytes = (train_rows.len() * x.row_len * 4) as u64;
-    let small = bytes <= spec.max_device_mb * 1024 * 1024 && spec.device_cache != DeviceCache::Never;
+    let small =
+        bytes <= spec.max_device_mb * 1024 * 1024 && spec.device_cache != DeviceCache::Never;
     // Mean and std from up to 10 000 training rows, per feature.
     let stats = |rows: &[usize]| -> (Tensor, Tensor) {
         let step = (rows.len() / 10_000).max(1);
@@ -834,7 +844,7 @@ pub fn load(spec: &DataSpec) -> Result<Dataset, DataError> {
 /// per worker, not once per trial. Tensors are not `Sync`, so the cache is per thread; a
 /// worker trains on one thread.
 pub struct DataCache {
-    sets: HashMap<String, Arc<Dataset>>,
+    sets: HashMap<String, Rc<Dataset>>,
 }
 
 impl Default for DataCache {
@@ -850,12 +860,12 @@ impl DataCache {
         }
     }
 
-    pub fn get(&mut self, spec: &DataSpec) -> Result<Arc<Dataset>, DataError> {
+    pub fn get(&mut self, spec: &DataSpec) -> Result<Rc<Dataset>, DataError> {
         let key = spec.cache_key();
         if let Some(d) = self.sets.get(&key) {
             return Ok(d.clone());
         }
-        let d = Arc::new(load(spec)?);
+        let d = Rc::new(load(spec)?);
         // One data set at a time: a study uses one, and a worker should not hoard memory.
         self.sets.clear();
         self.sets.insert(key, d.clone());
@@ -938,7 +948,7 @@ impl Loader {
     }
 
     /// The next batch and the time spent waiting for it.
-    pub fn next(&mut self) -> Result<(Batch, Duration), String> {
+    pub fn next_batch(&mut self) -> Result<(Batch, Duration), String> {
         let t0 = Instant::now();
         match self {
             Loader::OnDevice {
@@ -1001,12 +1011,7 @@ fn windows(tokens: &Tensor, idx: &Tensor, c: i64) -> Batch {
 }
 
 /// Validation batches of up to `batch` samples, on the device.
-pub fn eval_batches(
-    ds: &Dataset,
-    device: Device,
-    batch: i64,
-    context: Option<i64>,
-) -> Vec<Batch> {
+pub fn eval_batches(ds: &Dataset, device: Device, batch: i64, context: Option<i64>) -> Vec<Batch> {
     match &ds.val {
         Split::Tensors { x, y } => {
             let n = samples_in(x.size()[0], context);
@@ -1020,7 +1025,8 @@ pub fn eval_batches(
                         y: to_device(&y.narrow(0, start, len), device),
                     },
                     Some(c) => {
-                        let idx = Tensor::arange_start(start, start + len, (Kind::Int64, Device::Cpu));
+                        let idx =
+                            Tensor::arange_start(start, start + len, (Kind::Int64, Device::Cpu));
                         let b = windows(x, &idx, c);
                         Batch {
                             x: b.x.to_device(device),
@@ -1081,7 +1087,10 @@ pub struct Streamer {
 /// What the loader thread reads from: a host tensor split or mapped rows. Tensors are `Send`,
 /// so the thread gets its own shallow handles.
 enum StreamSource {
-    Tensors { x: Tensor, y: Tensor },
+    Tensors {
+        x: Tensor,
+        y: Tensor,
+    },
     Mapped {
         x: Mapped,
         y: Mapped,
@@ -1255,6 +1264,7 @@ mod tests {
 
     #[test]
     fn digits_load_with_a_fixed_split() {
+        let _rng = crate::train::torch_rng_lock();
         let ds = load(&spec(Source::Digits)).expect("digits load");
         assert_eq!(ds.train.len() + ds.val.len(), 1797);
         assert_eq!(ds.val.len(), 359);
@@ -1266,7 +1276,11 @@ mod tests {
             1 => format!("({},)", shape[0]),
             _ => format!(
                 "({})",
-                shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+                shape
+                    .iter()
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         };
         let mut header =
@@ -1284,13 +1298,14 @@ mod tests {
 
     #[test]
     fn npy_arrays_are_mapped_split_and_streamed_when_told_not_to_cache() {
+        let _rng = crate::train::torch_rng_lock();
         let dir = std::env::temp_dir().join(format!("tune-npy-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let n = 100usize;
-        let x: Vec<u8> = (0..n * 3)
-            .flat_map(|i| (i as f32).to_le_bytes())
+        let x: Vec<u8> = (0..n * 3).flat_map(|i| (i as f32).to_le_bytes()).collect();
+        let y: Vec<u8> = (0..n)
+            .flat_map(|i| ((i % 3) as i64).to_le_bytes())
             .collect();
-        let y: Vec<u8> = (0..n).flat_map(|i| ((i % 3) as i64).to_le_bytes()).collect();
         write_npy(&dir.join("x.npy"), "<f4", &[n, 3], &x);
         write_npy(&dir.join("y.npy"), "<i8", &[n], &y);
         let mut s = spec(Source::Npy {
@@ -1305,7 +1320,7 @@ mod tests {
         let mut loader = Loader::new(&ds, Device::Cpu, 16, None, &s, 1);
         assert_eq!(loader.batches_per_epoch(), 5);
         for _ in 0..12 {
-            let (b, _) = loader.next().expect("a batch");
+            let (b, _) = loader.next_batch().expect("a batch");
             assert_eq!(b.x.size(), vec![16, 3]);
             assert_eq!(b.y.size(), vec![16]);
         }

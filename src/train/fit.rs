@@ -98,8 +98,11 @@ impl Session {
     /// divided by their number, so the accumulated gradient is that of one batch of all their
     /// samples (exactly so when they are of equal size). Returns the summed (unscaled) mean
     /// losses of the micro-batches, detached.
-    pub fn accumulate(&mut self, batches: &mut dyn FnMut() -> Result<Batch, TrainError>, k: i64)
-    -> Result<Tensor, TrainError> {
+    pub fn accumulate(
+        &mut self,
+        batches: &mut dyn FnMut() -> Result<Batch, TrainError>,
+        k: i64,
+    ) -> Result<Tensor, TrainError> {
         let mut total = Tensor::zeros([], (Kind::Float, self.device));
         for _ in 0..k {
             let b = batches()?;
@@ -284,7 +287,9 @@ fn train_inner(
         }
         let elapsed = start.elapsed();
         let progress = match (total_steps, h.time_budget) {
-            (Some(t), Some(b)) => (step as f64 / t as f64).max(elapsed.as_secs_f64() / b.as_secs_f64()),
+            (Some(t), Some(b)) => {
+                (step as f64 / t as f64).max(elapsed.as_secs_f64() / b.as_secs_f64())
+            }
             (Some(t), None) => step as f64 / t as f64,
             (None, Some(b)) => elapsed.as_secs_f64() / b.as_secs_f64(),
             (None, None) => 1.0,
@@ -297,12 +302,12 @@ fn train_inner(
 
         let t0 = Instant::now();
         let mut next = || -> Result<Batch, TrainError> {
-            let (b, w) = loader.next().map_err(TrainError::Failed)?;
+            let (b, w) = loader.next_batch().map_err(TrainError::Failed)?;
             wait += w;
             Ok(b)
         };
         let loss = s.accumulate(&mut next, k)?;
-        let check = (step + 1) % check_every == 0 || h.amp == Amp::Fp16;
+        let check = (step + 1).is_multiple_of(check_every) || h.amp == Amp::Fp16;
         if check {
             let v = loss.double_value(&[]);
             if !v.is_finite() {
@@ -333,7 +338,7 @@ fn train_inner(
         train_time += t0.elapsed();
 
         let end = total_steps.is_some_and(|t| step >= t);
-        if step % report_every == 0 || end {
+        if step.is_multiple_of(report_every) || end {
             if device.is_cuda() {
                 tch::Cuda::synchronize(device_index(device) as i64);
             }
@@ -345,7 +350,11 @@ fn train_inner(
             if !train_loss.is_finite() && h.amp != Amp::Fp16 {
                 return Err(TrainError::Diverged {
                     step,
-                    what: if train_loss.is_nan() { "NaN" } else { "infinite" },
+                    what: if train_loss.is_nan() {
+                        "NaN"
+                    } else {
+                        "infinite"
+                    },
                 });
             }
             let (val_loss, val_acc) = s.evaluate(&val);
@@ -355,7 +364,10 @@ fn train_inner(
             m.insert("val_loss".into(), val_loss);
             m.insert("val_acc".into(), val_acc);
             let secs = train_time.as_secs_f64();
-            m.insert("samples_per_s".into(), interval_samples as f64 / secs.max(1e-9));
+            m.insert(
+                "samples_per_s".into(),
+                interval_samples as f64 / secs.max(1e-9),
+            );
             m.insert("data_wait".into(), wait.as_secs_f64() / secs.max(1e-9));
             m.insert("lr".into(), lr);
             m.insert("skipped_steps".into(), skipped as f64);
@@ -442,6 +454,7 @@ mod tests {
 
     #[test]
     fn accumulating_k_batches_of_b_gives_the_gradient_of_one_batch_of_k_times_b() {
+        let _rng = crate::train::torch_rng_lock();
         let task = Task::Classify { classes: 10 };
         tch::manual_seed(7);
         let x = Tensor::randn([32, 64], (Kind::Float, Device::Cpu));
@@ -449,8 +462,7 @@ mod tests {
         tch::manual_seed(1);
         let mut one = Session::new(&hyper(Amp::Off), task, &[64], Device::Cpu, 0.1).expect("one");
         tch::manual_seed(1);
-        let mut four =
-            Session::new(&hyper(Amp::Off), task, &[64], Device::Cpu, 0.1).expect("four");
+        let mut four = Session::new(&hyper(Amp::Off), task, &[64], Device::Cpu, 0.1).expect("four");
         let mut whole = Some(Batch {
             x: x.shallow_clone(),
             y: y.shallow_clone(),
@@ -476,7 +488,10 @@ mod tests {
         for (a, b) in one.grads().iter().zip(four.grads()) {
             let diff = (a - &b).abs().max().double_value(&[]);
             let scale = a.abs().max().double_value(&[]).max(1e-6);
-            assert!(diff / scale < 1e-5, "grad differs by {diff} (scale {scale})");
+            assert!(
+                diff / scale < 1e-5,
+                "grad differs by {diff} (scale {scale})"
+            );
         }
     }
 
@@ -490,19 +505,32 @@ mod tests {
         parse_builtin(&t, &sp, Path::new(".")).expect("trial valid")
     }
 
-    fn run(trial: &BuiltinTrial, params: &Params, seed: u64) -> (Result<(), TrainError>, Vec<Report>) {
+    fn run(
+        trial: &BuiltinTrial,
+        params: &Params,
+        seed: u64,
+    ) -> (Result<(), TrainError>, Vec<Report>) {
         let stop = AtomicBool::new(false);
         let mut cache = DataCache::new();
         let mut reports = Vec::new();
-        let r = train(trial, params, Device::Cpu, seed, &stop, &mut cache, &mut |e| {
-            let TrainEvent::Report(r) = e;
-            reports.push(r);
-        });
+        let r = train(
+            trial,
+            params,
+            Device::Cpu,
+            seed,
+            &stop,
+            &mut cache,
+            &mut |e| {
+                let TrainEvent::Report(r) = e;
+                reports.push(r);
+            },
+        );
         (r, reports)
     }
 
     #[test]
     fn an_mlp_learns_digits_and_reports_every_epoch() {
+        let _rng = crate::train::torch_rng_lock();
         let t = digits_trial(
             "batch_size = 32",
             r#"lr = { type = "float", low = 1e-4, high = 1e-1, log = true }"#,
@@ -522,6 +550,7 @@ mod tests {
 
     #[test]
     fn the_same_seed_and_params_give_the_same_result_on_cpu() {
+        let _rng = crate::train::torch_rng_lock();
         let t = digits_trial(
             "lr = 0.01\noptimizer = \"sgd\"",
             r#"batch_size = { type = "int", low = 16, high = 64 }"#,
@@ -536,6 +565,7 @@ mod tests {
 
     #[test]
     fn a_diverging_learning_rate_ends_as_diverged() {
+        let _rng = crate::train::torch_rng_lock();
         let t = digits_trial(
             "optimizer = \"sgd\"\nmomentum = 0.9",
             r#"lr = { type = "float", low = 1e-4, high = 1e9, log = true }"#,
@@ -556,6 +586,7 @@ mod tests {
 
     #[test]
     fn bf16_and_fp16_trials_train_on_the_cpu() {
+        let _rng = crate::train::torch_rng_lock();
         for amp in ["bf16", "fp16"] {
             let t = digits_trial(
                 &format!("amp = \"{amp}\"\nbatch_size = 256"),
@@ -571,7 +602,11 @@ mod tests {
 
     #[test]
     fn a_stop_request_ends_the_run_at_a_step_boundary() {
-        let t = digits_trial("", r#"lr = { type = "float", low = 1e-4, high = 1e-1, log = true }"#);
+        let _rng = crate::train::torch_rng_lock();
+        let t = digits_trial(
+            "",
+            r#"lr = { type = "float", low = 1e-4, high = 1e-1, log = true }"#,
+        );
         let mut p = Params::new();
         p.insert("lr".into(), ParamValue::Float(1e-3));
         let stop = AtomicBool::new(true);

@@ -427,7 +427,9 @@ pub fn parse_builtin(
                 other.type_str()
             ));
         }
-        None => return Err("trial.data: missing (a table with `dataset = \"digits\"` etc.)".into()),
+        None => {
+            return Err("trial.data: missing (a table with `dataset = \"digits\"` etc.)".into());
+        }
     };
     data.check_model(model)?;
 
@@ -541,9 +543,8 @@ pub fn parse_builtin(
                 ));
             }
             (Some(v), None) => {
-                let v = toml_param(v).ok_or_else(|| {
-                    format!("{path}: must be {}, not {v}", spec.ty.describe())
-                })?;
+                let v = toml_param(v)
+                    .ok_or_else(|| format!("{path}: must be {}, not {v}", spec.ty.describe()))?;
                 let v = widen(spec.ty, v);
                 spec.ty.check(&v).map_err(|e| format!("{path}: {e}"))?;
                 Knob::Fixed(v)
@@ -570,7 +571,11 @@ pub fn parse_builtin(
                     }
                     continue;
                 }
-                None => return Err(format!("{path}: missing (set it here or search it in [space])")),
+                None => {
+                    return Err(format!(
+                        "{path}: missing (set it here or search it in [space])"
+                    ));
+                }
             },
         };
         knobs.insert(spec.name.to_string(), knob);
@@ -846,13 +851,25 @@ pub fn trial_seed(study_seed: u64, number: u64) -> u64 {
     mix(study_seed ^ mix(number)) >> 1
 }
 
+/// Serialises the unit tests that seed or draw from libtorch's global generator: tests run
+/// on parallel threads of one process, which a worker never does.
+#[cfg(test)]
+pub(crate) fn torch_rng_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The default location of the Debian package's Fashion-MNIST.
 pub const FASHION_MNIST_DIR: &str = "/usr/share/datasets/fashion-mnist";
 
 /// Resolves a user path against the study directory.
 fn resolve_path(study_dir: &Path, p: &str) -> PathBuf {
     let p = PathBuf::from(p);
-    if p.is_absolute() { p } else { study_dir.join(p) }
+    if p.is_absolute() {
+        p
+    } else {
+        study_dir.join(p)
+    }
 }
 
 #[cfg(test)]
@@ -893,7 +910,8 @@ mod tests {
     #[test]
     fn a_knob_both_fixed_and_searched_is_an_error_naming_it() {
         let s = space(r#"width = { type = "int", low = 8, high = 64 }"#);
-        let src = format!("lr = 0.1\n{BASE}").replace("kind = \"mlp\"", "kind = \"mlp\"\nwidth = 32");
+        let src =
+            format!("lr = 0.1\n{BASE}").replace("kind = \"mlp\"", "kind = \"mlp\"\nwidth = 32");
         let e = parse_builtin(&table(&src), &s, Path::new(".")).expect_err("both");
         assert!(e.starts_with("trial.model.width"), "{e}");
     }

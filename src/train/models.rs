@@ -44,7 +44,12 @@ fn mlp(vs: &nn::Path, h: &Hyper, inputs: i64, classes: i64) -> nn::SequentialT {
     let mut n_in = inputs;
     for i in 0..h.depth {
         seq = seq
-            .add(nn::linear(vs / format!("fc{i}"), n_in, h.width, Default::default()))
+            .add(nn::linear(
+                vs / format!("fc{i}"),
+                n_in,
+                h.width,
+                Default::default(),
+            ))
             .add_fn(|x| x.relu());
         if h.dropout > 0.0 {
             let p = h.dropout;
@@ -81,7 +86,12 @@ fn cnn(vs: &nn::Path, h: &Hyper, (c, hh, ww): (i64, i64, i64), classes: i64) -> 
         let p = h.dropout;
         seq = seq.add_fn_t(move |x, train| x.dropout(p, train));
     }
-    seq.add(nn::linear(vs / "out", ch * sh * sw, classes, Default::default()))
+    seq.add(nn::linear(
+        vs / "out",
+        ch * sh * sw,
+        classes,
+        Default::default(),
+    ))
 }
 
 /// A basic residual block: conv-BN-ReLU-conv-BN plus the (projected) input.
@@ -286,9 +296,9 @@ impl ModuleT for Transformer {
             )
             .transpose(1, 2)
             .reshape([b, t, d]);
-            y = y + a.apply(&l.proj).dropout(self.dropout, train);
+            y += a.apply(&l.proj).dropout(self.dropout, train);
             let m = y.apply(&l.ln2).apply(&l.fc1).gelu("none").apply(&l.fc2);
-            y = y + m.dropout(self.dropout, train);
+            y += m.dropout(self.dropout, train);
         }
         y.apply(&self.ln).apply(&self.head)
     }

@@ -55,7 +55,9 @@ impl Autocast {
         // SAFETY: the shim catches every C++ exception and writes only the two out-params.
         let rc = unsafe { tune_autocast_enter(dev, dtype, &mut prev_enabled, &mut prev_dtype) };
         if rc != 0 {
-            return Err(format!("libtorch refused to enter an autocast region ({amp})"));
+            return Err(format!(
+                "libtorch refused to enter an autocast region ({amp})"
+            ));
         }
         Ok(Autocast {
             device: dev,
@@ -148,6 +150,7 @@ mod tests {
 
     #[test]
     fn bf16_autocast_really_computes_in_bf16_on_the_cpu() {
+        let _rng = crate::train::torch_rng_lock();
         let a = Tensor::randn([4, 8], (Kind::Float, Device::Cpu));
         let w = Tensor::randn([3, 8], (Kind::Float, Device::Cpu));
         {
@@ -162,6 +165,7 @@ mod tests {
 
     #[test]
     fn loss_scaling_skips_a_step_with_overflowing_gradients_and_backs_off() {
+        let _rng = crate::train::torch_rng_lock();
         let p = Tensor::ones([3], (Kind::Float, Device::Cpu)).set_requires_grad(true);
         let mut scaler = GradScaler::new(Device::Cpu, 65536.0);
         // A gradient of 1e35 times the scale overflows f32 to inf.
