@@ -218,9 +218,10 @@ pub fn train(
             if is_oom(&msg) {
                 Err(TrainError::OutOfMemory)
             } else {
-                // The first line of a libtorch error is its message; the rest a backtrace.
-                let first = msg.lines().next().unwrap_or("").trim().to_string();
-                Err(TrainError::Failed(format!("libtorch error: {first}")))
+                Err(TrainError::Failed(format!(
+                    "libtorch error: {}",
+                    torch_message(&msg)
+                )))
             }
         }
     }
@@ -411,6 +412,21 @@ fn train_inner(
     Ok(())
 }
 
+/// The message of a tch panic without its wrapping and C++ backtrace: tch panics with
+/// ``called `Result::unwrap()` on an `Err` value: Torch("msg\nException raised from …")``.
+fn torch_message(panic: &str) -> String {
+    let inner = match panic.find("Torch(\"") {
+        Some(i) => &panic[i + 7..],
+        None => panic,
+    };
+    let end = ["\\nException raised", "\\n", "\n"]
+        .iter()
+        .filter_map(|m| inner.find(m))
+        .min()
+        .unwrap_or(inner.len());
+    inner[..end].trim_end_matches("\")").trim().to_string()
+}
+
 fn device_index(d: Device) -> usize {
     match d {
         Device::Cuda(i) => i,
@@ -450,6 +466,13 @@ mod tests {
             heads: 1,
             context: 1,
         }
+    }
+
+    #[test]
+    fn libtorch_errors_lose_their_wrapping_and_backtrace() {
+        let p = r#"called `Result::unwrap()` on an `Err` value: Torch("shape mismatch [2, 3]\nException raised from x at y.cpp:1\nframe #0: z")"#;
+        assert_eq!(torch_message(p), "shape mismatch [2, 3]");
+        assert_eq!(torch_message("plain"), "plain");
     }
 
     #[test]
@@ -613,5 +636,108 @@ mod tests {
         let mut cache = DataCache::new();
         let r = train(&t, &p, Device::Cpu, 1, &stop, &mut cache, &mut |_| {});
         assert_eq!(r, Err(TrainError::Stopped));
+    }
+
+    fn trial_from(src: &str, space: &str) -> BuiltinTrial {
+        let t: toml::Table = toml::from_str(src).expect("table");
+        let sp: toml::Table = toml::from_str(space).expect("space");
+        let sp = Space::from_toml(&sp).expect("space valid");
+        parse_builtin(&t, &sp, Path::new(".")).expect("trial valid")
+    }
+
+    #[test]
+    fn the_cnn_and_the_resnet_learn_digits() {
+        let _rng = crate::train::torch_rng_lock();
+        for model in ["kind = \"cnn\"\nwidth = 8", "kind = \"resnet\"\nwidth = 4"] {
+            let t = trial_from(
+                &format!(
+                    "epochs = 2\nbatch_size = 32\noptimizer = \"adam\"\n[model]\n{model}\n[data]\ndataset = \"digits\"\n"
+                ),
+                r#"lr = { type = "float", low = 1e-4, high = 1e-1, log = true }"#,
+            );
+            let mut p = Params::new();
+            p.insert("lr".into(), ParamValue::Float(1e-2));
+            let (r, reports) = run(&t, &p, 3);
+            r.expect("trains");
+            let m = &reports[1].metrics;
+            assert!(m["val_acc"] > 0.6, "{model}: {m:?}");
+        }
+    }
+
+    #[test]
+    fn the_transformer_learns_bytes_of_real_text_within_its_time_budget() {
+        let _rng = crate::train::torch_rng_lock();
+        let t = trial_from(
+            "time_budget = \"3s\"\nreport_every = 20\nbatch_size = 16\noptimizer = \"adamw\"\namp = \"bf16\"\nschedule = \"cosine\"\n[model]\nkind = \"transformer\"\nwidth = 32\ndepth = 1\nheads = 2\ncontext = 32\n[data]\ndataset = \"gpl3-text\"\n",
+            r#"lr = { type = "float", low = 1e-4, high = 1e-1, log = true }"#,
+        );
+        let mut p = Params::new();
+        p.insert("lr".into(), ParamValue::Float(3e-3));
+        let start = Instant::now();
+        let (r, reports) = run(&t, &p, 3);
+        r.expect("trains");
+        assert!(start.elapsed() < Duration::from_secs(10));
+        let first = &reports[0].metrics;
+        let last = &reports[reports.len() - 1].metrics;
+        // Uniform over 256 bytes is ln 256 = 5.55 nats; learning gets well below.
+        assert!(last["val_loss"] < 4.0, "{last:?}");
+        assert!(
+            last["val_loss"] < first["val_loss"],
+            "{first:?} -> {last:?}"
+        );
+    }
+
+    #[test]
+    fn a_data_set_that_may_not_stay_on_the_device_is_streamed_by_the_loader_thread() {
+        let _rng = crate::train::torch_rng_lock();
+        let dir = std::env::temp_dir().join(format!("tune-stream-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let n = 600usize;
+        let mut x = Vec::new();
+        let mut y = Vec::new();
+        for i in 0..n {
+            let label = (i % 2) as i64;
+            for j in 0..4 {
+                let v = if j == 0 {
+                    label as f32 * 2.0 - 1.0
+                } else {
+                    (i * j % 7) as f32
+                };
+                x.extend_from_slice(&v.to_le_bytes());
+            }
+            y.extend_from_slice(&label.to_le_bytes());
+        }
+        let npy = |name: &str, descr: &str, shape: &str, data: &[u8]| {
+            let mut h =
+                format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+            while (10 + h.len() + 1) % 64 != 0 {
+                h.push(' ');
+            }
+            h.push('\n');
+            let mut out = b"\x93NUMPY\x01\x00".to_vec();
+            out.extend_from_slice(&(h.len() as u16).to_le_bytes());
+            out.extend_from_slice(h.as_bytes());
+            out.extend_from_slice(data);
+            std::fs::write(dir.join(name), out).expect("write npy");
+        };
+        npy("x.npy", "<f4", &format!("({n}, 4)"), &x);
+        npy("y.npy", "<i8", &format!("({n},)"), &y);
+        let t = trial_from(
+            &format!(
+                "epochs = 3\nbatch_size = 20\n[model]\nkind = \"mlp\"\nwidth = 8\ndepth = 1\n[data]\ndataset = \"npy\"\nx = \"{}\"\ny = \"{}\"\ndevice_cache = \"never\"\nprefetch = 2\n",
+                dir.join("x.npy").display(),
+                dir.join("y.npy").display()
+            ),
+            r#"lr = { type = "float", low = 1e-4, high = 1e-1, log = true }"#,
+        );
+        let mut p = Params::new();
+        p.insert("lr".into(), ParamValue::Float(3e-2));
+        let (r, reports) = run(&t, &p, 1);
+        r.expect("trains");
+        assert_eq!(reports.len(), 3);
+        let m = &reports[2].metrics;
+        assert!(m["val_acc"] > 0.9, "{m:?}");
+        assert!((0.0..=1.0).contains(&m["data_wait"]));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

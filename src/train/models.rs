@@ -296,9 +296,11 @@ impl ModuleT for Transformer {
             )
             .transpose(1, 2)
             .reshape([b, t, d]);
-            y += a.apply(&l.proj).dropout(self.dropout, train);
+            // Not `+=`: layer norm saved `y` for its backward pass, so it must not change in
+            // place.
+            y = &y + a.apply(&l.proj).dropout(self.dropout, train);
             let m = y.apply(&l.ln2).apply(&l.fc1).gelu("none").apply(&l.fc2);
-            y += m.dropout(self.dropout, train);
+            y = &y + m.dropout(self.dropout, train);
         }
         y.apply(&self.ln).apply(&self.head)
     }
