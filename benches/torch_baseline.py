@@ -67,10 +67,14 @@ def cnn(shape, width, depth, classes):
     return nn.Sequential(*layers)
 
 
-def bench(x, y, model_kind, amp, width, depth, batch, warmup, steps, lr):
+def bench(x, y, model_kind, amp, width, depth, batch, warmup, steps, lr, channels_last=False):
     torch.manual_seed(0)
     build = mlp if model_kind == "mlp" else cnn
     model = build(tuple(x.shape[1:]), width, depth, 10)
+    if channels_last and model_kind != "mlp":
+        # What tune's trainer does for convolutional models; off by default, as in plain eager.
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     n = x.shape[0]
     perm = torch.randperm(n)
@@ -116,6 +120,7 @@ def main():
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--channels-last", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(1)
     x, y = load(a.data)
@@ -131,7 +136,7 @@ def main():
         model_kind, amp = cfg.split(":")
         width = a.width if model_kind == "mlp" else a.cnn_width
         runs = [
-            bench(x, y, model_kind, amp, width, a.depth, a.batch, a.warmup, a.steps, a.lr)
+            bench(x, y, model_kind, amp, width, a.depth, a.batch, a.warmup, a.steps, a.lr, a.channels_last)
             for _ in range(1 if serving else a.repeat)
         ]
         best = max(r[0] for r in runs)

@@ -30,6 +30,9 @@ pub struct BenchOptions {
     pub repeat: usize,
     /// Skip the PyTorch side (tune's figures only).
     pub no_python: bool,
+    /// Run the PyTorch CNN in channels-last layout too (as tune does), instead of eager's
+    /// default layout.
+    pub torch_channels_last: bool,
 }
 
 impl Default for BenchOptions {
@@ -42,6 +45,7 @@ impl Default for BenchOptions {
             steps: 200,
             repeat: 3,
             no_python: false,
+            torch_channels_last: false,
         }
     }
 }
@@ -82,6 +86,7 @@ impl BenchOptions {
                     }
                 }
                 "--no-python" => o.no_python = true,
+                "--torch-channels-last" => o.torch_channels_last = true,
                 _ => {}
             }
         }
@@ -217,6 +222,7 @@ impl Python {
             .args(["--batch", &o.batch.to_string()])
             .args(["--steps", &o.steps.to_string()])
             .args(["--warmup", &o.warmup.to_string()])
+            .args(o.torch_channels_last.then_some("--channels-last"))
             .env(
                 "PYTHONPATH",
                 format!(
@@ -312,7 +318,14 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         "tune bench trainer: {data_name}; batch {}, Adam, {} timed steps after {} warm-up, best of {} alternating runs; 1 intra-op thread each side",
         o.batch, o.steps, o.warmup, o.repeat
     );
-    println!("models: mlp = 784-256-256-10 ReLU; cnn = conv3x3(32)+pool, conv3x3(64)+pool, linear");
+    println!(
+        "models: mlp = 784-256-256-10 ReLU; cnn = conv3x3(32)+pool, conv3x3(64)+pool, linear (tune: channels-last; torch: {})",
+        if o.torch_channels_last {
+            "channels-last"
+        } else {
+            "default layout"
+        }
+    );
     let mut python = if o.no_python {
         None
     } else {

@@ -79,6 +79,7 @@ impl Session {
     ) -> Result<Session, String> {
         let vs = nn::VarStore::new(device);
         let model = models::build(&vs.root(), h, task, sample_shape)?;
+        models::prepare(&vs, h);
         let opt = optim::build(&vs, h, lr)?;
         let params = vs.trainable_variables();
         Ok(Session {
