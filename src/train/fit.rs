@@ -741,4 +741,21 @@ mod tests {
         assert!((0.0..=1.0).contains(&m["data_wait"]));
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    #[test]
+    fn a_model_too_large_for_memory_fails_as_out_of_device_memory() {
+        let _rng = crate::train::torch_rng_lock();
+        // 2^36 × 64 floats = 16 TiB: the allocator refuses at once, nothing is touched.
+        let t = trial_from(
+            "epochs = 1\n[model]\nkind = \"mlp\"\ndepth = 1\n[data]\ndataset = \"digits\"\n",
+            r#"lr = { type = "float", low = 1e-4, high = 1e-1, log = true }
+               width = { type = "int", low = 1, high = 68719476736, log = true }"#,
+        );
+        let mut p = Params::new();
+        p.insert("lr".into(), ParamValue::Float(1e-3));
+        p.insert("width".into(), ParamValue::Int(1 << 36));
+        let (r, _) = run(&t, &p, 1);
+        assert_eq!(r, Err(TrainError::OutOfMemory));
+        assert_eq!(TrainError::OutOfMemory.to_string(), "out of device memory");
+    }
 }
