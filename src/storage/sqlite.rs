@@ -1161,8 +1161,10 @@ fn finish_in(
         "DELETE FROM trial_heartbeats WHERE trial_id = ?1",
         [trial_id],
     )?;
+    // A pruned trial keeps its last reported value, as Optuna stores it and as
+    // shared/spec/command-trials.md promises.
     if let Some(v) = value
-        && state == TrialState::Complete
+        && matches!(state, TrialState::Complete | TrialState::Pruned)
     {
         tx.execute(
             "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES (?1, 0, ?2, ?3)
