@@ -157,13 +157,14 @@ impl AskTell {
             .get("trial")
             .and_then(Value::as_u64)
             .ok_or("tell needs `trial`, a trial number")?;
-        let state = match t.get("state").map(|s| s.as_str()) {
-            None | Some(Some("complete")) => TrialState::Complete,
-            Some(Some("fail" | "failed")) => TrialState::Failed,
-            Some(Some("pruned")) => TrialState::Pruned,
-            Some(other) => {
-                return Err(format!("unknown state {other:?}: complete, fail or pruned"));
-            }
+        let state = match t.get("state") {
+            None => TrialState::Complete,
+            Some(s) => match s.as_str() {
+                Some("complete") => TrialState::Complete,
+                Some("fail" | "failed") => TrialState::Failed,
+                Some("pruned") => TrialState::Pruned,
+                _ => return Err(format!("unknown state {s}: complete, fail or pruned")),
+            },
         };
         let value = match t.get("value") {
             None | Some(Value::Null) => None,
