@@ -317,7 +317,8 @@ impl PrunerConfig {
                         c.reduction_factor,
                         c.min_early_stopping_rate,
                     );
-                    if !(first < max) {
+                    // The same test as the ladder's: a rung at or past the full trial is none.
+                    if reached(first, max) {
                         return Err(format!(
                             "pruner.min_early_stopping_rate {} puts the first rung at {} which \
                              is not below pruner.max_resource {}, so nothing could be pruned",
