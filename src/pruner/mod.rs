@@ -151,15 +151,38 @@ fn default_resource() -> String {
 ///
 /// Every parameter has a default; [`PrunerConfig::check`] validates the values once, and
 /// [`build`] expects a checked config.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(tag = "kind", rename_all = "lowercase", from = "TaggedConfig")]
 pub enum PrunerConfig {
-    /// A struct variant, not a unit one: serde lets an internally tagged unit variant ignore
-    /// every other key, so `kind = "none"` with a stray `warmup_steps` would pass silently.
+    #[default]
+    None,
+    Median(MedianConfig),
+    Asha(AshaConfig),
+    Hyperband(HyperbandConfig),
+}
+
+/// What `[pruner]` deserialises through. Hazard: serde lets an internally tagged *unit*
+/// variant ignore every other key, so `kind = "none"` with a stray `warmup_steps` would pass
+/// silently; an empty struct variant with `deny_unknown_fields` rejects it, and the public
+/// enum keeps its plain `None`.
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+enum TaggedConfig {
     None {},
     Median(MedianConfig),
     Asha(AshaConfig),
     Hyperband(HyperbandConfig),
+}
+
+impl From<TaggedConfig> for PrunerConfig {
+    fn from(c: TaggedConfig) -> Self {
+        match c {
+            TaggedConfig::None {} => PrunerConfig::None,
+            TaggedConfig::Median(c) => PrunerConfig::Median(c),
+            TaggedConfig::Asha(c) => PrunerConfig::Asha(c),
+            TaggedConfig::Hyperband(c) => PrunerConfig::Hyperband(c),
+        }
+    }
 }
 
 /// The median rule: after warm-up, a trial whose best value so far is worse than the median of
@@ -246,19 +269,13 @@ impl Default for HyperbandConfig {
     }
 }
 
-impl Default for PrunerConfig {
-    fn default() -> Self {
-        PrunerConfig::None {}
-    }
-}
-
 impl PrunerConfig {
     pub const NAMES: &'static [&'static str] = &["none", "median", "asha", "hyperband"];
 
     /// The kind, as a study file spells it.
     pub fn name(&self) -> &'static str {
         match self {
-            PrunerConfig::None {} => "none",
+            PrunerConfig::None => "none",
             PrunerConfig::Median(_) => "median",
             PrunerConfig::Asha(_) => "asha",
             PrunerConfig::Hyperband(_) => "hyperband",
@@ -268,10 +285,25 @@ impl PrunerConfig {
     /// The key whose value is a trial's resource (`"step"`: the report's step).
     pub fn resource(&self) -> &str {
         match self {
-            PrunerConfig::None {} => DEFAULT_RESOURCE,
+            PrunerConfig::None => DEFAULT_RESOURCE,
             PrunerConfig::Median(c) => &c.resource,
             PrunerConfig::Asha(c) => &c.resource,
             PrunerConfig::Hyperband(c) => &c.resource,
+        }
+    }
+
+    /// The pruner of a builtin study whose `[pruner]` table is absent: ASHA over epochs
+    /// (rungs at 1, 3, 9, … epochs below the last) when a trial trains more than one epoch,
+    /// none otherwise. The trainer's reports carry the `epoch` key.
+    pub fn builtin_default(epochs: u64) -> PrunerConfig {
+        if epochs > 1 {
+            PrunerConfig::Asha(AshaConfig {
+                max_resource: Some(epochs as f64),
+                resource: "epoch".to_string(),
+                ..AshaConfig::default()
+            })
+        } else {
+            PrunerConfig::None
         }
     }
 
@@ -288,7 +320,7 @@ impl PrunerConfig {
     /// Validates the values; the error names the key, as `pruner.<key>`.
     pub fn check(&self) -> Result<(), String> {
         match self {
-            PrunerConfig::None {} => Ok(()),
+            PrunerConfig::None => Ok(()),
             PrunerConfig::Median(c) => {
                 check_resource_key(&c.resource)?;
                 if !(c.warmup_steps.is_finite() && c.warmup_steps >= 0.0) {
@@ -385,7 +417,7 @@ fn check_rungs(min: f64, max: Option<f64>, eta: f64) -> Result<(), String> {
 /// The pruner a checked config names.
 pub fn build(config: &PrunerConfig) -> Box<dyn Pruner> {
     match config {
-        PrunerConfig::None {} => Box::new(NoPruner),
+        PrunerConfig::None => Box::new(NoPruner),
         PrunerConfig::Median(c) => Box::new(MedianPruner::new(c)),
         PrunerConfig::Asha(c) => Box::new(AshaPruner::new(c)),
         PrunerConfig::Hyperband(c) => Box::new(HyperbandPruner::new(c)),
@@ -410,7 +442,7 @@ mod tests {
     fn pruner_table_with_only_a_kind_takes_every_default() {
         assert_eq!(
             parse("[pruner]\nkind = \"none\"").ok(),
-            Some(PrunerConfig::None {})
+            Some(PrunerConfig::None)
         );
         assert_eq!(
             parse("[pruner]\nkind = \"median\"").ok(),
@@ -448,7 +480,7 @@ mod tests {
             ),
             (1.0, None, 3.0, None)
         );
-        assert_eq!(PrunerConfig::default(), PrunerConfig::None {});
+        assert_eq!(PrunerConfig::default(), PrunerConfig::None);
     }
 
     #[test]
@@ -555,7 +587,7 @@ mod tests {
     }
 
     #[rstest]
-    #[case(PrunerConfig::None {})]
+    #[case(PrunerConfig::None)]
     #[case(median(|_| {}))]
     #[case(asha(|_| {}))]
     #[case(asha(|c| { c.max_resource = Some(10.0); c.min_early_stopping_rate = 2 }))]
@@ -564,6 +596,34 @@ mod tests {
     #[case(hyperband(|c| c.brackets = Some(4)))]
     fn check_accepts_sensible_values(#[case] config: PrunerConfig) {
         assert_eq!(config.check(), Ok(()));
+    }
+
+    #[test]
+    fn builtin_studies_with_more_than_one_epoch_default_to_asha_over_epochs() {
+        assert_eq!(PrunerConfig::builtin_default(1), PrunerConfig::None);
+        let c = PrunerConfig::builtin_default(10);
+        assert_eq!(c.name(), "asha");
+        assert_eq!(c.resource(), "epoch");
+        assert!(matches!(
+            c,
+            PrunerConfig::Asha(AshaConfig {
+                max_resource: Some(10.0),
+                ..
+            })
+        ));
+        for epochs in 2..50 {
+            assert_eq!(PrunerConfig::builtin_default(epochs).check(), Ok(()));
+        }
+    }
+
+    #[test]
+    fn none_serialises_with_its_kind() {
+        let json = serde_json::to_string(&PrunerConfig::None).unwrap();
+        assert_eq!(json, r#"{"kind":"none"}"#);
+        assert_eq!(
+            serde_json::from_str::<PrunerConfig>(&json).unwrap(),
+            PrunerConfig::None
+        );
     }
 
     #[test]
@@ -591,7 +651,7 @@ mod tests {
     #[test]
     fn names_and_resources() {
         for (c, name) in [
-            (PrunerConfig::None {}, "none"),
+            (PrunerConfig::None, "none"),
             (median(|_| {}), "median"),
             (asha(|_| {}), "asha"),
             (hyperband(|_| {}), "hyperband"),
