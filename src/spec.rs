@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::pruner::PrunerKind;
+use crate::pruner::PrunerConfig;
 use crate::sampler::SamplerKind;
 use crate::space::{ParamValue, Params, Space};
 use crate::study::{CommandSpec, Study, TrialSpec};
@@ -216,7 +216,7 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
         })?,
     };
     let pruner = match &raw.pruner {
-        None => PrunerKind::default(),
+        None => PrunerConfig::default(),
         Some(t) => parse_pruner(t).map_err(err)?,
     };
 
@@ -313,18 +313,18 @@ fn toml_message(e: &toml::de::Error) -> String {
     e.to_string().trim_end().to_string()
 }
 
-fn parse_pruner(t: &toml::Table) -> Result<PrunerKind, String> {
-    for k in t.keys() {
-        if k != "kind" {
-            return Err(format!("key `pruner.{k}`: unknown key"));
-        }
+fn parse_pruner(t: &toml::Table) -> Result<PrunerConfig, String> {
+    if !t.contains_key("kind") {
+        return Err(format!(
+            "key `pruner.kind`: missing (one of {})",
+            PrunerConfig::NAMES.join(", ")
+        ));
     }
-    match t.get("kind").and_then(|v| v.as_str()) {
-        Some("none") | None => Ok(PrunerKind::None),
-        Some(other) => Err(format!(
-            "key `pruner.kind`: unknown pruner \"{other}\" (known: none)"
-        )),
-    }
+    let cfg: PrunerConfig = toml::Value::Table(t.clone())
+        .try_into()
+        .map_err(|e: toml::de::Error| format!("in `[pruner]`: {}", e.message()))?;
+    cfg.check().map_err(|e| format!("key {e}"))?;
+    Ok(cfg)
 }
 
 /// Parses a duration such as "90s", "20m", "1h 30m" or a number of seconds.

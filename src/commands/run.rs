@@ -29,7 +29,7 @@ async fn run_async(study: crate::study::Study) -> anyhow::Result<ExitCode> {
         TrialSpec::Command(c) => Arc::new(CommandRunner::new(c.clone())),
     };
     let sampler = crate::sampler::build(study.sampler);
-    let pruner = crate::pruner::build(study.pruner);
+    let pruner = crate::pruner::build(&study.pruner);
     let (etx, erx) = mpsc::unbounded_channel();
     let (ctx, crx) = mpsc::unbounded_channel();
     let direction = study.direction;

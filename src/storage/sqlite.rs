@@ -1174,8 +1174,9 @@ fn finish_in(
         "DELETE FROM trial_heartbeats WHERE trial_id = ?1",
         [trial_id],
     )?;
+    // Optuna keeps a pruned trial's last intermediate value as its value; so do we.
     if let Some(v) = value
-        && state == TrialState::Complete
+        && matches!(state, TrialState::Complete | TrialState::Pruned)
     {
         tx.execute(
             "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES (?1, 0, ?2, ?3)
