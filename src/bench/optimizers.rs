@@ -401,6 +401,9 @@ pub fn run(opts: &OptimizerBenchOptions) -> anyhow::Result<()> {
     if opts.budgets.is_empty() || opts.budgets.contains(&0) {
         anyhow::bail!("budgets must be positive trial counts");
     }
+    if opts.seeds == 0 || opts.random_seeds == 0 {
+        anyhow::bail!("seeds must be at least 1");
+    }
     if opts.q.is_empty() || opts.q.contains(&0) {
         anyhow::bail!("q must be at least 1");
     }
