@@ -9,7 +9,11 @@ use crate::common::{PATIENCE, Sandbox, assert_numbers_once, counted, sh_study, t
 #[test]
 fn two_tune_run_processes_share_a_study_without_a_lost_or_doubled_trial() {
     let sb = Sandbox::new();
-    sb.write("s.toml", &sh_study("shared", 16, 2, "", &["{x}"]));
+    // The random sampler: this pins the orchestrator (numbers, budget, params stored), not
+    // how far apart a model-based sampler spreads proposals of two processes.
+    let study = sh_study("shared", 16, 2, "", &["{x}"])
+        .replace("[workers]", "[sampler]\nkind = \"random\"\n\n[workers]");
+    sb.write("s.toml", &study);
     sb.write("trial.sh", "sleep 0.2\necho \"tune: {\\\"loss\\\": $1}\"\n");
     // Both start on a database that does not exist yet: creating it is raced too.
     let spawn = || {
