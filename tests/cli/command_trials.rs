@@ -384,3 +384,68 @@ fn enqueued_trials_run_first_with_their_params_and_count_toward_the_budget() {
     sb.ok(&["run", "s.toml"]);
     assert_eq!(sb.trials("s.toml").len(), 3);
 }
+
+/// A median-pruned study: trial 0 sets the bar, every later trial reports far worse at step 0
+/// and would then sleep for a long time.
+pub const PRUNED_STUDY: &str = r#"[study]
+name = "pruned"
+metric = "loss"
+trials = 3
+
+[space]
+x = { type = "float", low = -2.0, high = 2.0 }
+
+[pruner]
+kind = "median"
+min_trials = 1
+
+[workers]
+count = 1
+devices = ["cpu"]
+
+[trial]
+kind = "command"
+command = ["sh", "pruned.sh"]
+grace = "2s"
+"#;
+
+pub const PRUNED_SCRIPT: &str = r#"if [ "$TUNE_TRIAL" = 0 ]; then
+  for s in 0 1 2; do echo "tune: {\"step\": $s, \"loss\": 1.5}"; done
+else
+  echo 'tune: {"step": 0, "loss": 100.5}'
+  sleep 30
+  echo 'tune: {"step": 1, "loss": 0.5}'
+fi
+"#;
+
+#[test]
+fn a_trial_the_pruner_stops_is_stored_as_pruned_with_its_last_reported_value() {
+    let sb = Sandbox::new();
+    sb.write("p.toml", PRUNED_STUDY);
+    sb.write("pruned.sh", PRUNED_SCRIPT);
+    let t0 = Instant::now();
+    let out = sb.ok(&["run", "p.toml"]);
+    assert!(
+        t0.elapsed() < Duration::from_secs(15),
+        "pruned trials are stopped, not waited for: {:?}\n{}",
+        t0.elapsed(),
+        text(&out)
+    );
+    let trials = sb.trials("p.toml");
+    assert_eq!(counted(&trials), 3, "pruned trials count toward the budget");
+    assert_eq!(trials[0]["state"], "complete");
+    for t in &trials[1..] {
+        assert_eq!(t["state"], "pruned", "{t:#}");
+        assert_eq!(t["value"], 100.5, "the last reported value is kept");
+        let n = t["number"].to_string();
+        let show: Value =
+            serde_json::from_slice(&sb.ok(&["show", &n, "p.toml", "--format", "json"]).stdout)
+                .expect("JSON");
+        assert_eq!(show["pruned_step"], 0);
+        assert_eq!(show["reports"].as_array().map(Vec::len), Some(1));
+    }
+    let best: Value =
+        serde_json::from_slice(&sb.ok(&["best", "p.toml", "--format", "json"]).stdout)
+            .expect("JSON");
+    assert_eq!(best["number"], 0, "a pruned trial is never the best");
+}

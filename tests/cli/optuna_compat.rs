@@ -119,7 +119,11 @@ fn assert_same(sb: &Sandbox, study: &str, optuna: &Value, distributions: &[(&str
             "json",
         ]);
         let show: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-        let metric = if study == "compat" { "loss" } else { "value" };
+        let metric = if study == "compat-at" {
+            "value"
+        } else {
+            "loss"
+        };
         let steps: BTreeMap<u64, f64> = show["reports"]
             .as_array()
             .expect("reports")
@@ -176,6 +180,10 @@ exit 0
 "#,
     );
     sb.ok(&["run", "s.toml"]);
+    // A study whose median pruner stops trials 1 and 2 (same database, beside the file).
+    sb.write("p.toml", crate::command_trials::PRUNED_STUDY);
+    sb.write("pruned.sh", crate::command_trials::PRUNED_SCRIPT);
+    sb.ok(&["run", "p.toml"]);
     // A study recorded through ask/tell, with a pruned trial that keeps its value.
     sb.write(
         "space.toml",
@@ -219,6 +227,7 @@ exit 0
         .arg("sqlite:///tune.db")
         .arg("compat")
         .arg("compat-at")
+        .arg("pruned")
         .current_dir(sb.path())
         .stdin(Stdio::null());
     let out = output_within(dump, Duration::from_secs(120));
@@ -229,7 +238,10 @@ exit 0
     );
     let optuna: Value = serde_json::from_slice(&out.stdout).expect("the dump is JSON");
 
-    assert_eq!(optuna["summaries"], json!(["compat", "compat-at"]));
+    assert_eq!(
+        optuna["summaries"],
+        json!(["compat", "compat-at", "pruned"])
+    );
     assert_eq!(optuna["compat"]["direction"], "MAXIMIZE");
     assert_eq!(optuna["compat-at"]["direction"], "MINIMIZE");
     assert_same(
@@ -255,6 +267,13 @@ exit 0
         &[("x", "FloatDistribution"), ("n", "IntDistribution")],
     );
 
+    assert_same(
+        &sb,
+        "pruned",
+        &optuna["pruned"],
+        &[("x", "FloatDistribution")],
+    );
+
     // The cases that matter, spelled out.
     let trials = optuna["compat"]["trials"].as_array().expect("trials");
     assert_eq!(
@@ -276,4 +295,8 @@ exit 0
         json!([0.4]),
         "a pruned trial keeps its value, as in Optuna"
     );
+    let pruned = optuna["pruned"]["trials"].as_array().expect("trials");
+    assert_eq!(pruned[1]["state"], "PRUNED");
+    assert_eq!(pruned[1]["values"], json!([100.5]));
+    assert_eq!(pruned[1]["intermediate"], json!([[0, 100.5]]));
 }
