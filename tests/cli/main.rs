@@ -6,6 +6,7 @@ mod bad_input;
 mod command_trials;
 mod common;
 mod optuna_compat;
+mod queries;
 mod recovery;
 mod shared_db;
 mod studies;
