@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::pruner::PrunerConfig;
-use crate::sampler::SamplerKind;
+use crate::sampler::{SamplerKind, SamplerOptions};
 use crate::space::{Params, Space};
 use crate::trial::Direction;
 
@@ -46,6 +46,7 @@ pub struct Study {
     pub storage: PathBuf,
     pub space: Space,
     pub sampler: SamplerKind,
+    pub sampler_options: SamplerOptions,
     pub pruner: PrunerConfig,
     /// The device of each worker slot.
     pub slots: Vec<String>,
