@@ -164,3 +164,65 @@ fn trials_of_an_owner_on_another_host_are_recovered_once_its_heartbeat_is_stale(
         );
     }
 }
+
+#[test]
+fn a_second_sigterm_stops_running_trials_as_interrupted_and_a_rerun_completes_the_budget() {
+    let sb = Sandbox::new();
+    let study = sh_study("stopped", 4, 2, "", &["{x}"])
+        .replace("kind = \"command\"", "kind = \"command\"\ngrace = \"1s\"");
+    sb.write("s.toml", &study);
+    sb.write("trial.sh", "sleep 20\necho \"tune: {\\\"loss\\\": $1}\"\n");
+    let mut child = sb
+        .tune(&["run", "s.toml"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tune starts");
+    wait_until(PATIENCE, "two running trials", || {
+        states(&sb).iter().filter(|(_, s)| s == "RUNNING").count() == 2
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("a pid"));
+    // Once: no new trials, running ones go on. Twice: they are stopped.
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        child.try_wait().expect("wait").is_none(),
+        "one SIGTERM lets running trials finish"
+    );
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    let t0 = std::time::Instant::now();
+    wait_within(&mut child, Duration::from_secs(15));
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "stopped within the grace"
+    );
+
+    let stopped = sb.trials("s.toml");
+    let interrupted: Vec<&Value> = stopped.iter().filter(|t| is_interrupted(t)).collect();
+    assert_eq!(interrupted.len(), 2, "{stopped:#?}");
+    assert_eq!(
+        counted(&stopped),
+        0,
+        "interrupted trials do not count toward the budget"
+    );
+    assert!(
+        stopped.iter().filter(|t| t["state"] == "queued").count() == 2,
+        "their params wait to run again: {stopped:#?}"
+    );
+
+    sb.write("trial.sh", "echo \"tune: {\\\"loss\\\": $1}\"\n");
+    sb.ok(&["run", "s.toml"]);
+    let after = sb.trials("s.toml");
+    assert_eq!(counted(&after), 4);
+    assert_numbers_once(&after);
+    for t in interrupted {
+        assert!(
+            after
+                .iter()
+                .any(|u| u["state"] == "complete" && u["params"] == t["params"]),
+            "the params of interrupted trial {} ran again",
+            t["number"]
+        );
+    }
+}
