@@ -449,3 +449,40 @@ fn a_trial_the_pruner_stops_is_stored_as_pruned_with_its_last_reported_value() {
             .expect("JSON");
     assert_eq!(best["number"], 0, "a pruned trial is never the best");
 }
+
+#[test]
+fn a_study_whose_budget_is_a_timeout_starts_no_trial_after_it_passes() {
+    let sb = Sandbox::new();
+    let study = sh_study("timed", 1, 2, "timeout = \"1s\"", &["{x}"]).replace("trials = 1\n", "");
+    sb.write("s.toml", &study);
+    sb.write("trial.sh", "sleep 0.3\necho \"tune: {\\\"loss\\\": $1}\"\n");
+    let t0 = Instant::now();
+    let out = sb.ok(&["run", "s.toml"]);
+    let wall = t0.elapsed();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("the study timeout passed"),
+        "{}",
+        text(&out)
+    );
+    assert!(wall < Duration::from_secs(5), "took {wall:?}");
+    let trials = sb.trials("s.toml");
+    assert!(trials.len() >= 2, "{trials:#?}");
+    assert!(
+        trials.iter().all(|t| t["state"] == "complete"),
+        "running trials finish"
+    );
+    let last_start = trials
+        .iter()
+        .map(|t| time(t, "started_at"))
+        .max()
+        .expect("trials");
+    let first_start = trials
+        .iter()
+        .map(|t| time(t, "started_at"))
+        .min()
+        .expect("trials");
+    assert!(
+        last_start - first_start < chrono::TimeDelta::milliseconds(1100),
+        "no trial starts after the timeout"
+    );
+}
