@@ -71,6 +71,30 @@ impl AskTell {
         Ok(self)
     }
 
+    /// Input ended: trials asked but never told are recorded as interrupted, like those of a
+    /// stopped `tune run`, so that they do not stay `running` in the database forever and
+    /// their params are queued for the next session on the study.
+    pub fn end(&mut self) -> anyhow::Result<()> {
+        let pending = std::mem::take(&mut self.pending);
+        if let Some((storage, _, _)) = &mut self.db {
+            for (_, id) in pending.into_values() {
+                if let Some(id) = id {
+                    storage.finish_trial(
+                        id,
+                        TrialState::Failed,
+                        None,
+                        Some("interrupted: ask-tell ended before this trial was told"),
+                        None,
+                        &[],
+                        None,
+                        true,
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Answers one request line.
     pub fn handle(&mut self, line: &str) -> Value {
         match self.try_handle(line) {
@@ -240,6 +264,7 @@ pub fn ask_tell(args: &AskTellArgs, db: Option<&Path>) -> anyhow::Result<ExitCod
         writeln!(out, "{answer}")?;
         out.flush()?;
     }
+    at.end()?;
     Ok(ExitCode::SUCCESS)
 }
 
