@@ -352,7 +352,7 @@ fn with_db_and_study_the_exchange_is_recorded_and_tune_trials_shows_it() {
         "trials", "--db", "at.db", "--study", "remote", "--format", "json",
     ]);
     let trials: Vec<Value> = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert_eq!(trials.len(), 4);
+    assert_eq!(trials.len(), 5, "{trials:#?}");
     for (t, (n, p)) in trials.iter().zip(&asked) {
         assert_eq!(&t["number"], n);
         assert_eq!(&t["params"], p, "the params stored are the params asked");
@@ -361,7 +361,17 @@ fn with_db_and_study_the_exchange_is_recorded_and_tune_trials_shows_it() {
         .iter()
         .map(|t| t["state"].as_str().expect("state"))
         .collect();
-    assert_eq!(states, ["complete", "failed", "pruned", "running"]);
+    // Trial 3 was asked but never told: interrupted when input ended, not `running` forever,
+    // and its params queued (as trial 4) for the next session.
+    assert_eq!(states, ["complete", "failed", "pruned", "failed", "queued"]);
+    assert!(
+        trials[3]["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("interrupted")),
+        "{:#}",
+        trials[3]
+    );
+    assert_eq!(trials[4]["params"], asked[3].1);
     assert_eq!(trials[0]["value"], 0.25);
     assert!(trials[1]["value"].is_null());
     assert_eq!(
@@ -369,10 +379,13 @@ fn with_db_and_study_the_exchange_is_recorded_and_tune_trials_shows_it() {
         "a pruned trial keeps the value it was told"
     );
 
-    // A second session on the same study goes on from its history.
+    // A second session on the same study goes on from its history: first the queued params.
     let mut s = Session::start(&sb, &args);
-    let (n, _) = s.ask();
-    assert!(n >= 4, "numbers are never given twice: got {n}");
+    let (n, p) = s.ask();
+    assert_eq!(n, 4, "numbers are never given twice");
+    assert_eq!(p, asked[3].1, "the params never told come back first");
+    let (m, _) = s.ask();
+    assert_eq!(m, 5);
     assert_eq!(
         s.tell(json!({"trial": n, "value": 0.125})),
         json!({"ok": true})
