@@ -126,6 +126,11 @@ impl AskTell {
 
     fn ask(&mut self) -> anyhow::Result<Value> {
         let pending: Vec<Params> = self.pending.values().map(|(p, _)| p.clone()).collect();
+        // Held until the params are stored, as in the scheduler (`SqliteStorage::ask_lock`).
+        let _ask_lock = match &self.db {
+            Some((storage, _, _)) => Some(storage.ask_lock()?),
+            None => None,
+        };
         let (number, trial_id, queued) = match &mut self.db {
             Some((storage, row, worker)) => {
                 match storage.claim_trial(row, *worker, None, 0, "cpu")? {
