@@ -137,14 +137,19 @@ impl Scheduler {
 
     fn refresh_curves(&mut self) -> Result<(), StorageError> {
         let reports = self.storage.reports(&self.row)?;
-        let states: BTreeMap<u64, TrialState> = self
-            .storage
-            .trials(&self.row, None)?
-            .into_iter()
-            .map(|t| (t.number, t.state))
+        // Interrupted trials are left out: their params run again under a new number, and
+        // a rerun must not compete with its own earlier attempt at a rung.
+        let trials = self.storage.trials(&self.row, None)?;
+        let interrupted: std::collections::HashSet<u64> = trials
+            .iter()
+            .filter(|t| t.interrupted)
+            .map(|t| t.number)
             .collect();
+        let states: BTreeMap<u64, TrialState> =
+            trials.into_iter().map(|t| (t.number, t.state)).collect();
         self.curves = reports
             .into_iter()
+            .filter(|(n, _)| !interrupted.contains(n))
             .map(|(n, reports)| {
                 (
                     n,
@@ -188,7 +193,7 @@ impl Scheduler {
                 metric: self.study.metric.clone(),
                 direction: self.study.direction,
                 sampler: self.study.sampler.as_str().to_string(),
-                pruner: self.study.pruner.as_str().to_string(),
+                pruner: self.study.pruner.name().to_string(),
                 budget: self.study.trials,
                 timeout: self.study.timeout,
                 slots: self.study.slots.clone(),
@@ -354,6 +359,8 @@ impl Scheduler {
         tx: &mpsc::UnboundedSender<SlotMsg>,
     ) -> Result<Option<Running>, StorageError> {
         let device = self.study.slots[slot].clone();
+        // Held until the params are stored: see `SqliteStorage::ask_lock`.
+        let ask_lock = self.storage.ask_lock()?;
         let claim =
             self.storage
                 .claim_trial(&self.row, self.worker, self.study.trials, slot, &device)?;
@@ -380,6 +387,7 @@ impl Scheduler {
                 (trial_id, number, params)
             }
         };
+        drop(ask_lock);
         let trial_dir = self.study.runs_dir.join(format!("trial-{:05}", number.0));
         self.storage.set_trial_dir(trial_id, &trial_dir)?;
         let (stop_tx, stop_rx) = watch::channel(StopRequest::None);
@@ -497,7 +505,7 @@ impl Scheduler {
         let ctx = PruneContext {
             direction: self.study.direction,
             metric: &self.study.metric,
-            resource: "step",
+            resource: self.study.pruner.resource(),
             trial: number,
             trials: &trials,
         };
