@@ -45,7 +45,7 @@ pub fn channels_last(t: &Tensor) -> Tensor {
     if t.stride() == strides || n == 0 {
         return t.shallow_clone();
     }
-    let mut out = Tensor::empty_strided(&size, &strides, (t.kind(), t.device()));
+    let mut out = Tensor::empty_strided(&size, strides, (t.kind(), t.device()));
     out.copy_(t);
     out
 }
