@@ -1010,8 +1010,41 @@ fn windows(tokens: &Tensor, idx: &Tensor, c: i64) -> Batch {
     }
 }
 
+/// The validation split, ready to be walked batch by batch on the device.
+pub enum ValSet<'a> {
+    /// Batches prepared once per trial and kept on the device.
+    Ready(Vec<Batch>),
+    /// Memory-mapped rows of large user data, gathered batch by batch at each evaluation so
+    /// the split is never held whole.
+    Mapped {
+        ds: &'a Dataset,
+        device: Device,
+        batch: usize,
+    },
+}
+
+impl ValSet<'_> {
+    /// Calls `f` with each batch in turn.
+    pub fn for_each(&self, f: &mut dyn FnMut(&Batch)) {
+        match self {
+            ValSet::Ready(batches) => batches.iter().for_each(f),
+            ValSet::Mapped { ds, device, batch } => {
+                if let Split::Mapped { x, y, rows } = &ds.val {
+                    for chunk in rows.chunks(*batch) {
+                        let b = gather_mapped(x, y, chunk, &ds.sample_shape, ds.norm.as_ref());
+                        f(&Batch {
+                            x: b.x.to_device(*device),
+                            y: b.y.to_device(*device),
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Validation batches of up to `batch` samples, on the device.
-pub fn eval_batches(ds: &Dataset, device: Device, batch: i64, context: Option<i64>) -> Vec<Batch> {
+pub fn eval_batches(ds: &Dataset, device: Device, batch: i64, context: Option<i64>) -> ValSet<'_> {
     match &ds.val {
         Split::Tensors { x, y } => {
             let n = samples_in(x.size()[0], context);
@@ -1037,18 +1070,13 @@ pub fn eval_batches(ds: &Dataset, device: Device, batch: i64, context: Option<i6
                 out.push(b);
                 start += len;
             }
-            out
+            ValSet::Ready(out)
         }
-        Split::Mapped { x, y, rows } => rows
-            .chunks(batch.max(1) as usize)
-            .map(|chunk| {
-                let b = gather_mapped(x, y, chunk, &ds.sample_shape, ds.norm.as_ref());
-                Batch {
-                    x: b.x.to_device(device),
-                    y: b.y.to_device(device),
-                }
-            })
-            .collect(),
+        Split::Mapped { .. } => ValSet::Mapped {
+            ds,
+            device,
+            batch: batch.max(1) as usize,
+        },
     }
 }
 

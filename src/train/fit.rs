@@ -148,12 +148,12 @@ impl Session {
         taken
     }
 
-    /// Mean loss and accuracy over `batches` (evaluation mode, no gradients).
-    pub fn evaluate(&self, batches: &[Batch]) -> (f64, f64) {
+    /// Mean loss and accuracy over the validation set (evaluation mode, no gradients).
+    pub fn evaluate(&self, val: &data::ValSet<'_>) -> (f64, f64) {
         tch::no_grad(|| {
             let _ac = Autocast::enter(self.amp, self.device).ok();
             let (mut loss, mut correct, mut n) = (0.0, 0.0, 0.0);
-            for b in batches {
+            val.for_each(&mut |b| {
                 let (l, logits) = loss_and_logits(self.model.as_ref(), b, self.task, false);
                 let target = b.y.reshape([-1]);
                 let count = target.size()[0] as f64;
@@ -164,7 +164,7 @@ impl Session {
                     .sum(Kind::Float)
                     .double_value(&[]);
                 n += count;
-            }
+            });
             if n == 0.0 {
                 (f64::NAN, f64::NAN)
             } else {
