@@ -11,6 +11,7 @@ use super::{fmt_params, fmt_value, load_study};
 use crate::cli::RunArgs;
 use crate::runner::TrialRunner;
 use crate::runner::command::CommandRunner;
+use crate::runner::worker::WorkerRunner;
 use crate::scheduler::{Control, Event, Scheduler};
 use crate::study::TrialSpec;
 use crate::trial::{Direction, TrialState};
@@ -27,6 +28,7 @@ pub fn run(args: &RunArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
 async fn run_async(study: crate::study::Study) -> anyhow::Result<ExitCode> {
     let runner: Arc<dyn TrialRunner> = match &study.trial {
         TrialSpec::Command(c) => Arc::new(CommandRunner::new(c.clone())),
+        TrialSpec::Builtin(b) => Arc::new(WorkerRunner::new((**b).clone(), worker_exe()?)),
     };
     let sampler = crate::sampler::build_with(study.sampler, &study.sampler_options);
     let pruner = crate::pruner::build(&study.pruner);
@@ -193,4 +195,16 @@ async fn print_lines(mut rx: mpsc::UnboundedReceiver<Event>, direction: Directio
         let _ = out.flush();
     }
     let _ = Duration::ZERO;
+}
+
+/// The `tune-worker` binary that hosts libtorch: installed beside `tune`.
+pub fn worker_exe() -> anyhow::Result<std::path::PathBuf> {
+    let exe = std::env::current_exe()?;
+    let worker = exe.with_file_name("tune-worker");
+    anyhow::ensure!(
+        worker.exists(),
+        "{} not found: builtin trials run in `tune-worker` processes, installed beside `tune` (cargo build builds both)",
+        worker.display()
+    );
+    Ok(worker)
 }

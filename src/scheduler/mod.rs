@@ -458,9 +458,7 @@ impl Scheduler {
     }
 
     fn trial_timeout(&self) -> Option<Duration> {
-        match &self.study.trial {
-            crate::study::TrialSpec::Command(c) => c.timeout,
-        }
+        self.study.trial.timeout()
     }
 
     fn on_report(
