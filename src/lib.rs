@@ -8,3 +8,4 @@ pub mod sampler;
 pub mod scheduler;
 pub mod space;
 pub mod trial;
+pub mod tui;
