@@ -2,10 +2,17 @@
 //!
 //! Data flows one way: spec → study → scheduler → (sampler, runner, storage) → events → UI.
 
+pub mod bench_overhead;
+pub mod cli;
+pub mod commands;
+pub mod devices;
 pub mod pruner;
 pub mod runner;
 pub mod sampler;
 pub mod scheduler;
 pub mod space;
+pub mod spec;
+pub mod storage;
+pub mod study;
 pub mod trial;
 pub mod tui;

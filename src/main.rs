@@ -1,4 +1,60 @@
-fn main() {
-    let t = tch::Tensor::from_slice(&[1.0f32, 2.0]);
-    println!("{}", t.sum(tch::Kind::Float).double_value(&[]));
+//! The `tune` binary: parses the command line and maps every error to an exit status
+//! (0 done, 1 the run failed, 2 bad input), with `anyhow` only at this edge.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use tune::cli::{Cli, Command};
+use tune::commands::{self, BadInput};
+
+/// Subcommands, so that `tune STUDY.toml` can mean `tune run STUDY.toml`.
+const SUBCOMMANDS: &[&str] = &[
+    "run", "studies", "trials", "best", "show", "enqueue", "ask-tell", "bench", "help", "worker",
+    "watch",
+];
+
+fn main() -> ExitCode {
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(first) = args.get(1).and_then(|a| a.to_str())
+        && !first.starts_with('-')
+        && !SUBCOMMANDS.contains(&first)
+    {
+        args.insert(1, "run".into());
+    }
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    ExitCode::SUCCESS
+                }
+                _ => ExitCode::from(2),
+            };
+        }
+    };
+    let db = cli.db.clone();
+    let result = match cli.command {
+        Command::Run(a) => commands::run::run(&a, db.as_deref()),
+        Command::Studies(a) => commands::query::studies(&a, db.as_deref()),
+        Command::Trials(a) => commands::query::trials(&a, db.as_deref()),
+        Command::Best(a) => commands::query::best(&a, db.as_deref()),
+        Command::Show(a) => commands::query::show(&a, db.as_deref()),
+        Command::Enqueue(a) => commands::enqueue::enqueue(&a, db.as_deref()),
+        Command::AskTell(a) => commands::ask_tell::ask_tell(&a, db.as_deref()),
+        Command::Bench(b) => commands::bench::bench(&b),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            if let Some(bad) = e.downcast_ref::<BadInput>() {
+                eprintln!("error: {bad}");
+                ExitCode::from(2)
+            } else {
+                eprintln!("error: {e:#}");
+                ExitCode::from(1)
+            }
+        }
+    }
 }

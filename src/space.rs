@@ -372,6 +372,23 @@ impl Space {
         Ok(())
     }
 
+    /// Turns integers given for float parameters into floats (JSON and TOML write `1` for
+    /// `1.0`), leaving everything else as it is; [`Space::validate`] then checks the result.
+    pub fn coerce(&self, params: Params) -> Params {
+        params
+            .into_iter()
+            .map(|(k, v)| {
+                let v = match (self.get(&k).map(|p| &p.kind), v) {
+                    (Some(ParamKind::Float { .. }), ParamValue::Int(i)) => {
+                        ParamValue::Float(i as f64)
+                    }
+                    (_, v) => v,
+                };
+                (k, v)
+            })
+            .collect()
+    }
+
     /// The number of distinct configurations when every parameter is discrete, or `None` when
     /// some float is continuous (or the count overflows). Samplers use it to know when every
     /// configuration has been seen.

@@ -1,1 +1,467 @@
-//! Trials that run the user's own command (`shared/spec/command-trials.md`).
+//! Trials that run the user's own command (`shared/spec/command-trials.md`): an argument vector
+//! without a shell, placeholders and environment filled in, `tune: {json}` report lines parsed
+//! as they arrive, every other line to the trial's log files, SIGTERM then SIGKILL to the whole
+//! process group on timeout or stop.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Command;
+use tokio::sync::watch;
+
+use super::{ReportSender, RunEnd, RunFuture, RunResult, StopRequest, TrialJob, TrialRunner};
+use crate::spec::placeholders;
+use crate::study::CommandSpec;
+use crate::trial::Report;
+
+/// How many lines of standard error are kept for the trial's record.
+const TAIL_LINES: usize = 20;
+
+/// The metric key that marks a report as the final one (`"final": true` on the wire).
+pub const FINAL_KEY: &str = "final";
+
+pub struct CommandRunner {
+    spec: CommandSpec,
+}
+
+impl CommandRunner {
+    pub fn new(spec: CommandSpec) -> CommandRunner {
+        CommandRunner { spec }
+    }
+}
+
+/// Fills `{name}` placeholders: params (an inactive one leaves an empty string), `{trial}`,
+/// `{trial_dir}`, `{device}`.
+pub fn fill_argv(argv: &[String], job: &TrialJob) -> Vec<String> {
+    argv.iter()
+        .map(|arg| {
+            let mut out = String::with_capacity(arg.len());
+            let mut last = 0;
+            for (start, end, name) in placeholders(arg) {
+                out.push_str(&arg[last..start]);
+                match name {
+                    "trial" => out.push_str(&job.number.to_string()),
+                    "trial_dir" => out.push_str(&job.trial_dir.display().to_string()),
+                    "device" => out.push_str(&job.device),
+                    _ => {
+                        if let Some(v) = job.params.get(name) {
+                            out.push_str(&v.to_string());
+                        }
+                    }
+                }
+                last = end;
+            }
+            out.push_str(&arg[last..]);
+            out
+        })
+        .collect()
+}
+
+/// Parses one `tune: {...}` line. `prev_step` is the step of the previous report, used when a
+/// report has none. Returns a description of what is wrong otherwise.
+pub fn parse_report(json: &str, prev_step: Option<u64>) -> Result<Report, String> {
+    let v: serde_json::Value = serde_json::from_str(json).map_err(|e| format!("not JSON: {e}"))?;
+    let serde_json::Value::Object(map) = v else {
+        return Err("a report must be a JSON object".into());
+    };
+    let mut metrics = BTreeMap::new();
+    let mut step = None;
+    let mut is_final = false;
+    for (k, v) in map {
+        match (k.as_str(), &v) {
+            ("step", serde_json::Value::Number(n)) => match n.as_u64() {
+                Some(s) => step = Some(s),
+                None => return Err(format!("`step` must be a non-negative integer, not {n}")),
+            },
+            ("step", other) => {
+                return Err(format!(
+                    "`step` must be a non-negative integer, not {other}"
+                ));
+            }
+            ("final", serde_json::Value::Bool(b)) => is_final = *b,
+            (_, serde_json::Value::Number(n)) => {
+                metrics.insert(k, n.as_f64().unwrap_or(f64::NAN));
+            }
+            // JSON has no NaN or infinity; scripts that print Python's float('nan') via a
+            // lenient encoder produce these strings, which are values too.
+            (_, serde_json::Value::String(s))
+                if matches!(
+                    s.as_str(),
+                    "NaN" | "nan" | "Infinity" | "-Infinity" | "inf" | "-inf"
+                ) =>
+            {
+                let x = match s.as_str() {
+                    "NaN" | "nan" => f64::NAN,
+                    "Infinity" | "inf" => f64::INFINITY,
+                    _ => f64::NEG_INFINITY,
+                };
+                metrics.insert(k, x);
+            }
+            (_, serde_json::Value::Null) => {
+                metrics.insert(k, f64::NAN);
+            }
+            (_, other) => return Err(format!("metric `{k}` must be a number, not {other}")),
+        }
+    }
+    if is_final {
+        metrics.insert(FINAL_KEY.to_string(), 1.0);
+    }
+    let step = step.unwrap_or_else(|| {
+        prev_step
+            .map(|s| if is_final { s } else { s + 1 })
+            .unwrap_or(0)
+    });
+    Ok(Report { step, metrics })
+}
+
+/// Parses Python-style `NaN`/`Infinity` literals too, which `json.dumps` emits by default.
+fn lenient_json(json: &str) -> String {
+    // Only rewrite bare tokens outside strings.
+    let mut out = String::with_capacity(json.len() + 8);
+    let mut in_str = false;
+    let mut escaped = false;
+    let mut rest = json;
+    while let Some(c) = rest.chars().next() {
+        if in_str {
+            out.push(c);
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_str = false;
+            }
+            rest = &rest[c.len_utf8()..];
+            continue;
+        }
+        if c == '"' {
+            in_str = true;
+            out.push(c);
+            rest = &rest[1..];
+            continue;
+        }
+        let mut matched = false;
+        for (tok, rep) in [
+            ("-Infinity", "\"-Infinity\""),
+            ("Infinity", "\"Infinity\""),
+            ("NaN", "\"NaN\""),
+        ] {
+            if rest.starts_with(tok) {
+                out.push_str(rep);
+                rest = &rest[tok.len()..];
+                matched = true;
+                break;
+            }
+        }
+        if !matched {
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    out
+}
+
+fn signal_group(pid: Option<u32>, sig: nix::sys::signal::Signal) {
+    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+        // The child leads its own process group, so this reaches whatever it started too.
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), sig);
+    }
+}
+
+impl TrialRunner for CommandRunner {
+    fn run(
+        &self,
+        job: TrialJob,
+        reports: ReportSender,
+        stop: watch::Receiver<StopRequest>,
+    ) -> RunFuture {
+        let spec = self.spec.clone();
+        Box::pin(run_command(spec, job, reports, stop))
+    }
+}
+
+async fn run_command(
+    spec: CommandSpec,
+    job: TrialJob,
+    reports: ReportSender,
+    mut stop: watch::Receiver<StopRequest>,
+) -> RunResult {
+    let stdout_log = job.trial_dir.join("stdout.log");
+    let stderr_log = job.trial_dir.join("stderr.log");
+    let logs = vec![stdout_log.clone(), stderr_log.clone()];
+    let fail = |reason: String, log_tail: Option<String>, logs: Vec<PathBuf>| RunResult {
+        end: RunEnd::Failed { reason, log_tail },
+        logs,
+    };
+    let argv = fill_argv(&spec.argv, &job);
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .current_dir(&spec.workdir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .env("TUNE_TRIAL", job.number.to_string())
+        .env(
+            "TUNE_PARAMS",
+            serde_json::to_string(&job.params).unwrap_or_else(|_| "{}".into()),
+        )
+        .env("TUNE_TRIAL_DIR", &job.trial_dir);
+    if let Some(idx) = job.device.strip_prefix("cuda:") {
+        // The trial sees only its own GPU, which inside the process is cuda:0.
+        cmd.env("CUDA_VISIBLE_DEVICES", idx)
+            .env("TUNE_DEVICE", "cuda:0")
+            .env("TUNE_PHYSICAL_DEVICE", &job.device);
+    } else {
+        cmd.env("TUNE_DEVICE", &job.device)
+            .env("CUDA_VISIBLE_DEVICES", "");
+    }
+    for (k, v) in &spec.env {
+        cmd.env(k, v);
+    }
+    let (mut out_file, mut err_file) = match (
+        tokio::fs::File::create(&stdout_log).await,
+        tokio::fs::File::create(&stderr_log).await,
+    ) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => {
+            return fail(
+                format!(
+                    "cannot create log files in {}: {e}",
+                    job.trial_dir.display()
+                ),
+                None,
+                vec![],
+            );
+        }
+    };
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return fail(format!("cannot start `{}`: {e}", argv[0]), None, logs),
+    };
+    let pid = child.id();
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+        return fail(
+            "the command's output pipes could not be opened".into(),
+            None,
+            logs,
+        );
+    };
+
+    let stdout_task = tokio::spawn(async move {
+        let mut lines = BufReader::new(stdout).lines();
+        let mut prev_step: Option<u64> = None;
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(json) = line.strip_prefix("tune:") {
+                match parse_report(&lenient_json(json.trim()), prev_step) {
+                    Ok(r) => {
+                        if let Some(p) = prev_step
+                            && r.step < p
+                        {
+                            let _ = out_file
+                                .write_all(
+                                    format!(
+                                        "tune: warning: report step {} after step {p}\n",
+                                        r.step
+                                    )
+                                    .as_bytes(),
+                                )
+                                .await;
+                        }
+                        prev_step = Some(r.step);
+                        let _ = reports.send(r);
+                        continue;
+                    }
+                    Err(why) => {
+                        let _ = out_file
+                            .write_all(
+                                format!("tune: ignored a malformed report ({why}): {line}\n")
+                                    .as_bytes(),
+                            )
+                            .await;
+                        continue;
+                    }
+                }
+            }
+            let _ = out_file.write_all(line.as_bytes()).await;
+            let _ = out_file.write_all(b"\n").await;
+        }
+        let _ = out_file.flush().await;
+    });
+    let stderr_task = tokio::spawn(async move {
+        let mut tail: VecDeque<String> = VecDeque::with_capacity(TAIL_LINES);
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let _ = err_file.write_all(line.as_bytes()).await;
+            let _ = err_file.write_all(b"\n").await;
+            if tail.len() == TAIL_LINES {
+                tail.pop_front();
+            }
+            tail.push_back(line);
+        }
+        let _ = err_file.flush().await;
+        tail.into_iter().collect::<Vec<_>>().join("\n")
+    });
+
+    let deadline = job.timeout.map(|t| tokio::time::Instant::now() + t);
+    enum Why {
+        Exited(std::io::Result<std::process::ExitStatus>),
+        TimedOut,
+        Stopped,
+    }
+    let why = loop {
+        tokio::select! {
+            status = child.wait() => break Why::Exited(status),
+            _ = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            } => break Why::TimedOut,
+            changed = stop.changed() => {
+                match changed {
+                    Ok(()) if *stop.borrow() != StopRequest::None => break Why::Stopped,
+                    Ok(()) => continue,
+                    // The scheduler is gone: stop the trial rather than orphan it.
+                    Err(_) => break Why::Stopped,
+                }
+            }
+        }
+    };
+    let status = match why {
+        Why::Exited(s) => Some(s),
+        Why::TimedOut | Why::Stopped => {
+            signal_group(pid, nix::sys::signal::Signal::SIGTERM);
+            match tokio::time::timeout(spec.grace, child.wait()).await {
+                Ok(_) => {}
+                Err(_) => {
+                    signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+                    let _ = child.wait().await;
+                }
+            }
+            None
+        }
+    };
+    // Kill whatever the command left behind in its group, so the pipes close.
+    signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+    let _ = tokio::time::timeout(Duration::from_secs(5), stdout_task).await;
+    let tail = tokio::time::timeout(Duration::from_secs(5), stderr_task)
+        .await
+        .ok()
+        .and_then(|r| r.ok())
+        .filter(|t| !t.is_empty());
+    let end = match (why_end(&status), job.timeout) {
+        (Some(end), _) => end,
+        (None, Some(t))
+            if deadline.is_some_and(|d| tokio::time::Instant::now() >= d)
+                && *stop.borrow() == StopRequest::None =>
+        {
+            RunEnd::Failed {
+                reason: format!("timed out after {}", humantime::format_duration(t)),
+                log_tail: None,
+            }
+        }
+        (None, _) => RunEnd::Stopped,
+    };
+    let end = match end {
+        RunEnd::Failed { reason, .. } => RunEnd::Failed {
+            reason,
+            log_tail: tail,
+        },
+        other => other,
+    };
+    RunResult { end, logs }
+}
+
+fn why_end(status: &Option<std::io::Result<std::process::ExitStatus>>) -> Option<RunEnd> {
+    use std::os::unix::process::ExitStatusExt;
+    let status = status.as_ref()?;
+    Some(match status {
+        Ok(s) if s.success() => RunEnd::Finished,
+        Ok(s) => {
+            let reason = match (s.code(), s.signal()) {
+                (Some(c), _) => format!("exited with status {c}"),
+                (None, Some(sig)) => {
+                    let name = nix::sys::signal::Signal::try_from(sig)
+                        .map(|s| s.as_str().to_string())
+                        .unwrap_or_else(|_| format!("signal {sig}"));
+                    format!("killed by {name}")
+                }
+                _ => "ended abnormally".into(),
+            };
+            RunEnd::Failed {
+                reason,
+                log_tail: None,
+            }
+        }
+        Err(e) => RunEnd::Failed {
+            reason: format!("waiting for the command failed: {e}"),
+            log_tail: None,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::space::{ParamValue, Params};
+    use crate::trial::TrialNumber;
+
+    fn job(dir: &std::path::Path) -> TrialJob {
+        let mut params = Params::new();
+        params.insert("lr".into(), ParamValue::Float(0.001));
+        params.insert("on".into(), ParamValue::Bool(true));
+        TrialJob {
+            number: TrialNumber(7),
+            params,
+            slot: 0,
+            device: "cpu".into(),
+            trial_dir: dir.to_path_buf(),
+            timeout: None,
+            seed: 0,
+        }
+    }
+
+    #[test]
+    fn placeholders_are_filled_in_full_precision() {
+        let j = job(std::path::Path::new("/tmp/t7"));
+        let argv: Vec<String> = [
+            "x",
+            "--lr={lr}",
+            "{on}",
+            "{missing}",
+            "{trial}:{device}",
+            "{trial_dir}/log",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            fill_argv(&argv, &j),
+            ["x", "--lr=0.001", "true", "", "7:cpu", "/tmp/t7/log"]
+        );
+    }
+
+    #[test]
+    fn reports_parse_steps_metrics_and_final() {
+        let r = parse_report(r#"{"step": 3, "val_loss": 0.4, "acc": 1}"#, None).expect("ok");
+        assert_eq!(r.step, 3);
+        assert_eq!(r.metrics["acc"], 1.0);
+        let r = parse_report(r#"{"val_loss": 0.4}"#, Some(3)).expect("ok");
+        assert_eq!(r.step, 4);
+        let r = parse_report(r#"{"final": true, "val_loss": 0.1}"#, Some(3)).expect("ok");
+        assert_eq!(r.metrics[FINAL_KEY], 1.0);
+        assert!(parse_report(r#"{"step": -1}"#, None).is_err());
+        assert!(parse_report(r#"[1]"#, None).is_err());
+        assert!(parse_report(r#"{"loss": "high"}"#, None).is_err());
+        let r = parse_report(&lenient_json(r#"{"loss": NaN, "s": "NaN inside"}"#), None);
+        assert!(r.is_err(), "a string metric is still an error");
+        let r = parse_report(&lenient_json(r#"{"loss": NaN}"#), None).expect("ok");
+        assert!(r.metrics["loss"].is_nan());
+    }
+}

@@ -1,0 +1,311 @@
+//! `tune studies`, `tune trials`, `tune best`, `tune show`: read-only queries.
+
+use std::cmp::Ordering;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use comfy_table::Table;
+
+use super::{bad, fmt_params, fmt_value, open_study};
+use crate::cli::{
+    BestArgs, Format, ListFormat, ShowArgs, SortKey, StateFilter, StudiesArgs, StudyRef, TrialsArgs,
+};
+use crate::storage::{StudyRow, TrialRow, to_rfc3339};
+use crate::trial::TrialState;
+
+fn table() -> Table {
+    let t = Table::new();
+    t
+}
+
+fn print_json(v: &serde_json::Value) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+pub fn studies(args: &StudiesArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let path = db
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("tune.db"));
+    let storage = super::open_read(&path)?;
+    let list = storage.list_studies()?;
+    match args.format {
+        ListFormat::Json => print_json(&serde_json::to_value(&list)?)?,
+        ListFormat::Table => {
+            let mut t = table();
+            t.set_header([
+                "study",
+                "direction",
+                "metric",
+                "trials",
+                "complete",
+                "pruned",
+                "failed",
+                "running",
+                "queued",
+                "best",
+            ]);
+            for s in list {
+                t.add_row([
+                    s.name,
+                    s.direction.as_str().into(),
+                    s.metric,
+                    s.trials.to_string(),
+                    s.complete.to_string(),
+                    s.pruned.to_string(),
+                    s.failed.to_string(),
+                    s.running.to_string(),
+                    s.queued.to_string(),
+                    s.best_trial
+                        .map(|n| format!("{} (trial {n})", fmt_value(s.best_value)))
+                        .unwrap_or_else(|| "-".into()),
+                ]);
+            }
+            println!("{t}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Orders by value in the study's direction, trials without a finite value last.
+fn by_value(study: &StudyRow, a: &TrialRow, b: &TrialRow) -> Ordering {
+    let key = |t: &TrialRow| {
+        t.value
+            .filter(|v| v.is_finite())
+            .map(|v| study.direction.loss(v))
+    };
+    match (key(a), key(b)) {
+        (Some(x), Some(y)) => x.total_cmp(&y).then(a.number.cmp(&b.number)),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => a.number.cmp(&b.number),
+    }
+}
+
+pub fn trials(args: &TrialsArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let (storage, study) = open_study(&args.study, db)?;
+    let state = match args.state {
+        StateFilter::All => None,
+        StateFilter::Queued => Some(TrialState::Queued),
+        StateFilter::Running => Some(TrialState::Running),
+        StateFilter::Complete => Some(TrialState::Complete),
+        StateFilter::Pruned => Some(TrialState::Pruned),
+        StateFilter::Failed => Some(TrialState::Failed),
+    };
+    let mut rows = storage.trials(&study, state)?;
+    if args.sort == SortKey::Value {
+        rows.sort_by(|a, b| by_value(&study, a, b));
+    }
+    if let Some(n) = args.limit {
+        rows.truncate(n);
+    }
+    print_trials(&rows, args.format)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_trials(rows: &[TrialRow], format: Format) -> anyhow::Result<()> {
+    match format {
+        Format::Json => {
+            let v: Vec<_> = rows.iter().map(TrialRow::to_json).collect();
+            print_json(&serde_json::Value::Array(v))?;
+        }
+        Format::Csv => {
+            let params: BTreeSet<&String> = rows.iter().flat_map(|r| r.params.keys()).collect();
+            let metrics: BTreeSet<&String> = rows.iter().flat_map(|r| r.metrics.keys()).collect();
+            let mut w = csv::Writer::from_writer(std::io::stdout().lock());
+            let mut header: Vec<String> = [
+                "number",
+                "state",
+                "value",
+                "started_at",
+                "finished_at",
+                "duration_s",
+                "error",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            header.extend(params.iter().map(|p| format!("params.{p}")));
+            header.extend(metrics.iter().map(|m| format!("metrics.{m}")));
+            w.write_record(&header)?;
+            for r in rows {
+                let mut rec = vec![
+                    r.number.to_string(),
+                    r.state.as_str().to_string(),
+                    r.value.map(|v| v.to_string()).unwrap_or_default(),
+                    r.started_at
+                        .as_deref()
+                        .and_then(to_rfc3339)
+                        .unwrap_or_default(),
+                    r.finished_at
+                        .as_deref()
+                        .and_then(to_rfc3339)
+                        .unwrap_or_default(),
+                    r.duration_s.map(|v| format!("{v:.3}")).unwrap_or_default(),
+                    r.error.clone().unwrap_or_default(),
+                ];
+                rec.extend(
+                    params
+                        .iter()
+                        .map(|p| r.params.get(*p).map(|v| v.to_string()).unwrap_or_default()),
+                );
+                rec.extend(
+                    metrics
+                        .iter()
+                        .map(|m| r.metrics.get(*m).map(|v| v.to_string()).unwrap_or_default()),
+                );
+                w.write_record(&rec)?;
+            }
+            w.flush()?;
+        }
+        Format::Table => {
+            let mut t = table();
+            t.set_header(["#", "state", "value", "duration", "params", "error"]);
+            for r in rows {
+                t.add_row([
+                    r.number.to_string(),
+                    r.state.as_str().to_string(),
+                    fmt_value(r.value),
+                    r.duration_s
+                        .map(|d| format!("{d:.1}s"))
+                        .unwrap_or_else(|| "-".into()),
+                    fmt_params(&r.params),
+                    r.error
+                        .as_deref()
+                        .map(|e| e.lines().next().unwrap_or("").chars().take(60).collect())
+                        .unwrap_or_default(),
+                ]);
+            }
+            println!("{t}");
+        }
+    }
+    Ok(())
+}
+
+pub fn best(args: &BestArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let (storage, study) = open_study(&args.study, db)?;
+    let Some((n, _)) = storage.best(&study)? else {
+        eprintln!("tune: study `{}` has no complete trial yet", study.name);
+        return Ok(ExitCode::from(1));
+    };
+    let row = storage
+        .trial(&study, n)?
+        .ok_or_else(|| anyhow::anyhow!("trial {n} vanished while reading"))?;
+    match args.format {
+        Format::Json => print_json(&row.to_json())?,
+        Format::Csv => print_trials(std::slice::from_ref(&row), Format::Csv)?,
+        Format::Table => {
+            println!(
+                "best trial {} of `{}`: {} = {}",
+                row.number,
+                study.name,
+                study.metric,
+                fmt_value(row.value)
+            );
+            let mut t = table();
+            t.set_header(["param", "value"]);
+            for (k, v) in &row.params {
+                t.add_row([k.clone(), v.to_string()]);
+            }
+            println!("{t}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn show(args: &ShowArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let mut number = None;
+    let mut file = None;
+    for a in &args.args {
+        match a.parse::<u64>() {
+            Ok(n) if number.is_none() && !Path::new(a).exists() => number = Some(n),
+            _ => file = Some(PathBuf::from(a)),
+        }
+    }
+    let number = number
+        .ok_or_else(|| bad("tune show: give the trial number, e.g. `tune show 3 study.toml`"))?;
+    let r = StudyRef {
+        study_file: file,
+        name: args.name.clone(),
+    };
+    let (storage, study) = open_study(&r, db)?;
+    let row = storage
+        .trial(&study, number)?
+        .ok_or_else(|| bad(format!("study `{}` has no trial {number}", study.name)))?;
+    let reports = storage.trial_reports(row.trial_id)?;
+    match args.format {
+        ListFormat::Json => {
+            let mut v = row.to_json();
+            if let serde_json::Value::Object(m) = &mut v {
+                m.insert(
+                    "reports".into(),
+                    reports
+                        .iter()
+                        .map(|(r, fin, at)| {
+                            serde_json::json!({"step": r.step, "final": fin, "metrics": r.metrics, "at": to_rfc3339(at)})
+                        })
+                        .collect(),
+                );
+                m.insert("logs".into(), serde_json::json!(row.logs));
+                m.insert("trial_dir".into(), serde_json::json!(row.trial_dir));
+                m.insert("device".into(), serde_json::json!(row.device));
+                m.insert("log_tail".into(), serde_json::json!(row.log_tail));
+                m.insert("pruned_step".into(), serde_json::json!(row.pruned_step));
+            }
+            print_json(&v)?;
+        }
+        ListFormat::Table => {
+            println!(
+                "trial {} of `{}`: {}, {} = {}, {}",
+                row.number,
+                study.name,
+                row.state.as_str(),
+                study.metric,
+                fmt_value(row.value),
+                row.duration_s
+                    .map(|d| format!("{d:.1}s"))
+                    .unwrap_or_else(|| "-".into())
+            );
+            if let Some(d) = &row.device {
+                println!("device: {d}");
+            }
+            let mut t = table();
+            t.set_header(["param", "value"]);
+            for (k, v) in &row.params {
+                t.add_row([k.clone(), v.to_string()]);
+            }
+            println!("{t}");
+            if !reports.is_empty() {
+                let keys: BTreeSet<&String> = reports
+                    .iter()
+                    .flat_map(|(r, _, _)| r.metrics.keys())
+                    .collect();
+                let mut t = table();
+                let mut h = vec!["step".to_string()];
+                h.extend(keys.iter().map(|k| k.to_string()));
+                t.set_header(h);
+                for (r, fin, _) in &reports {
+                    let mut row = vec![if *fin {
+                        format!("{} (final)", r.step)
+                    } else {
+                        r.step.to_string()
+                    }];
+                    row.extend(keys.iter().map(|k| fmt_value(r.metrics.get(*k).copied())));
+                    t.add_row(row);
+                }
+                println!("{t}");
+            }
+            if let Some(e) = &row.error {
+                println!("error: {e}");
+            }
+            if let Some(tail) = &row.log_tail {
+                println!("last lines of standard error:\n{tail}");
+            }
+            for l in &row.logs {
+                println!("log: {l}");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,614 @@
+//! The study file as written (TOML, serde with `deny_unknown_fields`), and [`load`], which
+//! checks it whole into a [`Study`] or a [`SpecError`] naming the file, the key and what is
+//! wrong. Every mistake is caught here, before any trial starts.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::pruner::PrunerKind;
+use crate::sampler::SamplerKind;
+use crate::space::{ParamValue, Params, Space};
+use crate::study::{CommandSpec, Study, TrialSpec};
+use crate::trial::Direction;
+
+/// A mistake in a study file.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {message}")]
+pub struct SpecError {
+    pub file: PathBuf,
+    pub message: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStudyFile {
+    study: RawStudy,
+    space: toml::Table,
+    #[serde(default)]
+    sampler: Option<RawSampler>,
+    #[serde(default)]
+    pruner: Option<toml::Table>,
+    #[serde(default)]
+    workers: Option<RawWorkers>,
+    trial: toml::Table,
+    #[serde(default)]
+    enqueue: Vec<toml::Table>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStudy {
+    name: String,
+    metric: String,
+    #[serde(default)]
+    direction: Option<String>,
+    #[serde(default)]
+    trials: Option<i64>,
+    #[serde(default)]
+    timeout: Option<String>,
+    #[serde(default)]
+    seed: Option<i64>,
+    #[serde(default)]
+    storage: Option<String>,
+    #[serde(default)]
+    heartbeat: Option<String>,
+    #[serde(default)]
+    heartbeat_grace: Option<String>,
+    #[serde(default)]
+    runs_dir: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSampler {
+    kind: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWorkers {
+    #[serde(default)]
+    count: Option<i64>,
+    #[serde(default)]
+    devices: Option<toml::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCommandTrial {
+    #[allow(dead_code)]
+    kind: String,
+    command: Vec<String>,
+    #[serde(default)]
+    timeout: Option<String>,
+    #[serde(default)]
+    grace: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+}
+
+/// Overrides from the command line, applied before checking.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub db: Option<PathBuf>,
+}
+
+/// Reads and checks a study file.
+pub fn load(file: &Path, overrides: &Overrides) -> Result<Study, SpecError> {
+    let err = |message: String| SpecError {
+        file: file.to_path_buf(),
+        message,
+    };
+    let source = std::fs::read_to_string(file)
+        .map_err(|e| err(format!("cannot read the study file: {e}")))?;
+    parse(file, &source, overrides)
+}
+
+/// Parses and checks a study file's text (`file` names it in errors and anchors relative paths).
+pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, SpecError> {
+    let err = |message: String| SpecError {
+        file: file.to_path_buf(),
+        message,
+    };
+    let raw: RawStudyFile = toml::from_str(source).map_err(|e| err(toml_message(&e)))?;
+    let dir = file
+        .parent()
+        .map(|p| {
+            if p.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                p
+            }
+        })
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+
+    let s = &raw.study;
+    if s.name.trim().is_empty() {
+        return Err(err("key `study.name`: must not be empty".into()));
+    }
+    if s.metric.trim().is_empty() || s.metric == "step" || s.metric == "final" {
+        return Err(err(format!(
+            "key `study.metric`: `{}` cannot be the objective (name a reported metric such as \"val_loss\")",
+            s.metric
+        )));
+    }
+    let direction = match s.direction.as_deref() {
+        None | Some("minimize") => Direction::Minimize,
+        Some("maximize") => Direction::Maximize,
+        Some(other) => {
+            return Err(err(format!(
+                "key `study.direction`: \"{other}\" is neither \"minimize\" nor \"maximize\""
+            )));
+        }
+    };
+    let trials = match s.trials {
+        None => None,
+        Some(n) if n > 0 => Some(n as u64),
+        Some(n) => {
+            return Err(err(format!(
+                "key `study.trials`: must be a positive integer, not {n}"
+            )));
+        }
+    };
+    let timeout = s
+        .timeout
+        .as_deref()
+        .map(|t| duration("study.timeout", t))
+        .transpose()
+        .map_err(err)?;
+    if trials.is_none() && timeout.is_none() {
+        return Err(err(
+            "key `study.trials`: a study needs a budget: set `study.trials`, `study.timeout`, or both".into(),
+        ));
+    }
+    let seed = match s.seed {
+        None => 0,
+        Some(n) if n >= 0 => n as u64,
+        Some(n) => {
+            return Err(err(format!(
+                "key `study.seed`: must be a non-negative integer, not {n}"
+            )));
+        }
+    };
+    let storage = match (&overrides.db, &s.storage) {
+        (Some(db), _) => db.clone(),
+        (None, Some(p)) => dir.join(p),
+        (None, None) => dir.join("tune.db"),
+    };
+    let heartbeat = s
+        .heartbeat
+        .as_deref()
+        .map(|t| duration("study.heartbeat", t))
+        .transpose()
+        .map_err(err)?
+        .unwrap_or(Duration::from_secs(2));
+    let heartbeat_grace = s
+        .heartbeat_grace
+        .as_deref()
+        .map(|t| duration("study.heartbeat_grace", t))
+        .transpose()
+        .map_err(err)?
+        .unwrap_or(Duration::from_secs(60));
+    if heartbeat_grace <= heartbeat {
+        return Err(err(format!(
+            "key `study.heartbeat_grace`: must be longer than `study.heartbeat` ({}s)",
+            heartbeat.as_secs_f64()
+        )));
+    }
+    let runs_dir = dir
+        .join(s.runs_dir.as_deref().unwrap_or("runs"))
+        .join(sanitize(&s.name));
+
+    let space = Space::from_toml(&raw.space).map_err(|e| err(format!("key `space`: {e}")))?;
+
+    let sampler = match &raw.sampler {
+        None => SamplerKind::default(),
+        Some(r) => SamplerKind::parse(&r.kind).ok_or_else(|| {
+            err(format!(
+                "key `sampler.kind`: unknown sampler \"{}\" (known: {})",
+                r.kind,
+                SamplerKind::NAMES.join(", ")
+            ))
+        })?,
+    };
+    let pruner = match &raw.pruner {
+        None => PrunerKind::default(),
+        Some(t) => parse_pruner(t).map_err(err)?,
+    };
+
+    let slots = workers(raw.workers.as_ref()).map_err(err)?;
+
+    let kind = match raw.trial.get("kind") {
+        Some(toml::Value::String(k)) => k.as_str(),
+        Some(other) => {
+            return Err(err(format!(
+                "key `trial.kind`: must be a string, not {}",
+                other.type_str()
+            )));
+        }
+        None => {
+            return Err(err(
+                "key `trial.kind`: missing (\"command\" or \"builtin\")".into(),
+            ));
+        }
+    };
+    let trial = match kind {
+        "command" => {
+            let raw_cmd: RawCommandTrial = toml::Value::Table(raw.trial.clone())
+                .try_into()
+                .map_err(|e: toml::de::Error| err(format!("in `[trial]`: {}", e.message())))?;
+            TrialSpec::Command(command(raw_cmd, &space, &dir).map_err(err)?)
+        }
+        "builtin" => {
+            return Err(err(
+                "key `trial.kind`: \"builtin\" needs the built-in trainer, which this build lacks"
+                    .into(),
+            ));
+        }
+        other => {
+            return Err(err(format!(
+                "key `trial.kind`: unknown kind \"{other}\" (\"command\" or \"builtin\")"
+            )));
+        }
+    };
+
+    let mut enqueue = Vec::with_capacity(raw.enqueue.len());
+    for (i, t) in raw.enqueue.iter().enumerate() {
+        let mut p = Params::new();
+        for (k, v) in t {
+            let pv = toml_param(v).ok_or_else(|| {
+                err(format!(
+                    "key `enqueue[{i}].{k}`: must be a string, number or boolean"
+                ))
+            })?;
+            p.insert(k.clone(), pv);
+        }
+        let p = space.coerce(p);
+        space
+            .validate(&p)
+            .map_err(|e| err(format!("key `enqueue[{i}]`: {e}")))?;
+        enqueue.push(p);
+    }
+
+    Ok(Study {
+        file: file.to_path_buf(),
+        dir,
+        source: source.to_string(),
+        name: s.name.clone(),
+        metric: s.metric.clone(),
+        direction,
+        trials,
+        timeout,
+        seed,
+        storage,
+        space,
+        sampler,
+        pruner,
+        slots,
+        trial,
+        enqueue,
+        heartbeat,
+        heartbeat_grace,
+        runs_dir,
+    })
+}
+
+fn toml_param(v: &toml::Value) -> Option<ParamValue> {
+    match v {
+        toml::Value::Boolean(b) => Some(ParamValue::Bool(*b)),
+        toml::Value::Integer(i) => Some(ParamValue::Int(*i)),
+        toml::Value::Float(f) => Some(ParamValue::Float(*f)),
+        toml::Value::String(s) => Some(ParamValue::Str(s.clone())),
+        _ => None,
+    }
+}
+
+/// toml's messages carry the line, the column and the offending line with a caret; keep them
+/// whole but on the file's behalf.
+fn toml_message(e: &toml::de::Error) -> String {
+    e.to_string().trim_end().to_string()
+}
+
+fn parse_pruner(t: &toml::Table) -> Result<PrunerKind, String> {
+    for k in t.keys() {
+        if k != "kind" {
+            return Err(format!("key `pruner.{k}`: unknown key"));
+        }
+    }
+    match t.get("kind").and_then(|v| v.as_str()) {
+        Some("none") | None => Ok(PrunerKind::None),
+        Some(other) => Err(format!(
+            "key `pruner.kind`: unknown pruner \"{other}\" (known: none)"
+        )),
+    }
+}
+
+/// Parses a duration such as "90s", "20m", "1h 30m" or a number of seconds.
+pub fn duration(key: &str, text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let d = if let Ok(secs) = t.parse::<f64>() {
+        Duration::try_from_secs_f64(secs)
+            .map_err(|_| format!("key `{key}`: {text:?} is not a valid duration"))?
+    } else {
+        humantime::parse_duration(t).map_err(|e| {
+            format!(
+                "key `{key}`: {text:?} is not a duration ({e}); write e.g. \"90s\", \"20m\", \"1h\""
+            )
+        })?
+    };
+    if d.is_zero() {
+        return Err(format!("key `{key}`: must be longer than zero"));
+    }
+    Ok(d)
+}
+
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The devices of the worker slots: `count` slots over `devices` ("auto", "cpu", "cuda:N" or a
+/// list), round-robin.
+fn workers(raw: Option<&RawWorkers>) -> Result<Vec<String>, String> {
+    let count = match raw.and_then(|w| w.count) {
+        None => None,
+        Some(n) if (1..=1024).contains(&n) => Some(n as usize),
+        Some(n) => {
+            return Err(format!(
+                "key `workers.count`: must be between 1 and 1024, not {n}"
+            ));
+        }
+    };
+    let devices: Vec<String> = match raw.and_then(|w| w.devices.as_ref()) {
+        None => auto_devices(),
+        Some(toml::Value::String(s)) if s == "auto" => auto_devices(),
+        Some(toml::Value::String(s)) => vec![check_device(s)?],
+        Some(toml::Value::Array(a)) if !a.is_empty() => a
+            .iter()
+            .map(|v| match v.as_str() {
+                Some("auto") => {
+                    Err("key `workers.devices`: \"auto\" stands alone, not in a list".to_string())
+                }
+                Some(s) => check_device(s),
+                None => Err(format!(
+                    "key `workers.devices`: entries must be strings, not {}",
+                    v.type_str()
+                )),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => {
+            return Err(format!(
+                "key `workers.devices`: must be \"auto\", a device such as \"cpu\" or \"cuda:0\", or a non-empty list of them, not {}",
+                other
+            ));
+        }
+    };
+    let n = count.unwrap_or(devices.len());
+    Ok((0..n).map(|i| devices[i % devices.len()].clone()).collect())
+}
+
+fn check_device(s: &str) -> Result<String, String> {
+    if s == "cpu" {
+        return Ok(s.to_string());
+    }
+    if let Some(n) = s.strip_prefix("cuda:")
+        && n.parse::<u32>().is_ok()
+    {
+        return Ok(s.to_string());
+    }
+    Err(format!(
+        "key `workers.devices`: \"{s}\" is not a device (\"cpu\", \"cuda:0\", \"cuda:1\", … or \"auto\")"
+    ))
+}
+
+/// Every visible CUDA device, or the CPU when there is none.
+fn auto_devices() -> Vec<String> {
+    let n = crate::devices::cuda_device_count();
+    if n == 0 {
+        vec!["cpu".to_string()]
+    } else {
+        (0..n).map(|i| format!("cuda:{i}")).collect()
+    }
+}
+
+/// The placeholders of a command argument: `{name}` where name is an identifier.
+pub fn placeholders(arg: &str) -> Vec<(usize, usize, &str)> {
+    let mut out = Vec::new();
+    let bytes = arg.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'{' {
+            let start = i;
+            let mut j = i + 1;
+            while j < bytes.len()
+                && (bytes[j].is_ascii_alphanumeric()
+                    || bytes[j] == b'_'
+                    || bytes[j] == b'-'
+                    || bytes[j] == b'.')
+            {
+                j += 1;
+            }
+            if j < bytes.len() && bytes[j] == b'}' && j > i + 1 && !bytes[i + 1].is_ascii_digit() {
+                out.push((start, j + 1, &arg[i + 1..j]));
+                i = j + 1;
+                continue;
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+const BUILTIN_PLACEHOLDERS: &[&str] = &["trial", "trial_dir", "device"];
+
+fn command(raw: RawCommandTrial, space: &Space, dir: &Path) -> Result<CommandSpec, String> {
+    if raw.command.is_empty() {
+        return Err(
+            "key `trial.command`: must name a program (a non-empty list of arguments)".into(),
+        );
+    }
+    if raw.command[0].trim().is_empty() {
+        return Err("key `trial.command`: the program (first element) is empty".into());
+    }
+    for arg in &raw.command {
+        for (_, _, name) in placeholders(arg) {
+            if space.get(name).is_none() && !BUILTIN_PLACEHOLDERS.contains(&name) {
+                return Err(format!(
+                    "key `trial.command`: placeholder {{{name}}} is neither a parameter of the space nor one of {{trial}}, {{trial_dir}}, {{device}}"
+                ));
+            }
+        }
+    }
+    for k in raw.env.keys() {
+        if k.is_empty() || k.contains('=') || k.contains('\0') {
+            return Err(format!(
+                "key `trial.env`: {k:?} is not a valid environment variable name"
+            ));
+        }
+    }
+    let timeout = raw
+        .timeout
+        .as_deref()
+        .map(|t| duration("trial.timeout", t))
+        .transpose()?;
+    let grace = raw
+        .grace
+        .as_deref()
+        .map(|t| duration("trial.grace", t))
+        .transpose()?
+        .unwrap_or(Duration::from_secs(10));
+    Ok(CommandSpec {
+        argv: raw.command,
+        env: raw.env.into_iter().collect(),
+        timeout,
+        grace,
+        workdir: dir.to_path_buf(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[study]
+name = "demo"
+metric = "val_loss"
+trials = 4
+
+[space]
+lr = { type = "float", low = 1e-4, high = 1e-1, log = true }
+opt = { type = "categorical", choices = ["sgd", "adam"] }
+
+[workers]
+count = 2
+devices = ["cpu"]
+
+[trial]
+kind = "command"
+command = ["python3", "train.py", "--lr", "{lr}", "--opt={opt}", "{trial_dir}"]
+timeout = "5m"
+
+[[enqueue]]
+lr = 0.01
+opt = "adam"
+"#;
+
+    fn check(src: &str) -> Result<Study, SpecError> {
+        parse(Path::new("studies/x.toml"), src, &Overrides::default())
+    }
+
+    #[test]
+    fn a_good_study_file_becomes_a_study() {
+        let s = check(GOOD).expect("valid");
+        assert_eq!(s.name, "demo");
+        assert_eq!(s.slots, ["cpu", "cpu"]);
+        assert_eq!(s.trials, Some(4));
+        assert_eq!(s.storage, Path::new("studies/tune.db"));
+        assert_eq!(s.enqueue.len(), 1);
+        let TrialSpec::Command(c) = &s.trial;
+        assert_eq!(c.timeout, Some(Duration::from_secs(300)));
+        assert_eq!(c.grace, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn every_mistake_names_the_file_and_the_key() {
+        let cases: &[(&str, &str, &str)] = &[
+            ("trials = 4", "trials = -1", "study.trials"),
+            ("trials = 4", "trials = 4\ncolour = \"red\"", "colour"),
+            ("metric = \"val_loss\"", "metric = \"step\"", "study.metric"),
+            (
+                "trials = 4",
+                "trials = 4\ndirection = \"up\"",
+                "study.direction",
+            ),
+            (
+                "trials = 4",
+                "trials = 4\ntimeout = \"soon\"",
+                "study.timeout",
+            ),
+            ("trials = 4", "", "budget"),
+            ("count = 2", "count = 0", "workers.count"),
+            (
+                "devices = [\"cpu\"]",
+                "devices = [\"gpu\"]",
+                "workers.devices",
+            ),
+            ("\"{trial_dir}\"]", "\"{nope}\"]", "{nope}"),
+            (
+                "timeout = \"5m\"",
+                "timeout = \"5m\"\nshell = true",
+                "shell",
+            ),
+            ("kind = \"command\"", "kind = \"docker\"", "trial.kind"),
+            ("lr = 0.01", "lr = 5.0", "enqueue[0]"),
+            ("high = 1e-1", "high = 1e-5", "`lr`"),
+            (
+                "[workers]",
+                "[sampler]\nkind = \"magic\"\n[workers]",
+                "sampler.kind",
+            ),
+        ];
+        for (from, to, want) in cases {
+            assert!(GOOD.contains(from), "{from}");
+            let src = GOOD.replacen(from, to, 1);
+            let e = check(&src).expect_err(to).to_string();
+            assert!(e.starts_with("studies/x.toml: "), "{e}");
+            assert!(e.contains(want), "for {to:?}: `{e}` lacks `{want}`");
+        }
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        for src in [
+            "",
+            "[study",
+            "\u{0}",
+            "[study]\nname = 3",
+            "study = 5",
+            "[[study]]",
+        ] {
+            assert!(check(src).is_err());
+        }
+    }
+
+    #[test]
+    fn placeholders_are_found_only_around_identifiers() {
+        let p: Vec<_> = placeholders("--lr={lr} {\"json\": 1} {trial_dir}/x {}")
+            .into_iter()
+            .map(|x| x.2)
+            .collect();
+        assert_eq!(p, ["lr", "trial_dir"]);
+    }
+}

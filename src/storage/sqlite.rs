@@ -1,0 +1,1345 @@
+//! The SQLite implementation of storage.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{
+    Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
+};
+use rusqlite_migration::{M, Migrations};
+
+use super::{StorageError, now_text, seconds_between, to_rfc3339};
+use crate::space::{ParamValue, Params, Space};
+use crate::trial::{Direction, FinishedTrial, Outcome, Report, TrialNumber, TrialState};
+
+/// The migrations, in order. `user_version` records how many were applied.
+const MIGRATIONS: &[&str] = &[
+    include_str!("../../migrations/0001_optuna_schema.sql"),
+    include_str!("../../migrations/0002_tune_tables.sql"),
+];
+
+/// How long a writer waits for another process's write transaction before giving up. Long,
+/// because a "database is locked" error must never reach the user under normal contention.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerId(pub i64);
+
+/// A study as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StudyRow {
+    pub id: i64,
+    pub name: String,
+    pub direction: Direction,
+    pub metric: String,
+}
+
+/// A study with its counts, for `tune studies`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct StudySummary {
+    pub name: String,
+    pub direction: Direction,
+    pub metric: String,
+    pub trials: u64,
+    pub queued: u64,
+    pub running: u64,
+    pub complete: u64,
+    pub pruned: u64,
+    pub failed: u64,
+    pub best_value: Option<f64>,
+    pub best_trial: Option<u64>,
+}
+
+/// One trial for the query commands.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrialRow {
+    pub trial_id: i64,
+    pub number: u64,
+    pub state: TrialState,
+    pub value: Option<f64>,
+    pub params: Params,
+    /// The metrics of the last report.
+    pub metrics: BTreeMap<String, f64>,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub duration_s: Option<f64>,
+    pub error: Option<String>,
+    pub device: Option<String>,
+    pub trial_dir: Option<String>,
+    pub logs: Vec<String>,
+    pub log_tail: Option<String>,
+    pub pruned_step: Option<u64>,
+    pub interrupted: bool,
+}
+
+impl TrialRow {
+    /// The JSON object of `shared/spec/cli.md`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "number": self.number,
+            "state": self.state.as_str(),
+            "value": self.value,
+            "params": self.params,
+            "metrics": self.metrics,
+            "started_at": self.started_at.as_deref().and_then(to_rfc3339),
+            "finished_at": self.finished_at.as_deref().and_then(to_rfc3339),
+            "duration_s": self.duration_s,
+            "error": self.error,
+        })
+    }
+}
+
+/// What [`SqliteStorage::claim_trial`] gave this worker.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Claim {
+    /// A queued trial (enqueued, or the rerun of an interrupted one) with its params.
+    Queued {
+        trial_id: i64,
+        number: TrialNumber,
+        params: Params,
+    },
+    /// A fresh trial number: the caller asks the sampler and stores the params.
+    New { trial_id: i64, number: TrialNumber },
+    /// The budget is taken by finished and running trials: nothing to start now.
+    Full,
+}
+
+pub struct SqliteStorage {
+    conn: Connection,
+    path: PathBuf,
+}
+
+fn value_type(v: f64) -> &'static str {
+    if v.is_nan() {
+        "NAN"
+    } else if v == f64::INFINITY {
+        "INF_POS"
+    } else if v == f64::NEG_INFINITY {
+        "INF_NEG"
+    } else {
+        "FINITE"
+    }
+}
+
+/// Decodes a stored param from Optuna's internal value and its distribution JSON, without the
+/// study file (so that queries work on any database).
+fn decode_param(internal: f64, distribution_json: &str) -> Option<ParamValue> {
+    let d: serde_json::Value = serde_json::from_str(distribution_json).ok()?;
+    match d.get("name")?.as_str()? {
+        "CategoricalDistribution" => {
+            let choices = d.get("attributes")?.get("choices")?.as_array()?;
+            ParamValue::from_json(choices.get(internal as usize)?)
+        }
+        "IntDistribution" | "IntUniformDistribution" | "IntLogUniformDistribution" => {
+            Some(ParamValue::Int(internal.round() as i64))
+        }
+        _ => Some(ParamValue::Float(internal)),
+    }
+}
+
+impl SqliteStorage {
+    /// Opens (creating if needed) a database and brings its schema up to date.
+    pub fn open(path: &Path) -> Result<SqliteStorage, StorageError> {
+        if let Some(dir) = path.parent()
+            && !dir.as_os_str().is_empty()
+            && !dir.exists()
+        {
+            std::fs::create_dir_all(dir).map_err(|e| StorageError::Migration {
+                path: path.to_path_buf(),
+                message: format!("cannot create directory {}: {e}", dir.display()),
+            })?;
+        }
+        let conn = Connection::open(path).map_err(|e| Self::err_at(path, e))?;
+        let mut s = SqliteStorage {
+            conn,
+            path: path.to_path_buf(),
+        };
+        s.configure()?;
+        s.migrate()?;
+        Ok(s)
+    }
+
+    /// Opens an existing database for reading only (`tune watch`, queries): never takes a
+    /// write lock, so a running study's writes never wait on it.
+    pub fn open_read_only(path: &Path) -> Result<SqliteStorage, StorageError> {
+        if !path.exists() {
+            return Err(StorageError::Conflict {
+                path: path.to_path_buf(),
+                message: "no such database".into(),
+            });
+        }
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_URI,
+        )
+        .map_err(|e| Self::err_at(path, e))?;
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(|e| Self::err_at(path, e))?;
+        let s = SqliteStorage {
+            conn,
+            path: path.to_path_buf(),
+        };
+        let version: i64 = s
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(|e| s.err(e))?;
+        if version > MIGRATIONS.len() as i64 {
+            return Err(StorageError::TooNew {
+                path: path.to_path_buf(),
+                found: version,
+                known: MIGRATIONS.len() as i64,
+            });
+        }
+        if version < MIGRATIONS.len() as i64 {
+            return Err(StorageError::Migration {
+                path: path.to_path_buf(),
+                message: format!(
+                    "schema version {version} is older than {}; open it once with `tune run` to migrate",
+                    MIGRATIONS.len()
+                ),
+            });
+        }
+        Ok(s)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn err_at(path: &Path, source: rusqlite::Error) -> StorageError {
+        StorageError::Sqlite {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    fn err(&self, source: rusqlite::Error) -> StorageError {
+        Self::err_at(&self.path, source)
+    }
+
+    fn configure(&mut self) -> Result<(), StorageError> {
+        self.conn
+            .busy_timeout(BUSY_TIMEOUT)
+            .map_err(|e| self.err(e))?;
+        let mode: String = self
+            .conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+            .map_err(|e| self.err(e))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StorageError::Migration {
+                path: self.path.clone(),
+                message: format!(
+                    "cannot switch to WAL journal mode (got `{mode}`); is it on a network file system?"
+                ),
+            });
+        }
+        // NORMAL in WAL mode: every committed transaction survives a kill of the process; only
+        // a power loss may drop the last ones.
+        self.conn
+            .pragma_update(None, "synchronous", "NORMAL")
+            .map_err(|e| self.err(e))?;
+        self.conn
+            .pragma_update(None, "foreign_keys", "ON")
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    fn migrate(&mut self) -> Result<(), StorageError> {
+        let version: i64 = self
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(|e| self.err(e))?;
+        let known = MIGRATIONS.len() as i64;
+        if version > known {
+            return Err(StorageError::TooNew {
+                path: self.path.clone(),
+                found: version,
+                known,
+            });
+        }
+        if version == known {
+            return Ok(());
+        }
+        let migrations = Migrations::new(MIGRATIONS.iter().map(|sql| M::up(sql)).collect());
+        // Two processes may open a fresh file at once: take the write lock first so that one
+        // migrates and the other sees the result.
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| Self::err_at(&self.path, e))?;
+        tx.commit().map_err(|e| Self::err_at(&self.path, e))?;
+        migrations
+            .to_latest(&mut self.conn)
+            .map_err(|e| StorageError::Migration {
+                path: self.path.clone(),
+                message: e.to_string(),
+            })
+    }
+
+    /// Runs `f` in a `BEGIN IMMEDIATE` transaction: the write lock is taken up front, where the
+    /// busy timeout applies, instead of failing on upgrade from a read lock.
+    fn write<T>(
+        &mut self,
+        f: impl FnOnce(&Transaction<'_>) -> rusqlite::Result<T>,
+    ) -> Result<T, StorageError> {
+        let path = self.path.clone();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| Self::err_at(&path, e))?;
+        let out = f(&tx).map_err(|e| Self::err_at(&path, e))?;
+        tx.commit().map_err(|e| Self::err_at(&path, e))?;
+        Ok(out)
+    }
+
+    // ----- studies -----
+
+    pub fn find_study(&self, name: &str) -> Result<Option<StudyRow>, StorageError> {
+        self.conn
+            .query_row(
+                "SELECT s.study_id, s.study_name, d.direction, COALESCE(t.metric, 'value')
+                 FROM studies s
+                 LEFT JOIN study_directions d ON d.study_id = s.study_id AND d.objective = 0
+                 LEFT JOIN tune_studies t ON t.study_id = s.study_id
+                 WHERE s.study_name = ?1",
+                [name],
+                |r| {
+                    let dir: Option<String> = r.get(2)?;
+                    Ok(StudyRow {
+                        id: r.get(0)?,
+                        name: r.get(1)?,
+                        direction: if dir.as_deref() == Some("MAXIMIZE") {
+                            Direction::Maximize
+                        } else {
+                            Direction::Minimize
+                        },
+                        metric: r.get(3)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    pub fn study(&self, name: &str) -> Result<StudyRow, StorageError> {
+        self.find_study(name)?.ok_or_else(|| StorageError::NoStudy {
+            path: self.path.clone(),
+            name: name.to_string(),
+        })
+    }
+
+    /// Creates the study, or loads it when it exists with the same direction and metric.
+    pub fn create_or_load_study(
+        &mut self,
+        name: &str,
+        direction: Direction,
+        metric: &str,
+        study_file: Option<&Path>,
+        config_toml: Option<&str>,
+    ) -> Result<StudyRow, StorageError> {
+        if let Some(s) = self.find_study(name)? {
+            return self.check_same(s, direction, metric);
+        }
+        let dir = match direction {
+            Direction::Minimize => "MINIMIZE",
+            Direction::Maximize => "MAXIMIZE",
+        };
+        let file = study_file.map(|p| p.display().to_string());
+        let res = self.write(|tx| {
+            // Another process may have created it since the check above.
+            if let Some(id) = tx
+                .query_row(
+                    "SELECT study_id FROM studies WHERE study_name = ?1",
+                    [name],
+                    |r| r.get::<_, i64>(0),
+                )
+                .optional()?
+            {
+                return Ok(id);
+            }
+            tx.execute("INSERT INTO studies (study_name) VALUES (?1)", [name])?;
+            let id = tx.last_insert_rowid();
+            tx.execute(
+                "INSERT INTO study_directions (direction, study_id, objective) VALUES (?1, ?2, 0)",
+                params![dir, id],
+            )?;
+            tx.execute(
+                "INSERT INTO tune_studies (study_id, metric, study_file, config_toml, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![id, metric, file, config_toml, now_text()],
+            )?;
+            Ok(id)
+        })?;
+        let _ = res;
+        let s = self.study(name)?;
+        self.check_same(s, direction, metric)
+    }
+
+    fn check_same(
+        &self,
+        s: StudyRow,
+        direction: Direction,
+        metric: &str,
+    ) -> Result<StudyRow, StorageError> {
+        if s.direction != direction {
+            return Err(StorageError::Conflict {
+                path: self.path.clone(),
+                message: format!(
+                    "study `{}` is stored with direction {}, but the study file says {}; use another `study.name`",
+                    s.name,
+                    s.direction.as_str(),
+                    direction.as_str()
+                ),
+            });
+        }
+        if s.metric != metric {
+            return Err(StorageError::Conflict {
+                path: self.path.clone(),
+                message: format!(
+                    "study `{}` is stored with metric `{}`, but the study file says `{metric}`; use another `study.name`",
+                    s.name, s.metric
+                ),
+            });
+        }
+        Ok(s)
+    }
+
+    pub fn list_studies(&self) -> Result<Vec<StudySummary>, StorageError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT s.study_name, d.direction, COALESCE(ts.metric, 'value'),
+                    COUNT(t.trial_id),
+                    SUM(t.state = 'WAITING'), SUM(t.state = 'RUNNING'), SUM(t.state = 'COMPLETE'),
+                    SUM(t.state = 'PRUNED'), SUM(t.state = 'FAIL')
+                 FROM studies s
+                 LEFT JOIN study_directions d ON d.study_id = s.study_id AND d.objective = 0
+                 LEFT JOIN tune_studies ts ON ts.study_id = s.study_id
+                 LEFT JOIN trials t ON t.study_id = s.study_id
+                 GROUP BY s.study_id ORDER BY s.study_id",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                let dir: Option<String> = r.get(1)?;
+                let n = |i: usize| -> rusqlite::Result<u64> {
+                    Ok(r.get::<_, Option<i64>>(i)?.unwrap_or(0) as u64)
+                };
+                Ok(StudySummary {
+                    name: r.get(0)?,
+                    direction: if dir.as_deref() == Some("MAXIMIZE") {
+                        Direction::Maximize
+                    } else {
+                        Direction::Minimize
+                    },
+                    metric: r.get(2)?,
+                    trials: n(3)?,
+                    queued: n(4)?,
+                    running: n(5)?,
+                    complete: n(6)?,
+                    pruned: n(7)?,
+                    failed: n(8)?,
+                    best_value: None,
+                    best_trial: None,
+                })
+            })
+            .map_err(|e| self.err(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.err(e))?;
+        let mut out = Vec::with_capacity(rows.len());
+        for mut s in rows {
+            let study = self.study(&s.name)?;
+            if let Some((n, v)) = self.best(&study)? {
+                s.best_trial = Some(n);
+                s.best_value = Some(v);
+            }
+            out.push(s);
+        }
+        Ok(out)
+    }
+
+    /// The best complete trial's number and value (finite values only).
+    pub fn best(&self, study: &StudyRow) -> Result<Option<(u64, f64)>, StorageError> {
+        let order = match study.direction {
+            Direction::Minimize => "ASC",
+            Direction::Maximize => "DESC",
+        };
+        self.conn
+            .query_row(
+                &format!(
+                    "SELECT t.number, v.value FROM trials t JOIN trial_values v ON v.trial_id = t.trial_id
+                     WHERE t.study_id = ?1 AND t.state = 'COMPLETE' AND v.value_type = 'FINITE'
+                     ORDER BY v.value {order}, t.number ASC LIMIT 1"
+                ),
+                [study.id],
+                |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, f64>(1)?)),
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    // ----- workers -----
+
+    pub fn register_worker(
+        &mut self,
+        study: &StudyRow,
+        devices: &[String],
+    ) -> Result<WorkerId, StorageError> {
+        let host = hostname();
+        let pid = std::process::id();
+        let devices = serde_json::to_string(devices).unwrap_or_else(|_| "[]".into());
+        let id = self.write(|tx| {
+            let now = now_text();
+            tx.execute(
+                "INSERT INTO tune_workers (study_id, host, pid, started_at, heartbeat, devices_json)
+                 VALUES (?1, ?2, ?3, ?4, ?4, ?5)",
+                params![study.id, host, pid, now, devices],
+            )?;
+            Ok(tx.last_insert_rowid())
+        })?;
+        Ok(WorkerId(id))
+    }
+
+    /// Stamps the worker and each of its running trials (`trial_heartbeats`).
+    pub fn heartbeat(&mut self, worker: WorkerId, trial_ids: &[i64]) -> Result<(), StorageError> {
+        self.write(|tx| {
+            let now = now_text();
+            tx.execute(
+                "UPDATE tune_workers SET heartbeat = ?1 WHERE worker_id = ?2",
+                params![now, worker.0],
+            )?;
+            for id in trial_ids {
+                tx.execute(
+                    "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?1, ?2)
+                     ON CONFLICT (trial_id) DO UPDATE SET heartbeat = excluded.heartbeat",
+                    params![id, now],
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Marks running trials of the study whose owner is gone as failed (interrupted), and
+    /// queues their params again. An owner is gone when its heartbeat is older than `grace`, or
+    /// at once when it ran on this host and its process no longer exists. Returns the numbers
+    /// of the trials it recovered.
+    pub fn recover_interrupted(
+        &mut self,
+        study: &StudyRow,
+        grace: Duration,
+    ) -> Result<Vec<u64>, StorageError> {
+        let host = hostname();
+        let me = std::process::id() as i64;
+        let cutoff = (chrono::Utc::now()
+            - chrono::Duration::from_std(grace).unwrap_or(chrono::TimeDelta::MAX))
+        .format(super::DATETIME_FORMAT)
+        .to_string();
+        self.write(|tx| {
+            let mut stmt = tx.prepare(
+                "SELECT t.trial_id, t.number, w.host, w.pid,
+                        COALESCE(h.heartbeat, w.heartbeat, t.datetime_start)
+                 FROM trials t
+                 LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
+                 LEFT JOIN tune_workers w ON w.worker_id = x.worker_id
+                 LEFT JOIN trial_heartbeats h ON h.trial_id = t.trial_id
+                 WHERE t.study_id = ?1 AND t.state = 'RUNNING'",
+            )?;
+            let rows: Vec<(i64, i64, Option<String>, Option<i64>, Option<String>)> = stmt
+                .query_map([study.id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?
+                .collect::<Result<_, _>>()?;
+            let mut recovered = Vec::new();
+            for (trial_id, number, whost, wpid, beat) in rows {
+                let dead_here = match (&whost, wpid) {
+                    (Some(h), Some(pid)) if *h == host => pid != me && !process_alive(pid),
+                    _ => false,
+                };
+                let stale = beat.as_deref().is_none_or(|b| b < cutoff.as_str());
+                if !(dead_here || stale) {
+                    continue;
+                }
+                let why = if dead_here {
+                    format!("interrupted: the tune process (pid {}) that ran it died", wpid.unwrap_or(0))
+                } else {
+                    format!("interrupted: no heartbeat for more than {}s", grace.as_secs())
+                };
+                finish_in(tx, trial_id, TrialState::Failed, None)?;
+                tx.execute(
+                    "INSERT INTO tune_trials (trial_id, error, interrupted) VALUES (?1, ?2, 1)
+                     ON CONFLICT (trial_id) DO UPDATE SET error = excluded.error, interrupted = 1",
+                    params![trial_id, why],
+                )?;
+                // Queue the same params again (only when the trial had got them).
+                let n_params: i64 = tx.query_row(
+                    "SELECT COUNT(*) FROM trial_params WHERE trial_id = ?1",
+                    [trial_id],
+                    |r| r.get(0),
+                )?;
+                if n_params > 0 {
+                    let new_id = insert_trial(tx, study.id, "WAITING")?;
+                    tx.execute(
+                        "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json)
+                         SELECT ?1, param_name, param_value, distribution_json FROM trial_params WHERE trial_id = ?2",
+                        params![new_id, trial_id],
+                    )?;
+                    tx.execute(
+                        "INSERT INTO tune_trials (trial_id, retry_of) VALUES (?1, ?2)",
+                        params![new_id, number],
+                    )?;
+                }
+                recovered.push(number as u64);
+            }
+            Ok(recovered)
+        })
+    }
+
+    // ----- trials -----
+
+    /// Gives this worker its next trial, inside one write transaction so that no number is
+    /// given out twice: a queued trial first, else a new number while the budget allows.
+    /// The budget counts trials that ended on their own plus running ones.
+    pub fn claim_trial(
+        &mut self,
+        study: &StudyRow,
+        worker: WorkerId,
+        budget: Option<u64>,
+        slot: usize,
+        device: &str,
+    ) -> Result<Claim, StorageError> {
+        self.write(|tx| {
+            let taken: i64 = tx.query_row(
+                "SELECT COUNT(*) FROM trials t LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
+                 WHERE t.study_id = ?1 AND (t.state IN ('COMPLETE', 'PRUNED', 'RUNNING')
+                       OR (t.state = 'FAIL' AND COALESCE(x.interrupted, 0) = 0))",
+                [study.id],
+                |r| r.get(0),
+            )?;
+            if budget.is_some_and(|b| taken as u64 >= b) {
+                return Ok(Claim::Full);
+            }
+            let now = now_text();
+            let queued: Option<(i64, i64)> = tx
+                .query_row(
+                    "SELECT trial_id, number FROM trials WHERE study_id = ?1 AND state = 'WAITING'
+                     ORDER BY number LIMIT 1",
+                    [study.id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()?;
+            let claim = if let Some((trial_id, number)) = queued {
+                tx.execute(
+                    "UPDATE trials SET state = 'RUNNING', datetime_start = ?1 WHERE trial_id = ?2",
+                    params![now, trial_id],
+                )?;
+                let params = load_params(tx, trial_id)?;
+                Claim::Queued {
+                    trial_id,
+                    number: TrialNumber(number as u64),
+                    params,
+                }
+            } else {
+                let trial_id = insert_trial(tx, study.id, "RUNNING")?;
+                tx.execute(
+                    "UPDATE trials SET datetime_start = ?1 WHERE trial_id = ?2",
+                    params![now, trial_id],
+                )?;
+                let number: i64 = tx.query_row("SELECT number FROM trials WHERE trial_id = ?1", [trial_id], |r| r.get(0))?;
+                Claim::New {
+                    trial_id,
+                    number: TrialNumber(number as u64),
+                }
+            };
+            let trial_id = match &claim {
+                Claim::Queued { trial_id, .. } | Claim::New { trial_id, .. } => *trial_id,
+                Claim::Full => unreachable!("returned above"),
+            };
+            tx.execute(
+                "INSERT INTO tune_trials (trial_id, worker_id, slot, device) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (trial_id) DO UPDATE SET worker_id = excluded.worker_id, slot = excluded.slot,
+                    device = excluded.device",
+                params![trial_id, worker.0, slot as i64, device],
+            )?;
+            tx.execute(
+                "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?1, ?2)
+                 ON CONFLICT (trial_id) DO UPDATE SET heartbeat = excluded.heartbeat",
+                params![trial_id, now],
+            )?;
+            Ok(claim)
+        })
+    }
+
+    /// Stores a new trial's params (Optuna's internal representation and distribution).
+    pub fn set_params(
+        &mut self,
+        trial_id: i64,
+        space: &Space,
+        params: &Params,
+    ) -> Result<(), StorageError> {
+        self.write(|tx| insert_params(tx, trial_id, space, params))
+    }
+
+    /// Records where a trial runs and logs.
+    pub fn set_trial_dir(&mut self, trial_id: i64, dir: &Path) -> Result<(), StorageError> {
+        let d = dir.display().to_string();
+        self.write(|tx| {
+            tx.execute(
+                "UPDATE tune_trials SET trial_dir = ?1 WHERE trial_id = ?2",
+                params![d, trial_id],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Adds a trial to the queue with fixed params (`tune enqueue`, `[[enqueue]]`, ask/tell).
+    pub fn enqueue(
+        &mut self,
+        study: &StudyRow,
+        space: &Space,
+        params: &Params,
+    ) -> Result<TrialNumber, StorageError> {
+        self.write(|tx| {
+            let id = insert_trial(tx, study.id, "WAITING")?;
+            insert_params(tx, id, space, params)?;
+            tx.execute(
+                "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES (?1, 'fixed_params', ?2)",
+                params![id, serde_json::to_string(params).unwrap_or_else(|_| "{}".into())],
+            )?;
+            let n: i64 = tx.query_row("SELECT number FROM trials WHERE trial_id = ?1", [id], |r| r.get(0))?;
+            Ok(TrialNumber(n as u64))
+        })
+    }
+
+    /// Whether `params` were already enqueued or run in this study (so `[[enqueue]]` entries
+    /// are queued once, not on every resume).
+    pub fn has_fixed_params(
+        &self,
+        study: &StudyRow,
+        params: &Params,
+    ) -> Result<bool, StorageError> {
+        let json = serde_json::to_string(params).unwrap_or_default();
+        let n: i64 = self
+            .conn
+            .query_row(
+                "SELECT COUNT(*) FROM trial_system_attributes a JOIN trials t ON t.trial_id = a.trial_id
+                 WHERE t.study_id = ?1 AND a.key = 'fixed_params' AND a.value_json = ?2",
+                params![study.id, json],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(n > 0)
+    }
+
+    /// Stores one report (tune's table with every metric; Optuna's intermediate value when it
+    /// carries the objective and a step).
+    pub fn add_report(
+        &mut self,
+        trial_id: i64,
+        seq: u64,
+        report: &Report,
+        is_final: bool,
+        metric: &str,
+    ) -> Result<(), StorageError> {
+        let json = serde_json::to_string(&report.metrics).unwrap_or_else(|_| "{}".into());
+        self.write(|tx| {
+            tx.execute(
+                "INSERT INTO tune_reports (trial_id, seq, step, is_final, metrics_json, reported_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![trial_id, seq as i64, report.step as i64, is_final, json, now_text()],
+            )?;
+            if !is_final && let Some(v) = report.metrics.get(metric) {
+                tx.execute(
+                    "INSERT INTO trial_intermediate_values (trial_id, step, intermediate_value, intermediate_value_type)
+                     VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (trial_id, step) DO UPDATE SET intermediate_value = excluded.intermediate_value,
+                        intermediate_value_type = excluded.intermediate_value_type",
+                    params![trial_id, report.step as i64, v.is_finite().then_some(*v), value_type(*v)],
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Ends a trial: state, value, why it failed, its logs.
+    #[allow(clippy::too_many_arguments)]
+    pub fn finish_trial(
+        &mut self,
+        trial_id: i64,
+        state: TrialState,
+        value: Option<f64>,
+        error: Option<&str>,
+        log_tail: Option<&str>,
+        logs: &[PathBuf],
+        pruned_step: Option<u64>,
+        interrupted: bool,
+    ) -> Result<(), StorageError> {
+        let logs = serde_json::to_string(
+            &logs
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>(),
+        )
+        .unwrap_or_else(|_| "[]".into());
+        self.write(|tx| {
+            finish_in(tx, trial_id, state, value)?;
+            tx.execute(
+                "INSERT INTO tune_trials (trial_id, error, log_tail, logs_json, pruned_step, interrupted)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (trial_id) DO UPDATE SET error = excluded.error, log_tail = excluded.log_tail,
+                    logs_json = excluded.logs_json, pruned_step = excluded.pruned_step,
+                    interrupted = excluded.interrupted",
+                params![trial_id, error, log_tail, logs, pruned_step.map(|s| s as i64), interrupted],
+            )?;
+            if interrupted {
+                // Run the same params again: the interruption was not the trial's fault.
+                let (study_id, number): (i64, i64) = tx.query_row(
+                    "SELECT study_id, number FROM trials WHERE trial_id = ?1",
+                    [trial_id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )?;
+                let new_id = insert_trial(tx, study_id, "WAITING")?;
+                tx.execute(
+                    "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json)
+                     SELECT ?1, param_name, param_value, distribution_json FROM trial_params WHERE trial_id = ?2",
+                    params![new_id, trial_id],
+                )?;
+                tx.execute(
+                    "INSERT INTO tune_trials (trial_id, retry_of) VALUES (?1, ?2)",
+                    params![new_id, number],
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Everything samplers and pruners learn from: finished trials (interrupted ones left out,
+    /// their reruns stand for them) and the params of running ones (pending).
+    pub fn history(
+        &self,
+        study: &StudyRow,
+        space: &Space,
+    ) -> Result<(Vec<FinishedTrial>, Vec<Params>), StorageError> {
+        let rows = self.trials(study, None)?;
+        let curves = self.curves(study)?;
+        let mut finished = Vec::new();
+        let mut pending = Vec::new();
+        for r in rows {
+            let params: Params = r
+                .params
+                .into_iter()
+                .filter(|(k, _)| space.get(k).is_some())
+                .collect();
+            match r.state {
+                TrialState::Running | TrialState::Queued => {
+                    if !params.is_empty() {
+                        pending.push(params);
+                    }
+                }
+                TrialState::Failed if r.interrupted => {}
+                state => {
+                    let curve = curves.get(&r.trial_id).cloned().unwrap_or_default();
+                    let outcome = match (state, r.value) {
+                        (TrialState::Complete, Some(v)) if v.is_finite() => {
+                            Outcome::Complete { value: v }
+                        }
+                        (TrialState::Pruned, v) => Outcome::Pruned {
+                            value: v.or_else(|| curve.last().map(|c| c.1)),
+                            step: r.pruned_step.or_else(|| curve.last().map(|c| c.0)),
+                        },
+                        _ => Outcome::Failed,
+                    };
+                    finished.push(FinishedTrial {
+                        number: TrialNumber(r.number),
+                        params,
+                        outcome,
+                        curve,
+                    });
+                }
+            }
+        }
+        Ok((finished, pending))
+    }
+
+    /// The objective's intermediate values of every trial of the study, by trial id.
+    fn curves(&self, study: &StudyRow) -> Result<BTreeMap<i64, Vec<(u64, f64)>>, StorageError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT i.trial_id, i.step, i.intermediate_value, i.intermediate_value_type
+                 FROM trial_intermediate_values i JOIN trials t ON t.trial_id = i.trial_id
+                 WHERE t.study_id = ?1 ORDER BY i.trial_id, i.step",
+            )
+            .map_err(|e| self.err(e))?;
+        let mut out: BTreeMap<i64, Vec<(u64, f64)>> = BTreeMap::new();
+        let rows = stmt
+            .query_map([study.id], |r| {
+                let v: Option<f64> = r.get(2)?;
+                let ty: String = r.get(3)?;
+                let v = match ty.as_str() {
+                    "INF_POS" => f64::INFINITY,
+                    "INF_NEG" => f64::NEG_INFINITY,
+                    "NAN" => f64::NAN,
+                    _ => v.unwrap_or(f64::NAN),
+                };
+                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)? as u64, v))
+            })
+            .map_err(|e| self.err(e))?;
+        for row in rows {
+            let (id, step, v) = row.map_err(|e| self.err(e))?;
+            out.entry(id).or_default().push((step, v));
+        }
+        Ok(out)
+    }
+
+    /// Every report of every trial of the study, by trial number (for pruners and `watch`).
+    pub fn reports(&self, study: &StudyRow) -> Result<BTreeMap<u64, Vec<Report>>, StorageError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT t.number, r.step, r.metrics_json FROM tune_reports r JOIN trials t ON t.trial_id = r.trial_id
+                 WHERE t.study_id = ?1 AND r.is_final = 0 ORDER BY t.number, r.seq",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([study.id], |r| {
+                Ok((
+                    r.get::<_, i64>(0)? as u64,
+                    r.get::<_, Option<i64>>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })
+            .map_err(|e| self.err(e))?;
+        let mut out: BTreeMap<u64, Vec<Report>> = BTreeMap::new();
+        for row in rows {
+            let (n, step, json) = row.map_err(|e| self.err(e))?;
+            let metrics = serde_json::from_str(&json).unwrap_or_default();
+            out.entry(n).or_default().push(Report {
+                step: step.unwrap_or(0).max(0) as u64,
+                metrics,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The reports of one trial, in order, with whether each was the final one.
+    pub fn trial_reports(
+        &self,
+        trial_id: i64,
+    ) -> Result<Vec<(Report, bool, String)>, StorageError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT step, metrics_json, is_final, reported_at FROM tune_reports WHERE trial_id = ?1 ORDER BY seq",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([trial_id], |r| {
+                Ok((
+                    r.get::<_, Option<i64>>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, bool>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
+            })
+            .map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (step, json, fin, at) = row.map_err(|e| self.err(e))?;
+            out.push((
+                Report {
+                    step: step.unwrap_or(0).max(0) as u64,
+                    metrics: serde_json::from_str(&json).unwrap_or_default(),
+                },
+                fin,
+                at,
+            ));
+        }
+        Ok(out)
+    }
+
+    /// The trials of a study, in number order, optionally of one state.
+    pub fn trials(
+        &self,
+        study: &StudyRow,
+        state: Option<TrialState>,
+    ) -> Result<Vec<TrialRow>, StorageError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT t.trial_id, t.number, t.state, v.value, v.value_type, t.datetime_start, t.datetime_complete,
+                        x.error, x.device, x.trial_dir, x.logs_json, x.log_tail, x.pruned_step,
+                        COALESCE(x.interrupted, 0),
+                        (SELECT metrics_json FROM tune_reports r WHERE r.trial_id = t.trial_id ORDER BY seq DESC LIMIT 1)
+                 FROM trials t
+                 LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0
+                 LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
+                 WHERE t.study_id = ?1 AND (?2 IS NULL OR t.state = ?2)
+                 ORDER BY t.number",
+            )
+            .map_err(|e| self.err(e))?;
+        let state_filter = state.map(|s| s.optuna());
+        let mut rows = stmt
+            .query_map(params![study.id, state_filter], |r| {
+                let state: String = r.get(2)?;
+                let value: Option<f64> = r.get(3)?;
+                let vtype: Option<String> = r.get(4)?;
+                let value = match vtype.as_deref() {
+                    Some("INF_POS") => Some(f64::INFINITY),
+                    Some("INF_NEG") => Some(f64::NEG_INFINITY),
+                    _ => value,
+                };
+                let start: Option<String> = r.get(5)?;
+                let end: Option<String> = r.get(6)?;
+                let logs: Option<String> = r.get(10)?;
+                let metrics: Option<String> = r.get(14)?;
+                Ok(TrialRow {
+                    trial_id: r.get(0)?,
+                    number: r.get::<_, i64>(1)? as u64,
+                    state: TrialState::from_optuna(&state).unwrap_or(TrialState::Failed),
+                    value,
+                    params: Params::new(),
+                    metrics: metrics
+                        .and_then(|m| serde_json::from_str(&m).ok())
+                        .unwrap_or_default(),
+                    duration_s: start
+                        .as_deref()
+                        .zip(end.as_deref())
+                        .and_then(|(a, b)| seconds_between(a, b)),
+                    started_at: start,
+                    finished_at: end,
+                    error: r.get(7)?,
+                    device: r.get(8)?,
+                    trial_dir: r.get(9)?,
+                    logs: logs
+                        .and_then(|l| serde_json::from_str(&l).ok())
+                        .unwrap_or_default(),
+                    log_tail: r.get(11)?,
+                    pruned_step: r.get::<_, Option<i64>>(12)?.map(|s| s.max(0) as u64),
+                    interrupted: r.get::<_, i64>(13)? != 0,
+                })
+            })
+            .map_err(|e| self.err(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.err(e))?;
+        // Params in one pass over the study rather than one query per trial.
+        let mut pstmt = self
+            .conn
+            .prepare_cached(
+                "SELECT p.trial_id, p.param_name, p.param_value, p.distribution_json
+                 FROM trial_params p JOIN trials t ON t.trial_id = p.trial_id WHERE t.study_id = ?1",
+            )
+            .map_err(|e| self.err(e))?;
+        let mut by_id: std::collections::HashMap<i64, Params> = std::collections::HashMap::new();
+        let prow = pstmt
+            .query_map([study.id], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Option<f64>>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                ))
+            })
+            .map_err(|e| self.err(e))?;
+        for p in prow {
+            let (id, name, v, dist) = p.map_err(|e| self.err(e))?;
+            if let Some(val) = decode_param(v.unwrap_or(f64::NAN), dist.as_deref().unwrap_or("{}"))
+            {
+                by_id.entry(id).or_default().insert(name, val);
+            }
+        }
+        for r in &mut rows {
+            if let Some(p) = by_id.remove(&r.trial_id) {
+                r.params = p;
+            }
+        }
+        Ok(rows)
+    }
+
+    /// One trial by number.
+    pub fn trial(&self, study: &StudyRow, number: u64) -> Result<Option<TrialRow>, StorageError> {
+        Ok(self
+            .trials(study, None)?
+            .into_iter()
+            .find(|t| t.number == number))
+    }
+
+    /// How many trials ended on their own (the budget's count).
+    pub fn counted(&self, study: &StudyRow) -> Result<u64, StorageError> {
+        let n: i64 = self
+            .conn
+            .query_row(
+                "SELECT COUNT(*) FROM trials t LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
+                 WHERE t.study_id = ?1 AND (t.state IN ('COMPLETE', 'PRUNED')
+                       OR (t.state = 'FAIL' AND COALESCE(x.interrupted, 0) = 0))",
+                [study.id],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(n as u64)
+    }
+
+    /// The number of trials of the study in `state`.
+    pub fn count_state(&self, study: &StudyRow, state: TrialState) -> Result<u64, StorageError> {
+        let n: i64 = self
+            .conn
+            .query_row(
+                "SELECT COUNT(*) FROM trials WHERE study_id = ?1 AND state = ?2",
+                params![study.id, state.optuna()],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(n as u64)
+    }
+
+    /// Direct access for read-only tools (`watch`) and tests.
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+fn insert_trial(tx: &Transaction<'_>, study_id: i64, state: &str) -> rusqlite::Result<i64> {
+    tx.execute(
+        "INSERT INTO trials (number, study_id, state) VALUES (
+            (SELECT COALESCE(MAX(number), -1) + 1 FROM trials WHERE study_id = ?1), ?1, ?2)",
+        params![study_id, state],
+    )?;
+    Ok(tx.last_insert_rowid())
+}
+
+fn insert_params(
+    tx: &Transaction<'_>,
+    trial_id: i64,
+    space: &Space,
+    params: &Params,
+) -> rusqlite::Result<()> {
+    for p in space.params() {
+        if let Some(v) = params.get(&p.name) {
+            tx.execute(
+                "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (trial_id, param_name) DO UPDATE SET param_value = excluded.param_value,
+                    distribution_json = excluded.distribution_json",
+                params![trial_id, p.name, p.to_internal(v), p.optuna_distribution_json().to_string()],
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn load_params(tx: &Transaction<'_>, trial_id: i64) -> rusqlite::Result<Params> {
+    let mut stmt = tx.prepare(
+        "SELECT param_name, param_value, distribution_json FROM trial_params WHERE trial_id = ?1",
+    )?;
+    let rows = stmt.query_map([trial_id], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, Option<f64>>(1)?,
+            r.get::<_, Option<String>>(2)?,
+        ))
+    })?;
+    let mut out = Params::new();
+    for row in rows {
+        let (name, v, d) = row?;
+        if let Some(val) = decode_param(v.unwrap_or(f64::NAN), d.as_deref().unwrap_or("{}")) {
+            out.insert(name, val);
+        }
+    }
+    Ok(out)
+}
+
+fn finish_in(
+    tx: &Transaction<'_>,
+    trial_id: i64,
+    state: TrialState,
+    value: Option<f64>,
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "UPDATE trials SET state = ?1, datetime_complete = ?2 WHERE trial_id = ?3",
+        params![state.optuna(), now_text(), trial_id],
+    )?;
+    tx.execute(
+        "DELETE FROM trial_heartbeats WHERE trial_id = ?1",
+        [trial_id],
+    )?;
+    if let Some(v) = value
+        && state == TrialState::Complete
+    {
+        tx.execute(
+            "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES (?1, 0, ?2, ?3)
+             ON CONFLICT (trial_id, objective) DO UPDATE SET value = excluded.value, value_type = excluded.value_type",
+            params![trial_id, v.is_finite().then_some(v), value_type(v)],
+        )?;
+    }
+    Ok(())
+}
+
+/// This machine's name, for recording which host runs a trial.
+pub fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+fn process_alive(pid: i64) -> bool {
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
+        Ok(()) => true,
+        Err(nix::errno::Errno::ESRCH) => false,
+        // EPERM: it exists but belongs to someone else.
+        Err(_) => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn space() -> Space {
+        let t: toml::Table = toml::from_str(
+            r#"lr = { type = "float", low = 1e-4, high = 1.0, log = true }
+               opt = { type = "categorical", choices = ["sgd", "adam"] }
+               k = { type = "int", low = 1, high = 8 }"#,
+        )
+        .expect("valid TOML");
+        Space::from_toml(&t).expect("valid space")
+    }
+
+    fn params(lr: f64) -> Params {
+        let mut p = Params::new();
+        p.insert("lr".into(), ParamValue::Float(lr));
+        p.insert("opt".into(), ParamValue::Str("adam".into()));
+        p.insert("k".into(), ParamValue::Int(3));
+        p
+    }
+
+    #[test]
+    fn a_fresh_database_gets_optunas_version_rows_and_tune_tables() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = SqliteStorage::open(&dir.path().join("t.db")).expect("opens");
+        let v: i64 = s
+            .conn
+            .query_row("SELECT schema_version FROM version_info", [], |r| r.get(0))
+            .expect("row");
+        assert_eq!(v, 12);
+        let a: String = s
+            .conn
+            .query_row("SELECT version_num FROM alembic_version", [], |r| r.get(0))
+            .expect("row");
+        assert_eq!(a, "v3.2.0.a");
+        // Reopening applies nothing twice.
+        drop(s);
+        SqliteStorage::open(&dir.path().join("t.db")).expect("reopens");
+    }
+
+    #[test]
+    fn a_database_from_a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("t.db");
+        {
+            let s = SqliteStorage::open(&path).expect("opens");
+            s.conn.pragma_update(None, "user_version", 99).expect("set");
+        }
+        let err = SqliteStorage::open(&path)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(err.contains("newer"), "{err}");
+    }
+
+    #[test]
+    fn claims_give_numbers_once_and_respect_the_budget() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = SqliteStorage::open(&dir.path().join("t.db")).expect("opens");
+        let study = s
+            .create_or_load_study("x", Direction::Minimize, "loss", None, None)
+            .expect("study");
+        let w = s.register_worker(&study, &["cpu".into()]).expect("worker");
+        let sp = space();
+        let mut numbers = Vec::new();
+        for _ in 0..3 {
+            match s.claim_trial(&study, w, Some(3), 0, "cpu").expect("claim") {
+                Claim::New { trial_id, number } => {
+                    s.set_params(trial_id, &sp, &params(0.01)).expect("params");
+                    numbers.push(number.0);
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(numbers, [0, 1, 2]);
+        assert_eq!(
+            s.claim_trial(&study, w, Some(3), 0, "cpu").expect("claim"),
+            Claim::Full
+        );
+        let rows = s.trials(&study, None).expect("rows");
+        assert_eq!(rows[1].params, params(0.01));
+        // An interrupted trial frees its place and queues its params again.
+        s.finish_trial(
+            rows[1].trial_id,
+            TrialState::Failed,
+            None,
+            Some("interrupted"),
+            None,
+            &[],
+            None,
+            true,
+        )
+        .expect("finish");
+        match s.claim_trial(&study, w, Some(3), 0, "cpu").expect("claim") {
+            Claim::Queued {
+                number, params: p, ..
+            } => {
+                assert_eq!(number.0, 3);
+                assert_eq!(p, params(0.01));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn reports_and_values_round_trip() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = SqliteStorage::open(&dir.path().join("t.db")).expect("opens");
+        let study = s
+            .create_or_load_study("x", Direction::Maximize, "acc", None, None)
+            .expect("study");
+        let w = s.register_worker(&study, &["cpu".into()]).expect("worker");
+        let Claim::New { trial_id, .. } = s.claim_trial(&study, w, None, 0, "cpu").expect("claim")
+        else {
+            panic!("new trial expected")
+        };
+        s.set_params(trial_id, &space(), &params(0.1))
+            .expect("params");
+        for step in 0..3u64 {
+            let mut m = BTreeMap::new();
+            m.insert("acc".to_string(), 0.5 + step as f64 / 10.0);
+            m.insert("loss".to_string(), f64::NAN);
+            s.add_report(trial_id, step, &Report { step, metrics: m }, false, "acc")
+                .expect("report");
+        }
+        s.finish_trial(
+            trial_id,
+            TrialState::Complete,
+            Some(0.7),
+            None,
+            None,
+            &[],
+            None,
+            false,
+        )
+        .expect("finish");
+        let (hist, pending) = s.history(&study, &space()).expect("history");
+        assert!(pending.is_empty());
+        assert_eq!(hist.len(), 1);
+        assert_eq!(hist[0].outcome, Outcome::Complete { value: 0.7 });
+        assert_eq!(hist[0].curve.len(), 3);
+        assert_eq!(s.best(&study).expect("best"), Some((0, 0.7)));
+        // A second study name with another direction is refused for the same name.
+        assert!(
+            s.create_or_load_study("x", Direction::Minimize, "acc", None, None)
+                .is_err()
+        );
+    }
+}

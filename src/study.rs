@@ -1,0 +1,62 @@
+//! The validated study: what the scheduler runs. Built only by [`crate::spec::load`], so nothing
+//! downstream validates again.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::pruner::PrunerKind;
+use crate::sampler::SamplerKind;
+use crate::space::{Params, Space};
+use crate::trial::Direction;
+
+/// How each trial runs.
+#[derive(Debug, Clone)]
+pub enum TrialSpec {
+    Command(CommandSpec),
+}
+
+/// `[trial] kind = "command"` (`shared/spec/command-trials.md`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandSpec {
+    /// The argument vector with `{name}` placeholders (checked: every name is known).
+    pub argv: Vec<String>,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
+    /// Per-trial wall-clock limit.
+    pub timeout: Option<Duration>,
+    /// Between SIGTERM and SIGKILL when a trial is stopped.
+    pub grace: Duration,
+    /// The working directory: the study file's directory.
+    pub workdir: PathBuf,
+}
+
+#[derive(Debug, Clone)]
+pub struct Study {
+    /// The study file, and its directory (relative paths in the file are relative to it).
+    pub file: PathBuf,
+    pub dir: PathBuf,
+    /// The file's text, stored with the study so a database says how it was made.
+    pub source: String,
+    pub name: String,
+    pub metric: String,
+    pub direction: Direction,
+    pub trials: Option<u64>,
+    pub timeout: Option<Duration>,
+    pub seed: u64,
+    pub storage: PathBuf,
+    pub space: Space,
+    pub sampler: SamplerKind,
+    pub pruner: PrunerKind,
+    /// The device of each worker slot.
+    pub slots: Vec<String>,
+    pub trial: TrialSpec,
+    /// `[[enqueue]]` params, run first.
+    pub enqueue: Vec<Params>,
+    /// How often running trials' heartbeats are stamped.
+    pub heartbeat: Duration,
+    /// How long a running trial may stay silent before another process takes it as
+    /// interrupted.
+    pub heartbeat_grace: Duration,
+    /// Where trial directories (logs) go.
+    pub runs_dir: PathBuf,
+}
