@@ -10,6 +10,7 @@ pub mod bench;
 pub mod state;
 pub mod terminal;
 pub mod view;
+pub mod watch;
 
 use std::io::IsTerminal;
 

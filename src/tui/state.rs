@@ -33,6 +33,17 @@ pub enum Action {
     Exit,
 }
 
+/// What changes the state besides keys: scheduler events, and what only `watch` learns
+/// from the database.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Update {
+    Event(Event),
+    /// A trial's log files (events do not carry them).
+    Logs(TrialNumber, Vec<String>),
+    /// A message for the footer (a failed poll, say).
+    Notice(String),
+}
+
 /// Whether the UI may steer the study (in-process) or only watches it (`tune watch`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -451,7 +462,30 @@ impl UiState {
 
     /// Folds one scheduler event into the state.
     pub fn apply(&mut self, ev: &Event) {
-        let reorder = match ev {
+        if self.apply_quiet(ev) {
+            self.refresh_order();
+        }
+    }
+
+    /// Folds a burst of updates in, sorting the table once at the end rather than per event
+    /// (a `watch` of 10 000 trials starts with that many).
+    pub fn apply_all<'a>(&mut self, updates: impl IntoIterator<Item = &'a Update>) {
+        let mut reorder = false;
+        for u in updates {
+            match u {
+                Update::Event(ev) => reorder |= self.apply_quiet(ev),
+                Update::Logs(n, logs) => self.set_logs(*n, logs.clone()),
+                Update::Notice(m) => self.notice = Some(m.clone()),
+            }
+        }
+        if reorder {
+            self.refresh_order();
+        }
+    }
+
+    /// Applies one event; returns whether the table's order may have changed.
+    fn apply_quiet(&mut self, ev: &Event) -> bool {
+        match ev {
             Event::StudyStarted { info, existing, at } => {
                 self.slots = info
                     .slots
@@ -536,9 +570,6 @@ impl UiState {
                 }
                 false
             }
-        };
-        if reorder {
-            self.refresh_order();
         }
     }
 

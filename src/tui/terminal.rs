@@ -24,7 +24,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::state::{Action, Mode, UiState};
+use super::state::{Action, Mode, UiState, Update};
 use super::view;
 use crate::scheduler::{Control, Event};
 
@@ -121,14 +121,32 @@ fn spawn_input(
     })
 }
 
-/// Runs the UI until the user leaves, or until the study they asked to quit has ended.
+/// Runs the UI on a study run in this process until the user leaves, or until the study
+/// they asked to quit has ended.
 ///
-/// `events` feeds the state (the scheduler in-process, or the `watch` poller); the user's
-/// steering goes to `controls` (in [`Mode::Watch`] nothing is sent). Returns the final state,
-/// so the caller can print a summary on the restored terminal.
+/// `events` come from the scheduler; the user's steering goes to `controls`. Returns the final
+/// state, so the caller can print a summary on the restored terminal.
 pub async fn run(
     mut events: UnboundedReceiver<Event>,
     controls: UnboundedSender<Control>,
+    opts: Options,
+) -> io::Result<UiState> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(ev) = events.recv().await {
+            if tx.send(Update::Event(ev)).is_err() {
+                return;
+            }
+        }
+    });
+    run_updates(rx, Some(controls), opts).await
+}
+
+/// The loop itself, fed by [`Update`]s (the scheduler's events, or the `watch` poller's).
+/// With no `controls` (watch), nothing is ever sent.
+pub async fn run_updates(
+    mut events: UnboundedReceiver<Update>,
+    controls: Option<UnboundedSender<Control>>,
     opts: Options,
 ) -> io::Result<UiState> {
     let mut guard = TerminalGuard::enter()?;
@@ -146,11 +164,14 @@ pub async fn run(
     let mut last_draw: Option<Instant> = None;
 
     let send = |c: Control, mode: Mode| {
-        if mode == Mode::Live {
+        if mode == Mode::Live
+            && let Some(controls) = &controls
+        {
             // A closed channel means the scheduler is gone; the state shows that already.
             let _ = controls.send(c);
         }
     };
+    let mut batch: Vec<Update> = Vec::new();
 
     let result: io::Result<()> = loop {
         if state.should_exit() {
@@ -173,11 +194,13 @@ pub async fn run(
             ev = events.recv(), if events_open => {
                 match ev {
                     Some(ev) => {
-                        state.apply(&ev);
-                        // Drain what is already queued: one frame for a burst.
+                        // Drain what is already queued: one sort and one frame for a burst.
+                        batch.push(ev);
                         while let Ok(ev) = events.try_recv() {
-                            state.apply(&ev);
+                            batch.push(ev);
                         }
+                        state.apply_all(&batch);
+                        batch.clear();
                     }
                     None => {
                         events_open = false;
