@@ -587,3 +587,18 @@ fn snapshot_watch_with_eight_slots_80x24() {
     events.iter().for_each(|e| s.apply(e));
     insta::assert_snapshot!(screen(&s, 80, 24));
 }
+
+#[test]
+fn the_summary_line_names_the_counts_and_the_best_trial() {
+    let mut s = state_with(10, 0, 2, None);
+    finished(&mut s, "the trial budget is spent");
+    let line = super::summary_line(&s);
+    assert!(
+        line.starts_with("mnist-mlp: 10 trials (8 complete, 2 pruned, 0 failed, 0 running); best trial 1 val_loss=0.11296 (batch_size=64"),
+        "{line}"
+    );
+    assert!(
+        line.ends_with("; finished: the trial budget is spent"),
+        "{line}"
+    );
+}
