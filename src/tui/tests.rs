@@ -602,3 +602,32 @@ fn the_summary_line_names_the_counts_and_the_best_trial() {
         "{line}"
     );
 }
+
+#[test]
+fn a_long_traceback_keeps_its_first_and_last_lines_and_the_log_paths_on_screen() {
+    let mut s = fresh(Direction::Minimize, None);
+    let mut t = summary(0, TrialState::Failed, None);
+    let mut err = vec!["exited with status 1".to_string()];
+    err.extend((0..30).map(|i| format!("  frame {i}")));
+    err.push("FileNotFoundError: digits.csv.gz".into());
+    t.error = Some(err.join("\n"));
+    s.apply(&Event::TrialFinished {
+        slot: 0,
+        trial: t,
+        at: t0(),
+    });
+    s.apply_all(&[super::state::Update::Logs(
+        TrialNumber(0),
+        vec!["/runs/0/stderr.log".into()],
+    )]);
+    s.handle_key(code(KeyCode::Enter));
+    let text = screen(&s, 80, 24);
+    for want in [
+        "exited with status 1",
+        "… 25 more lines …",
+        "FileNotFoundError: digits.csv.gz",
+        "/runs/0/stderr.log",
+    ] {
+        assert!(text.contains(want), "{want:?} missing from\n{text}");
+    }
+}

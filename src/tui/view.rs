@@ -1073,11 +1073,24 @@ fn render_trial(
             "error",
             theme.state(TrialState::Failed).add_modifier(Modifier::BOLD),
         )));
-        for l in e.lines() {
-            lines.push(Line::from(Span::styled(
-                format!("  {l}"),
-                theme.state(TrialState::Failed),
-            )));
+        // A traceback can be long: its first line (what happened) and its last lines (where)
+        // matter most, and the log paths below must stay on screen.
+        let cap = if inner.height < 40 { 8 } else { 20 };
+        let all: Vec<&str> = e.lines().collect();
+        let shown: Vec<String> = if all.len() <= cap {
+            all.iter().map(|l| format!("  {l}")).collect()
+        } else {
+            let tail = cap - 2;
+            std::iter::once(format!("  {}", all[0]))
+                .chain(std::iter::once(format!(
+                    "  … {} more lines …",
+                    all.len() - 1 - tail
+                )))
+                .chain(all[all.len() - tail..].iter().map(|l| format!("  {l}")))
+                .collect()
+        };
+        for l in shown {
+            lines.push(Line::from(Span::styled(l, theme.state(TrialState::Failed))));
         }
     }
     lines.push(Line::from(Span::styled("logs", theme.header())));
@@ -1100,7 +1113,8 @@ fn render_trial(
     } else {
         // The text takes what it needs, leaving the chart at least 7 rows where it can.
         let need = need as u16;
-        let text_h = need.min(inner.height.saturating_sub(7).max(inner.height / 2));
+        let chart_min = if t.curve.is_empty() { 2 } else { 7 };
+        let text_h = need.min(inner.height.saturating_sub(chart_min).max(inner.height / 2));
         let [a, b] =
             Layout::vertical([Constraint::Length(text_h), Constraint::Min(0)]).areas(inner);
         (a, b)
