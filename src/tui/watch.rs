@@ -57,6 +57,8 @@ pub struct Poller {
     run: Option<Run>,
     workers: Vec<WatchWorker>,
     finished: bool,
+    /// This machine's name, to tell local worker processes from remote ones.
+    host: String,
 }
 
 impl Poller {
@@ -75,6 +77,7 @@ impl Poller {
             run: None,
             workers: Vec::new(),
             finished: false,
+            host: hostname(),
         })
     }
 
@@ -115,9 +118,12 @@ impl Poller {
             .workers
             .iter()
             .filter(|w| {
-                w.heartbeat.is_some_and(|h| {
+                let fresh = w.heartbeat.is_some_and(|h| {
                     now.duration_since(h).unwrap_or_default() <= self.settings.grace
-                })
+                });
+                // On this machine a process that exited is known to be gone at once, without
+                // waiting out the grace period.
+                fresh && (w.host != self.host || process_alive(w.pid))
             })
             .collect();
         if live.is_empty() {
@@ -329,6 +335,24 @@ impl Poller {
             }
             self.known.insert(t.trial_id, (number, t.state, slot));
         }
+    }
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+fn process_alive(pid: i64) -> bool {
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
+        Err(nix::errno::Errno::ESRCH) => false,
+        // EPERM: it exists but belongs to someone else.
+        _ => true,
     }
 }
 
@@ -667,5 +691,25 @@ mod tests {
         stop.store(true, Ordering::Relaxed);
         let polls = watcher.join().expect("watcher ran");
         assert!(polls > 0);
+    }
+
+    #[test]
+    fn a_local_worker_whose_process_exited_ends_the_run_at_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("t.db");
+        let _w = Writer::new(&db);
+        let mut p = Poller::open(&db, "w").expect("opens");
+        let mut ui = UiState::new(Mode::Watch, false, SystemTime::now());
+        poll_into(&mut p, &mut ui);
+        assert!(
+            ui.finished.is_none(),
+            "this test process is the worker, and alive"
+        );
+        // The same worker row, as if a process that has exited had written it.
+        for w in &mut p.workers {
+            w.pid = i64::from(i32::MAX);
+        }
+        ui.apply_all(&p.poll(SystemTime::now()).expect("polls"));
+        assert!(ui.finished.is_some());
     }
 }
