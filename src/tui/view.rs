@@ -300,20 +300,20 @@ fn status_span(state: &UiState, theme: &Theme) -> Span<'static> {
     }
     if let Some(graceful) = state.stopping {
         let s = if graceful {
-            "◼ stopping: running trials finish"
+            "■ stopping: running trials finish"
         } else {
-            "◼ stopping: trials stopped"
+            "■ stopping: trials stopped"
         };
         return Span::styled(s, theme.fg(Color::Yellow).add_modifier(Modifier::BOLD));
     }
     match state.pause_pending {
-        Some(true) => return Span::styled("⏸ pausing…", theme.fg(Color::Yellow)),
+        Some(true) => return Span::styled("‖ pausing…", theme.fg(Color::Yellow)),
         Some(false) => return Span::styled("▶ resuming…", theme.fg(Color::Yellow)),
         None => {}
     }
     if state.paused {
         Span::styled(
-            "⏸ paused",
+            "‖ paused",
             theme.fg(Color::Yellow).add_modifier(Modifier::BOLD),
         )
     } else {
