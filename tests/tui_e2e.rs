@@ -189,7 +189,7 @@ fn a_real_study_is_watched_sorted_opened_paused_stopped_and_quit_from_the_termin
         count(&dbp, Some("COMPLETE")) >= 2
     });
     run.keys(&["p"]);
-    run.wait_text("⏸ paused", 10);
+    run.wait_text("‖ paused", 10);
     wait_db("the running trials to finish", 30, || {
         count(&dbp, Some("RUNNING")) == 0
     });
