@@ -169,6 +169,41 @@ pub enum BenchCommand {
     /// The orchestrator's own overhead: trials/s with trials that do nothing, the latency from
     /// a slot freeing to the next trial's process starting, and query times on 10 000 trials.
     Overhead(OverheadArgs),
+    /// The optimizers on the benchmark problems of `shared/bench/`: mean simple regret and the
+    /// normalised score (100 = optimum, 0 = random search's median, measured in the same run)
+    /// at each budget, sequential and with trials pending, and the median ms per ask.
+    Optimizers(OptimizersArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct OptimizersArgs {
+    /// Seeds per sampler, problem and mode.
+    #[arg(long, default_value_t = 10)]
+    pub seeds: u64,
+    /// Seeds of the random-search reference.
+    #[arg(long, default_value_t = 50)]
+    pub random_seeds: u64,
+    /// Problems (comma list): names, `public` (the default), `extra` or `all`.
+    #[arg(long, value_delimiter = ',')]
+    pub problems: Vec<String>,
+    /// Budgets (trials) at which regret and score are reported.
+    #[arg(long, value_delimiter = ',', default_value = "10,25,50")]
+    pub budgets: Vec<usize>,
+    /// Samplers to compare.
+    #[arg(long, value_delimiter = ',', default_value = "random,tpe,gp,auto")]
+    pub samplers: Vec<String>,
+    /// Outstanding asks: 1 is sequential.
+    #[arg(long, value_delimiter = ',', default_value = "1,4")]
+    pub q: Vec<usize>,
+    /// Trial counts at which the median ms per ask is reported (`none` to skip).
+    #[arg(long, value_delimiter = ',', default_value = "25,50,100,200")]
+    pub timing_at: Vec<String>,
+    /// Seeds of the timing runs.
+    #[arg(long, default_value_t = 1)]
+    pub timing_seeds: u64,
+    /// Trials of the initial design (default: each sampler's own).
+    #[arg(long)]
+    pub n_startup: Option<usize>,
 }
 
 #[derive(Debug, Args)]

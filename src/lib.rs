@@ -2,6 +2,7 @@
 //!
 //! Data flows one way: spec → study → scheduler → (sampler, runner, storage) → events → UI.
 
+pub mod bench;
 pub mod bench_overhead;
 pub mod cli;
 pub mod commands;

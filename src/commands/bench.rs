@@ -2,10 +2,52 @@
 
 use std::process::ExitCode;
 
-use crate::cli::BenchCommand;
+use crate::bench::OptimizerBenchOptions;
+use crate::cli::{BenchCommand, OptimizersArgs};
+use crate::sampler::SamplerKind;
 
 pub fn bench(cmd: &BenchCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         BenchCommand::Overhead(a) => crate::bench_overhead::run(a),
+        BenchCommand::Optimizers(a) => {
+            crate::bench::run_optimizers(&optimizer_options(a)?)?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
+}
+
+fn optimizer_options(a: &OptimizersArgs) -> anyhow::Result<OptimizerBenchOptions> {
+    let samplers = a
+        .samplers
+        .iter()
+        .map(|n| {
+            SamplerKind::parse(n).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "unknown sampler `{n}` (one of {})",
+                    SamplerKind::NAMES.join(", ")
+                )
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let timing_at =
+        a.timing_at
+            .iter()
+            .filter(|t| t.as_str() != "none" && !t.is_empty())
+            .map(|t| {
+                t.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| {
+                    anyhow::anyhow!("--timing-at: `{t}` is not a positive trial count")
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(OptimizerBenchOptions {
+        seeds: a.seeds,
+        random_seeds: a.random_seeds,
+        problems: a.problems.clone(),
+        budgets: a.budgets.clone(),
+        samplers,
+        q: a.q.clone(),
+        timing_at,
+        timing_seeds: a.timing_seeds,
+        n_startup: a.n_startup,
+    })
 }

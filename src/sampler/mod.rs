@@ -6,8 +6,10 @@
 //! the unit cube and decode with [`crate::space::Space::from_unit`], which guarantees valid
 //! values.
 
+pub mod gp;
 mod qmc;
 mod random;
+pub mod tpe;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -16,8 +18,10 @@ use serde::{Deserialize, Serialize};
 use crate::space::{Params, Space};
 use crate::trial::{Direction, FinishedTrial, TrialNumber};
 
+pub use gp::{GpOptions, GpSampler};
 pub use qmc::SobolSampler;
 pub use random::RandomSampler;
+pub use tpe::{TpeOptions, TpeSampler};
 
 /// Everything a sampler may look at when it proposes one trial.
 pub struct AskContext<'a> {
@@ -66,18 +70,24 @@ pub trait Sampler: Send {
 pub enum SamplerKind {
     Random,
     Sobol,
-    /// Picks the best sampler for the study (the Bayesian optimizer once it exists).
+    /// The Gaussian-process Bayesian optimizer.
+    Gp,
+    /// The tree-structured Parzen estimator.
+    Tpe,
+    /// Picks for the study: the GP, handing over to TPE in spaces too wide for it.
     #[default]
     Auto,
 }
 
 impl SamplerKind {
-    pub const NAMES: &'static [&'static str] = &["auto", "random", "sobol", "qmc"];
+    pub const NAMES: &'static [&'static str] = &["auto", "gp", "tpe", "random", "sobol", "qmc"];
 
     pub fn parse(s: &str) -> Option<SamplerKind> {
         Some(match s {
             "random" => SamplerKind::Random,
             "sobol" | "qmc" => SamplerKind::Sobol,
+            "gp" => SamplerKind::Gp,
+            "tpe" => SamplerKind::Tpe,
             "auto" => SamplerKind::Auto,
             _ => return None,
         })
@@ -87,16 +97,77 @@ impl SamplerKind {
         match self {
             SamplerKind::Random => "random",
             SamplerKind::Sobol => "sobol",
+            SamplerKind::Gp => "gp",
+            SamplerKind::Tpe => "tpe",
             SamplerKind::Auto => "auto",
         }
     }
 }
 
-/// Builds the sampler a study asked for.
+/// Settings shared by the model-based samplers.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SamplerOptions {
+    /// Trials of the initial (Sobol) design; `None`: a default that fits the dimension.
+    pub n_startup: Option<usize>,
+}
+
+/// Builds the sampler a study asked for, with default settings.
 pub fn build(kind: SamplerKind) -> Box<dyn Sampler> {
+    build_with(kind, &SamplerOptions::default())
+}
+
+/// Builds the sampler a study asked for.
+pub fn build_with(kind: SamplerKind, opts: &SamplerOptions) -> Box<dyn Sampler> {
     match kind {
         SamplerKind::Random => Box::new(RandomSampler),
-        SamplerKind::Sobol | SamplerKind::Auto => Box::new(SobolSampler),
+        SamplerKind::Sobol => Box::new(SobolSampler),
+        SamplerKind::Gp => Box::new(GpSampler::new(gp_options(opts))),
+        SamplerKind::Tpe => Box::new(TpeSampler {
+            opts: tpe_options(opts),
+        }),
+        SamplerKind::Auto => Box::new(AutoSampler {
+            gp: GpSampler::new(gp_options(opts)),
+            tpe: TpeSampler {
+                opts: tpe_options(opts),
+            },
+        }),
+    }
+}
+
+fn gp_options(opts: &SamplerOptions) -> GpOptions {
+    GpOptions {
+        n_startup: opts.n_startup,
+        ..GpOptions::default()
+    }
+}
+
+fn tpe_options(opts: &SamplerOptions) -> TpeOptions {
+    let d = TpeOptions::default();
+    TpeOptions {
+        n_startup: opts.n_startup.unwrap_or(d.n_startup),
+        ..d
+    }
+}
+
+/// Above this many parameters the GP's per-ask cost (and its need for data) outgrows what it
+/// brings, and `auto` uses TPE.
+pub const AUTO_GP_MAX_PARAMS: usize = 24;
+
+/// `sampler = "auto"`: the GP for ordinary spaces, TPE for very wide ones. The choice depends
+/// on the space alone, so a study never switches model midway (no step in behaviour or in ask
+/// time); the GP bounds its own cost on long studies by modelling a subset.
+pub struct AutoSampler {
+    gp: GpSampler,
+    tpe: TpeSampler,
+}
+
+impl Sampler for AutoSampler {
+    fn ask(&mut self, ctx: &AskContext<'_>) -> Params {
+        if ctx.space.len() > AUTO_GP_MAX_PARAMS {
+            self.tpe.ask(ctx)
+        } else {
+            self.gp.ask(ctx)
+        }
     }
 }
 

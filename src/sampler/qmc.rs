@@ -13,9 +13,10 @@ pub fn sobol_point(index: u64, dims: usize, seed: u64) -> Vec<f64> {
     let scramble = (mix(seed, 0x50B0_1) & 0xFFFF_FFFF) as u32;
     (0..dims)
         .map(|d| {
-            // sobol_burley supports 256 dimensions; beyond, fall back to a hashed coordinate.
+            // sobol_burley supports 256 dimensions and 2^16 points (it asserts both); beyond,
+            // fall back to a hashed coordinate, and wrap the index.
             if d < sobol_burley::NUM_DIMENSIONS as usize {
-                let i = (index & 0xFFFF_FFFF) as u32;
+                let i = (index & 0xFFFF) as u32;
                 f64::from(sobol_burley::sample(i, d as u32, scramble))
             } else {
                 (mix(seed ^ d as u64, index) >> 11) as f64 / (1u64 << 53) as f64

@@ -188,7 +188,7 @@ impl Scheduler {
                 metric: self.study.metric.clone(),
                 direction: self.study.direction,
                 sampler: self.study.sampler.as_str().to_string(),
-                pruner: self.study.pruner.as_str().to_string(),
+                pruner: self.study.pruner.name().to_string(),
                 budget: self.study.trials,
                 timeout: self.study.timeout,
                 slots: self.study.slots.clone(),
@@ -497,7 +497,7 @@ impl Scheduler {
         let ctx = PruneContext {
             direction: self.study.direction,
             metric: &self.study.metric,
-            resource: "step",
+            resource: self.study.pruner.resource(),
             trial: number,
             trials: &trials,
         };

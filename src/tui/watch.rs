@@ -390,7 +390,7 @@ fn settings_of(storage: &SqliteStorage, study: &StudyRow) -> Result<Settings, St
     match spec::parse(&file, &text, &Overrides::default()) {
         Ok(s) => Ok(Settings {
             sampler: s.sampler.as_str().to_string(),
-            pruner: s.pruner.as_str().to_string(),
+            pruner: s.pruner.name().to_string(),
             budget: s.trials,
             timeout: s.timeout,
             grace: s.heartbeat_grace.max(s.heartbeat * 3),

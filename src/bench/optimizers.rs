@@ -1,0 +1,456 @@
+//! `tune bench optimizers`: runs the benchmark problems with several samplers and seeds, in the
+//! sequential setting and with q trials outstanding, and prints per problem the mean simple
+//! regret and the normalised score of `shared/bench/README.md` at each budget, and the median
+//! milliseconds per ask at given trial counts.
+//!
+//! The score's reference, the median best of random search after t trials, is measured in the
+//! same run (sequential random search with its own seeds), as the README defines it. The
+//! harness drives samplers exactly as `tune ask-tell` does: a fresh sampler per run, the study
+//! seed, asks answered in trial-number order, outstanding trials told oldest first.
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use super::problems::{Problem, problems};
+use crate::sampler::{AskContext, SamplerKind, SamplerOptions, build_with};
+use crate::space::Params;
+use crate::trial::{Direction, FinishedTrial, Outcome, TrialNumber};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct OptimizerBenchOptions {
+    /// Seeds per sampler, problem and mode.
+    pub seeds: u64,
+    /// Seeds of the random-search reference.
+    pub random_seeds: u64,
+    /// Problem names; empty means the public ones, `all` every one, `extra` the non-public.
+    pub problems: Vec<String>,
+    pub budgets: Vec<usize>,
+    pub samplers: Vec<SamplerKind>,
+    /// Outstanding trials: 1 is sequential.
+    pub q: Vec<usize>,
+    /// Trial counts at which the time per ask is reported (sequential runs).
+    pub timing_at: Vec<usize>,
+    pub timing_seeds: u64,
+    pub n_startup: Option<usize>,
+}
+
+impl Default for OptimizerBenchOptions {
+    fn default() -> Self {
+        OptimizerBenchOptions {
+            seeds: 10,
+            random_seeds: 50,
+            problems: Vec::new(),
+            budgets: vec![10, 25, 50],
+            samplers: vec![
+                SamplerKind::Random,
+                SamplerKind::Tpe,
+                SamplerKind::Gp,
+                SamplerKind::Auto,
+            ],
+            q: vec![1, 4],
+            timing_at: vec![25, 50, 100, 200],
+            timing_seeds: 1,
+            n_startup: None,
+        }
+    }
+}
+
+/// One run: the best value after each told trial, and the time of each ask (ms).
+pub struct RunTrace {
+    pub best: Vec<f64>,
+    pub ask_ms: Vec<f64>,
+}
+
+/// Drives one sampler on one problem for `budget` trials with `q` outstanding.
+pub fn run_one(
+    problem: &Problem,
+    kind: SamplerKind,
+    opts: &SamplerOptions,
+    seed: u64,
+    budget: usize,
+    q: usize,
+) -> anyhow::Result<RunTrace> {
+    let space = problem.space()?;
+    let mut sampler = build_with(kind, opts);
+    let mut history: Vec<FinishedTrial> = Vec::with_capacity(budget);
+    let mut pending: Vec<(u64, Params)> = Vec::new();
+    let mut best = Vec::with_capacity(budget);
+    let mut ask_ms = Vec::with_capacity(budget);
+    let mut asked = 0u64;
+    let mut best_so_far = f64::INFINITY;
+    while history.len() < budget {
+        while pending.len() < q.max(1) && (asked as usize) < budget {
+            let pp: Vec<Params> = pending.iter().map(|p| p.1.clone()).collect();
+            let ctx = AskContext {
+                space: &space,
+                direction: Direction::Minimize,
+                history: &history,
+                pending: &pp,
+                trial_number: TrialNumber(asked),
+                seed,
+            };
+            let t0 = Instant::now();
+            let p = sampler.ask(&ctx);
+            ask_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+            if let Err(e) = space.validate(&p) {
+                anyhow::bail!(
+                    "{} proposed invalid params on {}: {e}",
+                    kind.as_str(),
+                    problem.name
+                );
+            }
+            pending.push((asked, p));
+            asked += 1;
+        }
+        let (number, params) = pending.remove(0);
+        let v = (problem.f)(&params);
+        let outcome = if v.is_finite() {
+            best_so_far = best_so_far.min(v);
+            Outcome::Complete { value: v }
+        } else {
+            Outcome::Failed
+        };
+        best.push(best_so_far);
+        history.push(FinishedTrial {
+            number: TrialNumber(number),
+            params,
+            outcome,
+            curve: Vec::new(),
+        });
+    }
+    Ok(RunTrace { best, ask_ms })
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
+
+/// The README's score: 100 at the optimum, 0 at random search's median, clipped to ±100.
+pub fn score(best: f64, opt: f64, rand_med: f64) -> f64 {
+    let den = rand_med - opt;
+    if den <= 0.0 {
+        return if best <= opt { 100.0 } else { -100.0 };
+    }
+    (100.0 * (1.0 - (best - opt) / den)).clamp(-100.0, 100.0)
+}
+
+/// Figures of one sampler in one mode on one problem.
+pub struct Cell {
+    pub sampler: SamplerKind,
+    pub q: usize,
+    pub regret: Vec<f64>,
+    pub score: Vec<f64>,
+}
+
+/// Everything measured on one problem.
+pub struct ProblemReport {
+    pub name: &'static str,
+    pub rand_med: Vec<f64>,
+    pub cells: Vec<Cell>,
+    /// (sampler, ms per ask at each `timing_at`).
+    pub timing: Vec<(SamplerKind, Vec<f64>)>,
+}
+
+fn selected(opts: &OptimizerBenchOptions) -> anyhow::Result<Vec<Problem>> {
+    let all = problems();
+    if opts.problems.is_empty() {
+        return Ok(all.into_iter().filter(|p| p.public).collect());
+    }
+    let mut out = Vec::new();
+    for p in all {
+        let take = opts.problems.iter().any(|w| {
+            w == p.name || w == "all" || (w == "extra" && !p.public) || (w == "public" && p.public)
+        });
+        if take {
+            out.push(p);
+        }
+    }
+    for w in &opts.problems {
+        if !["all", "extra", "public"].contains(&w.as_str())
+            && !out.iter().any(|p| p.name == w.as_str())
+        {
+            anyhow::bail!(
+                "unknown problem `{w}` (known: {}, or all, public, extra)",
+                problems()
+                    .iter()
+                    .map(|p| p.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// Runs the benchmark and returns its figures; `progress` receives a line per finished block.
+pub fn measure(
+    opts: &OptimizerBenchOptions,
+    progress: &mut dyn FnMut(&str),
+) -> anyhow::Result<Vec<ProblemReport>> {
+    let sopts = SamplerOptions {
+        n_startup: opts.n_startup,
+    };
+    let budget = opts.budgets.iter().copied().max().unwrap_or(0);
+    let mut reports = Vec::new();
+    for problem in selected(opts)? {
+        // Reference: sequential random search.
+        let mut rand_best: Vec<Vec<f64>> = vec![Vec::new(); opts.budgets.len()];
+        for s in 0..opts.random_seeds {
+            let tr = run_one(
+                &problem,
+                SamplerKind::Random,
+                &sopts,
+                1_000_000 + s,
+                budget,
+                1,
+            )?;
+            for (k, &t) in opts.budgets.iter().enumerate() {
+                rand_best[k].push(tr.best[t - 1]);
+            }
+        }
+        let rand_med: Vec<f64> = rand_best.iter_mut().map(|v| median(v)).collect();
+        let mut cells = Vec::new();
+        for &q in &opts.q {
+            for &kind in &opts.samplers {
+                let mut regret = vec![0.0; opts.budgets.len()];
+                let mut sc = vec![0.0; opts.budgets.len()];
+                for s in 0..opts.seeds {
+                    let tr = run_one(&problem, kind, &sopts, s, budget, q)?;
+                    for (k, &t) in opts.budgets.iter().enumerate() {
+                        let b = tr.best[t - 1];
+                        regret[k] += (b - problem.optimum) / opts.seeds as f64;
+                        sc[k] += score(b, problem.optimum, rand_med[k]) / opts.seeds as f64;
+                    }
+                }
+                progress(&format!(
+                    "{} {} q={q}: score {:?}",
+                    problem.name,
+                    kind.as_str(),
+                    sc.iter()
+                        .map(|x| (x * 10.0).round() / 10.0)
+                        .collect::<Vec<_>>()
+                ));
+                cells.push(Cell {
+                    sampler: kind,
+                    q,
+                    regret,
+                    score: sc,
+                });
+            }
+        }
+        let mut timing = Vec::new();
+        if let Some(&tmax) = opts.timing_at.iter().max() {
+            for &kind in &opts.samplers {
+                let mut per: Vec<Vec<f64>> = vec![Vec::new(); opts.timing_at.len()];
+                for s in 0..opts.timing_seeds {
+                    let tr = run_one(&problem, kind, &sopts, 500 + s, tmax, 1)?;
+                    // The asks of trials t-4 .. t (1-based), as BASELINES.md measures them.
+                    for (k, &t) in opts.timing_at.iter().enumerate() {
+                        per[k].extend_from_slice(&tr.ask_ms[t.saturating_sub(5)..t]);
+                    }
+                }
+                let ms: Vec<f64> = per.iter_mut().map(|v| median(v)).collect();
+                progress(&format!(
+                    "{} {} ms/ask {:?}",
+                    problem.name,
+                    kind.as_str(),
+                    ms
+                ));
+                timing.push((kind, ms));
+            }
+        }
+        reports.push(ProblemReport {
+            name: problem.name,
+            rand_med,
+            cells,
+            timing,
+        });
+    }
+    Ok(reports)
+}
+
+fn fmt_g(x: f64) -> String {
+    if x == 0.0 {
+        "0".into()
+    } else if x.abs() >= 0.01 && x.abs() < 1e4 {
+        format!("{x:.4}")
+    } else {
+        format!("{x:.3e}")
+    }
+}
+
+/// The figures as Markdown tables.
+pub fn render(opts: &OptimizerBenchOptions, reports: &[ProblemReport]) -> String {
+    let mut o = String::new();
+    let b = &opts.budgets;
+    let hdr_b = |what: &str| {
+        b.iter()
+            .map(|t| format!("{what}@{t}"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    // Summary: mean score over problems, per sampler and mode.
+    let _ = writeln!(
+        o,
+        "### Mean score over problems ({} seeds; random reference: median of {} seeds)\n",
+        opts.seeds, opts.random_seeds
+    );
+    let _ = writeln!(o, "| sampler | q | {} |", hdr_b("score"));
+    let _ = writeln!(o, "|---|---|{}", "---|".repeat(b.len()));
+    for &q in &opts.q {
+        for &kind in &opts.samplers {
+            let mut m = vec![0.0; b.len()];
+            for r in reports {
+                if let Some(c) = r.cells.iter().find(|c| c.sampler == kind && c.q == q) {
+                    for k in 0..b.len() {
+                        m[k] += c.score[k] / reports.len() as f64;
+                    }
+                }
+            }
+            let _ = writeln!(
+                o,
+                "| {} | {q} | {} |",
+                kind.as_str(),
+                m.iter()
+                    .map(|x| format!("{x:.1}"))
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            );
+        }
+    }
+    for r in reports {
+        let _ = writeln!(
+            o,
+            "\n### {}\n\nrandom median best @{}: {}\n",
+            r.name,
+            b.iter()
+                .map(|t| t.to_string())
+                .collect::<Vec<_>>()
+                .join("/"),
+            r.rand_med
+                .iter()
+                .map(|x| fmt_g(*x))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        );
+        let _ = writeln!(
+            o,
+            "| sampler | q | {} | {} |",
+            hdr_b("score"),
+            hdr_b("regret")
+        );
+        let _ = writeln!(o, "|---|---|{}", "---|".repeat(2 * b.len()));
+        for c in &r.cells {
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} |",
+                c.sampler.as_str(),
+                c.q,
+                c.score
+                    .iter()
+                    .map(|x| format!("{x:.1}"))
+                    .collect::<Vec<_>>()
+                    .join(" | "),
+                c.regret
+                    .iter()
+                    .map(|x| fmt_g(*x))
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            );
+        }
+        if !r.timing.is_empty() {
+            let _ = writeln!(
+                o,
+                "\n| sampler | {} |",
+                opts.timing_at
+                    .iter()
+                    .map(|t| format!("ms/ask@{t}"))
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            );
+            let _ = writeln!(o, "|---|{}", "---|".repeat(opts.timing_at.len()));
+            for (kind, ms) in &r.timing {
+                let _ = writeln!(
+                    o,
+                    "| {} | {} |",
+                    kind.as_str(),
+                    ms.iter()
+                        .map(|x| format!("{x:.2}"))
+                        .collect::<Vec<_>>()
+                        .join(" | ")
+                );
+            }
+        }
+    }
+    o
+}
+
+/// The command's entry: measures, then prints the tables on standard output (progress on
+/// standard error).
+pub fn run(opts: &OptimizerBenchOptions) -> anyhow::Result<()> {
+    if opts.budgets.is_empty() || opts.budgets.contains(&0) {
+        anyhow::bail!("budgets must be positive trial counts");
+    }
+    if opts.seeds == 0 || opts.random_seeds == 0 {
+        anyhow::bail!("seeds must be at least 1");
+    }
+    if opts.q.is_empty() || opts.q.contains(&0) {
+        anyhow::bail!("q must be at least 1");
+    }
+    let reports = measure(opts, &mut |line| eprintln!("{line}"))?;
+    print!("{}", render(opts, &reports));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn score_is_100_at_the_optimum_and_0_at_random_median() {
+        assert_eq!(score(1.0, 1.0, 3.0), 100.0);
+        assert_eq!(score(3.0, 1.0, 3.0), 0.0);
+        assert_eq!(score(100.0, 1.0, 3.0), -100.0);
+    }
+
+    #[test]
+    fn a_tiny_benchmark_runs_end_to_end() {
+        let opts = OptimizerBenchOptions {
+            seeds: 1,
+            random_seeds: 3,
+            problems: vec!["branin".into(), "svm_surrogate".into()],
+            budgets: vec![5, 8],
+            samplers: vec![SamplerKind::Random, SamplerKind::Tpe, SamplerKind::Gp],
+            q: vec![1, 4],
+            timing_at: vec![8],
+            timing_seeds: 1,
+            n_startup: Some(4),
+        };
+        let reports = measure(&opts, &mut |_| {}).expect("runs");
+        let text = render(&opts, &reports);
+        assert!(
+            text.contains("### branin") && text.contains("ms/ask@8"),
+            "{text}"
+        );
+        assert!(
+            measure(
+                &OptimizerBenchOptions {
+                    problems: vec!["nope".into()],
+                    ..opts
+                },
+                &mut |_| {}
+            )
+            .is_err()
+        );
+    }
+}

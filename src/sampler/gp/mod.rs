@@ -1,0 +1,406 @@
+//! The Gaussian-process sampler: the default Bayesian optimizer of `tune`.
+//!
+//! Per ask: the history becomes features (`kernel`: mixed space, inactive params without
+//! invented values) and robustly transformed losses; Matérn-5/2 hyper-parameters are fitted by
+//! MAP with L-BFGS from several starts (`fit`); pending trials enter as kriging-believer
+//! fantasies; log expected improvement is maximised by a Sobol sweep, local perturbations of
+//! the best trials, L-BFGS on continuous floats and a coordinate search on discrete params
+//! (`acquisition`). The first trials are a scrambled Sobol design.
+//!
+//! The sampler holds one cache, the last fitted hyper-parameters, used as a warm start: a
+//! sampler rebuilt from the history (a resumed study) works the same way, only from a cold
+//! start. Studies beyond [`GpOptions::max_points`] finished trials are modelled on a subset
+//! (the best half plus an even spread of the rest), which bounds the cost of an ask smoothly.
+
+mod acquisition;
+mod fit;
+mod kernel;
+
+use rand::Rng;
+use rand_distr::StandardNormal;
+
+use super::qmc::sobol_point;
+use super::{AskContext, RandomSampler, Sampler, SobolSampler, is_duplicate, mix};
+use crate::space::{ParamKind, Params, Space};
+use crate::trial::Outcome;
+use acquisition::Acq;
+use fit::{FitData, Posterior};
+use kernel::Layout;
+
+pub use acquisition::log_ei;
+
+/// Settings of the GP sampler.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpOptions {
+    /// Trials drawn from the Sobol design before the model takes over; `None` picks one that
+    /// fits the dimension ([`default_startup`]).
+    pub n_startup: Option<usize>,
+    /// Most trials the posterior is built on; beyond, a subset.
+    pub max_points: usize,
+    /// Most trials the hyper-parameters are fitted on.
+    pub max_fit_points: usize,
+}
+
+impl Default for GpOptions {
+    fn default() -> Self {
+        GpOptions {
+            n_startup: None,
+            max_points: 160,
+            max_fit_points: 80,
+        }
+    }
+}
+
+/// Initial design size: a little more than the number of parameters, between 5 and 10.
+pub fn default_startup(space: &Space) -> usize {
+    (space.len() + 3).clamp(5, 10)
+}
+
+pub struct GpSampler {
+    opts: GpOptions,
+    theta: Option<Vec<f64>>,
+}
+
+impl GpSampler {
+    pub fn new(opts: GpOptions) -> GpSampler {
+        GpSampler { opts, theta: None }
+    }
+}
+
+impl Default for GpSampler {
+    fn default() -> Self {
+        GpSampler::new(GpOptions::default())
+    }
+}
+
+/// A monotone map of losses to the model's outputs: a log warp when a few losses dwarf the
+/// rest (so that values spanning decades do not flatten the model near the optimum), a robust
+/// centre and scale, a soft cap on the upper tail (huge losses only say "bad"), then unit
+/// mean and variance. The lower tail, where the optimum is, is never squashed.
+struct Warp {
+    min: f64,
+    log_c: Option<f64>,
+    centre: f64,
+    scale: f64,
+    mean: f64,
+    sd: f64,
+}
+
+const CAP: f64 = 2.5;
+
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let pos = q * (sorted.len() - 1) as f64;
+    let lo = pos.floor() as usize;
+    let hi = pos.ceil() as usize;
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+}
+
+impl Warp {
+    fn fit(ys: &[f64]) -> Warp {
+        let mut s = ys.to_vec();
+        s.sort_by(f64::total_cmp);
+        let min = s[0];
+        let max = s[s.len() - 1];
+        let med = quantile(&s, 0.5);
+        let span = (max - min).abs().max(1e-300);
+        let log_c = if max - med > 5.0 * (med - min) && max > min {
+            Some((quantile(&s, 0.25) - min).max(1e-9 * span))
+        } else {
+            None
+        };
+        let mut w = Warp {
+            min,
+            log_c,
+            centre: 0.0,
+            scale: 1.0,
+            mean: 0.0,
+            sd: 1.0,
+        };
+        let ws: Vec<f64> = s.iter().map(|&y| w.pre(y)).collect();
+        w.centre = quantile(&ws, 0.5);
+        let iqr = quantile(&ws, 0.75) - quantile(&ws, 0.25);
+        let n = ws.len() as f64;
+        let mean = ws.iter().sum::<f64>() / n;
+        let sd = (ws.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n).sqrt();
+        w.scale = if iqr > 1e-12 * span {
+            iqr / 1.349
+        } else if sd > 0.0 {
+            sd
+        } else {
+            1.0
+        };
+        let zs: Vec<f64> = ws.iter().map(|&x| w.cap(x)).collect();
+        w.mean = zs.iter().sum::<f64>() / n;
+        let sd2 = (zs.iter().map(|x| (x - w.mean).powi(2)).sum::<f64>() / n).sqrt();
+        w.sd = if sd2 > 1e-12 { sd2 } else { 1.0 };
+        w
+    }
+
+    fn pre(&self, y: f64) -> f64 {
+        match self.log_c {
+            Some(c) => ((y - self.min).max(0.0) / c).ln_1p(),
+            None => y,
+        }
+    }
+
+    fn cap(&self, w: f64) -> f64 {
+        let z = (w - self.centre) / self.scale;
+        if z > CAP { CAP + (z - CAP).ln_1p() } else { z }
+    }
+
+    fn apply(&self, y: f64) -> f64 {
+        (self.cap(self.pre(y)) - self.mean) / self.sd
+    }
+}
+
+/// A finished trial as the model sees it.
+struct Obs {
+    params: Params,
+    feat: Vec<f64>,
+    z: f64,
+    complete: bool,
+}
+
+/// Unit-cube coordinates of a trial's params; inactive params (which have none) get `fill`.
+fn to_u(space: &Space, params: &Params, fill: &mut impl FnMut() -> f64) -> Vec<f64> {
+    space
+        .params()
+        .iter()
+        .map(|p| match params.get(&p.name) {
+            Some(v) => p.to_unit(v),
+            None => fill(),
+        })
+        .collect()
+}
+
+/// Picks at most `max` observations: the best half by model output, then an even spread of the
+/// rest (deterministic, so that the same history gives the same model).
+fn subset(obs: &[Obs], max: usize) -> Vec<usize> {
+    if obs.len() <= max {
+        return (0..obs.len()).collect();
+    }
+    let mut order: Vec<usize> = (0..obs.len()).collect();
+    order.sort_by(|&a, &b| obs[a].z.total_cmp(&obs[b].z).then(a.cmp(&b)));
+    let best = max / 2;
+    let mut keep: Vec<usize> = order[..best].to_vec();
+    let rest = &order[best..];
+    let want = max - best;
+    for k in 0..want {
+        keep.push(rest[k * rest.len() / want]);
+    }
+    keep.sort_unstable();
+    keep
+}
+
+impl GpSampler {
+    fn observations(&self, ctx: &AskContext<'_>, layout: &Layout) -> Option<Vec<Obs>> {
+        let mut complete = Vec::new();
+        for t in ctx.history {
+            if let Outcome::Complete { value } = t.outcome {
+                let l = ctx.direction.loss(value);
+                if l.is_finite() {
+                    complete.push(l);
+                }
+            }
+        }
+        if complete.len() < 2 {
+            return None;
+        }
+        let warp = Warp::fit(&complete);
+        let mut zs: Vec<f64> = complete.iter().map(|&y| warp.apply(y)).collect();
+        zs.sort_by(f64::total_cmp);
+        let worst = zs[zs.len() - 1];
+        let median = quantile(&zs, 0.5);
+        let mut obs = Vec::with_capacity(ctx.history.len());
+        for t in ctx.history {
+            // Failed and diverged trials get the worst value seen (they teach the model where
+            // not to go, without a made-up huge loss that would flatten it); pruned ones their
+            // last value, but no better than the median: they were stopped for looking bad.
+            let (z, is_complete) = match t.outcome {
+                Outcome::Complete { value } => {
+                    let l = ctx.direction.loss(value);
+                    if l.is_finite() {
+                        (warp.apply(l), true)
+                    } else {
+                        (worst, false)
+                    }
+                }
+                Outcome::Pruned { value, .. } => {
+                    let v = value
+                        .map(|v| ctx.direction.loss(v))
+                        .filter(|l| l.is_finite())
+                        .map(|l| warp.apply(l).max(median))
+                        .unwrap_or(median);
+                    (v, false)
+                }
+                Outcome::Failed => (worst, false),
+            };
+            obs.push(Obs {
+                feat: layout.encode(ctx.space, &t.params),
+                params: t.params.clone(),
+                z,
+                complete: is_complete,
+            });
+        }
+        Some(obs)
+    }
+
+    fn propose(&mut self, ctx: &AskContext<'_>) -> Option<Params> {
+        let space = ctx.space;
+        let layout = Layout::new(space);
+        let obs = self.observations(ctx, &layout)?;
+        let mut rng = ctx.rng();
+
+        // Hyper-parameters, on a subset for large studies.
+        let fit_idx = subset(&obs, self.opts.max_fit_points);
+        let fx: Vec<Vec<f64>> = fit_idx.iter().map(|&i| obs[i].feat.clone()).collect();
+        let fy: Vec<f64> = fit_idx.iter().map(|&i| obs[i].z).collect();
+        let data = FitData::new(&layout, &fx, &fy);
+        let default = data.default_theta();
+        let mut starts = Vec::new();
+        let cached = self.theta.clone().filter(|t| t.len() == data.dim());
+        let cold = cached.is_none();
+        if let Some(t) = cached {
+            starts.push(t);
+        }
+        if cold || obs.len() < 30 || ctx.trial_number.0 % 5 == 0 {
+            starts.push(default.clone());
+        }
+        if cold || obs.len() < 20 {
+            let mut t = default.clone();
+            for v in t.iter_mut().take(layout.groups) {
+                *v += 0.7 * rng.sample::<f64, _>(StandardNormal);
+            }
+            starts.push(t);
+        }
+        let theta = fit::fit(&data, &starts, if cold { 80 } else { 40 })
+            .map(|(t, _)| t)
+            .unwrap_or(default);
+        self.theta = Some(theta.clone());
+
+        // Posterior on real observations, then pending trials as fantasies at its mean.
+        let idx = subset(&obs, self.opts.max_points);
+        let mut x: Vec<Vec<f64>> = idx.iter().map(|&i| obs[i].feat.clone()).collect();
+        let mut y: Vec<f64> = idx.iter().map(|&i| obs[i].z).collect();
+        let best = obs
+            .iter()
+            .filter(|o| o.complete)
+            .map(|o| o.z)
+            .min_by(f64::total_cmp)?;
+        let mut post = Posterior::new(&layout, x.clone(), &y, &theta)?;
+        if !ctx.pending.is_empty() {
+            let pf: Vec<Vec<f64>> = ctx
+                .pending
+                .iter()
+                .map(|p| layout.encode(space, p))
+                .collect();
+            for (f, (m, _)) in pf.iter().zip(post.predict(&pf)) {
+                x.push(f.clone());
+                y.push(m);
+            }
+            post = Posterior::new(&layout, x, &y, &theta)?;
+        }
+
+        let acq = Acq {
+            space,
+            layout: &layout,
+            post: &post,
+            best,
+        };
+        let d = space.len();
+
+        // Candidates: a scrambled Sobol sweep plus perturbations of the best trials.
+        let sweep_seed = mix(ctx.seed, ctx.trial_number.0 ^ 0xACE0_0000);
+        let n_sweep = 384;
+        let mut cands: Vec<Vec<f64>> = (0..n_sweep)
+            .map(|i| sobol_point(i as u64, d, sweep_seed))
+            .collect();
+        let mut ranked: Vec<&Obs> = obs.iter().filter(|o| o.complete).collect();
+        ranked.sort_by(|a, b| a.z.total_cmp(&b.z));
+        for o in ranked.iter().take(5) {
+            let mut fill = || rng.random::<f64>();
+            let base = to_u(space, &o.params, &mut fill);
+            for k in 0..40 {
+                let sd = if k < 20 { 0.02 } else { 0.1 };
+                let u: Vec<f64> = base
+                    .iter()
+                    .zip(space.params())
+                    .map(|(&b, p)| match p.kind {
+                        ParamKind::Categorical { .. } => {
+                            if rng.random::<f64>() < 0.15 {
+                                rng.random::<f64>()
+                            } else {
+                                b
+                            }
+                        }
+                        _ => {
+                            let e: f64 = rng.sample(StandardNormal);
+                            (b + sd * e).clamp(0.0, 1.0)
+                        }
+                    })
+                    .collect();
+                cands.push(u);
+            }
+        }
+        let scores = acq.score(&cands);
+        let mut order: Vec<usize> = (0..cands.len()).collect();
+        order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+
+        // Local refinement of the best few distinct starting points.
+        let mut finals: Vec<(Vec<f64>, f64)> = Vec::new();
+        let mut seen: Vec<Params> = Vec::new();
+        for &i in &order {
+            if finals.len() >= 4 {
+                break;
+            }
+            let p = space.from_unit(&cands[i]);
+            if seen.contains(&p) {
+                continue;
+            }
+            seen.push(p);
+            let (u, s) = acq.refine_continuous(&cands[i], scores[i], 30);
+            let (u, s) = acq.refine_discrete(&u, s);
+            finals.push((u, s));
+        }
+        // Then every other candidate, in score order, as fall-backs against duplicates.
+        finals.sort_by(|a, b| b.1.total_cmp(&a.1));
+        for (u, _) in finals
+            .iter()
+            .map(|(u, s)| (u.clone(), *s))
+            .chain(order.iter().map(|&i| (cands[i].clone(), scores[i])))
+        {
+            let p = space.from_unit(&u);
+            if !is_duplicate(&p, ctx) {
+                return Some(p);
+            }
+        }
+        None
+    }
+}
+
+impl Sampler for GpSampler {
+    fn ask(&mut self, ctx: &AskContext<'_>) -> Params {
+        let n_startup = self
+            .opts
+            .n_startup
+            .unwrap_or_else(|| default_startup(ctx.space));
+        if (ctx.trial_number.0 as usize) < n_startup {
+            return SobolSampler.ask(ctx);
+        }
+        match self.propose(ctx) {
+            Some(p) => p,
+            // Too little data (fewer than two complete trials), a model that cannot be built,
+            // or nothing new among the candidates: keep exploring.
+            None => {
+                if ctx.history.iter().filter(|t| t.value().is_some()).count() < 2 {
+                    SobolSampler.ask(ctx)
+                } else {
+                    RandomSampler.ask(ctx)
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,177 @@
+use super::*;
+use crate::sampler::{SamplerKind, SamplerOptions, build_with};
+use crate::space::ParamValue;
+use crate::trial::{Direction, FinishedTrial, TrialNumber};
+
+fn space(src: &str) -> Space {
+    let t: toml::Table = toml::from_str(src).expect("toml");
+    Space::from_toml(&t).expect("space")
+}
+
+const MIXED: &str = r#"
+lr           = { type = "float", low = 1e-5, high = 1.0, log = true }
+optimizer    = { type = "categorical", choices = ["sgd", "adam", "adamw"] }
+momentum     = { type = "float", low = 0.0, high = 0.99, when = { optimizer = "sgd" } }
+batch_size   = { type = "int", low = 16, high = 1024, log = true }
+accumulation = { type = "int", low = 1, high = 8 }
+wd           = { type = "float", low = 0.0, high = 0.1, step = 0.01 }
+"#;
+
+fn mixed_loss(p: &Params) -> f64 {
+    let lr = p["lr"].as_f64().unwrap_or(1.0).log10();
+    let opt = match &p["optimizer"] {
+        ParamValue::Str(s) if s == "sgd" => 0.0,
+        ParamValue::Str(s) if s == "adam" => 0.3,
+        _ => 0.1,
+    };
+    let m = p.get("momentum").and_then(|v| v.as_f64()).unwrap_or(0.0);
+    let b = p["batch_size"].as_f64().unwrap_or(1.0).log2();
+    (lr + 2.0).powi(2) + opt + (m - 0.9).powi(2) + 0.01 * (b - 8.0).powi(2)
+}
+
+/// Runs a sampler on `f` for `n` trials, `q` outstanding at once, returning the history.
+fn run(
+    s: &Space,
+    kind: SamplerKind,
+    n: usize,
+    q: usize,
+    seed: u64,
+    f: &dyn Fn(&Params) -> Option<f64>,
+) -> Vec<FinishedTrial> {
+    let mut sampler = build_with(kind, &SamplerOptions { n_startup: Some(4) });
+    let mut history: Vec<FinishedTrial> = Vec::new();
+    let mut pending: Vec<(u64, Params)> = Vec::new();
+    let mut asked = 0u64;
+    while history.len() < n {
+        while pending.len() < q && (asked as usize) < n {
+            let pp: Vec<Params> = pending.iter().map(|p| p.1.clone()).collect();
+            let ctx = AskContext {
+                space: s,
+                direction: Direction::Minimize,
+                history: &history,
+                pending: &pp,
+                trial_number: TrialNumber(asked),
+                seed,
+            };
+            let p = sampler.ask(&ctx);
+            s.validate(&p).expect("proposal is valid");
+            assert!(!is_duplicate(&p, &ctx), "duplicate proposal {p:?}");
+            pending.push((asked, p));
+            asked += 1;
+        }
+        let (num, p) = pending.remove(0);
+        let outcome = match f(&p) {
+            Some(v) => Outcome::Complete { value: v },
+            None => Outcome::Failed,
+        };
+        history.push(FinishedTrial {
+            number: TrialNumber(num),
+            params: p,
+            outcome,
+            curve: Vec::new(),
+        });
+    }
+    history
+}
+
+#[test]
+fn proposals_are_valid_and_inactive_params_absent_in_a_mixed_space() {
+    let s = space(MIXED);
+    let h = run(&s, SamplerKind::Gp, 14, 1, 3, &|p| Some(mixed_loss(p)));
+    for t in &h {
+        let sgd = t.params["optimizer"] == ParamValue::Str("sgd".into());
+        assert_eq!(t.params.contains_key("momentum"), sgd);
+    }
+}
+
+#[test]
+fn the_same_seed_gives_the_same_proposals() {
+    let s = space(MIXED);
+    let a = run(&s, SamplerKind::Gp, 9, 2, 11, &|p| Some(mixed_loss(p)));
+    let b = run(&s, SamplerKind::Gp, 9, 2, 11, &|p| Some(mixed_loss(p)));
+    let pa: Vec<_> = a.iter().map(|t| &t.params).collect();
+    let pb: Vec<_> = b.iter().map(|t| &t.params).collect();
+    assert_eq!(pa, pb);
+}
+
+#[test]
+fn the_gp_finds_a_one_dimensional_minimum_in_few_trials() {
+    let s = space("x = { type = \"float\", low = -2.0, high = 3.0 }");
+    let f = |p: &Params| {
+        let x = p["x"].as_f64().unwrap_or(0.0);
+        Some((x - 0.7).powi(2) + 0.1 * (5.0 * x).sin())
+    };
+    // The minimum of (x-0.7)^2 + 0.1 sin(5x) on [-2, 3] is near x = 0.89.
+    let grid_min = (0..=50_000)
+        .map(|i| -2.0 + 5.0 * i as f64 / 50_000.0)
+        .map(|x| (x - 0.7f64).powi(2) + 0.1 * (5.0 * x).sin())
+        .fold(f64::INFINITY, f64::min);
+    let h = run(&s, SamplerKind::Gp, 14, 1, 5, &f);
+    let best = h
+        .iter()
+        .filter_map(|t| t.value())
+        .fold(f64::INFINITY, f64::min);
+    assert!(best - grid_min < 1e-3, "best {best}, min {grid_min}");
+}
+
+#[test]
+fn pending_trials_are_not_proposed_again_in_a_small_discrete_space() {
+    let s = space(
+        "a = { type = \"int\", low = 0, high = 2 }\n\
+         b = { type = \"categorical\", choices = [\"x\", \"y\"] }",
+    );
+    // 6 configurations, 6 trials, 3 at a time: every one must be new.
+    let h = run(&s, SamplerKind::Gp, 6, 3, 1, &|p| {
+        Some(p["a"].as_f64().unwrap_or(0.0))
+    });
+    for i in 0..h.len() {
+        for j in 0..i {
+            assert_ne!(h[i].params, h[j].params);
+        }
+    }
+}
+
+#[test]
+fn failures_huge_values_and_constant_outputs_never_panic() {
+    let s = space(MIXED);
+    // Every third trial fails, the others are huge or constant.
+    let cnt = std::cell::Cell::new(0);
+    let h = run(&s, SamplerKind::Gp, 12, 2, 2, &|_p| {
+        let c = cnt.get();
+        cnt.set(c + 1);
+        match c % 3 {
+            0 => None,
+            1 => Some(1e300),
+            _ => Some(1.0),
+        }
+    });
+    assert_eq!(h.len(), 12);
+    let h = run(&s, SamplerKind::Gp, 8, 1, 2, &|_| Some(3.0));
+    assert_eq!(h.len(), 8);
+    let h = run(&s, SamplerKind::Gp, 8, 1, 2, &|_| Some(f64::NAN));
+    assert_eq!(h.len(), 8);
+}
+
+#[test]
+fn tpe_and_auto_give_valid_distinct_proposals() {
+    let s = space(MIXED);
+    for kind in [SamplerKind::Tpe, SamplerKind::Auto] {
+        let h = run(&s, kind, 14, 2, 4, &|p| Some(mixed_loss(p)));
+        assert_eq!(h.len(), 14);
+    }
+}
+
+#[test]
+fn the_warp_keeps_order_and_tames_huge_losses() {
+    let ys = [0.5, 1.0, 2.0, 3.0, 1e6, 4.0, 2.5];
+    let w = Warp::fit(&ys);
+    let zs: Vec<f64> = ys.iter().map(|&y| w.apply(y)).collect();
+    for i in 0..ys.len() {
+        for j in 0..ys.len() {
+            if ys[i] < ys[j] {
+                assert!(zs[i] < zs[j]);
+            }
+        }
+    }
+    assert!(zs.iter().all(|z| z.is_finite() && z.abs() < 5.0), "{zs:?}");
+}
