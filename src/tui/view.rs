@@ -856,17 +856,6 @@ fn render_table(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) {
     if tv.cursor < offset {
         offset = tv.cursor;
     }
-    let widths: Vec<Constraint> = cols
-        .iter()
-        .map(|c| match c {
-            Column::Number => Constraint::Length(5),
-            Column::State => Constraint::Length(10),
-            Column::Value => Constraint::Length(11),
-            Column::Duration => Constraint::Length(6),
-            Column::Step => Constraint::Length(5),
-            Column::Param(p) => Constraint::Length(p.chars().count().max(7) as u16),
-        })
-        .collect();
     let header = Row::new(cols.iter().enumerate().map(|(i, c)| {
         let mut t = c.title().to_string();
         if i == tv.sort {
@@ -876,18 +865,44 @@ fn render_table(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) {
     }))
     .style(theme.header());
     let best = state.best;
-    let rows: Vec<Row> = state
+    // The cells of the visible rows only: the table never formats 10 000 rows a frame.
+    let visible: Vec<(&TrialRow, Vec<String>)> = state
         .order
         .iter()
         .skip(offset)
         .take(rows_h)
         .map(|&i| {
             let t = &state.trials[i];
+            (t, cols.iter().map(|c| cell_text(c, t, state)).collect())
+        })
+        .collect();
+    // Each column as wide as its title (and sort mark) or its widest visible cell, so a
+    // value is never cut to something that reads as another number.
+    let widths: Vec<Constraint> = cols
+        .iter()
+        .enumerate()
+        .map(|(k, c)| {
+            let cells = visible
+                .iter()
+                .map(|(_, v)| v[k].chars().count())
+                .max()
+                .unwrap_or(0);
+            let min = match c {
+                Column::State => 10,
+                Column::Value => 9,
+                _ => 0,
+            };
+            Constraint::Length((c.title().chars().count() + 1).max(cells).max(min).min(24) as u16)
+        })
+        .collect();
+    let rows: Vec<Row> = visible
+        .into_iter()
+        .map(|(t, cells)| {
             let mut style = theme.state(t.state);
             if Some(t.number) == best {
                 style = theme.best();
             }
-            Row::new(cols.iter().map(|c| Cell::from(cell_text(c, t, state)))).style(style)
+            Row::new(cells.into_iter().map(Cell::from)).style(style)
         })
         .collect();
     if rows.is_empty() {
