@@ -2,7 +2,7 @@
 //! from its database.
 //!
 //! A [`Poller`] reads the database read-only about once a second and turns what changed into
-//! the same [`Event`]s the scheduler sends in-process, so one [`UiState`](super::UiState)
+//! the same [`Event`]s the scheduler sends in-process, so one [`UiState`]
 //! drives both. It never writes and never holds a lock that could make the study's writes
 //! wait: the connection is `SQLITE_OPEN_READ_ONLY` on a WAL database, and when SQLite's
 //! `data_version` says nothing was committed since the last poll, it reads nothing at all.
