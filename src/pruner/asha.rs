@@ -15,7 +15,7 @@
 
 use std::cmp::Ordering;
 
-use super::{AshaConfig, Point, PruneContext, Pruner, cmp_loss, reached};
+use super::{AshaConfig, Memo, Point, PruneContext, Pruner, cmp_loss, reached};
 use crate::trial::TrialNumber;
 
 /// More rungs than any sane study has (η ≥ 2 makes rung 64 sit 2^64 times past the first);
@@ -27,37 +27,60 @@ pub(crate) fn rung_resource(min_resource: f64, eta: f64, index: u32) -> f64 {
     min_resource * eta.powi(i32::try_from(index).unwrap_or(i32::MAX))
 }
 
-/// The rungs of one ASHA ladder.
+/// The rungs of one ASHA ladder: their resources, ascending, all below `max_resource`.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Rungs {
-    pub min_resource: f64,
-    pub max_resource: Option<f64>,
-    pub eta: f64,
-    pub min_early_stopping_rate: u32,
+    ladder: Vec<f64>,
+    eta: f64,
 }
 
+/// A trial's values at the rungs it has reached, by rung index: each is the loss of its first
+/// report at or past that rung's resource.
+pub(crate) type RungValues = Vec<f64>;
+
 impl Rungs {
-    /// The resources of the rungs in `(after, upto]`, ascending. `after` is `None` for a trial
-    /// with no earlier report.
-    fn crossed(&self, after: Option<f64>, upto: f64) -> Vec<f64> {
-        let mut out = Vec::new();
-        let mut previous = f64::NEG_INFINITY;
+    pub fn new(
+        min_resource: f64,
+        max_resource: Option<f64>,
+        eta: f64,
+        min_early_stopping_rate: u32,
+    ) -> Rungs {
+        let mut ladder: Vec<f64> = Vec::new();
         for k in 0..MAX_RUNGS {
-            let r = rung_resource(
-                self.min_resource,
-                self.eta,
-                self.min_early_stopping_rate.saturating_add(k),
-            );
-            // A ladder that stops climbing (η ≤ 1 in an unchecked config) or overflows ends.
-            if !r.is_finite() || r <= previous {
+            let r = rung_resource(min_resource, eta, min_early_stopping_rate.saturating_add(k));
+            // A ladder that stops climbing (η ≤ 1 in an unchecked config) or overflows ends;
+            // so does one that reaches the full trial.
+            if !r.is_finite()
+                || ladder.last().is_some_and(|&last| r <= last)
+                || max_resource.is_some_and(|max| reached(r, max))
+            {
                 break;
             }
-            previous = r;
-            if self.max_resource.is_some_and(|max| reached(r, max)) || !reached(upto, r) {
-                break;
-            }
-            if after.is_none_or(|a| !reached(a, r)) {
-                out.push(r);
+            ladder.push(r);
+        }
+        Rungs { ladder, eta }
+    }
+
+    /// The indices of the rungs in `(after, upto]`, ascending. `after` is `None` for a trial
+    /// with no earlier report.
+    fn crossed(&self, after: Option<f64>, upto: f64) -> impl Iterator<Item = usize> + '_ {
+        self.ladder
+            .iter()
+            .enumerate()
+            .take_while(move |(_, r)| reached(upto, **r))
+            .filter(move |(_, r)| after.is_none_or(|a| !reached(a, **r)))
+            .map(|(k, _)| k)
+    }
+
+    /// A curve's values at the rungs it has reached.
+    pub fn values(&self, curve: impl Iterator<Item = Point>) -> RungValues {
+        let mut out = Vec::new();
+        for p in curve {
+            // A report past several rungs not reached before fills each of them.
+            while let Some(&r) = self.ladder.get(out.len())
+                && reached(p.resource, r)
+            {
+                out.push(p.loss);
             }
         }
         out
@@ -67,8 +90,10 @@ impl Rungs {
     pub fn should_prune(
         &self,
         ctx: &PruneContext<'_>,
+        memo: &mut Memo<RungValues>,
         rival: impl Fn(TrialNumber) -> bool,
     ) -> bool {
+        memo.enter(ctx);
         let own: Vec<Point> = ctx.curve(ctx.own()).collect();
         let Some((last, earlier)) = own.split_last() else {
             return false;
@@ -77,61 +102,66 @@ impl Rungs {
             .iter()
             .map(|p| p.resource)
             .max_by(|a, b| a.total_cmp(b));
-        for rung in self.crossed(before, last.resource) {
-            // Every earlier report is below this rung, so this report is the first one at or
-            // past it: the trial's value at the rung.
-            let mine = last.loss;
-            if mine.is_nan() {
-                // A diverged trial cannot climb; without this it would go on whenever it is
-                // the first to reach a rung.
-                return true;
+        let crossed: Vec<usize> = self.crossed(before, last.resource).collect();
+        if crossed.is_empty() {
+            return false;
+        }
+        // Every earlier report is below these rungs, so this report is the first one at or
+        // past each: the trial's value there.
+        let mine = last.loss;
+        if mine.is_nan() {
+            // A diverged trial cannot climb; without this it would go on whenever it is the
+            // first to reach a rung.
+            return true;
+        }
+        let mut others: Vec<Vec<f64>> = vec![Vec::new(); crossed.len()];
+        for t in ctx
+            .trials
+            .iter()
+            .filter(|t| t.number != ctx.trial && rival(t.number))
+        {
+            let values = memo.get(ctx, t, |t| self.values(ctx.curve(&t.reports)));
+            for (at, &k) in crossed.iter().enumerate() {
+                if let Some(&v) = values.get(k) {
+                    others[at].push(v);
+                }
             }
-            let others: Vec<f64> = ctx
-                .trials
-                .iter()
-                .filter(|t| t.number != ctx.trial && rival(t.number))
-                .filter_map(|t| value_at(ctx.curve(&t.reports), rung))
-                .collect();
+        }
+        others.iter().any(|others| {
             let n = others.len() + 1;
             let keep = ((n as f64 / self.eta).floor() as usize).max(1);
             let better = others
                 .iter()
                 .filter(|&&o| cmp_loss(o, mine) == Ordering::Less)
                 .count();
-            if better >= keep {
-                return true;
-            }
-        }
-        false
+            better >= keep
+        })
     }
-}
-
-/// A trial's value at a rung: the loss of its first report at or past the rung's resource.
-fn value_at(mut curve: impl Iterator<Item = Point>, rung: f64) -> Option<f64> {
-    curve.find(|p| reached(p.resource, rung)).map(|p| p.loss)
 }
 
 /// ASHA over all trials of the study.
 pub struct AshaPruner {
     rungs: Rungs,
+    memo: Memo<RungValues>,
 }
 
 impl AshaPruner {
     pub fn new(config: &AshaConfig) -> AshaPruner {
         AshaPruner {
-            rungs: Rungs {
-                min_resource: config.min_resource,
-                max_resource: config.max_resource,
-                eta: config.reduction_factor,
-                min_early_stopping_rate: config.min_early_stopping_rate,
-            },
+            rungs: Rungs::new(
+                config.min_resource,
+                config.max_resource,
+                config.reduction_factor,
+                config.min_early_stopping_rate,
+            ),
+            memo: Memo::new(),
         }
     }
 }
 
 impl Pruner for AshaPruner {
     fn should_prune(&mut self, ctx: &PruneContext<'_>) -> bool {
-        self.rungs.should_prune(ctx, |_| true)
+        self.rungs.should_prune(ctx, &mut self.memo, |_| true)
     }
 }
 
@@ -419,36 +449,33 @@ mod tests {
     fn unchecked_ladders_end() {
         // η = 1 and a zero minimum would loop forever on a naive ladder.
         for (min, eta) in [(1.0, 1.0), (0.0, 3.0), (1.0, 0.5), (1.0, f64::INFINITY)] {
-            let rungs = Rungs {
-                min_resource: min,
-                max_resource: None,
-                eta,
-                min_early_stopping_rate: 0,
-            };
-            assert!(rungs.crossed(None, 1e300).len() <= MAX_RUNGS as usize);
+            let rungs = Rungs::new(min, None, eta, 0);
+            assert!(rungs.crossed(None, 1e300).count() <= MAX_RUNGS as usize);
         }
-        let rungs = Rungs {
-            min_resource: 1.0,
-            max_resource: None,
-            eta: 3.0,
-            min_early_stopping_rate: u32::MAX,
-        };
-        assert_eq!(rungs.crossed(None, f64::MAX), Vec::<f64>::new());
+        let rungs = Rungs::new(1.0, None, 3.0, u32::MAX);
+        assert_eq!(rungs.crossed(None, f64::MAX).count(), 0);
     }
 
     #[test]
     fn ladder_lists_the_rungs_crossed_between_two_reports() {
-        let rungs = Rungs {
-            min_resource: 1.0,
-            max_resource: Some(100.0),
-            eta: 3.0,
-            min_early_stopping_rate: 0,
-        };
-        assert_eq!(rungs.crossed(None, 0.5), Vec::<f64>::new());
-        assert_eq!(rungs.crossed(None, 1.0), vec![1.0]);
-        assert_eq!(rungs.crossed(Some(1.0), 2.9), Vec::<f64>::new());
-        assert_eq!(rungs.crossed(Some(1.0), 30.0), vec![3.0, 9.0, 27.0]);
-        assert_eq!(rungs.crossed(Some(27.0), 1000.0), vec![81.0]);
-        assert_eq!(rungs.crossed(Some(81.0), 1000.0), Vec::<f64>::new());
+        let rungs = Rungs::new(1.0, Some(100.0), 3.0, 0);
+        assert_eq!(rungs.ladder, vec![1.0, 3.0, 9.0, 27.0, 81.0]);
+        let crossed = |after, upto| rungs.crossed(after, upto).collect::<Vec<_>>();
+        assert_eq!(crossed(None, 0.5), Vec::<usize>::new());
+        assert_eq!(crossed(None, 1.0), vec![0]);
+        assert_eq!(crossed(Some(1.0), 2.9), Vec::<usize>::new());
+        assert_eq!(crossed(Some(1.0), 30.0), vec![1, 2, 3]);
+        assert_eq!(crossed(Some(27.0), 1000.0), vec![4]);
+        assert_eq!(crossed(Some(81.0), 1000.0), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn rung_values_are_the_first_report_at_or_past_each_rung() {
+        let rungs = Rungs::new(1.0, Some(100.0), 3.0, 0);
+        let p = |resource, loss| Point { resource, loss };
+        let values =
+            rungs.values([p(0.5, 9.0), p(2.0, 8.0), p(10.0, 7.0), p(11.0, 6.0)].into_iter());
+        assert_eq!(values, vec![8.0, 7.0, 7.0]);
+        assert_eq!(rungs.values(std::iter::empty()), Vec::<f64>::new());
     }
 }

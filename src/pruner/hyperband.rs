@@ -10,8 +10,8 @@
 //! resume puts a trial in the same bracket without storing it, and trials compete only with
 //! trials of their own bracket. The `[pruner]` keys are in [`super::HyperbandConfig`].
 
-use super::asha::{Rungs, rung_resource};
-use super::{HyperbandConfig, PruneContext, Pruner, reached};
+use super::asha::{RungValues, Rungs, rung_resource};
+use super::{HyperbandConfig, Memo, PruneContext, Pruner, reached};
 use crate::trial::TrialNumber;
 
 /// `⌊log_η(max / min)⌋ + 1`, counted by multiplication so that `max = min · η^k` exactly is
@@ -25,10 +25,26 @@ pub(crate) fn bracket_count(min: f64, max: f64, eta: f64) -> u32 {
     s_max + 1
 }
 
+/// The bracket of a trial: its Fibonacci hash's place in [0, 1), scaled by the shares.
+fn bracket_in(brackets: &[(Rungs, f64)], total: f64, trial: TrialNumber) -> usize {
+    let u = trial.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) as f64 / 18_446_744_073_709_551_616.0;
+    let mut target = u * total;
+    for (b, (_, share)) in brackets.iter().enumerate() {
+        if target < *share {
+            return b;
+        }
+        target -= share;
+    }
+    brackets.len().saturating_sub(1)
+}
+
 pub struct HyperbandPruner {
     /// Bracket `b`'s ladder and its share of trials.
     brackets: Vec<(Rungs, f64)>,
     total: f64,
+    /// One memo for all brackets: a trial is only ever summarised on its own bracket's ladder,
+    /// since only its own bracket's trials meet it.
+    memo: Memo<RungValues>,
 }
 
 impl HyperbandPruner {
@@ -43,30 +59,21 @@ impl HyperbandPruner {
                 let s = all - 1 - b;
                 let n =
                     all as f64 * eta.powi(i32::try_from(s).unwrap_or(i32::MAX)) / (s as f64 + 1.0);
-                let rungs = Rungs {
-                    min_resource: config.min_resource,
-                    max_resource: config.max_resource,
-                    eta,
-                    min_early_stopping_rate: b,
-                };
+                let rungs = Rungs::new(config.min_resource, config.max_resource, eta, b);
                 (rungs, n.ceil())
             })
             .collect();
         let total = brackets.iter().map(|(_, w)| w).sum();
-        HyperbandPruner { brackets, total }
+        HyperbandPruner {
+            brackets,
+            total,
+            memo: Memo::new(),
+        }
     }
 
-    /// The bracket of a trial: its Fibonacci hash's place in [0, 1), scaled by the shares.
+    /// The bracket of a trial.
     pub fn bracket_of(&self, trial: TrialNumber) -> usize {
-        let u = trial.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) as f64 / 18_446_744_073_709_551_616.0;
-        let mut target = u * self.total;
-        for (b, (_, share)) in self.brackets.iter().enumerate() {
-            if target < *share {
-                return b;
-            }
-            target -= share;
-        }
-        self.brackets.len().saturating_sub(1)
+        bracket_in(&self.brackets, self.total, trial)
     }
 
     /// The number of brackets in use.
@@ -81,7 +88,8 @@ impl Pruner for HyperbandPruner {
         let Some((rungs, _)) = self.brackets.get(b) else {
             return false;
         };
-        rungs.should_prune(ctx, |t| self.bracket_of(t) == b)
+        let (brackets, total) = (&self.brackets, self.total);
+        rungs.should_prune(ctx, &mut self.memo, |t| bracket_in(brackets, total, t) == b)
     }
 }
 

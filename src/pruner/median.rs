@@ -13,13 +13,14 @@
 
 use std::cmp::Ordering;
 
-use super::{MedianConfig, Point, PruneContext, Pruner, TrialCurve, cmp_loss, reached};
+use super::{MedianConfig, Memo, Point, PruneContext, Pruner, cmp_loss, reached};
 use crate::trial::TrialState;
 
 pub struct MedianPruner {
     warmup: f64,
     min_trials: usize,
     interval: f64,
+    memo: Memo<Yardstick>,
 }
 
 impl MedianPruner {
@@ -29,6 +30,7 @@ impl MedianPruner {
             // A median needs a value: zero would read as one.
             min_trials: config.min_trials.max(1),
             interval: config.interval,
+            memo: Memo::new(),
         }
     }
 
@@ -51,22 +53,47 @@ impl MedianPruner {
     }
 }
 
-/// A complete trial's best loss over its reports at or below `r`, if its reports reach `r`.
-fn best_by(ctx: &PruneContext<'_>, t: &TrialCurve, r: f64) -> Option<f64> {
-    let mut best: Option<f64> = None;
-    let mut reaches = false;
-    for p in ctx.curve(&t.reports) {
-        if reached(p.resource, r) {
-            reaches = true;
-        }
-        if reached(r, p.resource) {
-            best = Some(match best {
-                Some(b) if cmp_loss(b, p.loss) != Ordering::Greater => b,
-                _ => p.loss,
-            });
+/// A complete trial as a yardstick: its best loss by resource.
+pub(crate) struct Yardstick {
+    /// The furthest resource its reports reach.
+    reach: f64,
+    /// Its points sorted by resource, each with the best loss at or below that resource.
+    best_by: Vec<(f64, f64)>,
+}
+
+impl Yardstick {
+    fn new(curve: impl Iterator<Item = Point>) -> Yardstick {
+        let mut points: Vec<Point> = curve.collect();
+        points.sort_by(|a, b| a.resource.total_cmp(&b.resource));
+        let mut best: Option<f64> = None;
+        let best_by = points
+            .iter()
+            .map(|p| {
+                let b = match best {
+                    Some(b) if cmp_loss(b, p.loss) != Ordering::Greater => b,
+                    _ => p.loss,
+                };
+                best = Some(b);
+                (p.resource, b)
+            })
+            .collect();
+        Yardstick {
+            reach: points.last().map_or(f64::NEG_INFINITY, |p| p.resource),
+            best_by,
         }
     }
-    best.filter(|_| reaches)
+
+    /// Its best loss over reports at or below `r`, if its reports reach `r`.
+    fn at(&self, r: f64) -> Option<f64> {
+        if !reached(self.reach, r) {
+            return None;
+        }
+        // `reached(r, resource)` holds for a prefix of the sorted points.
+        let below = self
+            .best_by
+            .partition_point(|&(resource, _)| reached(r, resource));
+        below.checked_sub(1).map(|i| self.best_by[i].1)
+    }
 }
 
 fn median(mut values: Vec<f64>) -> Option<f64> {
@@ -105,12 +132,18 @@ impl Pruner for MedianPruner {
         if mine.is_nan() {
             return true;
         }
-        let yardstick: Vec<f64> = ctx
+        self.memo.enter(ctx);
+        let mut yardstick: Vec<f64> = Vec::new();
+        for t in ctx
             .trials
             .iter()
             .filter(|t| t.number != ctx.trial && t.state == TrialState::Complete)
-            .filter_map(|t| best_by(ctx, t, r))
-            .collect();
+        {
+            let y = self
+                .memo
+                .get(ctx, t, |t| Yardstick::new(ctx.curve(&t.reports)));
+            yardstick.extend(y.at(r));
+        }
         if yardstick.len() < self.min_trials {
             return false;
         }
@@ -317,6 +350,22 @@ mod tests {
         // NaN after a number: its best so far still counts.
         assert_eq!(sim.send(6, report(1, sign * 3.0)), Some(false));
         assert_eq!(sim.send(6, report(2, f64::NAN)), Some(false));
+    }
+
+    #[test]
+    fn yardstick_gives_the_best_value_at_or_below_a_resource() {
+        let p = |resource, loss| Point { resource, loss };
+        // Reports out of resource order, a NaN among them.
+        let y =
+            Yardstick::new([p(2.0, 3.0), p(1.0, 4.0), p(3.0, f64::NAN), p(4.0, 3.5)].into_iter());
+        assert_eq!(y.at(0.5), None);
+        assert_eq!(y.at(1.0), Some(4.0));
+        assert_eq!(y.at(2.5), Some(3.0));
+        assert_eq!(y.at(4.0), Some(3.0));
+        assert_eq!(y.at(4.5), None);
+        let all_nan = Yardstick::new([p(1.0, f64::NAN)].into_iter());
+        assert!(all_nan.at(1.0).is_some_and(f64::is_nan));
+        assert_eq!(Yardstick::new(std::iter::empty()).at(0.0), None);
     }
 
     #[test]

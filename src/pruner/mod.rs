@@ -1,13 +1,15 @@
 //! Pruners decide from intermediate reports whether a running trial should stop early.
 //!
 //! A pruner is pure: the reports already stored (of this trial and of every other trial of the
-//! study, finished or running) go in, a decision comes out. No clock, no I/O, no hidden state
-//! between calls, so a resumed study rebuilds every decision from storage and keeps its rungs.
-//! This module holds the seam ([`Pruner`], [`PruneContext`]), the `[pruner]` table of a study
-//! ([`PrunerConfig`], checked once by [`PrunerConfig::check`]), and what every rule shares: a
-//! trial's curve in the study's resource unit and the one ordering of values (a loss, NaN
-//! worst). The rules themselves live in `median`, `asha` and `hyperband`; stopping the trial
-//! and recording it as pruned is the scheduler's work, not ours.
+//! study, finished or running) go in, a decision comes out. No clock, no I/O, and nothing kept
+//! between calls but a memo of per-trial summaries that never changes an answer, so a resumed
+//! study rebuilds every decision from storage and keeps its rungs. This module holds the seam
+//! ([`Pruner`], [`PruneContext`]), the `[pruner]` table of a study ([`PrunerConfig`], checked
+//! once by [`PrunerConfig::check`]), and what every rule shares: a trial's curve in the
+//! study's resource unit, the one ordering of values (a loss, NaN worst) and the memo that
+//! makes a decision cost O(trials). The rules themselves live in `median`, `asha` and
+//! `hyperband`; stopping the trial and recording it as pruned is the scheduler's work, not
+//! ours.
 
 mod asha;
 mod hyperband;
@@ -17,6 +19,8 @@ mod median;
 mod testkit;
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use serde::{Deserialize, Serialize};
 
@@ -113,6 +117,81 @@ pub(crate) fn cmp_loss(a: f64, b: f64) -> Ordering {
 /// reached that rung, so the comparison allows a relative hair of slack.
 pub(crate) fn reached(at: f64, resource: f64) -> bool {
     at >= resource - resource.abs() * 1e-9
+}
+
+/// Per-trial summaries (a trial's values at the rungs, its best value by resource), memoised so
+/// that a decision costs O(trials) rather than O(every report of the study).
+///
+/// A pure cache: decisions never depend on it, which the tests pin by asking a freshly built
+/// pruner every decision too. Hazard it guards against: a summary reused for a curve that
+/// changed. Stored reports are append-only, and the scheduler's curves only grow, so a trial
+/// with the same number of reports and the same last report (step and objective) has the same
+/// curve; any other change, or a change of the study's metric, resource or direction,
+/// recomputes.
+pub(crate) struct Memo<S> {
+    context: Option<(String, String, Direction)>,
+    entries: HashMap<TrialNumber, (Stamp, S)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Stamp {
+    len: usize,
+    last_step: Option<u64>,
+    last_value: Option<u64>,
+}
+
+impl<S> Memo<S> {
+    pub fn new() -> Memo<S> {
+        Memo {
+            context: None,
+            entries: HashMap::new(),
+        }
+    }
+
+    /// Forgets everything when the context's metric, resource or direction differ from the
+    /// last call's.
+    pub fn enter(&mut self, ctx: &PruneContext<'_>) {
+        let same = self
+            .context
+            .as_ref()
+            .is_some_and(|(m, r, d)| m == ctx.metric && r == ctx.resource && *d == ctx.direction);
+        if !same {
+            self.entries.clear();
+            self.context = Some((
+                ctx.metric.to_string(),
+                ctx.resource.to_string(),
+                ctx.direction,
+            ));
+        }
+    }
+
+    /// The summary of `trial`, computed by `summarise` unless the memo already holds it.
+    pub fn get(
+        &mut self,
+        ctx: &PruneContext<'_>,
+        trial: &TrialCurve,
+        summarise: impl FnOnce(&TrialCurve) -> S,
+    ) -> &S {
+        let last = trial.reports.last();
+        let stamp = Stamp {
+            len: trial.reports.len(),
+            last_step: last.map(|r| r.step),
+            last_value: last
+                .and_then(|r| r.metrics.get(ctx.metric))
+                .map(|v| v.to_bits()),
+        };
+        let slot = match self.entries.entry(trial.number) {
+            Entry::Occupied(o) => {
+                let e = o.into_mut();
+                if e.0 != stamp {
+                    *e = (stamp, summarise(trial));
+                }
+                e
+            }
+            Entry::Vacant(v) => v.insert((stamp, summarise(trial))),
+        };
+        &slot.1
+    }
 }
 
 /// The seam between the scheduler and the pruning rules.
@@ -661,6 +740,46 @@ mod tests {
             assert_eq!(c.resource(), "step");
         }
         assert_eq!(asha(|c| c.resource = "epoch".into()).resource(), "epoch");
+    }
+
+    #[test]
+    fn memo_recomputes_whenever_the_curve_or_the_context_changes() {
+        use crate::pruner::testkit::{METRIC, report};
+        let mut memo: Memo<usize> = Memo::new();
+        let mut calls = 0;
+        let mut trial = TrialCurve {
+            number: TrialNumber(3),
+            state: TrialState::Running,
+            reports: vec![report(1, 1.0)],
+        };
+        let trials = [];
+        let ctx = |resource| PruneContext {
+            direction: Direction::Minimize,
+            metric: METRIC,
+            resource,
+            trial: TrialNumber(0),
+            trials: &trials,
+        };
+        let mut ask = |memo: &mut Memo<usize>, trial: &TrialCurve, resource| {
+            let ctx = ctx(resource);
+            memo.enter(&ctx);
+            *memo.get(&ctx, trial, |t| {
+                calls += 1;
+                t.reports.len()
+            })
+        };
+        assert_eq!(ask(&mut memo, &trial, "step"), 1);
+        assert_eq!(ask(&mut memo, &trial, "step"), 1);
+        trial.reports.push(report(2, 1.0));
+        assert_eq!(ask(&mut memo, &trial, "step"), 2);
+        // Same length, a different last report (a refresh from storage, say).
+        trial.reports[1] = report(3, 1.0);
+        ask(&mut memo, &trial, "step");
+        trial.reports[1] = report(3, 0.5);
+        ask(&mut memo, &trial, "step");
+        ask(&mut memo, &trial, "epoch");
+        ask(&mut memo, &trial, "epoch");
+        assert_eq!(calls, 5);
     }
 
     #[test]

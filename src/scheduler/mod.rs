@@ -137,14 +137,15 @@ impl Scheduler {
 
     fn refresh_curves(&mut self) -> Result<(), StorageError> {
         let reports = self.storage.reports(&self.row)?;
-        let states: BTreeMap<u64, TrialState> = self
-            .storage
-            .trials(&self.row, None)?
-            .into_iter()
-            .map(|t| (t.number, t.state))
-            .collect();
+        // Interrupted trials are left out: their params run again under a new number, and
+        // a rerun must not compete with its own earlier attempt at a rung.
+        let trials = self.storage.trials(&self.row, None)?;
+        let interrupted: std::collections::HashSet<u64> =
+            trials.iter().filter(|t| t.interrupted).map(|t| t.number).collect();
+        let states: BTreeMap<u64, TrialState> = trials.into_iter().map(|t| (t.number, t.state)).collect();
         self.curves = reports
             .into_iter()
+            .filter(|(n, _)| !interrupted.contains(n))
             .map(|(n, reports)| {
                 (
                     n,

@@ -202,14 +202,68 @@ pub fn infallible<T>(r: Result<T, std::convert::Infallible>) -> T {
     }
 }
 
-/// The render benchmark: 10 000 trials, 8 running, at 80×24 and 160×48. Prints ms/frame.
+/// Mean milliseconds to fold one trial's start, report and finish into `state` (the table
+/// sorts again on the finish): the per-event cost the UI pays while a big study runs.
+pub fn apply_ms(state: &UiState, reps: u32) -> f64 {
+    let mut s = state.clone();
+    let first = s.trials.len() as u64;
+    let start = Instant::now();
+    for k in 0..u64::from(reps) {
+        let n = first + k;
+        let events = [
+            Event::TrialStarted {
+                number: TrialNumber(n),
+                slot: 0,
+                device: "cpu".into(),
+                params: params(n),
+                at: s.now,
+            },
+            Event::TrialReported {
+                number: TrialNumber(n),
+                slot: 0,
+                report: report(n, 1),
+            },
+            Event::TrialFinished {
+                slot: 0,
+                trial: TrialSummary {
+                    number: TrialNumber(n),
+                    state: TrialState::Complete,
+                    value: Some(val_loss(n, 10)),
+                    params: params(n),
+                    error: None,
+                    duration: Some(Duration::from_secs(60)),
+                },
+                at: s.now,
+            },
+        ];
+        for e in &events {
+            s.apply(e);
+        }
+    }
+    start.elapsed().as_secs_f64() * 1000.0 / f64::from(reps.max(1))
+}
+
+/// The render benchmark: 10 000 trials, 8 running, at 80×24, 160×48 and 250×70, sorted by
+/// number and by value. Prints ms/frame, and the cost of one trial's events.
 pub fn run_render_bench(frames: u32) -> Vec<(String, f64)> {
     let mut out = Vec::new();
-    let state = state_with(10_000, 8, 8, Some(20_000));
-    for (w, h) in [(80u16, 24u16), (160, 48), (250, 70)] {
-        let ms = render_ms(&state, w, h, frames);
-        println!("tui render: 10000 trials, {w}x{h}: {ms:.3} ms/frame ({frames} frames)");
-        out.push((format!("{w}x{h}"), ms));
+    let mut state = state_with(10_000, 8, 8, Some(20_000));
+    for sort in ["number", "value"] {
+        if sort == "value" {
+            state.sort_by(2);
+        }
+        for (w, h) in [(80u16, 24u16), (160, 48), (250, 70)] {
+            let ms = render_ms(&state, w, h, frames);
+            println!(
+                "tui render: 10000 trials, {w}x{h}, sorted by {sort}: {ms:.3} ms/frame ({frames} frames)"
+            );
+            out.push((format!("render {w}x{h} by {sort}"), ms));
+        }
+        let ms = apply_ms(&state, 200);
+        println!(
+            "tui events: one trial (start, report, finish) into 10000, sorted by {sort}: {ms:.3} ms"
+        );
+        out.push((format!("events by {sort}"), ms));
     }
     out
 }

@@ -1,6 +1,6 @@
 //! The live terminal UI: `tune STUDY.toml` on a terminal, and `tune watch`.
 //!
-//! [`state`] is a plain struct that scheduler [`Event`](crate::scheduler::Event)s and keys
+//! [`state`] is a plain struct that scheduler [`Event`]s and keys
 //! update (pure, tested alone); [`view`] draws it and nothing else; [`terminal`] is the loop
 //! that owns the terminal. The UI never reads the database while drawing: `watch` turns what
 //! changed in the database into the same events.

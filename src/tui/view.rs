@@ -252,6 +252,23 @@ fn bar(ratio: f64, width: usize) -> String {
     s
 }
 
+/// A thin gauge for rows stacked one above the other (blocks would merge into one slab):
+/// heavy line for the done part, in halves of a cell, light line for the rest.
+fn line_bar(ratio: f64, width: usize) -> (String, String) {
+    let ratio = if ratio.is_finite() {
+        ratio.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let halves = (ratio * width as f64 * 2.0).round() as usize;
+    let mut done = "━".repeat(halves / 2);
+    if halves % 2 == 1 {
+        done.push('╸');
+    }
+    let used = halves.div_ceil(2);
+    (done, "─".repeat(width.saturating_sub(used)))
+}
+
 fn state_mark(s: TrialState) -> &'static str {
     match s {
         TrialState::Running => "▶ running",
@@ -451,6 +468,11 @@ fn render_workers(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme)
         Cell::from("wait"),
     ])
     .style(theme.header());
+    let progress_w = gauge_w as u16 + if wide { 12 } else { 7 };
+    // What the params column gets of the width: the rest of the row after the fixed columns
+    // and the spaces between the eight columns.
+    let params_w =
+        (area.width as usize).saturating_sub(4 + 7 + 6 + progress_w as usize + 9 + 6 + 4 + 7);
     let rows: Vec<Row> = state
         .slots
         .iter()
@@ -465,24 +487,30 @@ fn render_workers(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme)
                 ]);
             };
             let progress = match t.progress() {
-                Some((done, total, unit)) => format!(
-                    "{} {}/{}{}",
-                    bar(done / total, gauge_w),
-                    fmt_short(done),
-                    fmt_short(total),
-                    if wide { unit } else { "" }
-                ),
-                None => match &t.last {
+                Some((done, total, unit)) => {
+                    let (full, rest) = line_bar(done / total, gauge_w);
+                    Line::from(vec![
+                        Span::styled(full, theme.slot(i)),
+                        Span::styled(rest, theme.dim()),
+                        Span::raw(format!(
+                            " {}/{}{}",
+                            fmt_short(done),
+                            fmt_short(total),
+                            if wide { unit } else { "" }
+                        )),
+                    ])
+                }
+                None => Line::raw(match &t.last {
                     Some(r) => format!("step {}", r.step),
                     None => "starting".into(),
-                },
+                }),
             };
             let na = || "–".to_string();
             Row::new(vec![
                 Cell::from(format!("{i}")),
                 Cell::from(s.device.clone()),
                 Cell::from(format!("#{}", t.number)).style(theme.slot(i)),
-                Cell::from(fmt_params(&t.params)),
+                Cell::from(truncate(&fmt_params(&t.params), params_w)),
                 Cell::from(progress),
                 Cell::from(t.latest().map(fmt_value).unwrap_or_else(na)),
                 Cell::from(
@@ -498,7 +526,6 @@ fn render_workers(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme)
             ])
         })
         .collect();
-    let progress_w = gauge_w as u16 + if wide { 12 } else { 7 };
     let widths = [
         Constraint::Length(4),
         Constraint::Length(7),

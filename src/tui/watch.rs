@@ -2,7 +2,7 @@
 //! from its database.
 //!
 //! A [`Poller`] reads the database read-only about once a second and turns what changed into
-//! the same [`Event`]s the scheduler sends in-process, so one [`UiState`](super::UiState)
+//! the same [`Event`]s the scheduler sends in-process, so one [`UiState`]
 //! drives both. It never writes and never holds a lock that could make the study's writes
 //! wait: the connection is `SQLITE_OPEN_READ_ONLY` on a WAL database, and when SQLite's
 //! `data_version` says nothing was committed since the last poll, it reads nothing at all.
@@ -59,6 +59,8 @@ pub struct Poller {
     finished: bool,
     /// This machine's name, to tell local worker processes from remote ones.
     host: String,
+    /// When the last trial the poller has seen finished: when a spent budget ended the run.
+    last_finish: Option<SystemTime>,
 }
 
 impl Poller {
@@ -78,6 +80,7 @@ impl Poller {
             workers: Vec::new(),
             finished: false,
             host: hostname(),
+            last_finish: None,
         })
     }
 
@@ -253,6 +256,9 @@ impl Poller {
                 at: started_at,
             }));
             for t in &existing {
+                if let Some(f) = t.finished_at {
+                    self.last_finish = Some(self.last_finish.map_or(f, |l| l.max(f)));
+                }
                 self.known
                     .insert(t.trial_id, (TrialNumber(t.number), t.state, None));
                 if !t.logs.is_empty() {
@@ -291,7 +297,8 @@ impl Poller {
             if run_now.is_none() {
                 self.finish_dead(now, out);
             } else if !running && self.settings.budget.is_some_and(|b| finished >= b) {
-                self.finish("the trial budget is spent".into(), now, out);
+                let at = self.last_finish.unwrap_or(now);
+                self.finish("the trial budget is spent".into(), at, out);
             }
         }
         Ok(())
@@ -299,6 +306,9 @@ impl Poller {
 
     fn emit_trials(&mut self, trials: &[WatchTrial], out: &mut Vec<Update>, now: SystemTime) {
         for t in trials {
+            if let Some(f) = t.finished_at {
+                self.last_finish = Some(self.last_finish.map_or(f, |l| l.max(f)));
+            }
             let number = TrialNumber(t.number);
             let slot = self.global_slot(t);
             let was = self.known.get(&t.trial_id).map(|k| k.1);
@@ -656,6 +666,9 @@ mod tests {
             ui.finished.as_ref().map(|f| f.reason.as_str()),
             Some("the trial budget is spent")
         );
+        // The run ended when its last trial did, not when the poller noticed.
+        let last = ui.trials.iter().filter_map(|t| t.finished_at).max();
+        assert_eq!(ui.finished.as_ref().map(|f| f.at), last);
         assert_eq!(ui.progress().ratio, Some(1.0));
     }
 
