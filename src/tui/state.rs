@@ -24,6 +24,10 @@ pub mod keys {
     pub const DATA_WAIT: &str = "data_wait";
 }
 
+/// The slot of a trial whose slot the event source does not know (`watch`, for a trial of
+/// a worker process it does not count as live).
+pub const NO_SLOT: usize = usize::MAX;
+
 /// What the terminal loop must do after a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -517,10 +521,12 @@ impl UiState {
                 let row = &mut self.trials[i];
                 row.params = params.clone();
                 row.started_at = Some(*at);
-                row.slot = Some(*slot);
+                let known = *slot < self.slots.len();
+                let row = &mut self.trials[i];
+                row.slot = known.then_some(*slot);
                 row.device = Some(device.clone());
                 self.note_params(i);
-                self.occupy_slot(*slot, device, *number);
+                self.occupy_slot(*slot, *number);
                 true
             }
             Event::TrialReported {
@@ -536,7 +542,7 @@ impl UiState {
                 }
                 row.n_reports += 1;
                 row.last = Some(report.clone());
-                if row.slot.is_none() {
+                if row.slot.is_none() && *slot < self.slots.len() {
                     row.slot = Some(*slot);
                 }
                 // Only the step column can change order, and only when sorting by it.
@@ -630,17 +636,12 @@ impl UiState {
         }
     }
 
-    fn occupy_slot(&mut self, slot: usize, device: &str, n: TrialNumber) {
-        while self.slots.len() <= slot {
-            self.slots.push(Slot {
-                device: String::new(),
-                trial: None,
-            });
-        }
-        let s = &mut self.slots[slot];
-        s.trial = Some(n);
-        if s.device.is_empty() {
-            s.device = device.to_string();
+    /// Puts trial `n` on its slot. A slot the study did not declare ([`NO_SLOT`] from
+    /// `watch`, for a trial of a worker it cannot see) puts it on none: the trial is still
+    /// in the table, and no index from an event can grow the slot list.
+    fn occupy_slot(&mut self, slot: usize, n: TrialNumber) {
+        if let Some(s) = self.slots.get_mut(slot) {
+            s.trial = Some(n);
         }
     }
 
