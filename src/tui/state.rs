@@ -518,11 +518,10 @@ impl UiState {
             } => {
                 let i = self.row_index(*number, TrialState::Running);
                 self.set_state(i, TrialState::Running);
+                let known = *slot < self.slots.len();
                 let row = &mut self.trials[i];
                 row.params = params.clone();
                 row.started_at = Some(*at);
-                let known = *slot < self.slots.len();
-                let row = &mut self.trials[i];
                 row.slot = known.then_some(*slot);
                 row.device = Some(device.clone());
                 self.note_params(i);
@@ -534,10 +533,13 @@ impl UiState {
                 slot,
                 report,
             } => {
-                let metric = self.info.as_ref().map(|i| i.metric.clone());
+                let value = self
+                    .info
+                    .as_ref()
+                    .and_then(|info| report.metrics.get(&info.metric).copied());
                 let i = self.row_index(*number, TrialState::Running);
                 let row = &mut self.trials[i];
-                if let Some(v) = metric.and_then(|m| report.metrics.get(&m).copied()) {
+                if let Some(v) = value {
                     row.curve.push((report.step, v));
                 }
                 row.n_reports += 1;
