@@ -195,6 +195,9 @@ impl Column {
     }
 }
 
+/// The index of [`Column::Step`] in [`UiState::columns`].
+const STEP_COLUMN: usize = 4;
+
 /// Which trials the table lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Filter {
@@ -398,11 +401,20 @@ impl UiState {
         c
     }
 
+    /// The column sorted by, without building the column list (this runs per report).
     fn sort_column(&self) -> Column {
-        self.columns()
-            .into_iter()
-            .nth(self.table.sort)
-            .unwrap_or(Column::Number)
+        match self.table.sort {
+            0 => Column::Number,
+            1 => Column::State,
+            2 => Column::Value,
+            3 => Column::Duration,
+            4 => Column::Step,
+            k => self
+                .param_names
+                .get(k - 5)
+                .cloned()
+                .map_or(Column::Number, Column::Param),
+        }
     }
 
     /// The budget spent, the time since the run started and the estimate of the time left.
@@ -548,7 +560,7 @@ impl UiState {
                     row.slot = Some(*slot);
                 }
                 // Only the step column can change order, and only when sorting by it.
-                self.sort_column() == Column::Step
+                self.table.sort == STEP_COLUMN
             }
             Event::TrialFinished { slot, trial, at } => {
                 self.upsert_summary(trial, Some(*at));

@@ -650,3 +650,20 @@ fn a_trial_on_an_unknown_slot_is_listed_but_on_no_slot() {
     assert!(s.trials.iter().all(|t| t.slot.is_none()));
     screen(&s, 80, 24);
 }
+
+#[test]
+fn the_fixed_columns_come_first_in_the_order_sort_column_assumes() {
+    let s = state_with(3, 0, 2, None);
+    let c = s.columns();
+    assert_eq!(
+        c[..5],
+        [
+            Column::Number,
+            Column::State,
+            Column::Value,
+            Column::Duration,
+            Column::Step
+        ]
+    );
+    assert_eq!(c[5], Column::Param("batch_size".into()));
+}
