@@ -243,6 +243,68 @@ pub fn apply_ms(state: &UiState, reps: u32) -> f64 {
     start.elapsed().as_secs_f64() * 1000.0 / f64::from(reps.max(1))
 }
 
+/// Times `tune watch`'s poller on a database of `n` finished trials with 3 reports each:
+/// the first poll (the whole study), a poll when nothing was committed, and a poll after one
+/// new report. Returns milliseconds for each, in that order.
+pub fn watch_poll_ms(n: u64) -> Result<[f64; 3], crate::storage::StorageError> {
+    use crate::storage::{Claim, SqliteStorage};
+    let dir = std::env::temp_dir().join(format!("tune-watch-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let db = dir.join("bench.db");
+    let space = {
+        let t: toml::Table = toml::from_str(
+            r#"lr = { type = "float", low = 1e-4, high = 1.0, log = true }
+               batch_size = { type = "categorical", choices = [32, 64, 128, 256] }
+               optimizer = { type = "categorical", choices = ["adam", "sgd", "adamw"] }
+               dropout = { type = "float", low = 0.0, high = 0.5 }"#,
+        )
+        .unwrap_or_default();
+        crate::space::Space::from_toml(&t).map_err(|e| crate::storage::StorageError::Conflict {
+            path: db.clone(),
+            message: e.to_string(),
+        })?
+    };
+    let mut w = SqliteStorage::open(&db)?;
+    let study = w.create_or_load_study("bench", Direction::Minimize, "val_loss", None, None)?;
+    let worker = w.register_worker(&study, &["cpu".into()])?;
+    let mut last = 0;
+    for k in 0..n {
+        let Claim::New { trial_id, .. } = w.claim_trial(&study, worker, None, 0, "cpu")? else {
+            continue;
+        };
+        w.set_params(trial_id, &space, &params(k))?;
+        for e in 1..=3 {
+            w.add_report(trial_id, e, &report(k, e), false, "val_loss")?;
+        }
+        w.finish_trial(
+            trial_id,
+            TrialState::Complete,
+            Some(val_loss(k, 3)),
+            None,
+            None,
+            &[],
+            None,
+            false,
+        )?;
+        last = trial_id;
+    }
+    let mut p = super::watch::Poller::open(&db, "bench")?;
+    let now = SystemTime::now();
+    let t = Instant::now();
+    let first = p.poll(now)?;
+    let first_ms = t.elapsed().as_secs_f64() * 1000.0;
+    let t = Instant::now();
+    let idle = p.poll(now)?;
+    let idle_ms = t.elapsed().as_secs_f64() * 1000.0;
+    w.add_report(last, 4, &report(n, 4), false, "val_loss")?;
+    let t = Instant::now();
+    let one = p.poll(now)?;
+    let one_ms = t.elapsed().as_secs_f64() * 1000.0;
+    debug_assert!(first.len() as u64 >= n && idle.is_empty() && one.len() == 1);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok([first_ms, idle_ms, one_ms])
+}
+
 /// The render benchmark: 10 000 trials, 8 running, at 80×24, 160×48 and 250×70, sorted by
 /// number and by value. Prints ms/frame, and the cost of one trial's events.
 pub fn run_render_bench(frames: u32) -> Vec<(String, f64)> {

@@ -24,6 +24,10 @@ pub mod keys {
     pub const DATA_WAIT: &str = "data_wait";
 }
 
+/// The slot of a trial whose slot the event source does not know (`watch`, for a trial of
+/// a worker process it does not count as live).
+pub const NO_SLOT: usize = usize::MAX;
+
 /// What the terminal loop must do after a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -190,6 +194,9 @@ impl Column {
         }
     }
 }
+
+/// The index of [`Column::Step`] in [`UiState::columns`].
+const STEP_COLUMN: usize = 4;
 
 /// Which trials the table lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -394,11 +401,20 @@ impl UiState {
         c
     }
 
+    /// The column sorted by, without building the column list (this runs per report).
     fn sort_column(&self) -> Column {
-        self.columns()
-            .into_iter()
-            .nth(self.table.sort)
-            .unwrap_or(Column::Number)
+        match self.table.sort {
+            0 => Column::Number,
+            1 => Column::State,
+            2 => Column::Value,
+            3 => Column::Duration,
+            4 => Column::Step,
+            k => self
+                .param_names
+                .get(k - 5)
+                .cloned()
+                .map_or(Column::Number, Column::Param),
+        }
     }
 
     /// The budget spent, the time since the run started and the estimate of the time left.
@@ -514,13 +530,14 @@ impl UiState {
             } => {
                 let i = self.row_index(*number, TrialState::Running);
                 self.set_state(i, TrialState::Running);
+                let known = *slot < self.slots.len();
                 let row = &mut self.trials[i];
                 row.params = params.clone();
                 row.started_at = Some(*at);
-                row.slot = Some(*slot);
+                row.slot = known.then_some(*slot);
                 row.device = Some(device.clone());
                 self.note_params(i);
-                self.occupy_slot(*slot, device, *number);
+                self.occupy_slot(*slot, *number);
                 true
             }
             Event::TrialReported {
@@ -528,19 +545,22 @@ impl UiState {
                 slot,
                 report,
             } => {
-                let metric = self.info.as_ref().map(|i| i.metric.clone());
+                let value = self
+                    .info
+                    .as_ref()
+                    .and_then(|info| report.metrics.get(&info.metric).copied());
                 let i = self.row_index(*number, TrialState::Running);
                 let row = &mut self.trials[i];
-                if let Some(v) = metric.and_then(|m| report.metrics.get(&m).copied()) {
+                if let Some(v) = value {
                     row.curve.push((report.step, v));
                 }
                 row.n_reports += 1;
                 row.last = Some(report.clone());
-                if row.slot.is_none() {
+                if row.slot.is_none() && *slot < self.slots.len() {
                     row.slot = Some(*slot);
                 }
                 // Only the step column can change order, and only when sorting by it.
-                self.sort_column() == Column::Step
+                self.table.sort == STEP_COLUMN
             }
             Event::TrialFinished { slot, trial, at } => {
                 self.upsert_summary(trial, Some(*at));
@@ -630,17 +650,12 @@ impl UiState {
         }
     }
 
-    fn occupy_slot(&mut self, slot: usize, device: &str, n: TrialNumber) {
-        while self.slots.len() <= slot {
-            self.slots.push(Slot {
-                device: String::new(),
-                trial: None,
-            });
-        }
-        let s = &mut self.slots[slot];
-        s.trial = Some(n);
-        if s.device.is_empty() {
-            s.device = device.to_string();
+    /// Puts trial `n` on its slot. A slot the study did not declare ([`NO_SLOT`] from
+    /// `watch`, for a trial of a worker it cannot see) puts it on none: the trial is still
+    /// in the table, and no index from an event can grow the slot list.
+    fn occupy_slot(&mut self, slot: usize, n: TrialNumber) {
+        if let Some(s) = self.slots.get_mut(slot) {
+            s.trial = Some(n);
         }
     }
 

@@ -631,3 +631,39 @@ fn a_long_traceback_keeps_its_first_and_last_lines_and_the_log_paths_on_screen()
         assert!(text.contains(want), "{want:?} missing from\n{text}");
     }
 }
+
+#[test]
+fn a_trial_on_an_unknown_slot_is_listed_but_on_no_slot() {
+    let mut s = fresh(Direction::Minimize, None);
+    for slot in [super::state::NO_SLOT, 2, 99] {
+        s.apply(&Event::TrialStarted {
+            number: TrialNumber(slot as u64 % 1000),
+            slot,
+            device: "cuda:7".into(),
+            params: params(0),
+            at: t0(),
+        });
+    }
+    assert_eq!(s.slots.len(), 2, "the study's two slots, no more");
+    assert!(s.slots.iter().all(|sl| sl.trial.is_none()));
+    assert_eq!(s.counts.running, 3);
+    assert!(s.trials.iter().all(|t| t.slot.is_none()));
+    screen(&s, 80, 24);
+}
+
+#[test]
+fn the_fixed_columns_come_first_in_the_order_sort_column_assumes() {
+    let s = state_with(3, 0, 2, None);
+    let c = s.columns();
+    assert_eq!(
+        c[..5],
+        [
+            Column::Number,
+            Column::State,
+            Column::Value,
+            Column::Duration,
+            Column::Step
+        ]
+    );
+    assert_eq!(c[5], Column::Param("batch_size".into()));
+}

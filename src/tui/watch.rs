@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 
-use super::state::{Mode, UiState, Update};
+use super::state::{Mode, NO_SLOT, UiState, Update};
 use super::terminal::{self, Options};
 use crate::scheduler::{Event, StudyInfo, TrialSummary};
 use crate::spec::{self, Overrides};
@@ -284,7 +284,7 @@ impl Poller {
             };
             out.push(Update::Event(Event::TrialReported {
                 number,
-                slot: slot.unwrap_or(usize::MAX),
+                slot: slot.unwrap_or(NO_SLOT),
                 report: Report {
                     step: r.step,
                     metrics: r.metrics,
@@ -326,7 +326,7 @@ impl Poller {
                     // late): shown in the table, not on a slot.
                     out.push(Update::Event(Event::TrialStarted {
                         number,
-                        slot: usize::MAX,
+                        slot: NO_SLOT,
                         device: t.device.clone().unwrap_or_default(),
                         params: t.params.clone(),
                         at: t.started_at.unwrap_or(now),
@@ -335,7 +335,7 @@ impl Poller {
             }
             if t.state.is_finished() {
                 out.push(Update::Event(Event::TrialFinished {
-                    slot: slot.unwrap_or(usize::MAX),
+                    slot: slot.unwrap_or(NO_SLOT),
                     trial: summary(t),
                     at: t.finished_at.unwrap_or(now),
                 }));
@@ -723,6 +723,28 @@ mod tests {
             w.pid = i64::from(i32::MAX);
         }
         ui.apply_all(&p.poll(SystemTime::now()).expect("polls"));
+        assert!(ui.finished.is_some());
+    }
+
+    #[test]
+    fn a_trial_left_running_by_a_silent_worker_is_listed_and_no_slot_shows_it_busy() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("t.db");
+        let mut w = Writer::new(&db);
+        let a = w.start(1, 0.01);
+        w.report(a, 1, 0.9);
+        let mut p = Poller::open(&db, "w").expect("opens");
+        let mut ui = UiState::new(Mode::Watch, false, SystemTime::now());
+        // An hour later: the worker's heartbeat is long silent.
+        ui.apply_all(
+            &p.poll(SystemTime::now() + Duration::from_secs(3600))
+                .expect("polls"),
+        );
+        let t = ui.trial(TrialNumber(0)).expect("listed");
+        // Still running as far as the database knows, on the slot it last had.
+        assert_eq!((t.state, t.slot), (TrialState::Running, Some(1)));
+        assert_eq!(t.curve, vec![(1, 0.9)]);
+        assert!(ui.slots.iter().all(|s| s.trial.is_none()));
         assert!(ui.finished.is_some());
     }
 }
