@@ -1106,25 +1106,33 @@ mod proptests {
 
     fn param_strategy() -> impl Strategy<Value = ParamKind> {
         prop_oneof![
-            (-1e6f64..1e6, 1e-6f64..1e6, any::<bool>(), prop::option::of(0.0f64..1.0)).prop_map(|(low, span, log, step)| {
-                let low = if log { low.abs().max(1e-9) } else { low };
-                let high = low + span;
-                ParamKind::Float {
-                    low,
-                    high,
-                    log,
-                    step: step.map(|s| (s * span).max(span * 1e-3)),
+            (
+                -1e6f64..1e6,
+                1e-6f64..1e6,
+                any::<bool>(),
+                prop::option::of(0.0f64..1.0)
+            )
+                .prop_map(|(low, span, log, step)| {
+                    let low = if log { low.abs().max(1e-9) } else { low };
+                    let high = low + span;
+                    ParamKind::Float {
+                        low,
+                        high,
+                        log,
+                        step: step.map(|s| (s * span).max(span * 1e-3)),
+                    }
+                }),
+            (-1000i64..1000, 1i64..5000, any::<bool>(), 1i64..50).prop_map(
+                |(low, span, log, step)| {
+                    let low = if log { low.abs().max(1) } else { low };
+                    ParamKind::Int {
+                        low,
+                        high: low + span,
+                        log,
+                        step: step.min(span),
+                    }
                 }
-            }),
-            (-1000i64..1000, 1i64..5000, any::<bool>(), 1i64..50).prop_map(|(low, span, log, step)| {
-                let low = if log { low.abs().max(1) } else { low };
-                ParamKind::Int {
-                    low,
-                    high: low + span,
-                    log,
-                    step: step.min(span),
-                }
-            }),
+            ),
             prop::collection::vec("[a-z]{1,6}", 1..6).prop_map(|mut v| {
                 v.sort();
                 v.dedup();

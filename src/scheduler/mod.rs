@@ -140,9 +140,13 @@ impl Scheduler {
         // Interrupted trials are left out: their params run again under a new number, and
         // a rerun must not compete with its own earlier attempt at a rung.
         let trials = self.storage.trials(&self.row, None)?;
-        let interrupted: std::collections::HashSet<u64> =
-            trials.iter().filter(|t| t.interrupted).map(|t| t.number).collect();
-        let states: BTreeMap<u64, TrialState> = trials.into_iter().map(|t| (t.number, t.state)).collect();
+        let interrupted: std::collections::HashSet<u64> = trials
+            .iter()
+            .filter(|t| t.interrupted)
+            .map(|t| t.number)
+            .collect();
+        let states: BTreeMap<u64, TrialState> =
+            trials.into_iter().map(|t| (t.number, t.state)).collect();
         self.curves = reports
             .into_iter()
             .filter(|(n, _)| !interrupted.contains(n))
@@ -355,6 +359,8 @@ impl Scheduler {
         tx: &mpsc::UnboundedSender<SlotMsg>,
     ) -> Result<Option<Running>, StorageError> {
         let device = self.study.slots[slot].clone();
+        // Held until the params are stored: see `SqliteStorage::ask_lock`.
+        let ask_lock = self.storage.ask_lock()?;
         let claim =
             self.storage
                 .claim_trial(&self.row, self.worker, self.study.trials, slot, &device)?;
@@ -381,6 +387,7 @@ impl Scheduler {
                 (trial_id, number, params)
             }
         };
+        drop(ask_lock);
         let trial_dir = self.study.runs_dir.join(format!("trial-{:05}", number.0));
         self.storage.set_trial_dir(trial_id, &trial_dir)?;
         let (stop_tx, stop_rx) = watch::channel(StopRequest::None);

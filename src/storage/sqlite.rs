@@ -105,6 +105,11 @@ pub enum Claim {
     Full,
 }
 
+/// Held while a new trial is proposed; see [`SqliteStorage::ask_lock`].
+pub struct AskLock {
+    _guard: nix::fcntl::Flock<std::fs::File>,
+}
+
 pub struct SqliteStorage {
     conn: Connection,
     path: PathBuf,
@@ -126,6 +131,12 @@ fn value_type(v: f64) -> &'static str {
 /// study file (so that queries work on any database).
 fn decode_param(internal: f64, distribution_json: &str) -> Option<ParamValue> {
     let d: serde_json::Value = serde_json::from_str(distribution_json).ok()?;
+    decode_with(internal, &d)
+}
+
+/// [`decode_param`] with the distribution already parsed (a study has few distinct ones, so
+/// whole-study reads parse each once).
+fn decode_with(internal: f64, d: &serde_json::Value) -> Option<ParamValue> {
     match d.get("name")?.as_str()? {
         "CategoricalDistribution" => {
             let choices = d.get("attributes")?.get("choices")?.as_array()?;
@@ -595,6 +606,31 @@ impl SqliteStorage {
         })
     }
 
+    /// Serialises the proposal of new trials among the processes that share this database:
+    /// held from claiming a number to storing its params, so that a second process asking at
+    /// the same moment sees the first one's proposal as pending instead of proposing the same
+    /// point. A lock on a file beside the database (`flock`), released when the guard drops.
+    pub fn ask_lock(&self) -> Result<AskLock, StorageError> {
+        let mut name = self.path.as_os_str().to_owned();
+        name.push(".ask-lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(std::path::PathBuf::from(name))
+            .map_err(|e| StorageError::Conflict {
+                path: self.path.clone(),
+                message: format!("cannot open the ask lock beside the database: {e}"),
+            })?;
+        let guard = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).map_err(
+            |(_, e)| StorageError::Conflict {
+                path: self.path.clone(),
+                message: format!("cannot take the ask lock: {e}"),
+            },
+        )?;
+        Ok(AskLock { _guard: guard })
+    }
+
     // ----- trials -----
 
     /// Gives this worker its next trial, inside one write transaction so that no number is
@@ -973,9 +1009,16 @@ impl SqliteStorage {
         state: Option<TrialState>,
         number: Option<u64>,
     ) -> Result<Vec<TrialRow>, StorageError> {
+        // A literal filter per case, so that a single trial is found through the
+        // (study_id, number) index instead of a scan (`?3 IS NULL OR …` defeats the planner).
+        let (f3, f2) = if number.is_some() {
+            ("AND t.number = ?3", "AND t.number = ?2")
+        } else {
+            ("AND ?3 IS NULL", "AND ?2 IS NULL")
+        };
         let mut stmt = self
             .conn
-            .prepare_cached(
+            .prepare_cached(&format!(
                 "SELECT t.trial_id, t.number, t.state, v.value, v.value_type, t.datetime_start, t.datetime_complete,
                         x.error, x.device, x.trial_dir, x.logs_json, x.log_tail, x.pruned_step,
                         COALESCE(x.interrupted, 0),
@@ -983,9 +1026,9 @@ impl SqliteStorage {
                  FROM trials t
                  LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0
                  LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
-                 WHERE t.study_id = ?1 AND (?2 IS NULL OR t.state = ?2) AND (?3 IS NULL OR t.number = ?3)
-                 ORDER BY t.number",
-            )
+                 WHERE t.study_id = ?1 AND (?2 IS NULL OR t.state = ?2) {f3}
+                 ORDER BY t.number"
+            ))
             .map_err(|e| self.err(e))?;
         let state_filter = state.map(|s| s.optuna());
         let mut rows = stmt
@@ -1037,13 +1080,15 @@ impl SqliteStorage {
         // Params in one pass over the study rather than one query per trial.
         let mut pstmt = self
             .conn
-            .prepare_cached(
+            .prepare_cached(&format!(
                 "SELECT p.trial_id, p.param_name, p.param_value, p.distribution_json
                  FROM trial_params p JOIN trials t ON t.trial_id = p.trial_id
-                 WHERE t.study_id = ?1 AND (?2 IS NULL OR t.number = ?2)",
-            )
+                 WHERE t.study_id = ?1 {f2}"
+            ))
             .map_err(|e| self.err(e))?;
         let mut by_id: std::collections::HashMap<i64, Params> = std::collections::HashMap::new();
+        let mut dists: std::collections::HashMap<String, serde_json::Value> =
+            std::collections::HashMap::new();
         let prow = pstmt
             .query_map(params![study.id, number.map(|n| n as i64)], |r| {
                 Ok((
@@ -1056,7 +1101,14 @@ impl SqliteStorage {
             .map_err(|e| self.err(e))?;
         for p in prow {
             let (id, name, v, dist) = p.map_err(|e| self.err(e))?;
-            if let Some(val) = decode_param(v.unwrap_or(f64::NAN), dist.as_deref().unwrap_or("{}"))
+            let text = dist.unwrap_or_default();
+            if !dists.contains_key(&text) {
+                let parsed = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+                dists.insert(text.clone(), parsed);
+            }
+            if let Some(val) = dists
+                .get(&text)
+                .and_then(|d| decode_with(v.unwrap_or(f64::NAN), d))
             {
                 by_id.entry(id).or_default().insert(name, val);
             }
@@ -1072,9 +1124,9 @@ impl SqliteStorage {
     /// One trial by number.
     pub fn trial(&self, study: &StudyRow, number: u64) -> Result<Option<TrialRow>, StorageError> {
         Ok(self
-            .trials(study, None)?
+            .query_trials(study, None, Some(number))?
             .into_iter()
-            .find(|t| t.number == number))
+            .next())
     }
 
     /// How many trials ended on their own (the budget's count).
