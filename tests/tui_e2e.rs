@@ -151,6 +151,16 @@ fn a_real_study_is_watched_sorted_opened_paused_stopped_and_quit_from_the_termin
     // A private copy: the shared target directory's binary may be rebuilt while we run.
     let bin: PathBuf = dir.path().join("tune");
     std::fs::copy(env!("CARGO_BIN_EXE_tune"), &bin).expect("copies the binary");
+    let has_watch = Command::new(&bin)
+        .args(["watch", "--help"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        has_watch,
+        "{} has no `watch` command: not the binary this test was built with (another branch \
+         rebuilt it in a shared target directory?)",
+        env!("CARGO_BIN_EXE_tune")
+    );
     std::fs::write(dir.path().join("study.toml"), STUDY).expect("writes the study");
     let dbp = dir.path().join("tune.db");
 
