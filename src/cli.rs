@@ -34,6 +34,8 @@ pub enum Command {
     Best(BestArgs),
     /// One trial whole: params, every report, logs.
     Show(ShowArgs),
+    /// Follow a study that another process (or machine) runs, read-only, in the live UI.
+    Watch(WatchArgs),
     /// Queue a trial with fixed params; it runs first and teaches the sampler like any other.
     Enqueue(EnqueueArgs),
     /// Drive the optimizer from another program over JSON lines (shared/spec/ask-tell.md).
@@ -128,6 +130,12 @@ pub struct ShowArgs {
     pub name: Option<String>,
     #[arg(long, value_enum, default_value = "table")]
     pub format: ListFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    #[command(flatten)]
+    pub study: StudyRef,
 }
 
 #[derive(Debug, Args)]

@@ -6,6 +6,7 @@ pub mod bench;
 pub mod enqueue;
 pub mod query;
 pub mod run;
+pub mod watch;
 
 use std::path::{Path, PathBuf};
 
