@@ -7,6 +7,7 @@
 #               package for the trainer benchmark: torch's pure-Python dependencies, numpy, and
 #               the CUDA libraries that torch/_C links against (never used on a CPU, but the
 #               dynamic loader insists on them). About 3 GB.
+#   tmux        (with --python-tests) for the end-to-end test of the live UI.
 #   /usr/share/datasets/fashion-mnist  Debian's dataset-fashion-mnist, the quickstart's data.
 # Idempotent: a second run checks the stamps and returns at once.
 set -euo pipefail
@@ -32,6 +33,14 @@ if [ "${1:-}" = "--python-tests" ] && [ ! -f .venv/.stamp-optuna ]; then
   "$PY" -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check "optuna>=4,<6" numpy
   touch .venv/.stamp-optuna
+fi
+
+if [ "${1:-}" = "--python-tests" ] && ! command -v tmux >/dev/null 2>&1; then
+  echo "setup: installing tmux (Debian package) for the live UI's end-to-end test" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q tmux >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q tmux >/dev/null 2>&1; } ||
+    echo "setup: WARNING: could not install tmux; the UI's end-to-end test will say it was skipped" >&2
 fi
 
 # The quickstart's data: the full Fashion-MNIST from Debian (MIT licence, 31 MB). Not fatal

@@ -17,3 +17,4 @@ pub mod storage;
 pub mod study;
 pub mod train;
 pub mod trial;
+pub mod tui;

@@ -15,9 +15,6 @@ const SUBCOMMANDS: &[&str] = &[
 ];
 
 fn main() -> ExitCode {
-    if let Some(code) = trainer_dispatch() {
-        return code;
-    }
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if let Some(first) = args.get(1).and_then(|a| a.to_str())
         && !first.starts_with('-')
@@ -53,6 +50,7 @@ fn main() -> ExitCode {
         Command::Trials(a) => commands::query::trials(&a, db.as_deref()),
         Command::Best(a) => commands::query::best(&a, db.as_deref()),
         Command::Show(a) => commands::query::show(&a, db.as_deref()),
+        Command::Watch(a) => commands::watch::watch(&a, db.as_deref()),
         Command::Enqueue(a) => commands::enqueue::enqueue(&a, db.as_deref()),
         Command::AskTell(a) => commands::ask_tell::ask_tell(&a, db.as_deref()),
         Command::Bench(b) => commands::bench::bench(&b),
@@ -68,35 +66,5 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         }
-    }
-}
-
-/// TEMPORARY (branch `trainer`): the hidden `tune worker --device D` subcommand and
-/// `tune bench trainer [--steps N] [--models mlp,cnn] [--amp off,bf16]`, dispatched before clap
-/// until src/cli.rs has them.
-fn trainer_dispatch() -> Option<ExitCode> {
-    let args: Vec<String> = std::env::args().collect();
-    match (
-        args.get(1).map(String::as_str),
-        args.get(2).map(String::as_str),
-    ) {
-        (Some("worker"), _) => {
-            let device = match (args.get(2).map(String::as_str), args.get(3)) {
-                (Some("--device"), Some(d)) => d.clone(),
-                _ => "cpu".to_string(),
-            };
-            Some(tune::runner::worker::worker_main(&device))
-        }
-        (Some("bench"), Some("trainer")) => {
-            let opts = tune::train::bench::BenchOptions::from_args(&args[3..]);
-            Some(match tune::train::bench::run(&opts) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("tune bench trainer: {e}");
-                    ExitCode::FAILURE
-                }
-            })
-        }
-        _ => None,
     }
 }

@@ -88,7 +88,7 @@ async fn run_study(path: &Path, dir: &Path) -> (Vec<f64>, f64) {
     let timeout = s.trial.timeout;
     let runner = Arc::new(WorkerRunner::new(
         s.trial.clone(),
-        PathBuf::from(env!("CARGO_BIN_EXE_tune")),
+        PathBuf::from(env!("CARGO_BIN_EXE_tune-worker")),
     ));
     let mut sampler = sampler::build(SamplerKind::Auto);
     let jobs: Vec<Params> = (0..n_trials)

@@ -25,7 +25,7 @@ fn trial(extra: &str) -> BuiltinTrial {
 }
 
 fn runner(t: BuiltinTrial) -> WorkerRunner {
-    WorkerRunner::new(t, PathBuf::from(env!("CARGO_BIN_EXE_tune")))
+    WorkerRunner::new(t, PathBuf::from(env!("CARGO_BIN_EXE_tune-worker")))
 }
 
 fn job(dir: &Path, number: u64, lr: f64, timeout: Option<Duration>) -> TrialJob {

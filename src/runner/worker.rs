@@ -97,7 +97,7 @@ pub struct WorkerRunner {
 }
 
 impl WorkerRunner {
-    /// `exe` is the `tune` binary (its hidden `worker` subcommand hosts libtorch).
+    /// `exe` is the `tune-worker` binary (`tune-worker worker --device D` hosts libtorch).
     pub fn new(trial: BuiltinTrial, exe: PathBuf) -> WorkerRunner {
         WorkerRunner {
             trial: Arc::new(trial),

@@ -219,12 +219,12 @@ impl Scheduler {
         loop {
             if !stopping && !paused && !deadline_passed && fatal.is_none() {
                 budget_full = false;
-                for slot in 0..n_slots {
-                    if slots[slot].is_some() {
+                for (slot, entry) in slots.iter_mut().enumerate() {
+                    if entry.is_some() {
                         continue;
                     }
                     match self.start_trial(slot, &tx) {
-                        Ok(Some(r)) => slots[slot] = Some(r),
+                        Ok(Some(r)) => *entry = Some(r),
                         Ok(None) => {
                             budget_full = true;
                             break;
@@ -458,9 +458,7 @@ impl Scheduler {
     }
 
     fn trial_timeout(&self) -> Option<Duration> {
-        match &self.study.trial {
-            crate::study::TrialSpec::Command(c) => c.timeout,
-        }
+        self.study.trial.timeout()
     }
 
     fn on_report(

@@ -558,7 +558,9 @@ impl SqliteStorage {
                  LEFT JOIN trial_heartbeats h ON h.trial_id = t.trial_id
                  WHERE t.study_id = ?1 AND t.state = 'RUNNING'",
             )?;
-            let rows: Vec<(i64, i64, Option<String>, Option<i64>, Option<String>)> = stmt
+            // (trial id, number, owner host, owner pid, last sign of life)
+            type Owned = (i64, i64, Option<String>, Option<i64>, Option<String>);
+            let rows: Vec<Owned> = stmt
                 .query_map([study.id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?
                 .collect::<Result<_, _>>()?;
             let mut recovered = Vec::new();
