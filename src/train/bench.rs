@@ -186,8 +186,17 @@ fn thread_cpu_secs() -> f64 {
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
+/// Where `benches/torch_baseline.py` and `.venv/bench` are: `TUNE_REPO`, else the current
+/// directory when it is a checkout (the usual case: run from the repository root), else the
+/// checkout this binary was built from.
 fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    if let Some(d) = std::env::var_os("TUNE_REPO") {
+        return PathBuf::from(d);
+    }
+    match std::env::current_dir() {
+        Ok(d) if d.join("benches/torch_baseline.py").is_file() => d,
+        _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")),
+    }
 }
 
 /// The PyTorch side: one Python process (torch imports once) that measures one configuration
