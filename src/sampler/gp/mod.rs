@@ -45,8 +45,8 @@ impl Default for GpOptions {
     fn default() -> Self {
         GpOptions {
             n_startup: None,
-            max_points: 160,
-            max_fit_points: 80,
+            max_points: 128,
+            max_fit_points: 64,
         }
     }
 }
@@ -273,7 +273,7 @@ impl GpSampler {
             }
             starts.push(t);
         }
-        let theta = fit::fit(&data, &starts, if cold { 80 } else { 40 })
+        let theta = fit::fit(&data, &starts, if cold { 80 } else { 15 })
             .map(|(t, _)| t)
             .unwrap_or(default);
         self.theta = Some(theta.clone());
@@ -311,7 +311,7 @@ impl GpSampler {
 
         // Candidates: a scrambled Sobol sweep plus perturbations of the best trials.
         let sweep_seed = mix(ctx.seed, ctx.trial_number.0 ^ 0xACE0_0000);
-        let n_sweep = 384;
+        let n_sweep = 256;
         let mut cands: Vec<Vec<f64>> = (0..n_sweep)
             .map(|i| sobol_point(i as u64, d, sweep_seed))
             .collect();
@@ -320,8 +320,8 @@ impl GpSampler {
         for o in ranked.iter().take(5) {
             let mut fill = || rng.random::<f64>();
             let base = to_u(space, &o.params, &mut fill);
-            for k in 0..40 {
-                let sd = if k < 20 { 0.02 } else { 0.1 };
+            for k in 0..32 {
+                let sd = if k < 16 { 0.02 } else { 0.1 };
                 let u: Vec<f64> = base
                     .iter()
                     .zip(space.params())
@@ -343,6 +343,7 @@ impl GpSampler {
             }
         }
         let scores = acq.score(&cands);
+
         let mut order: Vec<usize> = (0..cands.len()).collect();
         order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
 
@@ -350,7 +351,7 @@ impl GpSampler {
         let mut finals: Vec<(Vec<f64>, f64)> = Vec::new();
         let mut seen: Vec<Params> = Vec::new();
         for &i in &order {
-            if finals.len() >= 4 {
+            if finals.len() >= 3 {
                 break;
             }
             let p = space.from_unit(&cands[i]);
@@ -358,7 +359,7 @@ impl GpSampler {
                 continue;
             }
             seen.push(p);
-            let (u, s) = acq.refine_continuous(&cands[i], scores[i], 30);
+            let (u, s) = acq.refine_continuous(&cands[i], scores[i], 25);
             let (u, s) = acq.refine_discrete(&u, s);
             finals.push((u, s));
         }
