@@ -20,7 +20,7 @@ use rand::Rng;
 use rand_distr::StandardNormal;
 
 use super::qmc::sobol_point;
-use super::{AskContext, RandomSampler, Sampler, SobolSampler, is_duplicate, mix};
+use super::{AskContext, RandomSampler, Sampler, SobolSampler, avoid_repeat, is_duplicate, mix};
 use crate::space::{ParamKind, Params, Space};
 use crate::trial::Outcome;
 use acquisition::Acq;
@@ -386,9 +386,9 @@ impl Sampler for GpSampler {
             .n_startup
             .unwrap_or_else(|| default_startup(ctx.space));
         if (ctx.trial_number.0 as usize) < n_startup {
-            return SobolSampler.ask(ctx);
+            return avoid_repeat(SobolSampler.ask(ctx), ctx);
         }
-        match self.propose(ctx) {
+        let p = match self.propose(ctx) {
             Some(p) => p,
             // Too little data (fewer than two complete trials), a model that cannot be built,
             // or nothing new among the candidates: keep exploring.
@@ -399,7 +399,8 @@ impl Sampler for GpSampler {
                     RandomSampler.ask(ctx)
                 }
             }
-        }
+        };
+        avoid_repeat(p, ctx)
     }
 }
 

@@ -175,3 +175,18 @@ fn the_warp_keeps_order_and_tames_huge_losses() {
     }
     assert!(zs.iter().all(|z| z.is_finite() && z.abs() < 5.0), "{zs:?}");
 }
+
+#[test]
+fn a_small_discrete_space_is_used_up_without_a_repeat() {
+    let s = space(
+        "a = { type = \"int\", low = 0, high = 3 }\n\
+         b = { type = \"categorical\", choices = [\"x\", \"y\", \"z\"] }",
+    );
+    // 12 configurations, 12 trials: the last ones can only be found by looking for them.
+    for kind in [SamplerKind::Gp, SamplerKind::Tpe] {
+        let h = run(&s, kind, 12, 2, 9, &|p| {
+            Some(p["a"].as_f64().unwrap_or(0.0))
+        });
+        assert_eq!(h.len(), 12);
+    }
+}
