@@ -312,8 +312,8 @@ pub fn render(opts: &OptimizerBenchOptions, reports: &[ProblemReport]) -> String
             let mut m = vec![0.0; b.len()];
             for r in reports {
                 if let Some(c) = r.cells.iter().find(|c| c.sampler == kind && c.q == q) {
-                    for k in 0..b.len() {
-                        m[k] += c.score[k] / reports.len() as f64;
+                    for (mk, sk) in m.iter_mut().zip(&c.score) {
+                        *mk += sk / reports.len() as f64;
                     }
                 }
             }

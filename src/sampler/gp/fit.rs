@@ -170,10 +170,13 @@ impl FitData {
     }
 }
 
+/// The last evaluation: parameters, cost, gradient.
+type Memo = Option<(Vec<f64>, f64, Vec<f64>)>;
+
 /// argmin's view of the fit: cost and gradient share one evaluation.
 struct Problem<'a> {
     data: &'a FitData,
-    cache: RefCell<Option<(Vec<f64>, f64, Vec<f64>)>>,
+    cache: RefCell<Memo>,
     evals: RefCell<usize>,
 }
 

@@ -263,7 +263,7 @@ impl GpSampler {
         if let Some(t) = cached {
             starts.push(t);
         }
-        if cold || obs.len() < 30 || ctx.trial_number.0 % 5 == 0 {
+        if cold || obs.len() < 30 || ctx.trial_number.0.is_multiple_of(5) {
             starts.push(default.clone());
         }
         if cold || obs.len() < 20 {
