@@ -45,6 +45,7 @@ CREATE TABLE tune_reports (
 );
 CREATE INDEX ix_tune_reports_trial ON tune_reports (trial_id);
 CREATE INDEX ix_trials_study_state ON trials (study_id, state);
+CREATE INDEX ix_trials_study_number ON trials (study_id, number);
 
 -- One row per trial with its params (a JSON object of the values as the user sees them) and
 -- its objective value.

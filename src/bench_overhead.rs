@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::cli::OverheadArgs;
 use crate::space::{ParamValue, Params, Space};
-use crate::storage::{Claim, SqliteStorage, seconds_between};
+use crate::storage::{Claim, SqliteStorage};
 use crate::trial::{Direction, Report, TrialState};
 
 fn median(v: &mut [f64]) -> f64 {
@@ -49,8 +49,11 @@ pub fn run(a: &OverheadArgs) -> anyhow::Result<ExitCode> {
         for _ in 0..a.workers {
             s.spawn(|| {
                 for i in 0..per_worker {
-                    let _ = Command::new("echo")
-                        .arg(format!("tune: {{\"v\": {i}}}"))
+                    let _ = Command::new("sh")
+                        .arg("-c")
+                        .arg(format!(
+                            "printf 'tune: {{\"v\": {i}, \"t\": %s}}\\n' $(date +%s.%N)"
+                        ))
                         .stdout(Stdio::piped())
                         .stderr(Stdio::piped())
                         .output();
@@ -84,7 +87,7 @@ devices = ["cpu"]
 
 [trial]
 kind = "command"
-command = ["echo", "tune: {{\"v\": {{x}}}}"]
+command = ["sh", "-c", '''printf 'tune: {{"v": %s, "t": %s}}\n' {{x}} $(date +%s.%N)''']
 "#,
             a.trials, a.workers
         ),
@@ -102,21 +105,30 @@ command = ["echo", "tune: {{\"v\": {{x}}}}"]
 
     // --- 2. dispatch latency from the stored timestamps ---
     let storage = SqliteStorage::open_read_only(&dir.path().join("bench.db"))?;
+    // From a trial's end being recorded to the next trial's process running on the same slot
+    // (its own clock reading, reported as `t`).
     let mut gaps = Vec::new();
     {
         let conn = storage.connection();
         let mut stmt = conn.prepare(
-            "SELECT x.slot, t.datetime_start, t.datetime_complete FROM trials t JOIN tune_trials x USING (trial_id)
+            "SELECT x.slot, t.datetime_complete,
+                    (SELECT json_extract(metrics_json, '$.t') FROM tune_reports r WHERE r.trial_id = t.trial_id)
+             FROM trials t JOIN tune_trials x USING (trial_id)
              ORDER BY x.slot, t.datetime_start",
         )?;
-        let rows: Vec<(i64, String, String)> = stmt
+        let rows: Vec<(i64, String, Option<f64>)> = stmt
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
             .collect::<Result<_, _>>()?;
         for w in rows.windows(2) {
             if w[0].0 == w[1].0
-                && let Some(g) = seconds_between(&w[0].2, &w[1].1)
+                && let (Some(end), Some(t)) = (
+                    chrono::NaiveDateTime::parse_from_str(&w[0].1, crate::storage::DATETIME_FORMAT)
+                        .ok(),
+                    w[1].2,
+                )
             {
-                gaps.push(g * 1000.0);
+                let end_s = end.and_utc().timestamp_micros() as f64 / 1e6;
+                gaps.push((t - end_s) * 1000.0);
             }
         }
     }

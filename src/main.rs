@@ -34,6 +34,15 @@ fn main() -> ExitCode {
             };
         }
     };
+    if !matches!(cli.command, Command::Run(_)) {
+        // Queries piped into `head` must end quietly, as other command-line tools do, instead
+        // of panicking on a closed standard output. `run` keeps the default: it must record
+        // its trials' states whatever happens to its output.
+        // SAFETY: setting a signal disposition to SIG_DFL before any thread starts.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let db = cli.db.clone();
     let result = match cli.command {
         Command::Run(a) => commands::run::run(&a, db.as_deref()),

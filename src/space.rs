@@ -1098,3 +1098,66 @@ width        = { type = "categorical", choices = [64, 128, 256, 512] }
         assert_eq!(p.from_internal(2.0), Some(v));
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn param_strategy() -> impl Strategy<Value = ParamKind> {
+        prop_oneof![
+            (
+                -1e6f64..1e6,
+                1e-6f64..1e6,
+                any::<bool>(),
+                prop::option::of(0.0f64..1.0)
+            )
+                .prop_map(|(low, span, log, step)| {
+                    let low = if log { low.abs().max(1e-9) } else { low };
+                    let high = low + span;
+                    ParamKind::Float {
+                        low,
+                        high,
+                        log,
+                        step: step.map(|s| (s * span).max(span * 1e-3)),
+                    }
+                }),
+            (-1000i64..1000, 1i64..5000, any::<bool>(), 1i64..50).prop_map(
+                |(low, span, log, step)| {
+                    let low = if log { low.abs().max(1) } else { low };
+                    ParamKind::Int {
+                        low,
+                        high: low + span,
+                        log,
+                        step: step.min(span),
+                    }
+                }
+            ),
+            prop::collection::vec("[a-z]{1,6}", 1..6).prop_map(|mut v| {
+                v.sort();
+                v.dedup();
+                ParamKind::Categorical {
+                    choices: v.into_iter().map(ParamValue::Str).collect(),
+                }
+            }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn any_unit_point_decodes_to_a_valid_value(kind in param_strategy(), u in prop::num::f64::ANY) {
+            let p = Param { name: "x".into(), kind, when: vec![] };
+            let v = p.from_unit(u);
+            prop_assert!(p.admits(&v), "{v} not admitted by {}", p.describe());
+            let back = p.from_unit(p.to_unit(&v));
+            prop_assert!(p.admits(&back));
+        }
+
+        #[test]
+        fn arbitrary_space_tables_never_panic(src in "[a-z =\\[\\]{}\",.0-9-]{0,120}") {
+            if let Ok(t) = toml::from_str::<toml::Table>(&src) {
+                let _ = Space::from_toml(&t);
+            }
+        }
+    }
+}

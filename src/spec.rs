@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::pruner::PrunerKind;
-use crate::sampler::SamplerKind;
+use crate::pruner::PrunerConfig;
+use crate::sampler::{SamplerKind, SamplerOptions};
 use crate::space::{ParamValue, Params, Space};
 use crate::study::{CommandSpec, Study, TrialSpec};
 use crate::trial::Direction;
@@ -64,7 +64,10 @@ struct RawStudy {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSampler {
-    kind: String,
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    n_startup: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -205,18 +208,28 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
 
     let space = Space::from_toml(&raw.space).map_err(|e| err(format!("key `space`: {e}")))?;
 
-    let sampler = match &raw.sampler {
+    let sampler = match raw.sampler.as_ref().and_then(|r| r.kind.as_deref()) {
         None => SamplerKind::default(),
-        Some(r) => SamplerKind::parse(&r.kind).ok_or_else(|| {
+        Some(k) => SamplerKind::parse(k).ok_or_else(|| {
             err(format!(
-                "key `sampler.kind`: unknown sampler \"{}\" (known: {})",
-                r.kind,
+                "key `sampler.kind`: unknown sampler \"{k}\" (known: {})",
                 SamplerKind::NAMES.join(", ")
             ))
         })?,
     };
+    let sampler_options = SamplerOptions {
+        n_startup: match raw.sampler.as_ref().and_then(|r| r.n_startup) {
+            None => None,
+            Some(n) if (1..=100_000).contains(&n) => Some(n as usize),
+            Some(n) => {
+                return Err(err(format!(
+                    "key `sampler.n_startup`: must be between 1 and 100000, not {n}"
+                )));
+            }
+        },
+    };
     let pruner = match &raw.pruner {
-        None => PrunerKind::default(),
+        None => PrunerConfig::default(),
         Some(t) => parse_pruner(t).map_err(err)?,
     };
 
@@ -287,6 +300,7 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
         storage,
         space,
         sampler,
+        sampler_options,
         pruner,
         slots,
         trial,
@@ -313,18 +327,18 @@ fn toml_message(e: &toml::de::Error) -> String {
     e.to_string().trim_end().to_string()
 }
 
-fn parse_pruner(t: &toml::Table) -> Result<PrunerKind, String> {
-    for k in t.keys() {
-        if k != "kind" {
-            return Err(format!("key `pruner.{k}`: unknown key"));
-        }
+fn parse_pruner(t: &toml::Table) -> Result<PrunerConfig, String> {
+    if !t.contains_key("kind") {
+        return Err(format!(
+            "key `pruner.kind`: missing (one of {})",
+            PrunerConfig::NAMES.join(", ")
+        ));
     }
-    match t.get("kind").and_then(|v| v.as_str()) {
-        Some("none") | None => Ok(PrunerKind::None),
-        Some(other) => Err(format!(
-            "key `pruner.kind`: unknown pruner \"{other}\" (known: none)"
-        )),
-    }
+    let cfg: PrunerConfig = toml::Value::Table(t.clone())
+        .try_into()
+        .map_err(|e: toml::de::Error| format!("in `[pruner]`: {}", e.message()))?;
+    cfg.check().map_err(|e| format!("key {e}"))?;
+    Ok(cfg)
 }
 
 /// Parses a duration such as "90s", "20m", "1h 30m" or a number of seconds.

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::pruner::PrunerKind;
-use crate::sampler::SamplerKind;
+use crate::pruner::PrunerConfig;
+use crate::sampler::{SamplerKind, SamplerOptions};
 use crate::space::{Params, Space};
 use crate::trial::Direction;
 
@@ -46,7 +46,8 @@ pub struct Study {
     pub storage: PathBuf,
     pub space: Space,
     pub sampler: SamplerKind,
-    pub pruner: PrunerKind,
+    pub sampler_options: SamplerOptions,
+    pub pruner: PrunerConfig,
     /// The device of each worker slot.
     pub slots: Vec<String>,
     pub trial: TrialSpec,

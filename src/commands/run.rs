@@ -28,8 +28,8 @@ async fn run_async(study: crate::study::Study) -> anyhow::Result<ExitCode> {
     let runner: Arc<dyn TrialRunner> = match &study.trial {
         TrialSpec::Command(c) => Arc::new(CommandRunner::new(c.clone())),
     };
-    let sampler = crate::sampler::build(study.sampler);
-    let pruner = crate::pruner::build(study.pruner);
+    let sampler = crate::sampler::build_with(study.sampler, &study.sampler_options);
+    let pruner = crate::pruner::build(&study.pruner);
     let (etx, erx) = mpsc::unbounded_channel();
     let (ctx, crx) = mpsc::unbounded_channel();
     let direction = study.direction;

@@ -1,12 +1,34 @@
 //! Pruners decide from intermediate reports whether a running trial should stop early.
 //!
 //! A pruner is pure: the reports already stored (of this trial and of every other trial of the
-//! study, finished or running) go in, a decision comes out. No clock, no I/O, so a resumed study
-//! rebuilds every decision from storage and keeps its rungs.
+//! study, finished or running) go in, a decision comes out. No clock, no I/O, and nothing kept
+//! between calls but a memo of per-trial summaries that never changes an answer, so a resumed
+//! study rebuilds every decision from storage and keeps its rungs. This module holds the seam
+//! ([`Pruner`], [`PruneContext`]), the `[pruner]` table of a study ([`PrunerConfig`], checked
+//! once by [`PrunerConfig::check`]), and what every rule shares: a trial's curve in the
+//! study's resource unit, the one ordering of values (a loss, NaN worst) and the memo that
+//! makes a decision cost O(trials). The rules themselves live in `median`, `asha` and
+//! `hyperband`; stopping the trial and recording it as pruned is the scheduler's work, not
+//! ours.
+
+mod asha;
+mod hyperband;
+mod median;
+
+#[cfg(test)]
+mod testkit;
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use serde::{Deserialize, Serialize};
 
 use crate::trial::{Direction, Report, TrialNumber, TrialState};
+
+pub use asha::AshaPruner;
+pub use hyperband::HyperbandPruner;
+pub use median::MedianPruner;
 
 /// The reports of one trial, as a pruner sees them.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,11 +43,12 @@ pub struct PruneContext<'a> {
     pub direction: Direction,
     /// The objective's key in the reports.
     pub metric: &'a str,
-    /// The key whose value is the trial's resource (`"step"` means the report's step).
+    /// The key whose value is the trial's resource (`"step"` means the report's step); the
+    /// scheduler passes [`PrunerConfig::resource`].
     pub resource: &'a str,
     /// The trial that reported; its reports are the last entry's in `trials` with this number.
     pub trial: TrialNumber,
-    /// Every trial of the study with at least one report (including `trial`).
+    /// Every trial of the study with at least one report (including `trial`), in any state.
     pub trials: &'a [TrialCurve],
 }
 
@@ -47,11 +70,135 @@ impl PruneContext<'_> {
             r.metrics.get(self.resource).copied()
         }
     }
+
+    /// A trial's curve: its reports that carry both the resource and the objective, in report
+    /// order, as (resource, loss) points. Reports without either (a training-loss-only report,
+    /// a report before the resource key exists) say nothing a pruner can use and are skipped.
+    pub(crate) fn curve<'b>(&'b self, reports: &'b [Report]) -> impl Iterator<Item = Point> + 'b {
+        reports.iter().filter_map(|r| {
+            let resource = self.resource_of(r)?;
+            let value = *r.metrics.get(self.metric)?;
+            // A NaN resource cannot be placed on any rung; treat the report as absent.
+            if resource.is_nan() {
+                return None;
+            }
+            Some(Point {
+                resource,
+                loss: self.direction.loss(value),
+            })
+        })
+    }
+}
+
+/// One report of a trial, reduced to what pruning compares: where the trial stood and how good
+/// it was there, as a loss (lower is better). `loss` may be NaN; compare with [`cmp_loss`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Point {
+    pub resource: f64,
+    pub loss: f64,
+}
+
+/// The one ordering of losses in pruning: ascending, NaN last (worst).
+///
+/// Hazard: `Direction::loss(NaN)` is `-NaN` when maximising, and `f64::total_cmp` orders `-NaN`
+/// before every number, so a diverged trial would look like the best one. Checking `is_nan`
+/// first makes every NaN the worst, whatever its sign bit.
+pub(crate) fn cmp_loss(a: f64, b: f64) -> Ordering {
+    match (a.is_nan(), b.is_nan()) {
+        (true, true) => Ordering::Equal,
+        (true, false) => Ordering::Greater,
+        (false, true) => Ordering::Less,
+        (false, false) => a.total_cmp(&b),
+    }
+}
+
+/// Whether a curve has reached `resource`. Rung resources are products like `0.1 * 3^2`,
+/// which floating point makes `0.9000000000000001`; a trial that reported exactly 0.9 has
+/// reached that rung, so the comparison allows a relative hair of slack.
+pub(crate) fn reached(at: f64, resource: f64) -> bool {
+    at >= resource - resource.abs() * 1e-9
+}
+
+/// Per-trial summaries (a trial's values at the rungs, its best value by resource), memoised so
+/// that a decision costs O(trials) rather than O(every report of the study).
+///
+/// A pure cache: decisions never depend on it, which the tests pin by asking a freshly built
+/// pruner every decision too. Hazard it guards against: a summary reused for a curve that
+/// changed. Stored reports are append-only, and the scheduler's curves only grow, so a trial
+/// with the same number of reports and the same last report (step and objective) has the same
+/// curve; any other change, or a change of the study's metric, resource or direction,
+/// recomputes.
+pub(crate) struct Memo<S> {
+    context: Option<(String, String, Direction)>,
+    entries: HashMap<TrialNumber, (Stamp, S)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Stamp {
+    len: usize,
+    last_step: Option<u64>,
+    last_value: Option<u64>,
+}
+
+impl<S> Memo<S> {
+    pub fn new() -> Memo<S> {
+        Memo {
+            context: None,
+            entries: HashMap::new(),
+        }
+    }
+
+    /// Forgets everything when the context's metric, resource or direction differ from the
+    /// last call's.
+    pub fn enter(&mut self, ctx: &PruneContext<'_>) {
+        let same = self
+            .context
+            .as_ref()
+            .is_some_and(|(m, r, d)| m == ctx.metric && r == ctx.resource && *d == ctx.direction);
+        if !same {
+            self.entries.clear();
+            self.context = Some((
+                ctx.metric.to_string(),
+                ctx.resource.to_string(),
+                ctx.direction,
+            ));
+        }
+    }
+
+    /// The summary of `trial`, computed by `summarise` unless the memo already holds it.
+    pub fn get(
+        &mut self,
+        ctx: &PruneContext<'_>,
+        trial: &TrialCurve,
+        summarise: impl FnOnce(&TrialCurve) -> S,
+    ) -> &S {
+        let last = trial.reports.last();
+        let stamp = Stamp {
+            len: trial.reports.len(),
+            last_step: last.map(|r| r.step),
+            last_value: last
+                .and_then(|r| r.metrics.get(ctx.metric))
+                .map(|v| v.to_bits()),
+        };
+        let slot = match self.entries.entry(trial.number) {
+            Entry::Occupied(o) => {
+                let e = o.into_mut();
+                if e.0 != stamp {
+                    *e = (stamp, summarise(trial));
+                }
+                e
+            }
+            Entry::Vacant(v) => v.insert((stamp, summarise(trial))),
+        };
+        &slot.1
+    }
 }
 
 /// The seam between the scheduler and the pruning rules.
 pub trait Pruner: Send {
-    /// Whether `ctx.trial` should stop now.
+    /// Whether `ctx.trial` should stop now. Asked after each stored report of a running trial;
+    /// the answer depends on `ctx` alone, so asking again with the same context (after a
+    /// resume, say) gives the same answer.
     fn should_prune(&mut self, ctx: &PruneContext<'_>) -> bool;
 }
 
@@ -64,24 +211,584 @@ impl Pruner for NoPruner {
     }
 }
 
-/// The pruners a study can name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum PrunerKind {
-    #[default]
-    None,
+/// The key whose value is a trial's resource when the study names none: the report's step.
+pub const DEFAULT_RESOURCE: &str = "step";
+
+fn default_resource() -> String {
+    DEFAULT_RESOURCE.to_string()
 }
 
-impl PrunerKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PrunerKind::None => "none",
+/// The `[pruner]` table of a study, as written.
+///
+/// ```toml
+/// [pruner]
+/// kind = "asha"            # "none" | "median" | "asha" | "hyperband"
+/// resource = "epoch"       # "step" (the report's step, the default) or a report key
+/// min_resource = 1
+/// reduction_factor = 3
+/// ```
+///
+/// Every parameter has a default; [`PrunerConfig::check`] validates the values once, and
+/// [`build`] expects a checked config.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(tag = "kind", rename_all = "lowercase", from = "TaggedConfig")]
+pub enum PrunerConfig {
+    #[default]
+    None,
+    Median(MedianConfig),
+    Asha(AshaConfig),
+    Hyperband(HyperbandConfig),
+}
+
+/// What `[pruner]` deserialises through. Hazard: serde lets an internally tagged *unit*
+/// variant ignore every other key, so `kind = "none"` with a stray `warmup_steps` would pass
+/// silently; an empty struct variant with `deny_unknown_fields` rejects it, and the public
+/// enum keeps its plain `None`.
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+enum TaggedConfig {
+    None {},
+    Median(MedianConfig),
+    Asha(AshaConfig),
+    Hyperband(HyperbandConfig),
+}
+
+impl From<TaggedConfig> for PrunerConfig {
+    fn from(c: TaggedConfig) -> Self {
+        match c {
+            TaggedConfig::None {} => PrunerConfig::None,
+            TaggedConfig::Median(c) => PrunerConfig::Median(c),
+            TaggedConfig::Asha(c) => PrunerConfig::Asha(c),
+            TaggedConfig::Hyperband(c) => PrunerConfig::Hyperband(c),
         }
     }
 }
 
-pub fn build(kind: PrunerKind) -> Box<dyn Pruner> {
-    match kind {
-        PrunerKind::None => Box::new(NoPruner),
+/// The median rule: after warm-up, a trial whose best value so far is worse than the median of
+/// the best values that complete trials had reached by the same resource is pruned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MedianConfig {
+    /// Nothing is pruned before the trial's resource reaches this (in the resource's unit,
+    /// steps by default; the name is Optuna's `n_warmup_steps`).
+    pub warmup_steps: f64,
+    /// Nothing is pruned until this many complete trials have reached the same resource
+    /// (Optuna's `n_startup_trials`).
+    pub min_trials: usize,
+    /// A trial is judged at most once per `interval` of resource after warm-up.
+    pub interval: f64,
+    pub resource: String,
+}
+
+impl Default for MedianConfig {
+    fn default() -> Self {
+        // Optuna's defaults, which users of the median rule know.
+        MedianConfig {
+            warmup_steps: 0.0,
+            min_trials: 5,
+            interval: 1.0,
+            resource: default_resource(),
+        }
+    }
+}
+
+/// Asynchronous successive halving (ASHA, Li et al. 2020): rung `k` sits at resource
+/// `min_resource * reduction_factor^(min_early_stopping_rate + k)`; a trial reaching a rung
+/// goes on only if it is in the top `1/reduction_factor` of the trials that reached that rung.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AshaConfig {
+    pub min_resource: f64,
+    /// The resource of a full trial; rungs at or past it are not decision points (a trial
+    /// there has finished, and pruning it would only mislabel a complete trial).
+    pub max_resource: Option<f64>,
+    pub reduction_factor: f64,
+    /// `s` in the paper: the first rung sits at `min_resource * reduction_factor^s`.
+    pub min_early_stopping_rate: u32,
+    pub resource: String,
+}
+
+impl Default for AshaConfig {
+    fn default() -> Self {
+        AshaConfig {
+            min_resource: 1.0,
+            max_resource: None,
+            // η = 3 as in the Hyperband paper: each rung keeps a third.
+            reduction_factor: 3.0,
+            min_early_stopping_rate: 0,
+            resource: default_resource(),
+        }
+    }
+}
+
+/// Hyperband over ASHA brackets: bracket `b` is ASHA with `min_early_stopping_rate = b`, a
+/// trial's bracket follows from its trial number, and trials compete only within a bracket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HyperbandConfig {
+    pub min_resource: f64,
+    /// The resource of a full trial: required, since it fixes the number of brackets.
+    pub max_resource: Option<f64>,
+    pub reduction_factor: f64,
+    /// How many brackets to use, the most aggressive first; all of them when absent
+    /// (`floor(log_η(max_resource / min_resource)) + 1`).
+    pub brackets: Option<u32>,
+    pub resource: String,
+}
+
+impl Default for HyperbandConfig {
+    fn default() -> Self {
+        HyperbandConfig {
+            min_resource: 1.0,
+            max_resource: None,
+            reduction_factor: 3.0,
+            brackets: None,
+            resource: default_resource(),
+        }
+    }
+}
+
+impl PrunerConfig {
+    pub const NAMES: &'static [&'static str] = &["none", "median", "asha", "hyperband"];
+
+    /// The kind, as a study file spells it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            PrunerConfig::None => "none",
+            PrunerConfig::Median(_) => "median",
+            PrunerConfig::Asha(_) => "asha",
+            PrunerConfig::Hyperband(_) => "hyperband",
+        }
+    }
+
+    /// The key whose value is a trial's resource (`"step"`: the report's step).
+    pub fn resource(&self) -> &str {
+        match self {
+            PrunerConfig::None => DEFAULT_RESOURCE,
+            PrunerConfig::Median(c) => &c.resource,
+            PrunerConfig::Asha(c) => &c.resource,
+            PrunerConfig::Hyperband(c) => &c.resource,
+        }
+    }
+
+    /// The pruner of a builtin study whose `[pruner]` table is absent: ASHA over epochs
+    /// (rungs at 1, 3, 9, … epochs below the last) when a trial trains more than one epoch,
+    /// none otherwise. The trainer's reports carry the `epoch` key.
+    pub fn builtin_default(epochs: u64) -> PrunerConfig {
+        if epochs > 1 {
+            PrunerConfig::Asha(AshaConfig {
+                max_resource: Some(epochs as f64),
+                resource: "epoch".to_string(),
+                ..AshaConfig::default()
+            })
+        } else {
+            PrunerConfig::None
+        }
+    }
+
+    /// Sets `max_resource` where the table left it out: the study knows the full budget of a
+    /// builtin trial (its epochs) when the user does not write it twice.
+    pub fn fill_max_resource(&mut self, max: f64) {
+        match self {
+            PrunerConfig::Asha(c) if c.max_resource.is_none() => c.max_resource = Some(max),
+            PrunerConfig::Hyperband(c) if c.max_resource.is_none() => c.max_resource = Some(max),
+            _ => {}
+        }
+    }
+
+    /// Validates the values; the error names the key, as `pruner.<key>`.
+    pub fn check(&self) -> Result<(), String> {
+        match self {
+            PrunerConfig::None => Ok(()),
+            PrunerConfig::Median(c) => {
+                check_resource_key(&c.resource)?;
+                if !(c.warmup_steps.is_finite() && c.warmup_steps >= 0.0) {
+                    return Err(format!(
+                        "pruner.warmup_steps must be a non-negative number, got {}",
+                        c.warmup_steps
+                    ));
+                }
+                if c.min_trials < 1 {
+                    return Err("pruner.min_trials must be at least 1, got 0".to_string());
+                }
+                if !(c.interval.is_finite() && c.interval > 0.0) {
+                    return Err(format!(
+                        "pruner.interval must be greater than 0, got {}",
+                        c.interval
+                    ));
+                }
+                Ok(())
+            }
+            PrunerConfig::Asha(c) => {
+                check_resource_key(&c.resource)?;
+                check_rungs(c.min_resource, c.max_resource, c.reduction_factor)?;
+                if let Some(max) = c.max_resource {
+                    let first = asha::rung_resource(
+                        c.min_resource,
+                        c.reduction_factor,
+                        c.min_early_stopping_rate,
+                    );
+                    // The same test as the ladder's: a rung at or past the full trial is none.
+                    if reached(first, max) {
+                        return Err(format!(
+                            "pruner.min_early_stopping_rate {} puts the first rung at {} which \
+                             is not below pruner.max_resource {}, so nothing could be pruned",
+                            c.min_early_stopping_rate, first, max
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            PrunerConfig::Hyperband(c) => {
+                check_resource_key(&c.resource)?;
+                let Some(max) = c.max_resource else {
+                    return Err(
+                        "pruner.max_resource is required for hyperband (the resource \
+                                of a full trial, e.g. its number of epochs)"
+                            .to_string(),
+                    );
+                };
+                check_rungs(c.min_resource, Some(max), c.reduction_factor)?;
+                let all = hyperband::bracket_count(c.min_resource, max, c.reduction_factor);
+                if let Some(b) = c.brackets
+                    && !(1..=all).contains(&b)
+                {
+                    return Err(format!(
+                        "pruner.brackets must be between 1 and {all} (for min_resource {}, \
+                         max_resource {max}, reduction_factor {}), got {b}",
+                        c.min_resource, c.reduction_factor
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+fn check_resource_key(resource: &str) -> Result<(), String> {
+    if resource.trim().is_empty() {
+        return Err("pruner.resource must name a report key (or \"step\"), got \"\"".to_string());
+    }
+    Ok(())
+}
+
+fn check_rungs(min: f64, max: Option<f64>, eta: f64) -> Result<(), String> {
+    if !(min.is_finite() && min > 0.0) {
+        return Err(format!(
+            "pruner.min_resource must be greater than 0, got {min}"
+        ));
+    }
+    if !(eta.is_finite() && eta >= 2.0) {
+        return Err(format!(
+            "pruner.reduction_factor must be at least 2, got {eta}"
+        ));
+    }
+    if let Some(max) = max
+        && !(max.is_finite() && max > min)
+    {
+        return Err(format!(
+            "pruner.max_resource must be greater than pruner.min_resource ({min}), got {max}"
+        ));
+    }
+    Ok(())
+}
+
+/// The pruner a checked config names.
+pub fn build(config: &PrunerConfig) -> Box<dyn Pruner> {
+    match config {
+        PrunerConfig::None => Box::new(NoPruner),
+        PrunerConfig::Median(c) => Box::new(MedianPruner::new(c)),
+        PrunerConfig::Asha(c) => Box::new(AshaPruner::new(c)),
+        PrunerConfig::Hyperband(c) => Box::new(HyperbandPruner::new(c)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rstest::rstest;
+
+    use super::*;
+
+    fn parse(toml_text: &str) -> Result<PrunerConfig, toml::de::Error> {
+        #[derive(Deserialize)]
+        struct Study {
+            pruner: PrunerConfig,
+        }
+        toml::from_str::<Study>(toml_text).map(|s| s.pruner)
+    }
+
+    #[test]
+    fn pruner_table_with_only_a_kind_takes_every_default() {
+        assert_eq!(
+            parse("[pruner]\nkind = \"none\"").ok(),
+            Some(PrunerConfig::None)
+        );
+        assert_eq!(
+            parse("[pruner]\nkind = \"median\"").ok(),
+            Some(PrunerConfig::Median(MedianConfig::default()))
+        );
+        assert_eq!(
+            parse("[pruner]\nkind = \"asha\"").ok(),
+            Some(PrunerConfig::Asha(AshaConfig::default()))
+        );
+        assert_eq!(
+            parse("[pruner]\nkind = \"hyperband\"").ok(),
+            Some(PrunerConfig::Hyperband(HyperbandConfig::default()))
+        );
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let m = MedianConfig::default();
+        assert_eq!((m.warmup_steps, m.min_trials, m.interval), (0.0, 5, 1.0));
+        assert_eq!(m.resource, "step");
+        let a = AshaConfig::default();
+        assert_eq!(
+            (a.min_resource, a.max_resource, a.reduction_factor),
+            (1.0, None, 3.0)
+        );
+        assert_eq!(a.min_early_stopping_rate, 0);
+        assert_eq!(a.resource, "step");
+        let h = HyperbandConfig::default();
+        assert_eq!(
+            (
+                h.min_resource,
+                h.max_resource,
+                h.reduction_factor,
+                h.brackets
+            ),
+            (1.0, None, 3.0, None)
+        );
+        assert_eq!(PrunerConfig::default(), PrunerConfig::None);
+    }
+
+    #[test]
+    fn pruner_table_reads_every_key_and_integers_as_numbers() {
+        let c = parse(
+            "[pruner]\nkind = \"asha\"\nresource = \"epoch\"\nmin_resource = 2\n\
+             max_resource = 54.5\nreduction_factor = 3\nmin_early_stopping_rate = 1",
+        );
+        assert_eq!(
+            c.ok(),
+            Some(PrunerConfig::Asha(AshaConfig {
+                min_resource: 2.0,
+                max_resource: Some(54.5),
+                reduction_factor: 3.0,
+                min_early_stopping_rate: 1,
+                resource: "epoch".into(),
+            }))
+        );
+        let c = parse(
+            "[pruner]\nkind = \"median\"\nwarmup_steps = 10\nmin_trials = 3\ninterval = 5\n\
+             resource = \"samples\"",
+        );
+        assert_eq!(
+            c.ok(),
+            Some(PrunerConfig::Median(MedianConfig {
+                warmup_steps: 10.0,
+                min_trials: 3,
+                interval: 5.0,
+                resource: "samples".into(),
+            }))
+        );
+        let c = parse(
+            "[pruner]\nkind = \"hyperband\"\nmax_resource = 81\nbrackets = 2\nmin_resource = 1",
+        );
+        assert_eq!(
+            c.ok(),
+            Some(PrunerConfig::Hyperband(HyperbandConfig {
+                max_resource: Some(81.0),
+                brackets: Some(2),
+                ..HyperbandConfig::default()
+            }))
+        );
+    }
+
+    #[rstest]
+    #[case::unknown_kind("kind = \"sha\"")]
+    #[case::no_kind("min_resource = 1")]
+    #[case::key_of_another_kind("kind = \"median\"\nreduction_factor = 3")]
+    #[case::misspelt_key("kind = \"asha\"\nreduction = 3")]
+    #[case::key_on_none("kind = \"none\"\nwarmup_steps = 3")]
+    #[case::wrong_type("kind = \"asha\"\nmin_early_stopping_rate = 0.5")]
+    fn pruner_table_rejects(#[case] body: &str) {
+        assert!(parse(&format!("[pruner]\n{body}")).is_err(), "{body}");
+    }
+
+    #[test]
+    fn config_round_trips_through_json() {
+        let c = PrunerConfig::Hyperband(HyperbandConfig {
+            max_resource: Some(27.0),
+            ..HyperbandConfig::default()
+        });
+        let json = serde_json::to_string(&c).unwrap();
+        assert!(json.contains("\"kind\":\"hyperband\""), "{json}");
+        assert_eq!(serde_json::from_str::<PrunerConfig>(&json).unwrap(), c);
+    }
+
+    fn asha(f: impl FnOnce(&mut AshaConfig)) -> PrunerConfig {
+        let mut c = AshaConfig::default();
+        f(&mut c);
+        PrunerConfig::Asha(c)
+    }
+
+    fn median(f: impl FnOnce(&mut MedianConfig)) -> PrunerConfig {
+        let mut c = MedianConfig::default();
+        f(&mut c);
+        PrunerConfig::Median(c)
+    }
+
+    fn hyperband(f: impl FnOnce(&mut HyperbandConfig)) -> PrunerConfig {
+        let mut c = HyperbandConfig {
+            max_resource: Some(27.0),
+            ..HyperbandConfig::default()
+        };
+        f(&mut c);
+        PrunerConfig::Hyperband(c)
+    }
+
+    #[rstest]
+    #[case(asha(|c| c.reduction_factor = 1.0), "pruner.reduction_factor must be at least 2, got 1")]
+    #[case(asha(|c| c.reduction_factor = f64::NAN), "pruner.reduction_factor must be at least 2, got NaN")]
+    #[case(asha(|c| c.min_resource = 0.0), "pruner.min_resource must be greater than 0, got 0")]
+    #[case(asha(|c| c.max_resource = Some(1.0)), "pruner.max_resource must be greater than pruner.min_resource (1), got 1")]
+    #[case(asha(|c| { c.max_resource = Some(9.0); c.min_early_stopping_rate = 2 }), "pruner.min_early_stopping_rate 2 puts the first rung at 9 which is not below pruner.max_resource 9, so nothing could be pruned")]
+    #[case(asha(|c| c.resource = " ".into()), "pruner.resource must name a report key (or \"step\"), got \"\"")]
+    #[case(median(|c| c.warmup_steps = -1.0), "pruner.warmup_steps must be a non-negative number, got -1")]
+    #[case(median(|c| c.min_trials = 0), "pruner.min_trials must be at least 1, got 0")]
+    #[case(median(|c| c.interval = 0.0), "pruner.interval must be greater than 0, got 0")]
+    #[case(hyperband(|c| c.max_resource = None), "pruner.max_resource is required for hyperband (the resource of a full trial, e.g. its number of epochs)")]
+    #[case(hyperband(|c| c.reduction_factor = 1.5), "pruner.reduction_factor must be at least 2, got 1.5")]
+    #[case(hyperband(|c| c.brackets = Some(5)), "pruner.brackets must be between 1 and 4 (for min_resource 1, max_resource 27, reduction_factor 3), got 5")]
+    #[case(hyperband(|c| c.brackets = Some(0)), "pruner.brackets must be between 1 and 4 (for min_resource 1, max_resource 27, reduction_factor 3), got 0")]
+    fn check_names_the_bad_key(#[case] config: PrunerConfig, #[case] message: &str) {
+        assert_eq!(config.check(), Err(message.to_string()));
+    }
+
+    #[rstest]
+    #[case(PrunerConfig::None)]
+    #[case(median(|_| {}))]
+    #[case(asha(|_| {}))]
+    #[case(asha(|c| { c.max_resource = Some(10.0); c.min_early_stopping_rate = 2 }))]
+    #[case(asha(|c| { c.min_resource = 0.5; c.reduction_factor = 2.5 }))]
+    #[case(hyperband(|_| {}))]
+    #[case(hyperband(|c| c.brackets = Some(4)))]
+    fn check_accepts_sensible_values(#[case] config: PrunerConfig) {
+        assert_eq!(config.check(), Ok(()));
+    }
+
+    #[test]
+    fn builtin_studies_with_more_than_one_epoch_default_to_asha_over_epochs() {
+        assert_eq!(PrunerConfig::builtin_default(1), PrunerConfig::None);
+        let c = PrunerConfig::builtin_default(10);
+        assert_eq!(c.name(), "asha");
+        assert_eq!(c.resource(), "epoch");
+        assert!(matches!(
+            c,
+            PrunerConfig::Asha(AshaConfig {
+                max_resource: Some(10.0),
+                ..
+            })
+        ));
+        for epochs in 2..50 {
+            assert_eq!(PrunerConfig::builtin_default(epochs).check(), Ok(()));
+        }
+    }
+
+    #[test]
+    fn none_serialises_with_its_kind() {
+        let json = serde_json::to_string(&PrunerConfig::None).unwrap();
+        assert_eq!(json, r#"{"kind":"none"}"#);
+        assert_eq!(
+            serde_json::from_str::<PrunerConfig>(&json).unwrap(),
+            PrunerConfig::None
+        );
+    }
+
+    #[test]
+    fn fill_max_resource_only_fills_what_the_table_left_out() {
+        let mut c = asha(|_| {});
+        c.fill_max_resource(10.0);
+        assert!(matches!(
+            c,
+            PrunerConfig::Asha(AshaConfig {
+                max_resource: Some(10.0),
+                ..
+            })
+        ));
+        let mut c = hyperband(|_| {});
+        c.fill_max_resource(10.0);
+        assert!(matches!(
+            c,
+            PrunerConfig::Hyperband(HyperbandConfig {
+                max_resource: Some(27.0),
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn names_and_resources() {
+        for (c, name) in [
+            (PrunerConfig::None, "none"),
+            (median(|_| {}), "median"),
+            (asha(|_| {}), "asha"),
+            (hyperband(|_| {}), "hyperband"),
+        ] {
+            assert_eq!(c.name(), name);
+            assert!(PrunerConfig::NAMES.contains(&name));
+            assert_eq!(c.resource(), "step");
+        }
+        assert_eq!(asha(|c| c.resource = "epoch".into()).resource(), "epoch");
+    }
+
+    #[test]
+    fn memo_recomputes_whenever_the_curve_or_the_context_changes() {
+        use crate::pruner::testkit::{METRIC, report};
+        let mut memo: Memo<usize> = Memo::new();
+        let mut calls = 0;
+        let mut trial = TrialCurve {
+            number: TrialNumber(3),
+            state: TrialState::Running,
+            reports: vec![report(1, 1.0)],
+        };
+        let trials = [];
+        let ctx = |resource| PruneContext {
+            direction: Direction::Minimize,
+            metric: METRIC,
+            resource,
+            trial: TrialNumber(0),
+            trials: &trials,
+        };
+        let mut ask = |memo: &mut Memo<usize>, trial: &TrialCurve, resource| {
+            let ctx = ctx(resource);
+            memo.enter(&ctx);
+            *memo.get(&ctx, trial, |t| {
+                calls += 1;
+                t.reports.len()
+            })
+        };
+        assert_eq!(ask(&mut memo, &trial, "step"), 1);
+        assert_eq!(ask(&mut memo, &trial, "step"), 1);
+        trial.reports.push(report(2, 1.0));
+        assert_eq!(ask(&mut memo, &trial, "step"), 2);
+        // Same length, a different last report (a refresh from storage, say).
+        trial.reports[1] = report(3, 1.0);
+        ask(&mut memo, &trial, "step");
+        trial.reports[1] = report(3, 0.5);
+        ask(&mut memo, &trial, "step");
+        ask(&mut memo, &trial, "epoch");
+        ask(&mut memo, &trial, "epoch");
+        assert_eq!(calls, 5);
+    }
+
+    #[test]
+    fn nan_is_the_worst_loss_whatever_its_sign() {
+        let neg_nan = Direction::Maximize.loss(f64::NAN);
+        assert_eq!(cmp_loss(neg_nan, f64::INFINITY), Ordering::Greater);
+        assert_eq!(cmp_loss(f64::NAN, -1e300), Ordering::Greater);
+        assert_eq!(cmp_loss(1.0, f64::NAN), Ordering::Less);
+        assert_eq!(cmp_loss(neg_nan, f64::NAN), Ordering::Equal);
+        assert_eq!(cmp_loss(1.0, 2.0), Ordering::Less);
     }
 }

@@ -137,14 +137,19 @@ impl Scheduler {
 
     fn refresh_curves(&mut self) -> Result<(), StorageError> {
         let reports = self.storage.reports(&self.row)?;
-        let states: BTreeMap<u64, TrialState> = self
-            .storage
-            .trials(&self.row, None)?
-            .into_iter()
-            .map(|t| (t.number, t.state))
+        // Interrupted trials are left out: their params run again under a new number, and
+        // a rerun must not compete with its own earlier attempt at a rung.
+        let trials = self.storage.trials(&self.row, None)?;
+        let interrupted: std::collections::HashSet<u64> = trials
+            .iter()
+            .filter(|t| t.interrupted)
+            .map(|t| t.number)
             .collect();
+        let states: BTreeMap<u64, TrialState> =
+            trials.into_iter().map(|t| (t.number, t.state)).collect();
         self.curves = reports
             .into_iter()
+            .filter(|(n, _)| !interrupted.contains(n))
             .map(|(n, reports)| {
                 (
                     n,
@@ -188,7 +193,7 @@ impl Scheduler {
                 metric: self.study.metric.clone(),
                 direction: self.study.direction,
                 sampler: self.study.sampler.as_str().to_string(),
-                pruner: self.study.pruner.as_str().to_string(),
+                pruner: self.study.pruner.name().to_string(),
                 budget: self.study.trials,
                 timeout: self.study.timeout,
                 slots: self.study.slots.clone(),
@@ -497,7 +502,7 @@ impl Scheduler {
         let ctx = PruneContext {
             direction: self.study.direction,
             metric: &self.study.metric,
-            resource: "step",
+            resource: self.study.pruner.resource(),
             trial: number,
             trials: &trials,
         };

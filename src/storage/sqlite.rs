@@ -126,6 +126,12 @@ fn value_type(v: f64) -> &'static str {
 /// study file (so that queries work on any database).
 fn decode_param(internal: f64, distribution_json: &str) -> Option<ParamValue> {
     let d: serde_json::Value = serde_json::from_str(distribution_json).ok()?;
+    decode_with(internal, &d)
+}
+
+/// [`decode_param`] with the distribution already parsed (a study has few distinct ones, so
+/// whole-study reads parse each once).
+fn decode_with(internal: f64, d: &serde_json::Value) -> Option<ParamValue> {
     match d.get("name")?.as_str()? {
         "CategoricalDistribution" => {
             let choices = d.get("attributes")?.get("choices")?.as_array()?;
@@ -964,9 +970,25 @@ impl SqliteStorage {
         study: &StudyRow,
         state: Option<TrialState>,
     ) -> Result<Vec<TrialRow>, StorageError> {
+        self.query_trials(study, state, None)
+    }
+
+    fn query_trials(
+        &self,
+        study: &StudyRow,
+        state: Option<TrialState>,
+        number: Option<u64>,
+    ) -> Result<Vec<TrialRow>, StorageError> {
+        // A literal filter per case, so that a single trial is found through the
+        // (study_id, number) index instead of a scan (`?3 IS NULL OR …` defeats the planner).
+        let (f3, f2) = if number.is_some() {
+            ("AND t.number = ?3", "AND t.number = ?2")
+        } else {
+            ("AND ?3 IS NULL", "AND ?2 IS NULL")
+        };
         let mut stmt = self
             .conn
-            .prepare_cached(
+            .prepare_cached(&format!(
                 "SELECT t.trial_id, t.number, t.state, v.value, v.value_type, t.datetime_start, t.datetime_complete,
                         x.error, x.device, x.trial_dir, x.logs_json, x.log_tail, x.pruned_step,
                         COALESCE(x.interrupted, 0),
@@ -974,65 +996,71 @@ impl SqliteStorage {
                  FROM trials t
                  LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0
                  LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
-                 WHERE t.study_id = ?1 AND (?2 IS NULL OR t.state = ?2)
-                 ORDER BY t.number",
-            )
+                 WHERE t.study_id = ?1 AND (?2 IS NULL OR t.state = ?2) {f3}
+                 ORDER BY t.number"
+            ))
             .map_err(|e| self.err(e))?;
         let state_filter = state.map(|s| s.optuna());
         let mut rows = stmt
-            .query_map(params![study.id, state_filter], |r| {
-                let state: String = r.get(2)?;
-                let value: Option<f64> = r.get(3)?;
-                let vtype: Option<String> = r.get(4)?;
-                let value = match vtype.as_deref() {
-                    Some("INF_POS") => Some(f64::INFINITY),
-                    Some("INF_NEG") => Some(f64::NEG_INFINITY),
-                    _ => value,
-                };
-                let start: Option<String> = r.get(5)?;
-                let end: Option<String> = r.get(6)?;
-                let logs: Option<String> = r.get(10)?;
-                let metrics: Option<String> = r.get(14)?;
-                Ok(TrialRow {
-                    trial_id: r.get(0)?,
-                    number: r.get::<_, i64>(1)? as u64,
-                    state: TrialState::from_optuna(&state).unwrap_or(TrialState::Failed),
-                    value,
-                    params: Params::new(),
-                    metrics: metrics
-                        .and_then(|m| serde_json::from_str(&m).ok())
-                        .unwrap_or_default(),
-                    duration_s: start
-                        .as_deref()
-                        .zip(end.as_deref())
-                        .and_then(|(a, b)| seconds_between(a, b)),
-                    started_at: start,
-                    finished_at: end,
-                    error: r.get(7)?,
-                    device: r.get(8)?,
-                    trial_dir: r.get(9)?,
-                    logs: logs
-                        .and_then(|l| serde_json::from_str(&l).ok())
-                        .unwrap_or_default(),
-                    log_tail: r.get(11)?,
-                    pruned_step: r.get::<_, Option<i64>>(12)?.map(|s| s.max(0) as u64),
-                    interrupted: r.get::<_, i64>(13)? != 0,
-                })
-            })
+            .query_map(
+                params![study.id, state_filter, number.map(|n| n as i64)],
+                |r| {
+                    let state: String = r.get(2)?;
+                    let value: Option<f64> = r.get(3)?;
+                    let vtype: Option<String> = r.get(4)?;
+                    let value = match vtype.as_deref() {
+                        Some("INF_POS") => Some(f64::INFINITY),
+                        Some("INF_NEG") => Some(f64::NEG_INFINITY),
+                        _ => value,
+                    };
+                    let start: Option<String> = r.get(5)?;
+                    let end: Option<String> = r.get(6)?;
+                    let logs: Option<String> = r.get(10)?;
+                    let metrics: Option<String> = r.get(14)?;
+                    Ok(TrialRow {
+                        trial_id: r.get(0)?,
+                        number: r.get::<_, i64>(1)? as u64,
+                        state: TrialState::from_optuna(&state).unwrap_or(TrialState::Failed),
+                        value,
+                        params: Params::new(),
+                        metrics: metrics
+                            .and_then(|m| serde_json::from_str(&m).ok())
+                            .unwrap_or_default(),
+                        duration_s: start
+                            .as_deref()
+                            .zip(end.as_deref())
+                            .and_then(|(a, b)| seconds_between(a, b)),
+                        started_at: start,
+                        finished_at: end,
+                        error: r.get(7)?,
+                        device: r.get(8)?,
+                        trial_dir: r.get(9)?,
+                        logs: logs
+                            .and_then(|l| serde_json::from_str(&l).ok())
+                            .unwrap_or_default(),
+                        log_tail: r.get(11)?,
+                        pruned_step: r.get::<_, Option<i64>>(12)?.map(|s| s.max(0) as u64),
+                        interrupted: r.get::<_, i64>(13)? != 0,
+                    })
+                },
+            )
             .map_err(|e| self.err(e))?
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.err(e))?;
         // Params in one pass over the study rather than one query per trial.
         let mut pstmt = self
             .conn
-            .prepare_cached(
+            .prepare_cached(&format!(
                 "SELECT p.trial_id, p.param_name, p.param_value, p.distribution_json
-                 FROM trial_params p JOIN trials t ON t.trial_id = p.trial_id WHERE t.study_id = ?1",
-            )
+                 FROM trial_params p JOIN trials t ON t.trial_id = p.trial_id
+                 WHERE t.study_id = ?1 {f2}"
+            ))
             .map_err(|e| self.err(e))?;
         let mut by_id: std::collections::HashMap<i64, Params> = std::collections::HashMap::new();
+        let mut dists: std::collections::HashMap<String, serde_json::Value> =
+            std::collections::HashMap::new();
         let prow = pstmt
-            .query_map([study.id], |r| {
+            .query_map(params![study.id, number.map(|n| n as i64)], |r| {
                 Ok((
                     r.get::<_, i64>(0)?,
                     r.get::<_, String>(1)?,
@@ -1043,7 +1071,14 @@ impl SqliteStorage {
             .map_err(|e| self.err(e))?;
         for p in prow {
             let (id, name, v, dist) = p.map_err(|e| self.err(e))?;
-            if let Some(val) = decode_param(v.unwrap_or(f64::NAN), dist.as_deref().unwrap_or("{}"))
+            let text = dist.unwrap_or_default();
+            if !dists.contains_key(&text) {
+                let parsed = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+                dists.insert(text.clone(), parsed);
+            }
+            if let Some(val) = dists
+                .get(&text)
+                .and_then(|d| decode_with(v.unwrap_or(f64::NAN), d))
             {
                 by_id.entry(id).or_default().insert(name, val);
             }
@@ -1059,9 +1094,9 @@ impl SqliteStorage {
     /// One trial by number.
     pub fn trial(&self, study: &StudyRow, number: u64) -> Result<Option<TrialRow>, StorageError> {
         Ok(self
-            .trials(study, None)?
+            .query_trials(study, None, Some(number))?
             .into_iter()
-            .find(|t| t.number == number))
+            .next())
     }
 
     /// How many trials ended on their own (the budget's count).
@@ -1161,8 +1196,9 @@ fn finish_in(
         "DELETE FROM trial_heartbeats WHERE trial_id = ?1",
         [trial_id],
     )?;
+    // Optuna keeps a pruned trial's last intermediate value as its value; so do we.
     if let Some(v) = value
-        && state == TrialState::Complete
+        && matches!(state, TrialState::Complete | TrialState::Pruned)
     {
         tx.execute(
             "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES (?1, 0, ?2, ?3)

@@ -1,0 +1,273 @@
+//! Hyperband (Li et al. 2018) over asynchronous successive-halving brackets, as Optuna's
+//! `HyperbandPruner` runs it.
+//!
+//! With `s_max = ⌊log_η(max_resource / min_resource)⌋` there are `s_max + 1` brackets (or the
+//! `brackets` most aggressive ones); bracket `b` is ASHA with minimum early-stopping rate `b`,
+//! so bracket 0 judges trials from `min_resource` on and the last one barely prunes. Bracket
+//! `b` gets a share of trials proportional to the paper's `n = ⌈(s_max+1) η^s / (s+1)⌉` with
+//! `s = s_max − b`. A trial's bracket follows from its trial number alone, by Fibonacci
+//! hashing (`number · 2^64/φ`, whose fractional parts spread evenly), so every run and every
+//! resume puts a trial in the same bracket without storing it, and trials compete only with
+//! trials of their own bracket. The `[pruner]` keys are in [`super::HyperbandConfig`].
+
+use super::asha::{RungValues, Rungs, rung_resource};
+use super::{HyperbandConfig, Memo, PruneContext, Pruner, reached};
+use crate::trial::TrialNumber;
+
+/// `⌊log_η(max / min)⌋ + 1`, counted by multiplication so that `max = min · η^k` exactly is
+/// not lost to a logarithm's rounding.
+pub(crate) fn bracket_count(min: f64, max: f64, eta: f64) -> u32 {
+    let mut s_max = 0;
+    // 63 brackets at most, like the rung ladder: bounds the loop for unchecked values.
+    while s_max < 63 && reached(max, rung_resource(min, eta, s_max + 1)) && eta > 1.0 {
+        s_max += 1;
+    }
+    s_max + 1
+}
+
+/// The bracket of a trial: its Fibonacci hash's place in [0, 1), scaled by the shares.
+fn bracket_in(brackets: &[(Rungs, f64)], total: f64, trial: TrialNumber) -> usize {
+    let u = trial.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) as f64 / 18_446_744_073_709_551_616.0;
+    let mut target = u * total;
+    for (b, (_, share)) in brackets.iter().enumerate() {
+        if target < *share {
+            return b;
+        }
+        target -= share;
+    }
+    brackets.len().saturating_sub(1)
+}
+
+pub struct HyperbandPruner {
+    /// Bracket `b`'s ladder and its share of trials.
+    brackets: Vec<(Rungs, f64)>,
+    total: f64,
+    /// One memo for all brackets: a trial is only ever summarised on its own bracket's ladder,
+    /// since only its own bracket's trials meet it.
+    memo: Memo<RungValues>,
+}
+
+impl HyperbandPruner {
+    pub fn new(config: &HyperbandConfig) -> HyperbandPruner {
+        let eta = config.reduction_factor;
+        let all = config
+            .max_resource
+            .map_or(1, |max| bracket_count(config.min_resource, max, eta));
+        let used = config.brackets.map_or(all, |b| b.clamp(1, all));
+        let brackets: Vec<(Rungs, f64)> = (0..used)
+            .map(|b| {
+                let s = all - 1 - b;
+                let n =
+                    all as f64 * eta.powi(i32::try_from(s).unwrap_or(i32::MAX)) / (s as f64 + 1.0);
+                let rungs = Rungs::new(config.min_resource, config.max_resource, eta, b);
+                (rungs, n.ceil())
+            })
+            .collect();
+        let total = brackets.iter().map(|(_, w)| w).sum();
+        HyperbandPruner {
+            brackets,
+            total,
+            memo: Memo::new(),
+        }
+    }
+
+    /// The bracket of a trial.
+    pub fn bracket_of(&self, trial: TrialNumber) -> usize {
+        bracket_in(&self.brackets, self.total, trial)
+    }
+
+    /// The number of brackets in use.
+    pub fn brackets(&self) -> usize {
+        self.brackets.len()
+    }
+}
+
+impl Pruner for HyperbandPruner {
+    fn should_prune(&mut self, ctx: &PruneContext<'_>) -> bool {
+        let b = self.bracket_of(ctx.trial);
+        let Some((rungs, _)) = self.brackets.get(b) else {
+            return false;
+        };
+        let (brackets, total) = (&self.brackets, self.total);
+        rungs.should_prune(ctx, &mut self.memo, |t| bracket_in(brackets, total, t) == b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rstest::rstest;
+
+    use super::*;
+    use crate::pruner::testkit::{Sim, negated, prunings, sequential};
+    use crate::pruner::{AshaConfig, PrunerConfig};
+    use crate::trial::Direction;
+
+    /// Brackets: 0 judges at 1 and 3, 1 at 3, 2 never (its first rung is the full trial).
+    fn config(f: impl FnOnce(&mut HyperbandConfig)) -> HyperbandConfig {
+        let mut c = HyperbandConfig {
+            min_resource: 1.0,
+            max_resource: Some(9.0),
+            reduction_factor: 3.0,
+            ..HyperbandConfig::default()
+        };
+        f(&mut c);
+        c
+    }
+
+    #[rstest]
+    #[case(1.0, 27.0, 3.0, 4)]
+    #[case(1.0, 26.9, 3.0, 3)]
+    #[case(1.0, 81.0, 3.0, 5)]
+    #[case(1.0, 10.0, 3.0, 3)]
+    #[case(0.1, 0.9, 3.0, 3)]
+    #[case(1.0, 2.0, 3.0, 1)]
+    #[case(1.0, 9.0, 2.0, 4)]
+    #[case(1.0, 1e300, 2.0, 64)]
+    fn bracket_count_is_floor_log_eta_plus_one(
+        #[case] min: f64,
+        #[case] max: f64,
+        #[case] eta: f64,
+        #[case] expected: u32,
+    ) {
+        assert_eq!(bracket_count(min, max, eta), expected);
+    }
+
+    fn counts(p: &HyperbandPruner, trials: std::ops::Range<u64>) -> Vec<usize> {
+        let mut counts = vec![0; p.brackets()];
+        for t in trials {
+            counts[p.bracket_of(TrialNumber(t))] += 1;
+        }
+        counts
+    }
+
+    #[test]
+    fn brackets_get_the_papers_shares_of_trials_evenly_spread() {
+        // Shares ⌈3·9/3⌉ = 9, ⌈3·3/2⌉ = 5, ⌈3·1/1⌉ = 3 of every 17 trials.
+        let p = HyperbandPruner::new(&config(|_| {}));
+        assert_eq!(p.brackets(), 3);
+        assert_eq!(p.total, 17.0);
+        let many = counts(&p, 0..1700);
+        for (got, want) in many.iter().zip([900, 500, 300]) {
+            assert!(got.abs_diff(want) <= 5, "{many:?}");
+        }
+        // Spread evenly, not in blocks: every window of 17 consecutive trials is close to
+        // the shares.
+        for start in 0..100 {
+            let window = counts(&p, start..start + 17);
+            for (got, want) in window.iter().zip([9, 5, 3]) {
+                assert!(got.abs_diff(want) <= 2, "from {start}: {window:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn bracket_of_a_trial_is_the_same_in_every_pruner_built_from_the_config() {
+        let a = HyperbandPruner::new(&config(|_| {}));
+        let b = HyperbandPruner::new(&config(|_| {}));
+        for t in (0..500).chain([u64::MAX - 1, u64::MAX]) {
+            assert_eq!(a.bracket_of(TrialNumber(t)), b.bracket_of(TrialNumber(t)));
+            assert!(a.bracket_of(TrialNumber(t)) < 3);
+        }
+    }
+
+    #[test]
+    fn limiting_brackets_keeps_the_most_aggressive_ones() {
+        let p = HyperbandPruner::new(&config(|c| c.brackets = Some(2)));
+        assert_eq!(p.brackets(), 2);
+        assert_eq!(p.total, 14.0);
+        let p = HyperbandPruner::new(&config(|c| c.max_resource = None));
+        assert_eq!(p.brackets(), 1);
+    }
+
+    fn first_in(p: &HyperbandPruner, bracket: usize, nth: usize) -> u64 {
+        (0..)
+            .filter(|&t| p.bracket_of(TrialNumber(t)) == bracket)
+            .nth(nth)
+            .expect("every bracket has trials")
+    }
+
+    #[test]
+    fn hyperband_trials_compete_only_within_their_bracket() {
+        let c = config(|_| {});
+        let p = HyperbandPruner::new(&c);
+        let (a, b) = (first_in(&p, 0, 0), first_in(&p, 0, 1));
+        let (x, y) = (first_in(&p, 1, 0), first_in(&p, 1, 1));
+        let z = first_in(&p, 2, 0);
+        let events = sequential(&[
+            // Bracket 1's x is excellent at rung 3, but a (bracket 0) does not meet it there.
+            (x, &[0.1; 9]),
+            (a, &[5.0; 9]),
+            // Second in bracket 0 at rung 1, behind a: out at 1.
+            (b, &[6.0; 9]),
+            // Bracket 1's first rung is at 3, where y is behind x: out at 3.
+            (y, &[0.2; 9]),
+            // Bracket 2 never prunes.
+            (z, &[100.0; 9]),
+        ]);
+        let pruner = PrunerConfig::Hyperband(c);
+        assert_eq!(
+            prunings(pruner.clone(), Direction::Minimize, &events),
+            vec![(b, 1), (y, 3)]
+        );
+        assert_eq!(
+            prunings(pruner, Direction::Maximize, &negated(&events)),
+            vec![(b, 1), (y, 3)]
+        );
+    }
+
+    #[test]
+    fn hyperband_with_one_bracket_is_asha() {
+        let flat: Vec<Vec<f64>> = [5.0, 3.0, 4.0, 1.0, 2.0, 6.0, 0.5, 2.5, 0.8]
+            .iter()
+            .map(|&v| vec![v; 9])
+            .collect();
+        let trials: Vec<(u64, &[f64])> = flat
+            .iter()
+            .enumerate()
+            .map(|(n, v)| (n as u64, v.as_slice()))
+            .collect();
+        let events = sequential(&trials);
+        let hyperband = PrunerConfig::Hyperband(config(|c| c.brackets = Some(1)));
+        let asha = PrunerConfig::Asha(AshaConfig {
+            min_resource: 1.0,
+            max_resource: Some(9.0),
+            reduction_factor: 3.0,
+            ..AshaConfig::default()
+        });
+        let expected = vec![(2, 1), (4, 1), (5, 1), (7, 1), (8, 3)];
+        assert_eq!(prunings(asha, Direction::Minimize, &events), expected);
+        assert_eq!(prunings(hyperband, Direction::Minimize, &events), expected);
+    }
+
+    #[test]
+    fn hyperband_resumed_study_keeps_its_brackets_and_rungs() {
+        // 40 trials with values that wander, so every bracket sees promotions and prunings.
+        let curves: Vec<Vec<f64>> = (0..40u64)
+            .map(|t| {
+                let base = ((t * 37) % 11) as f64;
+                (1..=9)
+                    .map(|s| base + ((t + s) % 3) as f64 / s as f64)
+                    .collect()
+            })
+            .collect();
+        let trials: Vec<(u64, &[f64])> = curves
+            .iter()
+            .enumerate()
+            .map(|(n, v)| (n as u64, v.as_slice()))
+            .collect();
+        let events = sequential(&trials);
+        let pruner = PrunerConfig::Hyperband(config(|_| {}));
+        let whole = prunings(pruner.clone(), Direction::Minimize, &events);
+        assert!(whole.len() >= 10, "{whole:?}");
+        for cut in (1..events.len()).step_by(7) {
+            let mut first = Sim::new(pruner.clone(), Direction::Minimize);
+            first.play_part(&events, 0..cut);
+            let mut resumed =
+                Sim::resume(pruner.clone(), Direction::Minimize, first.trials.clone());
+            resumed.play_part(&events, cut..events.len());
+            let mut both = first.pruned.clone();
+            both.extend(resumed.pruned.iter().copied());
+            assert_eq!(both, whole, "cut after {cut} reports");
+        }
+    }
+}
