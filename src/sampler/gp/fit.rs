@@ -222,14 +222,27 @@ impl Gradient for Problem<'_> {
 }
 
 /// Runs L-BFGS from each start and returns the best hyper-parameters found (by negative log
-/// posterior), or `None` when no start could even be evaluated.
-pub fn fit(data: &FitData, starts: &[Vec<f64>], max_iters: u64) -> Option<(Vec<f64>, f64)> {
+/// posterior), or `None` when no start could even be evaluated. A start whose gradient is
+/// already below `tol_grad` is kept as it is (a warm start from the last ask usually is:
+/// one more trial seldom moves the hyper-parameters).
+pub fn fit(
+    data: &FitData,
+    starts: &[Vec<f64>],
+    max_iters: u64,
+    tol_grad: f64,
+) -> Option<(Vec<f64>, f64)> {
     let mut best: Option<(Vec<f64>, f64)> = None;
     for s in starts {
-        let Some((c0, _)) = data.eval(s) else {
+        let Some((c0, g0)) = data.eval(s) else {
             continue;
         };
         let mut cand = (s.clone(), c0);
+        if g0.iter().map(|g| g * g).sum::<f64>().sqrt() < tol_grad {
+            if best.as_ref().is_none_or(|b| cand.1 < b.1) {
+                best = Some(cand);
+            }
+            continue;
+        }
         let problem = Problem {
             data,
             cache: RefCell::new(None),
@@ -237,8 +250,8 @@ pub fn fit(data: &FitData, starts: &[Vec<f64>], max_iters: u64) -> Option<(Vec<f
         };
         let solver = LBFGS::new(MoreThuenteLineSearch::new(), 7);
         let solver = solver
-            .with_tolerance_grad(1e-5)
-            .and_then(|s| s.with_tolerance_cost(1e-9));
+            .with_tolerance_grad(tol_grad)
+            .and_then(|s| s.with_tolerance_cost(1e-7));
         if let Ok(solver) = solver
             && let Ok(res) = Executor::new(problem, solver)
                 .configure(|st| st.param(s.clone()).max_iters(max_iters))
@@ -424,7 +437,7 @@ mod tests {
         let xs = vec![vec![0.5]; 6];
         let y = vec![0.0; 6];
         let d = FitData::new(&l, &xs, &y);
-        let (th, _) = fit(&d, &[d.default_theta()], 30).expect("fits");
+        let (th, _) = fit(&d, &[d.default_theta()], 30, 1e-5).expect("fits");
         let p = Posterior::new(&l, xs, &y, &th).expect("posterior");
         let out = p.predict(&[vec![0.1], vec![0.5]]);
         assert!(out.iter().all(|(m, v)| m.is_finite() && v.is_finite()));

@@ -263,7 +263,7 @@ impl GpSampler {
         if let Some(t) = cached {
             starts.push(t);
         }
-        if cold || obs.len() < 30 || ctx.trial_number.0.is_multiple_of(5) {
+        if cold || obs.len() < 30 || ctx.trial_number.0.is_multiple_of(10) {
             starts.push(default.clone());
         }
         if cold || obs.len() < 20 {
@@ -273,9 +273,14 @@ impl GpSampler {
             }
             starts.push(t);
         }
-        let theta = fit::fit(&data, &starts, if cold { 80 } else { 15 })
-            .map(|(t, _)| t)
-            .unwrap_or(default);
+        let theta = fit::fit(
+            &data,
+            &starts,
+            if cold { 80 } else { 15 },
+            if cold { 1e-5 } else { 0.05 },
+        )
+        .map(|(t, _)| t)
+        .unwrap_or(default);
         self.theta = Some(theta.clone());
 
         // Posterior on real observations, then pending trials as fantasies at its mean.
