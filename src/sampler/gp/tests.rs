@@ -279,3 +279,25 @@ fn maximisation_is_turned_into_minimisation() {
     let x = g.ask(&ctx)["x"].as_f64().expect("float");
     assert!(x > 0.7, "value grows with x, so look high: {x}");
 }
+
+#[test]
+fn auto_is_the_gp_in_ordinary_spaces_and_tpe_in_very_wide_ones() {
+    let s = space(MIXED);
+    let a = run(&s, SamplerKind::Auto, 8, 1, 6, &|p| Some(mixed_loss(p)));
+    let g = run(&s, SamplerKind::Gp, 8, 1, 6, &|p| Some(mixed_loss(p)));
+    assert_eq!(
+        a.iter().map(|t| &t.params).collect::<Vec<_>>(),
+        g.iter().map(|t| &t.params).collect::<Vec<_>>()
+    );
+    let wide: String = (0..crate::sampler::AUTO_GP_MAX_PARAMS + 6)
+        .map(|i| format!("x{i} = {{ type = \"float\", low = 0.0, high = 1.0 }}\n"))
+        .collect();
+    let s = space(&wide);
+    let f = |p: &Params| Some(p.values().filter_map(ParamValue::as_f64).sum::<f64>());
+    let a = run(&s, SamplerKind::Auto, 8, 1, 6, &f);
+    let t = run(&s, SamplerKind::Tpe, 8, 1, 6, &f);
+    assert_eq!(
+        a.iter().map(|t| &t.params).collect::<Vec<_>>(),
+        t.iter().map(|t| &t.params).collect::<Vec<_>>()
+    );
+}
