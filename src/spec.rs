@@ -126,8 +126,10 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
                 p
             }
         })
-        .unwrap_or(Path::new("."))
-        .to_path_buf();
+        .unwrap_or(Path::new("."));
+    // Absolute, because the trial directories and log paths derived from it are handed to
+    // commands (which may change directory) and recorded in the database (read from anywhere).
+    let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
 
     let s = &raw.study;
     if s.name.trim().is_empty() {
@@ -549,7 +551,8 @@ opt = "adam"
         assert_eq!(s.name, "demo");
         assert_eq!(s.slots, ["cpu", "cpu"]);
         assert_eq!(s.trials, Some(4));
-        assert_eq!(s.storage, Path::new("studies/tune.db"));
+        assert!(s.storage.is_absolute(), "{}", s.storage.display());
+        assert!(s.storage.ends_with("studies/tune.db"));
         assert_eq!(s.enqueue.len(), 1);
         let TrialSpec::Command(c) = &s.trial;
         assert_eq!(c.timeout, Some(Duration::from_secs(300)));

@@ -71,6 +71,30 @@ impl AskTell {
         Ok(self)
     }
 
+    /// Input ended: trials asked but never told are recorded as interrupted, like those of a
+    /// stopped `tune run`, so that they do not stay `running` in the database forever and
+    /// their params are queued for the next session on the study.
+    pub fn end(&mut self) -> anyhow::Result<()> {
+        let pending = std::mem::take(&mut self.pending);
+        if let Some((storage, _, _)) = &mut self.db {
+            for (_, id) in pending.into_values() {
+                if let Some(id) = id {
+                    storage.finish_trial(
+                        id,
+                        TrialState::Failed,
+                        None,
+                        Some("interrupted: ask-tell ended before this trial was told"),
+                        None,
+                        &[],
+                        None,
+                        true,
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Answers one request line.
     pub fn handle(&mut self, line: &str) -> Value {
         match self.try_handle(line) {
@@ -102,6 +126,11 @@ impl AskTell {
 
     fn ask(&mut self) -> anyhow::Result<Value> {
         let pending: Vec<Params> = self.pending.values().map(|(p, _)| p.clone()).collect();
+        // Held until the params are stored, as in the scheduler (`SqliteStorage::ask_lock`).
+        let _ask_lock = match &self.db {
+            Some((storage, _, _)) => Some(storage.ask_lock()?),
+            None => None,
+        };
         let (number, trial_id, queued) = match &mut self.db {
             Some((storage, row, worker)) => {
                 match storage.claim_trial(row, *worker, None, 0, "cpu")? {
@@ -157,13 +186,14 @@ impl AskTell {
             .get("trial")
             .and_then(Value::as_u64)
             .ok_or("tell needs `trial`, a trial number")?;
-        let state = match t.get("state").map(|s| s.as_str()) {
-            None | Some(Some("complete")) => TrialState::Complete,
-            Some(Some("fail" | "failed")) => TrialState::Failed,
-            Some(Some("pruned")) => TrialState::Pruned,
-            Some(other) => {
-                return Err(format!("unknown state {other:?}: complete, fail or pruned"));
-            }
+        let state = match t.get("state") {
+            None => TrialState::Complete,
+            Some(s) => match s.as_str() {
+                Some("complete") => TrialState::Complete,
+                Some("fail" | "failed") => TrialState::Failed,
+                Some("pruned") => TrialState::Pruned,
+                _ => return Err(format!("unknown state {s}: complete, fail or pruned")),
+            },
         };
         let value = match t.get("value") {
             None | Some(Value::Null) => None,
@@ -239,6 +269,7 @@ pub fn ask_tell(args: &AskTellArgs, db: Option<&Path>) -> anyhow::Result<ExitCod
         writeln!(out, "{answer}")?;
         out.flush()?;
     }
+    at.end()?;
     Ok(ExitCode::SUCCESS)
 }
 

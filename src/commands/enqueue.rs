@@ -32,13 +32,15 @@ pub fn enqueue(args: &EnqueueArgs, db: Option<&Path>) -> anyhow::Result<ExitCode
         .validate(&params)
         .map_err(|e| bad(format!("--params: {e}")))?;
     let mut storage = SqliteStorage::open(&study.storage)?;
-    let row = storage.create_or_load_study(
-        &study.name,
-        study.direction,
-        &study.metric,
-        Some(&study.file),
-        Some(&study.source),
-    )?;
+    let row = storage
+        .create_or_load_study(
+            &study.name,
+            study.direction,
+            &study.metric,
+            Some(&study.file),
+            Some(&study.source),
+        )
+        .map_err(|e| super::storage_error(&study.file, e))?;
     let n = storage.enqueue(&row, &study.space, &params)?;
     println!("queued trial {n} in study `{}`", study.name);
     Ok(ExitCode::SUCCESS)

@@ -34,6 +34,15 @@ pub fn load_study(file: &Path, db: Option<&Path>) -> anyhow::Result<Study> {
     .map_err(|e| bad(e.to_string()))
 }
 
+/// A study file that disagrees with the study stored under its name (its direction or metric)
+/// is bad input in the file, not a fault of storage: status 2, naming the file.
+pub fn storage_error(file: &Path, e: StorageError) -> anyhow::Error {
+    match e {
+        StorageError::Conflict { .. } => bad(format!("{}: {e}", file.display())),
+        other => anyhow::Error::new(other),
+    }
+}
+
 /// Opens the database a query names, read-only, and finds the study: from a study file (its
 /// name and storage), or `--study NAME` in `--db`/TUNE_DB (default `tune.db`).
 pub fn open_study(r: &StudyRef, db: Option<&Path>) -> anyhow::Result<(SqliteStorage, StudyRow)> {

@@ -34,7 +34,9 @@ async fn run_async(study: crate::study::Study) -> anyhow::Result<ExitCode> {
     let (ctx, crx) = mpsc::unbounded_channel();
     let direction = study.direction;
     let metric = study.metric.clone();
-    let scheduler = Scheduler::open(study, sampler, pruner, runner, etx)?;
+    let file = study.file.clone();
+    let scheduler = Scheduler::open(study, sampler, pruner, runner, etx)
+        .map_err(|e| super::storage_error(&file, e))?;
 
     // Ctrl-C (or SIGTERM) once: stop asking for trials and let the running ones finish;
     // twice: stop them too. Every state is recorded either way.

@@ -359,6 +359,8 @@ impl Scheduler {
         tx: &mpsc::UnboundedSender<SlotMsg>,
     ) -> Result<Option<Running>, StorageError> {
         let device = self.study.slots[slot].clone();
+        // Held until the params are stored: see `SqliteStorage::ask_lock`.
+        let ask_lock = self.storage.ask_lock()?;
         let claim =
             self.storage
                 .claim_trial(&self.row, self.worker, self.study.trials, slot, &device)?;
@@ -385,6 +387,7 @@ impl Scheduler {
                 (trial_id, number, params)
             }
         };
+        drop(ask_lock);
         let trial_dir = self.study.runs_dir.join(format!("trial-{:05}", number.0));
         self.storage.set_trial_dir(trial_id, &trial_dir)?;
         let (stop_tx, stop_rx) = watch::channel(StopRequest::None);

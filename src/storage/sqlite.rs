@@ -105,6 +105,11 @@ pub enum Claim {
     Full,
 }
 
+/// Held while a new trial is proposed; see [`SqliteStorage::ask_lock`].
+pub struct AskLock {
+    _guard: nix::fcntl::Flock<std::fs::File>,
+}
+
 pub struct SqliteStorage {
     conn: Connection,
     path: PathBuf,
@@ -599,6 +604,31 @@ impl SqliteStorage {
             }
             Ok(recovered)
         })
+    }
+
+    /// Serialises the proposal of new trials among the processes that share this database:
+    /// held from claiming a number to storing its params, so that a second process asking at
+    /// the same moment sees the first one's proposal as pending instead of proposing the same
+    /// point. A lock on a file beside the database (`flock`), released when the guard drops.
+    pub fn ask_lock(&self) -> Result<AskLock, StorageError> {
+        let mut name = self.path.as_os_str().to_owned();
+        name.push(".ask-lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(std::path::PathBuf::from(name))
+            .map_err(|e| StorageError::Conflict {
+                path: self.path.clone(),
+                message: format!("cannot open the ask lock beside the database: {e}"),
+            })?;
+        let guard = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).map_err(
+            |(_, e)| StorageError::Conflict {
+                path: self.path.clone(),
+                message: format!("cannot take the ask lock: {e}"),
+            },
+        )?;
+        Ok(AskLock { _guard: guard })
     }
 
     // ----- trials -----

@@ -1,0 +1,12 @@
+//! The integration tests of `tune`: one binary that boots the real program on real studies in a
+//! temp dir per test, against a real SQLite file, and reads back what it printed and stored.
+
+mod ask_tell;
+mod bad_input;
+mod command_trials;
+mod common;
+mod optuna_compat;
+mod queries;
+mod recovery;
+mod shared_db;
+mod studies;

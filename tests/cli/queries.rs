@@ -1,0 +1,131 @@
+//! The query commands of `shared/spec/cli.md` on a study the binary ran: filters, sorting,
+//! limits, the JSON object of a trial, CSV, `tune studies`, `tune best`, and the SQL view.
+
+use serde_json::Value;
+
+use crate::common::{Sandbox, sh_study};
+
+fn json(out: std::process::Output) -> Value {
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+#[test]
+fn queries_filter_sort_limit_and_print_json_csv_and_tables_as_the_cli_spec_says() {
+    let sb = Sandbox::new();
+    sb.write("s.toml", &sh_study("queries", 6, 2, "", &["{x}"]));
+    sb.write(
+        "trial.sh",
+        "[ \"$TUNE_TRIAL\" = 1 ] && exit 1\necho \"tune: {\\\"step\\\": 0, \\\"loss\\\": $1, \\\"acc\\\": 0.5}\"\n",
+    );
+    sb.ok(&["run", "s.toml"]);
+    let all = sb.trials("s.toml");
+    assert_eq!(all.len(), 6);
+    // One object per trial with exactly the keys of the spec.
+    for t in &all {
+        let mut keys: Vec<&str> = t
+            .as_object()
+            .expect("object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "duration_s",
+                "error",
+                "finished_at",
+                "metrics",
+                "number",
+                "params",
+                "started_at",
+                "state",
+                "value"
+            ]
+        );
+    }
+    let failed = json(sb.ok(&["trials", "s.toml", "--state", "failed", "--format", "json"]));
+    assert_eq!(failed.as_array().map(Vec::len), Some(1));
+    assert_eq!(failed[0]["number"], 1);
+    assert!(
+        failed[0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("status 1"))
+    );
+    let complete = json(sb.ok(&[
+        "trials", "s.toml", "--state", "complete", "--format", "json",
+    ]));
+    assert_eq!(complete.as_array().map(Vec::len), Some(5));
+
+    // Sorted by value (minimize: smallest first), limited.
+    let mut values: Vec<f64> = all.iter().filter_map(|t| t["value"].as_f64()).collect();
+    values.sort_by(f64::total_cmp);
+    let top = json(sb.ok(&[
+        "trials", "s.toml", "--sort", "value", "--limit", "2", "--format", "json",
+    ]));
+    let top: Vec<f64> = top
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|t| t["value"].as_f64().expect("value"))
+        .collect();
+    assert_eq!(top, values[..2]);
+    let best = json(sb.ok(&["best", "s.toml", "--format", "json"]));
+    assert_eq!(best["value"].as_f64(), Some(values[0]));
+    let by_name = json(sb.ok(&["best", "--study", "queries", "--format", "json"]));
+    assert_eq!(
+        by_name, best,
+        "`--study NAME` finds tune.db in the working directory"
+    );
+
+    // CSV: a header, then one row per trial, params and metrics as columns.
+    let csv =
+        String::from_utf8(sb.ok(&["trials", "s.toml", "--format", "csv"]).stdout).expect("UTF-8");
+    let mut lines = csv.lines();
+    let header = lines.next().expect("a header");
+    for col in [
+        "number",
+        "state",
+        "value",
+        "params.x",
+        "params.k",
+        "params.c",
+        "metrics.loss",
+    ] {
+        assert!(header.split(',').any(|h| h == col), "`{col}` in `{header}`");
+    }
+    assert_eq!(lines.count(), 6);
+
+    // Tables for people.
+    let table = String::from_utf8(sb.ok(&["trials", "s.toml"]).stdout).expect("UTF-8");
+    assert!(
+        table.contains("state") && table.contains("complete") && table.contains("failed"),
+        "{table}"
+    );
+
+    // `tune studies`: counts by state and the best value.
+    let studies = json(sb.ok(&["studies", "--format", "json"]));
+    let s = &studies[0];
+    assert_eq!(s["name"], "queries");
+    assert_eq!(s["complete"], 5);
+    assert_eq!(s["failed"], 1);
+    assert_eq!(s["best_value"].as_f64(), Some(values[0]));
+
+    // The SQL view gives a row per trial with its params and value.
+    let db = sb.db("tune.db");
+    let rows: Vec<(i64, String, Option<f64>, String)> = db
+        .prepare("SELECT number, state, value, params FROM tune_trials_view WHERE study = 'queries' ORDER BY number")
+        .expect("the view exists")
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    assert_eq!(rows.len(), 6);
+    for ((n, state, value, params), t) in rows.iter().zip(&all) {
+        assert_eq!(t["number"], *n);
+        assert_eq!(t["state"], state.as_str());
+        assert_eq!(t["value"].as_f64(), *value);
+        let p: Value = serde_json::from_str(params).expect("params are a JSON object");
+        assert_eq!(p, t["params"], "trial {n}");
+    }
+}

@@ -1,0 +1,130 @@
+//! Every file in `studies/` is executable documentation: each study file parses, each script
+//! there is used by a study, and the small studies run (with a budget of two trials).
+
+use std::path::{Path, PathBuf};
+
+use crate::common::{Sandbox, text};
+
+fn studies_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("studies")
+}
+
+/// The study files in `studies/`, sorted.
+fn study_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(studies_dir())
+        .expect("studies/ exists")
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "studies/ holds study files");
+    files
+}
+
+#[test]
+fn every_study_file_in_studies_parses() {
+    for file in study_files() {
+        if let Err(e) = tune::spec::load(&file, &tune::spec::Overrides::default()) {
+            panic!("{e}");
+        }
+    }
+}
+
+#[test]
+fn every_other_file_in_studies_is_used_by_a_study() {
+    let sources: String = study_files()
+        .iter()
+        .map(|f| std::fs::read_to_string(f).expect("readable"))
+        .collect();
+    for entry in std::fs::read_dir(studies_dir()).expect("studies/ exists") {
+        let path = entry.expect("entry").path();
+        let name = path
+            .file_name()
+            .expect("a name")
+            .to_string_lossy()
+            .into_owned();
+        // Scripts and data must serve a study; notes for people (*.md) need not.
+        if path.is_dir()
+            || name.ends_with(".toml")
+            || name.ends_with(".md")
+            || name.ends_with(".db")
+            || name.contains(".db-")
+        {
+            continue;
+        }
+        assert!(
+            sources.contains(&name),
+            "studies/{name} is used by no study file"
+        );
+    }
+}
+
+/// Copies a directory of the repository into the sandbox (leaving out runs and databases), so
+/// that studies run where their relative paths still hold but write only to the temp dir.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("readable") {
+        let path = entry.expect("entry").path();
+        let name = path
+            .file_name()
+            .expect("a name")
+            .to_string_lossy()
+            .into_owned();
+        if name == "runs" || name.ends_with(".db") || name.contains(".db-") {
+            continue;
+        }
+        if path.is_dir() {
+            copy_tree(&path, &to.join(&name));
+        } else {
+            std::fs::copy(&path, to.join(&name)).expect("copy");
+        }
+    }
+}
+
+#[test]
+fn the_command_studies_run_with_a_budget_of_two_trials() {
+    let sb = Sandbox::new();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    copy_tree(&root.join("studies"), &sb.join("studies"));
+    if root.join("datasets").is_dir() {
+        copy_tree(&root.join("datasets"), &sb.join("datasets"));
+    }
+    let mut ran = 0;
+    for file in study_files() {
+        let name = file
+            .file_name()
+            .expect("a name")
+            .to_string_lossy()
+            .into_owned();
+        let mut doc: toml::Table =
+            toml::from_str(&std::fs::read_to_string(&file).expect("readable")).expect("TOML");
+        let is_command = doc
+            .get("trial")
+            .and_then(|t| t.get("kind"))
+            .and_then(|k| k.as_str())
+            == Some("command");
+        if !is_command {
+            continue;
+        }
+        let study = doc
+            .get_mut("study")
+            .and_then(|s| s.as_table_mut())
+            .expect("[study]");
+        study.insert("trials".into(), toml::Value::Integer(2));
+        study.remove("timeout");
+        study.remove("storage");
+        let rel = format!("studies/{name}");
+        sb.write(&rel, &toml::to_string(&doc).expect("TOML"));
+        let db = format!("{name}.db");
+        sb.ok(&["--db", &db, "run", &rel, "--no-tui"]);
+        let out = sb.ok(&["--db", &db, "trials", &rel, "--format", "json"]);
+        let trials: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(trials.len(), 2, "{name}: {}", text(&out));
+        assert!(
+            trials.iter().all(|t| t["state"] == "complete"),
+            "{name}: every trial of a shipped study completes: {trials:#?}"
+        );
+        ran += 1;
+    }
+    assert!(ran > 0, "no command study ran");
+}
