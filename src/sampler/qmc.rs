@@ -10,7 +10,7 @@ pub struct SobolSampler;
 
 /// The point of the scrambled Sobol sequence at `index`, with `dims` coordinates.
 pub fn sobol_point(index: u64, dims: usize, seed: u64) -> Vec<f64> {
-    let scramble = (mix(seed, 0x50B0_1) & 0xFFFF_FFFF) as u32;
+    let scramble = (mix(seed, 0x0005_0B01) & 0xFFFF_FFFF) as u32;
     (0..dims)
         .map(|d| {
             // sobol_burley supports 256 dimensions and 2^16 points (it asserts both); beyond,
