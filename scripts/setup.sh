@@ -3,6 +3,12 @@
 #   .libtorch/  a CPU-only libtorch 2.13.0 (what tch 0.26 expects), from PyPI's torch wheel
 #               without its CUDA libraries except the two libtorch_cpu.so links against.
 #   .venv/      (with --python-tests) a Python with optuna, for the Optuna-compatibility test.
+#   .venv/bench (with --bench) what the .libtorch tree needs to be imported as the `torch` Python
+#               package for the trainer benchmark: torch's pure-Python dependencies, numpy, and
+#               the CUDA libraries that torch/_C links against (never used on a CPU, but the
+#               dynamic loader insists on them). About 3 GB.
+#   tmux        (with --python-tests) for the end-to-end test of the live UI.
+#   /usr/share/datasets/fashion-mnist  Debian's dataset-fashion-mnist, the quickstart's data.
 # Idempotent: a second run checks the stamps and returns at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,3 +34,40 @@ if [ "${1:-}" = "--python-tests" ] && [ ! -f .venv/.stamp-optuna ]; then
   .venv/bin/pip install --quiet --disable-pip-version-check "optuna>=4,<6" numpy
   touch .venv/.stamp-optuna
 fi
+
+if [ "${1:-}" = "--python-tests" ] && ! command -v tmux >/dev/null 2>&1; then
+  echo "setup: installing tmux (Debian package) for the live UI's end-to-end test" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q tmux >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q tmux >/dev/null 2>&1; } ||
+    echo "setup: WARNING: could not install tmux; the UI's end-to-end test will say it was skipped" >&2
+fi
+
+# The quickstart's data: the full Fashion-MNIST from Debian (MIT licence, 31 MB). Not fatal
+# when it fails (no root, no apt): only the quickstart and its test need it, and that test
+# says it was skipped.
+if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  echo "setup: installing dataset-fashion-mnist (Debian package) for the quickstart" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  if ! apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1; then
+    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1; } ||
+      echo "setup: WARNING: could not install dataset-fashion-mnist; studies/quickstart.toml needs it" >&2
+  fi
+fi
+
+for arg in "$@"; do
+  if [ "$arg" = "--bench" ] && [ ! -f .venv/bench/.stamp-$TORCH_VERSION ]; then
+    echo "setup: installing the benchmark's Python side into .venv/bench (about 3 GB)" >&2
+    mkdir -p .venv/bench
+    # The versions torch 2.13.0 pins (nccl: its 2.29.7 is not on the index for this platform;
+    # any libnccl.so.2 satisfies the loader, and nothing calls it on a CPU). --no-deps keeps
+    # torch itself (already in .libtorch) and triton out.
+    "$PY" -m pip install --quiet --disable-pip-version-check --no-deps --target .venv/bench \
+      --python-version 3.11 --only-binary=:all: --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
+      "nvidia-cudnn-cu13==9.20.0.48" "nvidia-cusparselt-cu13==0.8.1" "nvidia-nccl-cu13==2.32.3" "nvidia-nvshmem-cu13==3.4.5" \
+      "nvidia-cublas==13.1.1.3" "nvidia-cufft==12.0.0.61" "nvidia-cufile==1.15.1.6" "nvidia-curand==10.4.0.35" \
+      "nvidia-cusparse==12.6.3.3" "nvidia-nvjitlink==13.0.88" "nvidia-cuda-nvrtc==13.0.88" \
+      "numpy<3" "filelock" "typing-extensions>=4.10" "sympy>=1.13.3" "networkx>=2.5.1" "jinja2" "markupsafe" "mpmath" "fsspec>=0.8.5" "setuptools>=77.0.3"
+    touch .venv/bench/.stamp-$TORCH_VERSION
+  fi
+done

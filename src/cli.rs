@@ -34,6 +34,8 @@ pub enum Command {
     Best(BestArgs),
     /// One trial whole: params, every report, logs.
     Show(ShowArgs),
+    /// Follow a study that another process (or machine) runs, read-only, in the live UI.
+    Watch(WatchArgs),
     /// Queue a trial with fixed params; it runs first and teaches the sampler like any other.
     Enqueue(EnqueueArgs),
     /// Drive the optimizer from another program over JSON lines (shared/spec/ask-tell.md).
@@ -131,6 +133,12 @@ pub struct ShowArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct WatchArgs {
+    #[command(flatten)]
+    pub study: StudyRef,
+}
+
+#[derive(Debug, Args)]
 pub struct EnqueueArgs {
     /// The study file.
     pub study: PathBuf,
@@ -165,6 +173,16 @@ pub enum BenchCommand {
     /// normalised score (100 = optimum, 0 = random search's median, measured in the same run)
     /// at each budget, sequential and with trials pending, and the median ms per ask.
     Optimizers(OptimizersArgs),
+    /// The built-in trainer against PyTorch eager (the same torch 2.13.0) on the same model,
+    /// data and batch: samples/s of each and the ratio, fp32 and bf16. Arguments go to
+    /// `tune-worker bench` (e.g. `--steps 200 --models mlp,cnn --amp off,bf16`).
+    Trainer(TrainerBenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TrainerBenchArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -15,4 +15,6 @@ pub mod space;
 pub mod spec;
 pub mod storage;
 pub mod study;
+pub mod train;
 pub mod trial;
+pub mod tui;

@@ -50,6 +50,7 @@ fn main() -> ExitCode {
         Command::Trials(a) => commands::query::trials(&a, db.as_deref()),
         Command::Best(a) => commands::query::best(&a, db.as_deref()),
         Command::Show(a) => commands::query::show(&a, db.as_deref()),
+        Command::Watch(a) => commands::watch::watch(&a, db.as_deref()),
         Command::Enqueue(a) => commands::enqueue::enqueue(&a, db.as_deref()),
         Command::AskTell(a) => commands::ask_tell::ask_tell(&a, db.as_deref()),
         Command::Bench(b) => commands::bench::bench(&b),

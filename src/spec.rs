@@ -230,10 +230,6 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
             }
         },
     };
-    let pruner = match &raw.pruner {
-        None => PrunerConfig::default(),
-        Some(t) => parse_pruner(t).map_err(err)?,
-    };
 
     let slots = workers(raw.workers.as_ref()).map_err(err)?;
 
@@ -259,10 +255,8 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
             TrialSpec::Command(command(raw_cmd, &space, &dir).map_err(err)?)
         }
         "builtin" => {
-            return Err(err(
-                "key `trial.kind`: \"builtin\" needs the built-in trainer, which this build lacks"
-                    .into(),
-            ));
+            let b = crate::train::parse_builtin(&raw.trial, &space, &dir).map_err(err)?;
+            TrialSpec::Builtin(Box::new(b))
         }
         other => {
             return Err(err(format!(
@@ -271,11 +265,31 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
         }
     };
 
+    // Builtin studies train for a known number of epochs: ASHA over epochs is their default
+    // pruner, and an epoch-based pruner's full resource is that number unless the table says.
+    let epochs = match &trial {
+        TrialSpec::Builtin(b) => builtin_epochs(b, &space),
+        TrialSpec::Command(_) => None,
+    };
+    let pruner = match (&raw.pruner, epochs) {
+        (None, Some(e)) => PrunerConfig::builtin_default(e),
+        (None, None) => PrunerConfig::default(),
+        (Some(t), e) => {
+            let mut p = parse_pruner(t).map_err(err)?;
+            if let Some(e) = e
+                && p.resource() == "epoch"
+            {
+                p.fill_max_resource(e as f64);
+            }
+            p
+        }
+    };
+
     let mut enqueue = Vec::with_capacity(raw.enqueue.len());
     for (i, t) in raw.enqueue.iter().enumerate() {
         let mut p = Params::new();
         for (k, v) in t {
-            let pv = toml_param(v).ok_or_else(|| {
+            let pv = ParamValue::from_toml(v).ok_or_else(|| {
                 err(format!(
                     "key `enqueue[{i}].{k}`: must be a string, number or boolean"
                 ))
@@ -313,16 +327,6 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
     })
 }
 
-fn toml_param(v: &toml::Value) -> Option<ParamValue> {
-    match v {
-        toml::Value::Boolean(b) => Some(ParamValue::Bool(*b)),
-        toml::Value::Integer(i) => Some(ParamValue::Int(*i)),
-        toml::Value::Float(f) => Some(ParamValue::Float(*f)),
-        toml::Value::String(s) => Some(ParamValue::Str(s.clone())),
-        _ => None,
-    }
-}
-
 /// toml's messages carry the line, the column and the offending line with a caret; keep them
 /// whole but on the file's behalf.
 fn toml_message(e: &toml::de::Error) -> String {
@@ -341,6 +345,26 @@ fn parse_pruner(t: &toml::Table) -> Result<PrunerConfig, String> {
         .map_err(|e: toml::de::Error| format!("in `[pruner]`: {}", e.message()))?;
     cfg.check().map_err(|e| format!("key {e}"))?;
     Ok(cfg)
+}
+
+/// The most epochs a builtin trial trains: the fixed `epochs`, or the upper bound of a
+/// searched one.
+fn builtin_epochs(b: &crate::train::BuiltinTrial, space: &Space) -> Option<u64> {
+    match b.knobs.get("epochs")? {
+        crate::train::Knob::Fixed(ParamValue::Int(n)) => u64::try_from(*n).ok(),
+        crate::train::Knob::Fixed(_) => None,
+        crate::train::Knob::Searched => match &space.get("epochs")?.kind {
+            crate::space::ParamKind::Int { high, .. } => u64::try_from(*high).ok(),
+            crate::space::ParamKind::Categorical { choices } => choices
+                .iter()
+                .filter_map(|c| match c {
+                    ParamValue::Int(n) => u64::try_from(*n).ok(),
+                    _ => None,
+                })
+                .max(),
+            crate::space::ParamKind::Float { .. } => None,
+        },
+    }
 }
 
 /// Parses a duration such as "90s", "20m", "1h 30m" or a number of seconds.
@@ -554,7 +578,9 @@ opt = "adam"
         assert!(s.storage.is_absolute(), "{}", s.storage.display());
         assert!(s.storage.ends_with("studies/tune.db"));
         assert_eq!(s.enqueue.len(), 1);
-        let TrialSpec::Command(c) = &s.trial;
+        let TrialSpec::Command(c) = &s.trial else {
+            panic!("a command study")
+        };
         assert_eq!(c.timeout, Some(Duration::from_secs(300)));
         assert_eq!(c.grace, Duration::from_secs(10));
     }

@@ -13,6 +13,18 @@ use crate::trial::Direction;
 #[derive(Debug, Clone)]
 pub enum TrialSpec {
     Command(CommandSpec),
+    /// `[trial] kind = "builtin"`: the libtorch trainer in `tune-worker` processes.
+    Builtin(Box<crate::train::BuiltinTrial>),
+}
+
+impl TrialSpec {
+    /// The per-trial wall-clock limit.
+    pub fn timeout(&self) -> Option<Duration> {
+        match self {
+            TrialSpec::Command(c) => c.timeout,
+            TrialSpec::Builtin(b) => b.timeout,
+        }
+    }
 }
 
 /// `[trial] kind = "command"` (`shared/spec/command-trials.md`).

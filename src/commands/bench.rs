@@ -13,6 +13,18 @@ pub fn bench(cmd: &BenchCommand) -> anyhow::Result<ExitCode> {
             crate::bench::run_optimizers(&optimizer_options(a)?)?;
             Ok(ExitCode::SUCCESS)
         }
+        BenchCommand::Trainer(a) => {
+            // libtorch lives in tune-worker only; the benchmark runs there.
+            let status = std::process::Command::new(super::run::worker_exe()?)
+                .arg("bench")
+                .args(&a.args)
+                .status()?;
+            Ok(if status.success() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
     }
 }
 

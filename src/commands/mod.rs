@@ -6,6 +6,7 @@ pub mod bench;
 pub mod enqueue;
 pub mod query;
 pub mod run;
+pub mod watch;
 
 use std::path::{Path, PathBuf};
 
@@ -78,7 +79,7 @@ pub fn open_read(path: &Path) -> anyhow::Result<SqliteStorage> {
 pub fn fmt_value(v: Option<f64>) -> String {
     match v {
         None => "-".into(),
-        Some(x) if x == 0.0 => "0".into(),
+        Some(0.0) => "0".into(),
         Some(x) if !x.is_finite() => format!("{x}"),
         Some(x) if x.abs() >= 1e-4 && x.abs() < 1e6 => {
             let s = format!(

@@ -15,8 +15,7 @@ use crate::storage::{StudyRow, TrialRow, to_rfc3339};
 use crate::trial::TrialState;
 
 fn table() -> Table {
-    let t = Table::new();
-    t
+    Table::new()
 }
 
 fn print_json(v: &serde_json::Value) -> anyhow::Result<()> {

@@ -11,6 +11,7 @@ use super::{fmt_params, fmt_value, load_study};
 use crate::cli::RunArgs;
 use crate::runner::TrialRunner;
 use crate::runner::command::CommandRunner;
+use crate::runner::worker::WorkerRunner;
 use crate::scheduler::{Control, Event, Scheduler};
 use crate::study::TrialSpec;
 use crate::trial::{Direction, TrialState};
@@ -21,12 +22,14 @@ pub fn run(args: &RunArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(run_async(study))
+    let ui = !args.no_tui && crate::tui::stdout_is_terminal();
+    rt.block_on(run_async(study, ui))
 }
 
-async fn run_async(study: crate::study::Study) -> anyhow::Result<ExitCode> {
+async fn run_async(study: crate::study::Study, ui: bool) -> anyhow::Result<ExitCode> {
     let runner: Arc<dyn TrialRunner> = match &study.trial {
         TrialSpec::Command(c) => Arc::new(CommandRunner::new(c.clone())),
+        TrialSpec::Builtin(b) => Arc::new(WorkerRunner::new((**b).clone(), worker_exe()?)),
     };
     let sampler = crate::sampler::build_with(study.sampler, &study.sampler_options);
     let pruner = crate::pruner::build(&study.pruner);
@@ -65,10 +68,25 @@ async fn run_async(study: crate::study::Study) -> anyhow::Result<ExitCode> {
         }
     });
 
-    let printer = tokio::spawn(print_lines(erx, direction, metric));
-    let summary = scheduler.run(crx).await;
-    drop(ctx);
-    let _ = printer.await;
+    let summary = if ui {
+        // The UI steers through its own sender; it stays open after the study ends, until
+        // the user leaves, and restores the terminal on every way out.
+        let ui = tokio::spawn(crate::tui::run_live(erx, ctx.clone()));
+        drop(ctx);
+        let summary = scheduler.run(crx).await;
+        match ui.await {
+            Ok(Ok(state)) => println!("{}", crate::tui::summary_line(&state)),
+            Ok(Err(e)) => eprintln!("tune: the terminal UI failed: {e}"),
+            Err(e) => eprintln!("tune: the terminal UI failed: {e}"),
+        }
+        summary
+    } else {
+        let printer = tokio::spawn(print_lines(erx, direction, metric));
+        let summary = scheduler.run(crx).await;
+        drop(ctx);
+        let _ = printer.await;
+        summary
+    };
     let summary = summary?;
     if summary.complete == 0 {
         eprintln!("tune: no trial completed");
@@ -78,7 +96,11 @@ async fn run_async(study: crate::study::Study) -> anyhow::Result<ExitCode> {
 }
 
 /// One line per trial event on standard output (pipes, CI, `--no-tui`).
-async fn print_lines(mut rx: mpsc::UnboundedReceiver<Event>, direction: Direction, metric: String) {
+pub(crate) async fn print_lines(
+    mut rx: mpsc::UnboundedReceiver<Event>,
+    direction: Direction,
+    metric: String,
+) {
     let t0 = Instant::now();
     let mut best: Option<(u64, f64)> = None;
     let stamp = |t0: Instant| {
@@ -193,4 +215,16 @@ async fn print_lines(mut rx: mpsc::UnboundedReceiver<Event>, direction: Directio
         let _ = out.flush();
     }
     let _ = Duration::ZERO;
+}
+
+/// The `tune-worker` binary that hosts libtorch: installed beside `tune`.
+pub fn worker_exe() -> anyhow::Result<std::path::PathBuf> {
+    let exe = std::env::current_exe()?;
+    let worker = exe.with_file_name("tune-worker");
+    anyhow::ensure!(
+        worker.exists(),
+        "{} not found: builtin trials run in `tune-worker` processes, installed beside `tune` (cargo build builds both)",
+        worker.display()
+    );
+    Ok(worker)
 }

@@ -87,6 +87,7 @@ fn summary_of(row: &crate::storage::TrialRow) -> TrialSummary {
         duration: row
             .duration_s
             .and_then(|s| Duration::try_from_secs_f64(s).ok()),
+        logs: row.logs.clone(),
     }
 }
 
@@ -203,6 +204,19 @@ impl Scheduler {
             at: SystemTime::now(),
         });
 
+        // A resumed study's best trial keeps its learning curve in the UI: replay its reports
+        // (on no slot, as they come from the database and not a running trial).
+        if let Some((best, _)) = self.storage.best(&self.row)?
+            && let Some(c) = self.curves.get(&best)
+        {
+            for report in &c.reports {
+                self.emit(Event::TrialReported {
+                    number: TrialNumber(best),
+                    slot: usize::MAX,
+                    report: report.clone(),
+                });
+            }
+        }
         let n_slots = self.study.slots.len();
         let mut slots: Vec<Option<Running>> = (0..n_slots).map(|_| None).collect();
         let (tx, mut rx) = mpsc::unbounded_channel::<SlotMsg>();
@@ -219,12 +233,12 @@ impl Scheduler {
         loop {
             if !stopping && !paused && !deadline_passed && fatal.is_none() {
                 budget_full = false;
-                for slot in 0..n_slots {
-                    if slots[slot].is_some() {
+                for (slot, entry) in slots.iter_mut().enumerate() {
+                    if entry.is_some() {
                         continue;
                     }
                     match self.start_trial(slot, &tx) {
-                        Ok(Some(r)) => slots[slot] = Some(r),
+                        Ok(Some(r)) => *entry = Some(r),
                         Ok(None) => {
                             budget_full = true;
                             break;
@@ -458,9 +472,7 @@ impl Scheduler {
     }
 
     fn trial_timeout(&self) -> Option<Duration> {
-        match &self.study.trial {
-            crate::study::TrialSpec::Command(c) => c.timeout,
-        }
+        self.study.trial.timeout()
     }
 
     fn on_report(
@@ -619,6 +631,11 @@ impl Scheduler {
                     _ => e,
                 }),
                 duration: Some(r.started.elapsed()),
+                logs: result
+                    .logs
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect(),
             },
             at: SystemTime::now(),
         });

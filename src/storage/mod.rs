@@ -7,6 +7,7 @@
 //! trial numbers are given out inside such a transaction, exactly once each.
 
 mod sqlite;
+pub mod watch;
 
 pub use sqlite::{Claim, SqliteStorage, StudyRow, StudySummary, TrialRow, WorkerId};
 

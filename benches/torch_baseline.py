@@ -1,0 +1,161 @@
+"""PyTorch eager baseline for `tune bench trainer`: trains the same models on the same data
+with the same batch, optimizer and precision as tune's trainer, and prints one JSON line per
+configuration: {"model", "amp", "samples_per_s", "steps", "batch"}.
+
+Run by the benchmark itself (src/train/bench.rs), with the repository's .libtorch tree as
+the `torch` package (same torch 2.13.0 as tch links):
+  PYTHONPATH=.libtorch:.venv/bench python3 benches/torch_baseline.py --data DIR ...
+"""
+import argparse
+import gzip
+import json
+import os
+import struct
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = struct.unpack(">" + "I" * ndim, data[4 : 4 + 4 * ndim])
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def load(data):
+    if data == "digits":
+        rows = np.loadtxt(
+            gzip.open(os.path.join(os.path.dirname(__file__), "..", "datasets", "digits.csv.gz")),
+            delimiter=",",
+        )
+        x = torch.tensor(rows[:, :64], dtype=torch.float32).view(-1, 1, 8, 8)
+        y = torch.tensor(rows[:, 64], dtype=torch.int64)
+    else:
+        x = torch.tensor(idx(os.path.join(data, "train-images-idx3-ubyte.gz")).copy()).float() / 255.0
+        x = x.unsqueeze(1)
+        y = torch.tensor(idx(os.path.join(data, "train-labels-idx1-ubyte.gz")).copy()).long()
+    x = (x - x.mean()) / x.std()
+    return x.contiguous(), y
+
+
+def mlp(shape, width, depth, classes):
+    layers = [nn.Flatten()]
+    n_in = int(np.prod(shape))
+    for _ in range(depth):
+        layers += [nn.Linear(n_in, width), nn.ReLU()]
+        n_in = width
+    layers.append(nn.Linear(n_in, classes))
+    return nn.Sequential(*layers)
+
+
+def cnn(shape, width, depth, classes):
+    c, h, w = shape
+    layers = []
+    for i in range(depth):
+        out = width << min(i, 4)
+        layers += [nn.Conv2d(c, out, 3, padding=1), nn.ReLU()]
+        if h >= 2 and w >= 2:
+            layers.append(nn.MaxPool2d(2))
+            h, w = h // 2, w // 2
+        c = out
+    layers += [nn.Flatten(), nn.Linear(c * h * w, classes)]
+    return nn.Sequential(*layers)
+
+
+def bench(x, y, model_kind, amp, width, depth, batch, warmup, steps, lr, channels_last=False):
+    torch.manual_seed(0)
+    build = mlp if model_kind == "mlp" else cnn
+    model = build(tuple(x.shape[1:]), width, depth, 10)
+    if channels_last and model_kind != "mlp":
+        # What tune's trainer does for convolutional models; off by default, as in plain eager.
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    n = x.shape[0]
+    perm = torch.randperm(n)
+    pos = 0
+
+    def step():
+        nonlocal perm, pos
+        if pos + batch > n:
+            perm = torch.randperm(n)
+            pos = 0
+        i = perm[pos : pos + batch]
+        pos += batch
+        xb, yb = x.index_select(0, i), y.index_select(0, i)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=(amp == "bf16")):
+            logits = model(xb)
+        loss = F.cross_entropy(logits.float(), yb)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    for _ in range(warmup):
+        step()
+    t0, c0 = time.perf_counter(), time.thread_time()
+    for _ in range(steps):
+        loss = step()
+    loss.item()
+    secs, cpu = time.perf_counter() - t0, time.thread_time() - c0
+    # Samples per wall second, and per second of this thread's CPU time (all compute runs on
+    # it with one intra-op thread): the second is what other load on the machine disturbs least.
+    return steps * batch / secs, steps * batch / cpu
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--configs", default="", help="model:amp,model:amp,... (empty: read one per line on stdin)")
+    ap.add_argument("--width", type=int, default=256)
+    ap.add_argument("--cnn-width", type=int, default=32)
+    ap.add_argument("--depth", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--channels-last", action="store_true")
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    x, y = load(a.data)
+    # With no --configs, serve requests line by line, one timed run each: the Rust side then
+    # alternates its own runs with these, so load from other processes hits both alike.
+    serving = not a.configs
+    if serving:
+        print(json.dumps({"ready": True}), flush=True)
+    requests = (line.strip() for line in __import__("sys").stdin) if serving else a.configs.split(",")
+    for cfg in requests:
+        if not cfg:
+            continue
+        model_kind, amp = cfg.split(":")
+        width = a.width if model_kind == "mlp" else a.cnn_width
+        runs = [
+            bench(x, y, model_kind, amp, width, a.depth, a.batch, a.warmup, a.steps, a.lr, a.channels_last)
+            for _ in range(1 if serving else a.repeat)
+        ]
+        best = max(r[0] for r in runs)
+        best_cpu = max(r[1] for r in runs)
+        print(
+            json.dumps(
+                {
+                    "model": model_kind,
+                    "amp": amp,
+                    "samples_per_s": best,
+                    "samples_per_cpu_s": best_cpu,
+                    "steps": a.steps,
+                    "batch": a.batch,
+                    "torch": torch.__version__,
+                }
+            ),
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()

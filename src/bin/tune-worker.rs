@@ -1,0 +1,42 @@
+//! `tune-worker`: the process that hosts libtorch.
+//!
+//! The orchestrator (`tune`) never loads libtorch: its shared libraries take half a second to
+//! load, which every query would pay, and a crash inside libtorch must not take the study down.
+//! `tune` starts one long-lived `tune-worker worker --device D` per slot and talks to it over
+//! JSON lines (see `tune::runner::worker`); `tune bench trainer` runs `tune-worker bench …`.
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("worker") => {
+            let device = match (args.get(2).map(String::as_str), args.get(3)) {
+                (Some("--device"), Some(d)) => d.clone(),
+                (None, _) => "cpu".to_string(),
+                _ => {
+                    eprintln!("usage: tune-worker worker [--device cpu|cuda:N]");
+                    return ExitCode::from(2);
+                }
+            };
+            tune::runner::worker::worker_main(&device)
+        }
+        Some("bench") => {
+            let opts = tune::train::bench::BenchOptions::from_args(&args[2..]);
+            match tune::train::bench::run(&opts) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("tune bench trainer: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        _ => {
+            eprintln!(
+                "tune-worker hosts libtorch for tune; it is started by `tune run`.\n\
+                 usage: tune-worker worker [--device cpu|cuda:N]\n       tune-worker bench [--steps N] [--models mlp,cnn] [--amp off,bf16]"
+            );
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! `tune watch`: follow a study that another process runs, read from its database only.
+//! On a terminal, the live UI; otherwise one line per trial event, like `tune run`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use tokio::sync::mpsc;
+
+use super::open_study;
+use crate::cli::WatchArgs;
+use crate::tui::{self, Update};
+
+pub fn watch(args: &WatchArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let (storage, row) = open_study(&args.study, db)?;
+    let path = storage.path().to_path_buf();
+    drop(storage);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    if tui::stdout_is_terminal() {
+        let state = rt.block_on(tui::watch::run(&path, &row.name, tui::color_allowed()))?;
+        println!("{}", tui::summary_line(&state));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let poller = tui::watch::Poller::open(&path, &row.name)?;
+    rt.block_on(async move {
+        let mut updates = tui::watch::spawn_poller(poller);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let printer = tokio::spawn(super::run::print_lines(
+            rx,
+            row.direction,
+            row.metric.clone(),
+        ));
+        while let Some(u) = updates.recv().await {
+            if let Update::Event(e) = u {
+                let done = matches!(e, crate::scheduler::Event::StudyFinished { .. });
+                if tx.send(e).is_err() || done {
+                    break;
+                }
+            }
+        }
+        drop(tx);
+        let _ = printer.await;
+    });
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,393 @@
+//! `tune bench trainer`: trains the same model on the same data with the same batch,
+//! optimizer and precision in tune's trainer and in PyTorch eager (`benches/torch_baseline.py`,
+//! the same torch 2.13.0, run in the same invocation), and prints samples/s of each and their
+//! ratio, for the MLP and the CNN in fp32 and bf16. One intra-op thread on both sides, as in a
+//! trial. Each figure is the best of `repeat` timed runs, so that other load on the machine
+//! penalises neither side more than the other.
+//!
+//! Needs `scripts/setup.sh --bench` (the Python side: torch's pure-Python dependencies and the
+//! CUDA libraries its extension module links against).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Instant;
+
+use tch::Device;
+
+use super::data::{self, DataSpec, DeviceCache, Loader, Source};
+use super::fit::Session;
+use super::{Amp, Hyper, LrScaling, ModelKind, OptimizerKind, ScheduleKind};
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    pub models: Vec<ModelKind>,
+    pub amps: Vec<Amp>,
+    pub batch: i64,
+    pub warmup: usize,
+    pub steps: usize,
+    pub repeat: usize,
+    /// Skip the PyTorch side (tune's figures only).
+    pub no_python: bool,
+    /// Run the PyTorch CNN in channels-last layout too (as tune does), instead of eager's
+    /// default layout.
+    pub torch_channels_last: bool,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions {
+            models: vec![ModelKind::Mlp, ModelKind::Cnn],
+            amps: vec![Amp::Off, Amp::Bf16],
+            batch: 128,
+            warmup: 20,
+            steps: 200,
+            repeat: 3,
+            no_python: false,
+            torch_channels_last: false,
+        }
+    }
+}
+
+impl BenchOptions {
+    /// `--steps N --batch N --repeat N --models mlp,cnn --amp off,bf16 --no-python`; unknown
+    /// words are ignored (cargo bench passes its own).
+    pub fn from_args(args: &[String]) -> BenchOptions {
+        let mut o = BenchOptions::default();
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            match a.as_str() {
+                "--steps" => o.steps = it.next().and_then(|v| v.parse().ok()).unwrap_or(o.steps),
+                "--batch" => o.batch = it.next().and_then(|v| v.parse().ok()).unwrap_or(o.batch),
+                "--repeat" => o.repeat = it.next().and_then(|v| v.parse().ok()).unwrap_or(o.repeat),
+                "--models" => {
+                    if let Some(v) = it.next() {
+                        o.models = v
+                            .split(',')
+                            .filter_map(|m| match m {
+                                "mlp" => Some(ModelKind::Mlp),
+                                "cnn" => Some(ModelKind::Cnn),
+                                _ => None,
+                            })
+                            .collect();
+                    }
+                }
+                "--amp" => {
+                    if let Some(v) = it.next() {
+                        o.amps = v
+                            .split(',')
+                            .filter_map(|m| match m {
+                                "off" | "fp32" => Some(Amp::Off),
+                                "bf16" => Some(Amp::Bf16),
+                                _ => None,
+                            })
+                            .collect();
+                    }
+                }
+                "--no-python" => o.no_python = true,
+                "--torch-channels-last" => o.torch_channels_last = true,
+                _ => {}
+            }
+        }
+        o
+    }
+}
+
+fn hyper(model: ModelKind, amp: Amp, batch: i64) -> Hyper {
+    Hyper {
+        model,
+        lr: 1e-3,
+        optimizer: OptimizerKind::Adam,
+        momentum: 0.9,
+        nesterov: false,
+        weight_decay: 0.0,
+        batch_size: batch,
+        accumulation: 1,
+        amp,
+        schedule: ScheduleKind::Constant,
+        warmup: 0.0,
+        lr_scaling: LrScaling::None,
+        reference_batch: batch,
+        clip_grad: 0.0,
+        epochs: None,
+        time_budget: None,
+        report_every: 0,
+        width: if model == ModelKind::Mlp { 256 } else { 32 },
+        depth: 2,
+        dropout: 0.0,
+        heads: 1,
+        context: 1,
+    }
+}
+
+/// Samples per second of one timed run of tune's training step (the loop of a trial: batch
+/// from the on-device data set, forward under autocast, backward, optimizer step, loss check).
+fn tune_once(
+    ds: &data::Dataset,
+    spec: &DataSpec,
+    h: &Hyper,
+    o: &BenchOptions,
+) -> Result<Rate, String> {
+    tch::manual_seed(0);
+    let mut s = Session::new(h, ds.task, &ds.sample_shape, Device::Cpu, h.lr)?;
+    let mut loader = Loader::new(ds, Device::Cpu, h.batch_size, None, spec, 0);
+    let mut step = |s: &mut Session| -> Result<(), String> {
+        let mut next = || {
+            loader
+                .next_batch()
+                .map(|(b, _)| b)
+                .map_err(super::TrainError::Failed)
+        };
+        let loss = s.accumulate(&mut next, 1).map_err(|e| e.to_string())?;
+        if !loss.double_value(&[]).is_finite() {
+            return Err("the benchmark diverged".into());
+        }
+        s.apply();
+        Ok(())
+    };
+    for _ in 0..o.warmup {
+        step(&mut s)?;
+    }
+    let (t0, c0) = (Instant::now(), thread_cpu_secs());
+    for _ in 0..o.steps {
+        step(&mut s)?;
+    }
+    let samples = o.steps as f64 * h.batch_size as f64;
+    Ok(Rate {
+        wall: samples / t0.elapsed().as_secs_f64(),
+        cpu: samples / (thread_cpu_secs() - c0).max(1e-9),
+    })
+}
+
+/// Samples per wall-clock second, and per second of the training thread's CPU time: with one
+/// intra-op thread all compute runs on that thread, so the second is what other load on a
+/// shared machine disturbs least.
+#[derive(Debug, Clone, Copy, Default)]
+struct Rate {
+    wall: f64,
+    cpu: f64,
+}
+
+impl Rate {
+    fn best(self, other: Rate) -> Rate {
+        Rate {
+            wall: self.wall.max(other.wall),
+            cpu: self.cpu.max(other.cpu),
+        }
+    }
+}
+
+fn thread_cpu_secs() -> f64 {
+    // SAFETY: clock_gettime writes only the timespec we pass.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; CLOCK_THREAD_CPUTIME_ID is always valid on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The PyTorch side: one Python process (torch imports once) that measures one configuration
+/// per request line.
+struct Python {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: std::io::Lines<BufReader<ChildStdout>>,
+}
+
+impl Python {
+    fn start(data_arg: &str, o: &BenchOptions) -> Result<Python, String> {
+        let root = repo_root();
+        let bench_deps = root.join(".venv/bench");
+        if !bench_deps.exists() {
+            return Err(
+                "the PyTorch side needs `scripts/setup.sh --bench` (or pass --no-python)".into(),
+            );
+        }
+        let nvidia_libs: Vec<String> = std::fs::read_dir(bench_deps.join("nvidia"))
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .map(|e| e.path().join("lib"))
+                    .filter(|p| p.is_dir())
+                    .map(|p| p.display().to_string())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut child = Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()))
+            .arg(root.join("benches/torch_baseline.py"))
+            .args(["--data", data_arg])
+            .args(["--batch", &o.batch.to_string()])
+            .args(["--steps", &o.steps.to_string()])
+            .args(["--warmup", &o.warmup.to_string()])
+            .args(o.torch_channels_last.then_some("--channels-last"))
+            .env(
+                "PYTHONPATH",
+                format!(
+                    "{}:{}",
+                    root.join(".libtorch").display(),
+                    bench_deps.display()
+                ),
+            )
+            .env("LD_LIBRARY_PATH", nvidia_libs.join(":"))
+            .env("OMP_NUM_THREADS", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot run python3: {e}"))?;
+        let stdin = child.stdin.take().ok_or("no stdin")?;
+        let stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
+        let mut p = Python {
+            child,
+            stdin,
+            stdout,
+        };
+        p.read()?; // {"ready": true}
+        Ok(p)
+    }
+
+    fn read(&mut self) -> Result<serde_json::Value, String> {
+        match self.stdout.next() {
+            Some(Ok(line)) => serde_json::from_str(&line)
+                .map_err(|e| format!("the PyTorch baseline said {line:?}: {e}")),
+            _ => Err("the PyTorch baseline ended early (see its stderr above)".into()),
+        }
+    }
+
+    fn measure(&mut self, model: ModelKind, amp: Amp) -> Result<Rate, String> {
+        writeln!(self.stdin, "{}:{amp}", model.as_str()).map_err(|e| e.to_string())?;
+        self.stdin.flush().map_err(|e| e.to_string())?;
+        let v = self.read()?;
+        let get = |k: &str| {
+            v.get(k)
+                .and_then(|v| v.as_f64())
+                .ok_or_else(|| format!("the PyTorch baseline gave no {k}"))
+        };
+        Ok(Rate {
+            wall: get("samples_per_s")?,
+            cpu: get("samples_per_cpu_s")?,
+        })
+    }
+}
+
+impl Drop for Python {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the benchmark and prints a table.
+pub fn run(o: &BenchOptions) -> Result<(), String> {
+    tch::set_num_threads(1);
+    let fashion = Path::new(super::FASHION_MNIST_DIR);
+    let (source, data_arg, data_name) = if fashion.join("train-images-idx3-ubyte.gz").is_file() {
+        (
+            Source::FashionMnist {
+                dir: fashion.to_path_buf(),
+            },
+            fashion.display().to_string(),
+            "Fashion-MNIST train (60 000 × 1×28×28)",
+        )
+    } else {
+        (
+            Source::Digits,
+            "digits".to_string(),
+            "digits (1 797 × 1×8×8; Fashion-MNIST not installed)",
+        )
+    };
+    let spec = DataSpec {
+        source,
+        // The whole training file, as the Python side uses it.
+        validation: 0.01,
+        limit: None,
+        normalize: true,
+        device_cache: DeviceCache::Always,
+        max_device_mb: 4096,
+        prefetch: 4,
+    };
+    let ds = data::load(&spec).map_err(|e| e.to_string())?;
+    let configs: Vec<(ModelKind, Amp)> = o
+        .models
+        .iter()
+        .flat_map(|m| o.amps.iter().map(move |a| (*m, *a)))
+        .collect();
+    println!(
+        "tune bench trainer: {data_name}; batch {}, Adam, {} timed steps after {} warm-up, best of {} alternating runs; 1 intra-op thread each side",
+        o.batch, o.steps, o.warmup, o.repeat
+    );
+    println!(
+        "models: mlp = 784-256-256-10 ReLU; cnn = conv3x3(32)+pool, conv3x3(64)+pool, linear (tune: channels-last; torch: {})",
+        if o.torch_channels_last {
+            "channels-last"
+        } else {
+            "default layout"
+        }
+    );
+    let mut python = if o.no_python {
+        None
+    } else {
+        Some(Python::start(&data_arg, o)?)
+    };
+    // Runs alternate between the two sides, configuration by configuration, and each keeps
+    // its best: a burst of load from other processes then costs both sides alike.
+    let mut tune_rates = vec![Rate::default(); configs.len()];
+    let mut torch = vec![Rate::default(); configs.len()];
+    for _ in 0..o.repeat.max(1) {
+        for (i, (m, a)) in configs.iter().enumerate() {
+            let r = tune_once(&ds, &spec, &hyper(*m, *a, o.batch), o)?;
+            tune_rates[i] = tune_rates[i].best(r);
+            if let Some(p) = python.as_mut() {
+                torch[i] = torch[i].best(p.measure(*m, *a)?);
+            }
+        }
+    }
+    let torch_rates = python.is_some().then_some(torch);
+    println!(
+        "{:<6} {:<5} | {:>12} {:>12} {:>7} | {:>12} {:>12} {:>7} | {:>9}",
+        "model",
+        "amp",
+        "tune /s",
+        "torch /s",
+        "ratio",
+        "tune /cpu-s",
+        "torch /cpu-s",
+        "ratio",
+        "bf16/fp32"
+    );
+    for (i, (m, a)) in configs.iter().enumerate() {
+        let t = tune_rates[i];
+        let fp32 = configs
+            .iter()
+            .position(|c| c.0 == *m && c.1 == Amp::Off)
+            .map(|j| tune_rates[j]);
+        let speedup = match (a, fp32) {
+            (Amp::Bf16, Some(f)) => format!("{:.2}", t.cpu / f.cpu),
+            _ => "-".into(),
+        };
+        let (pw, pc, rw, rc) = match &torch_rates {
+            Some(p) => (
+                format!("{:.0}", p[i].wall),
+                format!("{:.0}", p[i].cpu),
+                format!("{:.3}", t.wall / p[i].wall),
+                format!("{:.3}", t.cpu / p[i].cpu),
+            ),
+            None => ("-".into(), "-".into(), "-".into(), "-".into()),
+        };
+        println!(
+            "{:<6} {:<5} | {:>12.0} {:>12} {:>7} | {:>12.0} {:>12} {:>7} | {:>9}",
+            m.as_str(),
+            a.to_string(),
+            t.wall,
+            pw,
+            rw,
+            t.cpu,
+            pc,
+            rc,
+            speedup
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,1332 @@
+//! Data for the builtin trainer: the `[trial.data]` table, loading real data sets (vendored,
+//! installed, or the user's own `.npy` / `.safetensors` files), the train/validation split,
+//! normalisation, and the two ways batches reach the model: a data set that fits is put on the
+//! device once and batches are index selections there; one that does not is streamed by a
+//! background loader thread with prefetch, pinned host memory and non-blocking copies.
+//!
+//! User arrays are memory-mapped, never read whole: a small one is copied into a tensor once,
+//! a large one stays mapped and the loader gathers each batch's rows from the mapping.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use tch::{Device, Kind, Tensor};
+
+use super::ModelKind;
+
+const DIGITS_CSV_GZ: &[u8] = include_bytes!("../../datasets/digits.csv.gz");
+const GPL3_TEXT: &[u8] = include_bytes!("../../datasets/gpl-3.0.txt");
+
+/// Where a study's data come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "dataset")]
+pub enum Source {
+    /// scikit-learn's 1 797 8×8 digits, vendored (tests).
+    Digits,
+    /// Fashion-MNIST IDX files (Debian's `dataset-fashion-mnist`), 60 000 + 10 000 28×28.
+    FashionMnist { dir: PathBuf },
+    /// The GPL-3 text, vendored, as byte tokens (the Transformer's tests).
+    Gpl3Text,
+    /// A UTF-8 (or any) text file of the user's, as byte tokens.
+    Text { path: PathBuf },
+    /// Two `.npy` files: inputs (N, …) and integer labels (N).
+    Npy { x: PathBuf, y: PathBuf },
+    /// One `.safetensors` file holding inputs and integer labels under two names.
+    Safetensors {
+        path: PathBuf,
+        x_key: String,
+        y_key: String,
+    },
+}
+
+/// When the data go onto the device whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceCache {
+    /// When the training inputs take at most `max_device_mb`.
+    Auto,
+    Always,
+    Never,
+}
+
+/// The validated `[trial.data]` table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DataSpec {
+    pub source: Source,
+    /// The fraction held out for validation when the source has no split of its own.
+    pub validation: f64,
+    /// Use at most this many training samples (tokens for text).
+    pub limit: Option<u64>,
+    /// Standardise inputs with the training split's mean and std.
+    pub normalize: bool,
+    pub device_cache: DeviceCache,
+    pub max_device_mb: u64,
+    /// Batches the loader thread prepares ahead.
+    pub prefetch: usize,
+}
+
+impl DataSpec {
+    pub(super) fn parse(t: &toml::Table, study_dir: &Path) -> Result<DataSpec, String> {
+        const KEYS: &[&str] = &[
+            "dataset",
+            "path",
+            "x",
+            "y",
+            "x_key",
+            "y_key",
+            "dir",
+            "validation",
+            "limit",
+            "normalize",
+            "device_cache",
+            "max_device_mb",
+            "prefetch",
+        ];
+        for k in t.keys() {
+            if !KEYS.contains(&k.as_str()) {
+                return Err(format!(
+                    "trial.data.{k}: unknown key (known: {})",
+                    KEYS.join(", ")
+                ));
+            }
+        }
+        let string = |k: &str| -> Result<Option<String>, String> {
+            match t.get(k) {
+                None => Ok(None),
+                Some(toml::Value::String(s)) => Ok(Some(s.clone())),
+                Some(v) => Err(format!(
+                    "trial.data.{k}: must be a string, not {}",
+                    v.type_str()
+                )),
+            }
+        };
+        let need = |k: &str, what: &str| -> Result<String, String> {
+            string(k)?.ok_or_else(|| format!("trial.data.{k}: missing ({what})"))
+        };
+        let file = |k: &str, what: &str| -> Result<PathBuf, String> {
+            let p = super::resolve_path(study_dir, &need(k, what)?);
+            if !p.is_file() {
+                return Err(format!(
+                    "trial.data.{k}: {} is not a readable file",
+                    p.display()
+                ));
+            }
+            Ok(p)
+        };
+        let dataset = need(
+            "dataset",
+            "digits, fashion-mnist, gpl3-text, text, npy or safetensors",
+        )?;
+        let only = |allowed: &[&str]| -> Result<(), String> {
+            for k in ["path", "x", "y", "x_key", "y_key", "dir"] {
+                if t.contains_key(k) && !allowed.contains(&k) {
+                    return Err(format!("trial.data.{k}: not used by dataset {dataset:?}"));
+                }
+            }
+            Ok(())
+        };
+        let source = match dataset.as_str() {
+            "digits" => {
+                only(&[])?;
+                Source::Digits
+            }
+            "fashion-mnist" => {
+                only(&["dir"])?;
+                let dir = string("dir")?
+                    .map(|d| super::resolve_path(study_dir, &d))
+                    .unwrap_or_else(|| PathBuf::from(super::FASHION_MNIST_DIR));
+                // Checked when the study starts, so a missing install is one clear error and
+                // not one failed trial after another.
+                if !dir.join("train-images-idx3-ubyte.gz").is_file() {
+                    return Err(format!(
+                        "trial.data.dataset: fashion-mnist is not installed in {} (run scripts/setup.sh, which installs the Debian package dataset-fashion-mnist)",
+                        dir.display()
+                    ));
+                }
+                Source::FashionMnist { dir }
+            }
+            "gpl3-text" => {
+                only(&[])?;
+                Source::Gpl3Text
+            }
+            "text" => {
+                only(&["path"])?;
+                Source::Text {
+                    path: file("path", "the text file")?,
+                }
+            }
+            "npy" => {
+                only(&["x", "y"])?;
+                Source::Npy {
+                    x: file("x", "the inputs' .npy file")?,
+                    y: file("y", "the labels' .npy file")?,
+                }
+            }
+            "safetensors" => {
+                only(&["path", "x_key", "y_key"])?;
+                Source::Safetensors {
+                    path: file("path", "the .safetensors file")?,
+                    x_key: string("x_key")?.unwrap_or_else(|| "x".into()),
+                    y_key: string("y_key")?.unwrap_or_else(|| "y".into()),
+                }
+            }
+            other => {
+                return Err(format!(
+                    "trial.data.dataset: unknown dataset {other:?} (digits, fashion-mnist, gpl3-text, text, npy, safetensors)"
+                ));
+            }
+        };
+        let validation = match t.get("validation") {
+            None => 0.1,
+            Some(v) => match v.as_float().or_else(|| v.as_integer().map(|i| i as f64)) {
+                Some(f) if f > 0.0 && f < 1.0 => f,
+                _ => {
+                    return Err(format!(
+                        "trial.data.validation: must be a fraction in (0, 1), not {v}"
+                    ));
+                }
+            },
+        };
+        let positive = |k: &str| -> Result<Option<u64>, String> {
+            match t.get(k) {
+                None => Ok(None),
+                Some(v) => match v.as_integer() {
+                    Some(i) if i > 0 => Ok(Some(i as u64)),
+                    _ => Err(format!("trial.data.{k}: must be an integer > 0, not {v}")),
+                },
+            }
+        };
+        let normalize = match t.get("normalize") {
+            None => true,
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| format!("trial.data.normalize: must be true or false, not {v}"))?,
+        };
+        let device_cache = match string("device_cache")?.as_deref() {
+            None | Some("auto") => DeviceCache::Auto,
+            Some("always") => DeviceCache::Always,
+            Some("never") => DeviceCache::Never,
+            Some(o) => {
+                return Err(format!(
+                    "trial.data.device_cache: must be auto, always or never, not {o:?}"
+                ));
+            }
+        };
+        Ok(DataSpec {
+            source,
+            validation,
+            limit: positive("limit")?,
+            normalize,
+            device_cache,
+            max_device_mb: positive("max_device_mb")?.unwrap_or(2048),
+            prefetch: positive("prefetch")?.unwrap_or(4) as usize,
+        })
+    }
+
+    /// Image models need images; the Transformer needs tokens.
+    pub(super) fn check_model(&self, model: ModelKind) -> Result<(), String> {
+        let text = matches!(self.source, Source::Gpl3Text | Source::Text { .. });
+        match (model, text) {
+            (ModelKind::Transformer, false) => Err(
+                "trial.data.dataset: the transformer is a language model; use gpl3-text or text"
+                    .into(),
+            ),
+            (m, true) if m != ModelKind::Transformer => Err(format!(
+                "trial.data.dataset: a text dataset needs model kind transformer, not {}",
+                m.as_str()
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The key under which a worker keeps a loaded data set between trials.
+    fn cache_key(&self) -> String {
+        format!(
+            "{:?}|{}|{:?}|{}",
+            self.source, self.validation, self.limit, self.normalize
+        )
+    }
+}
+
+/// What a data set asks of a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Task {
+    Classify {
+        classes: i64,
+    },
+    /// Next-token prediction over this many token ids.
+    Language {
+        vocab: i64,
+    },
+}
+
+/// A numeric array memory-mapped from a file: rows are gathered on demand.
+#[derive(Debug, Clone)]
+pub struct Mapped {
+    map: Arc<memmap2::Mmap>,
+    /// Byte offset of element 0.
+    offset: usize,
+    dtype: ElemType,
+    /// Rows of the whole array (before the split).
+    rows: usize,
+    /// Elements per row.
+    row_len: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ElemType {
+    F32,
+    F64,
+    U8,
+    I32,
+    I64,
+}
+
+impl ElemType {
+    fn size(self) -> usize {
+        match self {
+            ElemType::F32 | ElemType::I32 => 4,
+            ElemType::F64 | ElemType::I64 => 8,
+            ElemType::U8 => 1,
+        }
+    }
+}
+
+impl Mapped {
+    fn value(&self, i: usize) -> f64 {
+        let s = self.dtype.size();
+        let at = self.offset + i * s;
+        let b = &self.map[at..at + s];
+        match self.dtype {
+            ElemType::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
+            ElemType::F64 => f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
+            ElemType::U8 => b[0] as f64,
+            ElemType::I32 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
+            ElemType::I64 => {
+                i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f64
+            }
+        }
+    }
+
+    /// Appends the rows `rows` as f32 to `out`.
+    fn gather_f32(&self, rows: &[usize], out: &mut Vec<f32>) {
+        out.reserve(rows.len() * self.row_len);
+        for &r in rows {
+            let base = r * self.row_len;
+            if self.dtype == ElemType::F32 {
+                let at = self.offset + base * 4;
+                let bytes = &self.map[at..at + self.row_len * 4];
+                out.extend(
+                    bytes
+                        .chunks_exact(4)
+                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+                );
+            } else {
+                out.extend((0..self.row_len).map(|j| self.value(base + j) as f32));
+            }
+        }
+    }
+
+    fn labels(&self, rows: &[usize]) -> Vec<i64> {
+        rows.iter().map(|&r| self.value(r) as i64).collect()
+    }
+}
+
+/// One split's samples.
+#[derive(Debug)]
+pub enum Split {
+    /// Inputs (N, …) in f32 (tokens: i64, 1-D) and labels (N) on the host or the device.
+    Tensors { x: Tensor, y: Tensor },
+    /// Rows of memory-mapped arrays (large user data).
+    Mapped {
+        x: Mapped,
+        y: Mapped,
+        rows: Vec<usize>,
+    },
+}
+
+impl Split {
+    /// Samples (tokens for a language model).
+    pub fn len(&self) -> i64 {
+        match self {
+            Split::Tensors { x, .. } => x.size().first().copied().unwrap_or(0),
+            Split::Mapped { rows, .. } => rows.len() as i64,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A loaded data set.
+#[derive(Debug)]
+pub struct Dataset {
+    pub task: Task,
+    /// One sample's input shape, e.g. `[1, 28, 28]`, `[64]`; `[]` for tokens.
+    pub sample_shape: Vec<i64>,
+    pub train: Split,
+    pub val: Split,
+    /// Per-feature (or scalar) mean and std applied to mapped rows as they are gathered;
+    /// tensor splits are standardised at load time.
+    pub norm: Option<(Tensor, Tensor)>,
+}
+
+/// A failure to load data: the trial fails with this message.
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Format { path: PathBuf, message: String },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> DataError + '_ {
+    move |source| DataError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn format_err(path: &Path, message: impl Into<String>) -> DataError {
+    DataError::Format {
+        path: path.to_path_buf(),
+        message: message.into(),
+    }
+}
+
+fn gunzip(path: &Path, bytes: &[u8]) -> Result<Vec<u8>, DataError> {
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(bytes)
+        .read_to_end(&mut out)
+        .map_err(io_err(path))?;
+    Ok(out)
+}
+
+fn read_gz(path: &Path) -> Result<Vec<u8>, DataError> {
+    let raw = std::fs::read(path).map_err(io_err(path))?;
+    gunzip(path, &raw)
+}
+
+/// Parses an IDX file (`u8` data): returns its dimensions and the data.
+fn idx(path: &Path, bytes: Vec<u8>) -> Result<(Vec<usize>, Vec<u8>), DataError> {
+    if bytes.len() < 4 || bytes[0] != 0 || bytes[1] != 0 || bytes[2] != 0x08 {
+        return Err(format_err(path, "not an IDX file of unsigned bytes"));
+    }
+    let ndim = bytes[3] as usize;
+    let header = 4 + 4 * ndim;
+    if bytes.len() < header {
+        return Err(format_err(path, "truncated IDX header"));
+    }
+    let dims: Vec<usize> = (0..ndim)
+        .map(|i| {
+            let b = &bytes[4 + 4 * i..8 + 4 * i];
+            u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize
+        })
+        .collect();
+    let n: usize = dims.iter().product();
+    if bytes.len() != header + n {
+        return Err(format_err(
+            path,
+            format!("IDX data has {} bytes, expected {n}", bytes.len() - header),
+        ));
+    }
+    Ok((dims, bytes[header..].to_vec()))
+}
+
+/// A deterministic permutation of `0..n` that does not depend on the trial: every trial of a
+/// study validates on the same held-out samples.
+fn split_order(n: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    order.shuffle(&mut ChaCha8Rng::seed_from_u64(0x5eed_da7a));
+    order
+}
+
+fn apply_limit(n: usize, limit: Option<u64>) -> usize {
+    limit.map_or(n, |l| n.min(l as usize))
+}
+
+/// Standardises `train` and `val` (f32, N × …) with the training mean and std.
+fn standardise(train: &Tensor, val: &Tensor, per_feature: bool) -> (Tensor, Tensor) {
+    let (mean, std) = if per_feature {
+        (
+            train.mean_dim(0, true, Kind::Float),
+            train.std_dim(0, true, true).clamp_min(1e-6),
+        )
+    } else {
+        (train.mean(Kind::Float), train.std(true).clamp_min(1e-6))
+    };
+    ((train - &mean) / &std, (val - &mean) / &std)
+}
+
+fn images(
+    x: Vec<f32>,
+    y: Vec<i64>,
+    shape: &[i64],
+    train_rows: &[usize],
+    val_rows: &[usize],
+    normalize: bool,
+) -> (Split, Split) {
+    let n = y.len() as i64;
+    let mut full = vec![n];
+    full.extend_from_slice(shape);
+    let x = Tensor::from_slice(&x).view(full.as_slice());
+    let y = Tensor::from_slice(&y);
+    let pick = |rows: &[usize]| {
+        let idx: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
+        let idx = Tensor::from_slice(&idx);
+        (x.index_select(0, &idx), y.index_select(0, &idx))
+    };
+    let (mut tx, ty) = pick(train_rows);
+    let (mut vx, vy) = pick(val_rows);
+    if normalize {
+        (tx, vx) = standardise(&tx, &vx, false);
+    }
+    (
+        Split::Tensors {
+            x: tx.contiguous(),
+            y: ty,
+        },
+        Split::Tensors {
+            x: vx.contiguous(),
+            y: vy,
+        },
+    )
+}
+
+fn load_digits(spec: &DataSpec) -> Result<Dataset, DataError> {
+    let path = Path::new("datasets/digits.csv.gz");
+    let text = gunzip(path, DIGITS_CSV_GZ)?;
+    let text = String::from_utf8(text).map_err(|_| format_err(path, "not UTF-8"))?;
+    let mut x = Vec::with_capacity(1797 * 64);
+    let mut y = Vec::with_capacity(1797);
+    for (i, line) in text.lines().enumerate() {
+        let vals: Vec<f32> = line
+            .split(',')
+            .map(|v| v.trim().parse::<f32>())
+            .collect::<Result<_, _>>()
+            .map_err(|e| format_err(path, format!("line {}: {e}", i + 1)))?;
+        if vals.len() != 65 {
+            return Err(format_err(
+                path,
+                format!("line {}: expected 65 values", i + 1),
+            ));
+        }
+        x.extend_from_slice(&vals[..64]);
+        y.push(vals[64] as i64);
+    }
+    let order = split_order(y.len());
+    let n_val = ((y.len() as f64) * spec.validation).round() as usize;
+    let (val_rows, train_rows) = order.split_at(n_val);
+    let train_rows = &train_rows[..apply_limit(train_rows.len(), spec.limit)];
+    let (train, val) = images(x, y, &[1, 8, 8], train_rows, val_rows, spec.normalize);
+    Ok(Dataset {
+        task: Task::Classify { classes: 10 },
+        sample_shape: vec![1, 8, 8],
+        train,
+        val,
+        norm: None,
+    })
+}
+
+fn load_fashion(dir: &Path, spec: &DataSpec) -> Result<Dataset, DataError> {
+    let read = |name: &str| -> Result<(Vec<usize>, Vec<u8>), DataError> {
+        let p = dir.join(name);
+        let bytes = read_gz(&p)?;
+        idx(&p, bytes)
+    };
+    let (tr_dims, tr_x) = read("train-images-idx3-ubyte.gz")?;
+    let (_, tr_y) = read("train-labels-idx1-ubyte.gz")?;
+    let (_, te_x) = read("t10k-images-idx3-ubyte.gz")?;
+    let (_, te_y) = read("t10k-labels-idx1-ubyte.gz")?;
+    let (h, w) = (tr_dims[1] as i64, tr_dims[2] as i64);
+    let n_train = apply_limit(tr_y.len(), spec.limit);
+    let px = (h * w) as usize;
+    let to_f = |b: &[u8]| b.iter().map(|&v| v as f32 / 255.0).collect::<Vec<f32>>();
+    let mut tx = Tensor::from_slice(&to_f(&tr_x[..n_train * px])).view([n_train as i64, 1, h, w]);
+    let ty = Tensor::from_slice(
+        &tr_y[..n_train]
+            .iter()
+            .map(|&v| v as i64)
+            .collect::<Vec<_>>(),
+    );
+    let mut vx = Tensor::from_slice(&to_f(&te_x)).view([te_y.len() as i64, 1, h, w]);
+    let vy = Tensor::from_slice(&te_y.iter().map(|&v| v as i64).collect::<Vec<_>>());
+    if spec.normalize {
+        (tx, vx) = standardise(&tx, &vx, false);
+    }
+    Ok(Dataset {
+        task: Task::Classify { classes: 10 },
+        sample_shape: vec![1, h, w],
+        train: Split::Tensors { x: tx, y: ty },
+        val: Split::Tensors { x: vx, y: vy },
+        norm: None,
+    })
+}
+
+fn load_tokens(bytes: &[u8], spec: &DataSpec) -> Dataset {
+    let n_val = ((bytes.len() as f64) * spec.validation).round() as usize;
+    let n_train = bytes.len() - n_val;
+    let (train, val) = bytes.split_at(n_train);
+    let train = &train[..apply_limit(train.len(), spec.limit)];
+    let t = |b: &[u8]| Tensor::from_slice(&b.iter().map(|&v| v as i64).collect::<Vec<_>>());
+    Dataset {
+        task: Task::Language { vocab: 256 },
+        sample_shape: vec![],
+        train: Split::Tensors {
+            x: t(train),
+            y: Tensor::zeros([0], (Kind::Int64, Device::Cpu)),
+        },
+        val: Split::Tensors {
+            x: t(val),
+            y: Tensor::zeros([0], (Kind::Int64, Device::Cpu)),
+        },
+        norm: None,
+    }
+}
+
+/// Parses a `.npy` header and maps the file.
+fn map_npy(path: &Path) -> Result<(Mapped, Vec<usize>), DataError> {
+    let file = File::open(path).map_err(io_err(path))?;
+    // SAFETY: the file is opened read-only and the mapping is only read; a user who truncates
+    // the file while a study runs can crash the worker, which the orchestrator survives.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(path))?;
+    if map.len() < 10 || &map[..6] != b"\x93NUMPY" {
+        return Err(format_err(path, "not a .npy file"));
+    }
+    let (hlen, hstart) = match map[6] {
+        1 => (u16::from_le_bytes([map[8], map[9]]) as usize, 10),
+        2 | 3 => {
+            if map.len() < 12 {
+                return Err(format_err(path, "truncated .npy header"));
+            }
+            (
+                u32::from_le_bytes([map[8], map[9], map[10], map[11]]) as usize,
+                12,
+            )
+        }
+        v => return Err(format_err(path, format!("unsupported .npy version {v}"))),
+    };
+    let header = std::str::from_utf8(
+        map.get(hstart..hstart + hlen)
+            .ok_or_else(|| format_err(path, "truncated .npy header"))?,
+    )
+    .map_err(|_| format_err(path, "the .npy header is not text"))?;
+    let field = |key: &str| -> Option<&str> {
+        let at = header.find(&format!("'{key}'"))?;
+        let rest = &header[at + key.len() + 2..];
+        let rest = rest.trim_start().strip_prefix(':')?.trim_start();
+        Some(rest)
+    };
+    let descr = field("descr")
+        .and_then(|r| r.strip_prefix('\''))
+        .and_then(|r| r.split('\'').next())
+        .ok_or_else(|| format_err(path, "no descr in the .npy header"))?;
+    let dtype = match descr {
+        "<f4" => ElemType::F32,
+        "<f8" => ElemType::F64,
+        "|u1" | "<u1" => ElemType::U8,
+        "<i4" => ElemType::I32,
+        "<i8" => ElemType::I64,
+        d => {
+            return Err(format_err(
+                path,
+                format!("dtype {d} is not supported (float32/64, uint8, int32/64 little-endian)"),
+            ));
+        }
+    };
+    if field("fortran_order").is_some_and(|r| r.starts_with("True")) {
+        return Err(format_err(path, "Fortran-ordered arrays are not supported"));
+    }
+    let shape_src = field("shape")
+        .and_then(|r| r.strip_prefix('('))
+        .and_then(|r| r.split(')').next())
+        .ok_or_else(|| format_err(path, "no shape in the .npy header"))?;
+    let shape: Vec<usize> = shape_src
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<usize>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| format_err(path, format!("bad shape ({shape_src})")))?;
+    let offset = hstart + hlen;
+    let elems: usize = shape.iter().product();
+    if map.len() < offset + elems * dtype.size() {
+        return Err(format_err(path, "the file is shorter than its shape says"));
+    }
+    let rows = shape.first().copied().unwrap_or(1);
+    let row_len = shape.iter().skip(1).product();
+    Ok((
+        Mapped {
+            map: Arc::new(map),
+            offset,
+            dtype,
+            rows,
+            row_len,
+        },
+        shape,
+    ))
+}
+
+fn map_safetensors(path: &Path, key: &str) -> Result<(Mapped, Vec<usize>), DataError> {
+    let file = File::open(path).map_err(io_err(path))?;
+    // SAFETY: as in `map_npy`: read-only mapping of a file we do not write.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(path))?;
+    let (header_len, meta) = safetensors::SafeTensors::read_metadata(&map)
+        .map_err(|e| format_err(path, format!("not a safetensors file: {e:?}")))?;
+    let info = meta
+        .tensors()
+        .get(key)
+        .cloned()
+        .ok_or_else(|| format_err(path, format!("no tensor named {key:?}")))?;
+    let dtype = match info.dtype {
+        safetensors::Dtype::F32 => ElemType::F32,
+        safetensors::Dtype::F64 => ElemType::F64,
+        safetensors::Dtype::U8 => ElemType::U8,
+        safetensors::Dtype::I32 => ElemType::I32,
+        safetensors::Dtype::I64 => ElemType::I64,
+        d => {
+            return Err(format_err(
+                path,
+                format!("tensor {key:?}: dtype {d:?} is not supported"),
+            ));
+        }
+    };
+    let shape = info.shape.clone();
+    let offset = 8 + header_len + info.data_offsets.0;
+    let rows = shape.first().copied().unwrap_or(1);
+    let row_len = shape.iter().skip(1).product();
+    Ok((
+        Mapped {
+            map: Arc::new(map),
+            offset,
+            dtype,
+            rows,
+            row_len,
+        },
+        shape,
+    ))
+}
+
+/// Builds a data set from user arrays: split, optional limit, and either a copy into tensors
+/// (when small enough) or mapped rows.
+fn load_arrays(
+    (x, x_shape): (Mapped, Vec<usize>),
+    (y, y_shape): (Mapped, Vec<usize>),
+    spec: &DataSpec,
+    path: &Path,
+) -> Result<Dataset, DataError> {
+    if x.rows != y.rows {
+        return Err(format_err(
+            path,
+            format!("inputs have {} rows but labels {}", x.rows, y.rows),
+        ));
+    }
+    if y_shape.len() != 1 || matches!(y.dtype, ElemType::F32 | ElemType::F64) {
+        return Err(format_err(
+            path,
+            "labels must be a 1-D array of integer class ids",
+        ));
+    }
+    let order = split_order(x.rows);
+    let n_val = ((x.rows as f64) * spec.validation).round().max(1.0) as usize;
+    let (val_rows, train_rows) = order.split_at(n_val.min(x.rows));
+    let mut train_rows = train_rows[..apply_limit(train_rows.len(), spec.limit)].to_vec();
+    let val_rows = val_rows.to_vec();
+    let classes = (0..x.rows).map(|r| y.value(r) as i64).max().unwrap_or(0) + 1;
+    if (0..x.rows).any(|r| y.value(r) < 0.0) {
+        return Err(format_err(path, "labels must be >= 0"));
+    }
+    let sample_shape: Vec<i64> = x_shape.iter().skip(1).map(|&d| d as i64).collect();
+    // Sorting rows makes gathers walk the mapping forward (the order within a split is drawn
+    // again every epoch anyway).
+    train_rows.sort_unstable();
+    let bytes = (train_rows.len() * x.row_len * 4) as u64;
+    let small =
+        bytes <= spec.max_device_mb * 1024 * 1024 && spec.device_cache != DeviceCache::Never;
+    // Mean and std from up to 10 000 training rows, per feature.
+    let stats = |rows: &[usize]| -> (Tensor, Tensor) {
+        let step = (rows.len() / 10_000).max(1);
+        let sample: Vec<usize> = rows.iter().step_by(step).copied().collect();
+        let mut buf = Vec::new();
+        x.gather_f32(&sample, &mut buf);
+        let t = Tensor::from_slice(&buf).view([sample.len() as i64, x.row_len as i64]);
+        let mut shape = vec![1i64];
+        shape.extend_from_slice(&sample_shape);
+        (
+            t.mean_dim(0, false, Kind::Float).view(shape.as_slice()),
+            t.std_dim(0, true, false)
+                .clamp_min(1e-6)
+                .view(shape.as_slice()),
+        )
+    };
+    let norm = spec.normalize.then(|| stats(&train_rows));
+    if small {
+        let tensors = |rows: &[usize]| -> Split {
+            let mut buf = Vec::new();
+            x.gather_f32(rows, &mut buf);
+            let mut shape = vec![rows.len() as i64];
+            shape.extend_from_slice(&sample_shape);
+            let mut xt = Tensor::from_slice(&buf).view(shape.as_slice());
+            if let Some((m, s)) = &norm {
+                xt = (xt - m) / s;
+            }
+            Split::Tensors {
+                x: xt,
+                y: Tensor::from_slice(&y.labels(rows)),
+            }
+        };
+        let (train, val) = (tensors(&train_rows), tensors(&val_rows));
+        Ok(Dataset {
+            task: Task::Classify { classes },
+            sample_shape,
+            train,
+            val,
+            norm: None,
+        })
+    } else {
+        Ok(Dataset {
+            task: Task::Classify { classes },
+            sample_shape,
+            train: Split::Mapped {
+                x: x.clone(),
+                y: y.clone(),
+                rows: train_rows,
+            },
+            val: Split::Mapped {
+                x,
+                y,
+                rows: val_rows,
+            },
+            norm,
+        })
+    }
+}
+
+/// Loads a data set (CPU tensors or mappings).
+pub fn load(spec: &DataSpec) -> Result<Dataset, DataError> {
+    match &spec.source {
+        Source::Digits => load_digits(spec),
+        Source::FashionMnist { dir } => load_fashion(dir, spec),
+        Source::Gpl3Text => Ok(load_tokens(GPL3_TEXT, spec)),
+        Source::Text { path } => {
+            let file = File::open(path).map_err(io_err(path))?;
+            // SAFETY: read-only mapping of a file we do not write.
+            let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(path))?;
+            Ok(load_tokens(&map, spec))
+        }
+        Source::Npy { x, y } => load_arrays(map_npy(x)?, map_npy(y)?, spec, x),
+        Source::Safetensors { path, x_key, y_key } => load_arrays(
+            map_safetensors(path, x_key)?,
+            map_safetensors(path, y_key)?,
+            spec,
+            path,
+        ),
+    }
+}
+
+/// Data sets a worker has loaded, kept between trials so that a study decodes its data once
+/// per worker, not once per trial. Tensors are not `Sync`, so the cache is per thread; a
+/// worker trains on one thread.
+pub struct DataCache {
+    sets: HashMap<String, Rc<Dataset>>,
+}
+
+impl Default for DataCache {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl DataCache {
+    pub fn new() -> DataCache {
+        DataCache {
+            sets: HashMap::new(),
+        }
+    }
+
+    pub fn get(&mut self, spec: &DataSpec) -> Result<Rc<Dataset>, DataError> {
+        let key = spec.cache_key();
+        if let Some(d) = self.sets.get(&key) {
+            return Ok(d.clone());
+        }
+        let d = Rc::new(load(spec)?);
+        // One data set at a time: a study uses one, and a worker should not hoard memory.
+        self.sets.clear();
+        self.sets.insert(key, d.clone());
+        Ok(d)
+    }
+}
+
+/// One training batch on the device.
+pub struct Batch {
+    pub x: Tensor,
+    pub y: Tensor,
+}
+
+/// Hands out training batches and accounts for the time spent waiting for them.
+pub enum Loader {
+    /// The training split is on the device; batches are index selections there.
+    OnDevice {
+        x: Tensor,
+        y: Tensor,
+        perm: Tensor,
+        pos: i64,
+        batch: i64,
+        context: Option<i64>,
+    },
+    /// A background thread prepares batches ahead.
+    Streamed(Streamer),
+}
+
+/// Copies a split to the device, keeping it if it already is there.
+fn to_device(t: &Tensor, device: Device) -> Tensor {
+    if t.device() == device {
+        t.shallow_clone()
+    } else {
+        t.to_device(device)
+    }
+}
+
+impl Loader {
+    /// A loader for `ds.train` with micro-batches of `batch` samples. `context`: the window
+    /// length for a language model.
+    pub fn new(
+        ds: &Dataset,
+        device: Device,
+        batch: i64,
+        context: Option<i64>,
+        spec: &DataSpec,
+        seed: u64,
+    ) -> Loader {
+        let fits = |x: &Tensor| -> bool {
+            let bytes = x.numel() as u64 * x.kind().elt_size_in_bytes() as u64;
+            match spec.device_cache {
+                DeviceCache::Always => true,
+                DeviceCache::Never => false,
+                DeviceCache::Auto => device == Device::Cpu || bytes <= spec.max_device_mb << 20,
+            }
+        };
+        match &ds.train {
+            Split::Tensors { x, y } if fits(x) => Loader::OnDevice {
+                x: to_device(x, device),
+                y: to_device(y, device),
+                perm: Tensor::zeros([0], (Kind::Int64, device)),
+                pos: 0,
+                batch,
+                context,
+            },
+            split => Loader::Streamed(Streamer::start(
+                split, ds, device, batch, context, spec, seed,
+            )),
+        }
+    }
+
+    /// Micro-batches in one epoch (full batches only, so that accumulated steps are exact).
+    pub fn batches_per_epoch(&self) -> i64 {
+        match self {
+            Loader::OnDevice {
+                x, batch, context, ..
+            } => samples_in(x.size()[0], *context) / batch,
+            Loader::Streamed(s) => s.per_epoch,
+        }
+    }
+
+    /// The next batch and the time spent waiting for it.
+    pub fn next_batch(&mut self) -> Result<(Batch, Duration), String> {
+        let t0 = Instant::now();
+        match self {
+            Loader::OnDevice {
+                x,
+                y,
+                perm,
+                pos,
+                batch,
+                context,
+            } => {
+                let n = samples_in(x.size()[0], *context);
+                if *pos + *batch > perm.size()[0] {
+                    *perm = Tensor::randperm(n, (Kind::Int64, x.device()));
+                    *pos = 0;
+                }
+                let idx = perm.narrow(0, *pos, *batch);
+                *pos += *batch;
+                let b = match context {
+                    None => Batch {
+                        x: x.index_select(0, &idx),
+                        y: y.index_select(0, &idx),
+                    },
+                    Some(c) => windows(x, &idx, *c),
+                };
+                Ok((b, t0.elapsed()))
+            }
+            Loader::Streamed(s) => {
+                let b = s.rx.recv().map_err(|_| {
+                    s.error
+                        .lock()
+                        .ok()
+                        .and_then(|e| e.clone())
+                        .unwrap_or_else(|| "the data loader thread stopped".into())
+                })?;
+                Ok((b, t0.elapsed()))
+            }
+        }
+    }
+}
+
+/// Samples in a split: rows, or window starts for a language model.
+fn samples_in(n: i64, context: Option<i64>) -> i64 {
+    match context {
+        None => n,
+        Some(c) => (n - c - 1).max(0) / c,
+    }
+}
+
+/// Language-model windows: inputs `tokens[s..s+c]`, targets `tokens[s+1..s+c+1]`, where the
+/// starts are `idx * c` plus a shift within the window so every offset gets seen.
+fn windows(tokens: &Tensor, idx: &Tensor, c: i64) -> Batch {
+    let starts = idx * c;
+    let offsets = Tensor::arange(c + 1, (Kind::Int64, tokens.device()));
+    let at = starts.unsqueeze(1) + offsets.unsqueeze(0);
+    let w = tokens.index_select(0, &at.view([-1])).view([-1, c + 1]);
+    Batch {
+        x: w.narrow(1, 0, c),
+        y: w.narrow(1, 1, c),
+    }
+}
+
+/// Validation batches of up to `batch` samples, on the device.
+pub fn eval_batches(ds: &Dataset, device: Device, batch: i64, context: Option<i64>) -> Vec<Batch> {
+    match &ds.val {
+        Split::Tensors { x, y } => {
+            let n = samples_in(x.size()[0], context);
+            let mut out = Vec::new();
+            let mut start = 0;
+            while start < n {
+                let len = batch.min(n - start);
+                let b = match context {
+                    None => Batch {
+                        x: to_device(&x.narrow(0, start, len), device),
+                        y: to_device(&y.narrow(0, start, len), device),
+                    },
+                    Some(c) => {
+                        let idx =
+                            Tensor::arange_start(start, start + len, (Kind::Int64, Device::Cpu));
+                        let b = windows(x, &idx, c);
+                        Batch {
+                            x: b.x.to_device(device),
+                            y: b.y.to_device(device),
+                        }
+                    }
+                };
+                out.push(b);
+                start += len;
+            }
+            out
+        }
+        Split::Mapped { x, y, rows } => rows
+            .chunks(batch.max(1) as usize)
+            .map(|chunk| {
+                let b = gather_mapped(x, y, chunk, &ds.sample_shape, ds.norm.as_ref());
+                Batch {
+                    x: b.x.to_device(device),
+                    y: b.y.to_device(device),
+                }
+            })
+            .collect(),
+    }
+}
+
+fn gather_mapped(
+    x: &Mapped,
+    y: &Mapped,
+    rows: &[usize],
+    sample_shape: &[i64],
+    norm: Option<&(Tensor, Tensor)>,
+) -> Batch {
+    let mut buf = Vec::with_capacity(rows.len() * x.row_len);
+    x.gather_f32(rows, &mut buf);
+    let mut shape = vec![rows.len() as i64];
+    shape.extend_from_slice(sample_shape);
+    let mut xt = Tensor::from_slice(&buf).view(shape.as_slice());
+    if let Some((m, s)) = norm {
+        xt = (xt - m) / s;
+    }
+    Batch {
+        x: xt,
+        y: Tensor::from_slice(&y.labels(rows)),
+    }
+}
+
+/// The background loader: gathers batches on its own thread, pins them (CUDA), starts a
+/// non-blocking copy to the device and hands them over through a bounded channel, so up to
+/// `prefetch` batches are ready ahead of the training step.
+pub struct Streamer {
+    rx: Receiver<Batch>,
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+    per_epoch: i64,
+    error: Arc<Mutex<Option<String>>>,
+}
+
+/// What the loader thread reads from: a host tensor split or mapped rows. Tensors are `Send`,
+/// so the thread gets its own shallow handles.
+enum StreamSource {
+    Tensors {
+        x: Tensor,
+        y: Tensor,
+    },
+    Mapped {
+        x: Mapped,
+        y: Mapped,
+        rows: Vec<usize>,
+        shape: Vec<i64>,
+        norm: Option<(Tensor, Tensor)>,
+    },
+}
+
+impl Streamer {
+    fn start(
+        split: &Split,
+        ds: &Dataset,
+        device: Device,
+        batch: i64,
+        context: Option<i64>,
+        spec: &DataSpec,
+        seed: u64,
+    ) -> Streamer {
+        let source = match split {
+            Split::Tensors { x, y } => StreamSource::Tensors {
+                x: x.shallow_clone(),
+                y: y.shallow_clone(),
+            },
+            Split::Mapped { x, y, rows } => StreamSource::Mapped {
+                x: x.clone(),
+                y: y.clone(),
+                rows: rows.clone(),
+                shape: ds.sample_shape.clone(),
+                norm: ds
+                    .norm
+                    .as_ref()
+                    .map(|(m, s)| (m.shallow_clone(), s.shallow_clone())),
+            },
+        };
+        let n = match &source {
+            StreamSource::Tensors { x, .. } => samples_in(x.size()[0], context),
+            StreamSource::Mapped { rows, .. } => rows.len() as i64,
+        };
+        let per_epoch = n / batch.max(1);
+        let (tx, rx) = sync_channel(spec.prefetch.max(1));
+        let stop = Arc::new(AtomicBool::new(false));
+        let error = Arc::new(Mutex::new(None));
+        let (stop2, error2) = (stop.clone(), error.clone());
+        let handle = std::thread::Builder::new()
+            .name("tune-loader".into())
+            .spawn(move || {
+                tch::set_num_threads(1);
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    stream(source, tx, &stop2, device, batch, context, n, seed)
+                }));
+                if let Err(p) = r
+                    && let Ok(mut e) = error2.lock()
+                {
+                    *e = Some(format!("data loader failed: {}", panic_message(&p)));
+                }
+            })
+            .ok();
+        Streamer {
+            rx,
+            stop,
+            handle,
+            per_epoch,
+            error,
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn stream(
+    source: StreamSource,
+    tx: SyncSender<Batch>,
+    stop: &AtomicBool,
+    device: Device,
+    batch: i64,
+    context: Option<i64>,
+    n: i64,
+    seed: u64,
+) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x10ad_e500);
+    let cuda = device.is_cuda();
+    let mut order: Vec<usize> = (0..n.max(0) as usize).collect();
+    loop {
+        order.shuffle(&mut rng);
+        for chunk in order.chunks_exact(batch.max(1) as usize) {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let host = match &source {
+                StreamSource::Tensors { x, y } => {
+                    let idx: Vec<i64> = chunk.iter().map(|&i| i as i64).collect();
+                    let idx = Tensor::from_slice(&idx);
+                    match context {
+                        None => Batch {
+                            x: x.index_select(0, &idx),
+                            y: y.index_select(0, &idx),
+                        },
+                        Some(c) => windows(x, &idx, c),
+                    }
+                }
+                StreamSource::Mapped {
+                    x,
+                    y,
+                    rows,
+                    shape,
+                    norm,
+                } => {
+                    let picked: Vec<usize> = chunk.iter().map(|&i| rows[i]).collect();
+                    gather_mapped(x, y, &picked, shape, norm.as_ref())
+                }
+            };
+            let b = if cuda {
+                // Pinned memory lets the copy run asynchronously with the step on the device.
+                let x = host.x.pin_memory(device);
+                let y = host.y.pin_memory(device);
+                Batch {
+                    x: x.to_device_(device, x.kind(), true, false),
+                    y: y.to_device_(device, y.kind(), true, false),
+                }
+            } else {
+                host
+            };
+            if tx.send(b).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for Streamer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Drain so a sender blocked on a full channel wakes up and sees `stop`.
+        while self.rx.try_recv().is_ok() {}
+        if let Some(h) = self.handle.take() {
+            while !h.is_finished() {
+                while self.rx.try_recv().is_ok() {}
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let _ = h.join();
+        }
+    }
+}
+
+/// The text of a panic payload.
+pub fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(source: Source) -> DataSpec {
+        DataSpec {
+            source,
+            validation: 0.2,
+            limit: None,
+            normalize: true,
+            device_cache: DeviceCache::Auto,
+            max_device_mb: 2048,
+            prefetch: 2,
+        }
+    }
+
+    #[test]
+    fn digits_load_with_a_fixed_split() {
+        let _rng = crate::train::torch_rng_lock();
+        let ds = load(&spec(Source::Digits)).expect("digits load");
+        assert_eq!(ds.train.len() + ds.val.len(), 1797);
+        assert_eq!(ds.val.len(), 359);
+        assert_eq!(ds.task, Task::Classify { classes: 10 });
+    }
+
+    fn write_npy(path: &Path, descr: &str, shape: &[usize], data: &[u8]) {
+        let shape_s = match shape.len() {
+            1 => format!("({},)", shape[0]),
+            _ => format!(
+                "({})",
+                shape
+                    .iter()
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        let mut header =
+            format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape_s}, }}");
+        while (10 + header.len() + 1) % 64 != 0 {
+            header.push(' ');
+        }
+        header.push('\n');
+        let mut out = b"\x93NUMPY\x01\x00".to_vec();
+        out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        out.extend_from_slice(header.as_bytes());
+        out.extend_from_slice(data);
+        std::fs::write(path, out).expect("write npy");
+    }
+
+    #[test]
+    fn npy_arrays_are_mapped_split_and_streamed_when_told_not_to_cache() {
+        let _rng = crate::train::torch_rng_lock();
+        let dir = std::env::temp_dir().join(format!("tune-npy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let n = 100usize;
+        let x: Vec<u8> = (0..n * 3).flat_map(|i| (i as f32).to_le_bytes()).collect();
+        let y: Vec<u8> = (0..n)
+            .flat_map(|i| ((i % 3) as i64).to_le_bytes())
+            .collect();
+        write_npy(&dir.join("x.npy"), "<f4", &[n, 3], &x);
+        write_npy(&dir.join("y.npy"), "<i8", &[n], &y);
+        let mut s = spec(Source::Npy {
+            x: dir.join("x.npy"),
+            y: dir.join("y.npy"),
+        });
+        s.device_cache = DeviceCache::Never;
+        let ds = load(&s).expect("npy loads");
+        assert_eq!(ds.task, Task::Classify { classes: 3 });
+        assert_eq!(ds.train.len(), 80);
+        assert!(matches!(ds.train, Split::Mapped { .. }));
+        let mut loader = Loader::new(&ds, Device::Cpu, 16, None, &s, 1);
+        assert_eq!(loader.batches_per_epoch(), 5);
+        for _ in 0..12 {
+            let (b, _) = loader.next_batch().expect("a batch");
+            assert_eq!(b.x.size(), vec![16, 3]);
+            assert_eq!(b.y.size(), vec![16]);
+        }
+        s.device_cache = DeviceCache::Auto;
+        let ds = load(&s).expect("npy loads");
+        assert!(matches!(ds.train, Split::Tensors { .. }));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,744 @@
+//! The training loop of one trial: build the model, take optimizer steps of `accumulation`
+//! micro-batches under autocast (and loss scaling for fp16), follow the schedule, evaluate and
+//! report, and end on the budget, a stop request, divergence or out of memory.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tch::nn::{self, ModuleT};
+use tch::{Device, Kind, Tensor};
+
+use super::data::{self, Batch, DataCache, Loader, Task};
+use super::precision::{Autocast, GradScaler};
+use super::schedule::Schedule;
+use super::{Amp, BuiltinTrial, Hyper, ModelKind, models, optim};
+use crate::space::Params;
+use crate::trial::Report;
+
+/// How a training run ends other than by finishing its budget.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TrainError {
+    /// The loss became NaN or infinite.
+    #[error("diverged: loss became {what} at step {step}")]
+    Diverged { step: u64, what: &'static str },
+    #[error("out of device memory")]
+    OutOfMemory,
+    /// A stop request arrived; the run ended at a step boundary.
+    #[error("stopped")]
+    Stopped,
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// What the loop says while it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TrainEvent {
+    Report(Report),
+}
+
+/// Training state of one model: parameters, optimizer, precision.
+pub struct Session {
+    pub vs: nn::VarStore,
+    model: Box<dyn ModuleT>,
+    pub opt: nn::Optimizer,
+    scaler: Option<GradScaler>,
+    amp: Amp,
+    device: Device,
+    task: Task,
+    params: Vec<Tensor>,
+    clip: f64,
+}
+
+/// The mean loss of a batch; logits are computed under the caller's autocast region.
+fn loss_and_logits(model: &dyn ModuleT, b: &Batch, task: Task, train: bool) -> (Tensor, Tensor) {
+    let logits = model.forward_t(&b.x, train);
+    let (flat, target) = match task {
+        Task::Classify { .. } => (logits.shallow_clone(), b.y.shallow_clone()),
+        Task::Language { vocab } => (logits.reshape([-1, vocab]), b.y.reshape([-1])),
+    };
+    // Cross-entropy in f32 whatever the autocast dtype: a softmax over low-precision logits
+    // loses the small probabilities.
+    let loss = flat.to_kind(Kind::Float).cross_entropy_loss::<Tensor>(
+        &target,
+        None,
+        tch::Reduction::Mean,
+        -100,
+        0.0,
+    );
+    (loss, flat)
+}
+
+impl Session {
+    pub fn new(
+        h: &Hyper,
+        task: Task,
+        sample_shape: &[i64],
+        device: Device,
+        lr: f64,
+    ) -> Result<Session, String> {
+        let vs = nn::VarStore::new(device);
+        let model = models::build(&vs.root(), h, task, sample_shape)?;
+        models::prepare(&vs, h);
+        let opt = optim::build(&vs, h, lr)?;
+        let params = vs.trainable_variables();
+        Ok(Session {
+            scaler: (h.amp == Amp::Fp16).then(|| GradScaler::new(device, 65536.0)),
+            vs,
+            model,
+            opt,
+            amp: h.amp,
+            device,
+            task,
+            params,
+            clip: h.clip_grad,
+        })
+    }
+
+    /// Forward and backward over `batches` as the micro-batches of one step, each loss
+    /// divided by their number, so the accumulated gradient is that of one batch of all their
+    /// samples (exactly so when they are of equal size). Returns the summed (unscaled) mean
+    /// losses of the micro-batches, detached.
+    pub fn accumulate(
+        &mut self,
+        batches: &mut dyn FnMut() -> Result<Batch, TrainError>,
+        k: i64,
+    ) -> Result<Tensor, TrainError> {
+        let mut total = Tensor::zeros([], (Kind::Float, self.device));
+        for _ in 0..k {
+            let b = batches()?;
+            let loss = {
+                let _ac = Autocast::enter(self.amp, self.device).map_err(TrainError::Failed)?;
+                loss_and_logits(self.model.as_ref(), &b, self.task, true).0
+            };
+            let part = &loss / (k as f64);
+            match &self.scaler {
+                Some(s) => s.scale_loss(&part).backward(),
+                None => part.backward(),
+            }
+            total += loss.detach();
+        }
+        Ok(total / (k as f64))
+    }
+
+    /// Applies the accumulated gradients (unscaling, clipping, skipping an fp16 step with
+    /// non-finite gradients) and clears them. Returns whether the step was taken.
+    pub fn apply(&mut self) -> bool {
+        let taken = match &mut self.scaler {
+            Some(s) => {
+                let finite = s.unscale(&self.params);
+                if finite {
+                    if self.clip > 0.0 {
+                        self.opt.clip_grad_norm(self.clip);
+                    }
+                    self.opt.step();
+                }
+                s.update();
+                finite
+            }
+            None => {
+                if self.clip > 0.0 {
+                    self.opt.clip_grad_norm(self.clip);
+                }
+                self.opt.step();
+                true
+            }
+        };
+        self.opt.zero_grad();
+        taken
+    }
+
+    /// Mean loss and accuracy over `batches` (evaluation mode, no gradients).
+    pub fn evaluate(&self, batches: &[Batch]) -> (f64, f64) {
+        tch::no_grad(|| {
+            let _ac = Autocast::enter(self.amp, self.device).ok();
+            let (mut loss, mut correct, mut n) = (0.0, 0.0, 0.0);
+            for b in batches {
+                let (l, logits) = loss_and_logits(self.model.as_ref(), b, self.task, false);
+                let target = b.y.reshape([-1]);
+                let count = target.size()[0] as f64;
+                loss += l.double_value(&[]) * count;
+                correct += logits
+                    .argmax(-1, false)
+                    .eq_tensor(&target)
+                    .sum(Kind::Float)
+                    .double_value(&[]);
+                n += count;
+            }
+            if n == 0.0 {
+                (f64::NAN, f64::NAN)
+            } else {
+                (loss / n, correct / n)
+            }
+        })
+    }
+
+    /// The gradients of the trainable variables (test support).
+    pub fn grads(&self) -> Vec<Tensor> {
+        self.params.iter().map(|p| p.grad().copy()).collect()
+    }
+}
+
+/// The worker's peak resident memory in MB (Linux reports `ru_maxrss` in KB).
+fn peak_rss_mb() -> Option<f64> {
+    // SAFETY: getrusage only writes the struct we pass.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF is always valid.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    (rc == 0).then(|| u.ru_maxrss as f64 / 1024.0)
+}
+
+/// Says whether a panic message from libtorch means the allocator ran out of memory.
+pub fn is_oom(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("out of memory")
+        || m.contains("can't allocate memory")
+        || m.contains("cannot allocate memory")
+        || m.contains("not enough memory")
+}
+
+/// Runs one trial's training to its end. `on_event` gets each report as soon as it is made;
+/// `stop` is polled at every step boundary. libtorch errors (panics in tch) become
+/// `TrainError`s: out of memory as such, others with their message.
+pub fn train(
+    trial: &BuiltinTrial,
+    params: &Params,
+    device: Device,
+    seed: u64,
+    stop: &AtomicBool,
+    cache: &mut DataCache,
+    on_event: &mut dyn FnMut(TrainEvent),
+) -> Result<(), TrainError> {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        train_inner(trial, params, device, seed, stop, cache, on_event)
+    }));
+    match r {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = data::panic_message(&p);
+            if is_oom(&msg) {
+                Err(TrainError::OutOfMemory)
+            } else {
+                Err(TrainError::Failed(format!(
+                    "libtorch error: {}",
+                    torch_message(&msg)
+                )))
+            }
+        }
+    }
+}
+
+fn train_inner(
+    trial: &BuiltinTrial,
+    params: &Params,
+    device: Device,
+    seed: u64,
+    stop: &AtomicBool,
+    cache: &mut DataCache,
+    on_event: &mut dyn FnMut(TrainEvent),
+) -> Result<(), TrainError> {
+    let h = trial.resolve(params).map_err(TrainError::Failed)?;
+    let ds = cache
+        .get(&trial.data)
+        .map_err(|e| TrainError::Failed(e.to_string()))?;
+    tch::manual_seed(seed as i64);
+    let context = (h.model == ModelKind::Transformer).then_some(h.context);
+    let schedule = Schedule {
+        kind: h.schedule,
+        peak: h.peak_lr(),
+        warmup: h.warmup,
+    };
+    let mut s = Session::new(&h, ds.task, &ds.sample_shape, device, schedule.lr(0.0))
+        .map_err(TrainError::Failed)?;
+    let mut loader = Loader::new(&ds, device, h.batch_size, context, &trial.data, seed);
+    let k = h.accumulation;
+    let steps_per_epoch = loader.batches_per_epoch() / k;
+    if steps_per_epoch == 0 {
+        return Err(TrainError::Failed(format!(
+            "batch_size × accumulation = {} is larger than the training set ({} samples)",
+            h.effective_batch(),
+            loader.batches_per_epoch() * h.batch_size
+        )));
+    }
+    let total_steps = h.epochs.map(|e| e as u64 * steps_per_epoch as u64);
+    let eval_batch = if context.is_some() { 64 } else { 1024 };
+    let val = data::eval_batches(&ds, device, eval_batch, context);
+    let report_every = if h.report_every > 0 {
+        h.report_every
+    } else {
+        steps_per_epoch as u64
+    };
+    // Reading the loss forces a device sync: every step on the CPU (free there), every few
+    // steps on CUDA.
+    let check_every = if device.is_cuda() { 16 } else { 1 };
+
+    let start = Instant::now();
+    let mut train_time = Duration::ZERO;
+    let mut wait = Duration::ZERO;
+    let mut interval_samples = 0i64;
+    let mut loss_sum = Tensor::zeros([], (Kind::Float, device));
+    let mut loss_steps = 0u64;
+    let mut skipped = 0u64;
+    let mut nonfinite_run = 0u64;
+    let mut step = 0u64;
+    let mut last_reported = 0u64;
+    let mut lr = schedule.lr(0.0);
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Err(TrainError::Stopped);
+        }
+        let elapsed = start.elapsed();
+        let progress = match (total_steps, h.time_budget) {
+            (Some(t), Some(b)) => {
+                (step as f64 / t as f64).max(elapsed.as_secs_f64() / b.as_secs_f64())
+            }
+            (Some(t), None) => step as f64 / t as f64,
+            (None, Some(b)) => elapsed.as_secs_f64() / b.as_secs_f64(),
+            (None, None) => 1.0,
+        };
+        if progress >= 1.0 {
+            break;
+        }
+        lr = schedule.lr(progress);
+        s.opt.set_lr(lr);
+
+        let t0 = Instant::now();
+        let mut next = || -> Result<Batch, TrainError> {
+            let (b, w) = loader.next_batch().map_err(TrainError::Failed)?;
+            wait += w;
+            Ok(b)
+        };
+        let loss = s.accumulate(&mut next, k)?;
+        let check = (step + 1).is_multiple_of(check_every) || h.amp == Amp::Fp16;
+        if check {
+            let v = loss.double_value(&[]);
+            if !v.is_finite() {
+                let what = if v.is_nan() { "NaN" } else { "infinite" };
+                // With fp16 an overflowing forward pass is the scaler's business: the step is
+                // skipped and the scale backs off. Only a run of them is divergence.
+                nonfinite_run += 1;
+                if h.amp != Amp::Fp16 || nonfinite_run > 20 {
+                    return Err(TrainError::Diverged {
+                        step: step + 1,
+                        what,
+                    });
+                }
+            } else {
+                nonfinite_run = 0;
+                loss_sum += &loss;
+                loss_steps += 1;
+            }
+        } else {
+            loss_sum += &loss;
+            loss_steps += 1;
+        }
+        if !s.apply() {
+            skipped += 1;
+        }
+        step += 1;
+        interval_samples += h.effective_batch();
+        train_time += t0.elapsed();
+
+        let end = total_steps.is_some_and(|t| step >= t);
+        if step.is_multiple_of(report_every) || end {
+            if device.is_cuda() {
+                tch::Cuda::synchronize(device_index(device) as i64);
+            }
+            let train_loss = if loss_steps > 0 {
+                loss_sum.double_value(&[]) / loss_steps as f64
+            } else {
+                f64::NAN
+            };
+            if !train_loss.is_finite() && h.amp != Amp::Fp16 {
+                return Err(TrainError::Diverged {
+                    step,
+                    what: if train_loss.is_nan() {
+                        "NaN"
+                    } else {
+                        "infinite"
+                    },
+                });
+            }
+            let (val_loss, val_acc) = s.evaluate(&val);
+            let mut m = BTreeMap::new();
+            m.insert("epoch".into(), step as f64 / steps_per_epoch as f64);
+            m.insert("train_loss".into(), train_loss);
+            m.insert("val_loss".into(), val_loss);
+            m.insert("val_acc".into(), val_acc);
+            let secs = train_time.as_secs_f64();
+            m.insert(
+                "samples_per_s".into(),
+                interval_samples as f64 / secs.max(1e-9),
+            );
+            m.insert("data_wait".into(), wait.as_secs_f64() / secs.max(1e-9));
+            m.insert("lr".into(), lr);
+            m.insert("skipped_steps".into(), skipped as f64);
+            if !device.is_cuda()
+                && let Some(mb) = peak_rss_mb()
+            {
+                m.insert("peak_mem_mb".into(), mb);
+            }
+            on_event(TrainEvent::Report(Report { step, metrics: m }));
+            last_reported = step;
+            train_time = Duration::ZERO;
+            wait = Duration::ZERO;
+            interval_samples = 0;
+            loss_sum = Tensor::zeros([], (Kind::Float, device));
+            loss_steps = 0;
+        }
+    }
+    if step > last_reported || step == 0 {
+        // A time budget ended the run between reports: one last evaluation, so the final
+        // value describes the final weights.
+        let (val_loss, val_acc) = s.evaluate(&val);
+        let mut m = BTreeMap::new();
+        m.insert("epoch".into(), step as f64 / steps_per_epoch as f64);
+        if loss_steps > 0 {
+            m.insert(
+                "train_loss".into(),
+                loss_sum.double_value(&[]) / loss_steps as f64,
+            );
+        }
+        m.insert("val_loss".into(), val_loss);
+        m.insert("val_acc".into(), val_acc);
+        if train_time > Duration::ZERO {
+            let secs = train_time.as_secs_f64();
+            m.insert("samples_per_s".into(), interval_samples as f64 / secs);
+            m.insert("data_wait".into(), wait.as_secs_f64() / secs);
+        }
+        m.insert("lr".into(), lr);
+        m.insert("skipped_steps".into(), skipped as f64);
+        on_event(TrainEvent::Report(Report { step, metrics: m }));
+    }
+    Ok(())
+}
+
+/// The message of a tch panic without its wrapping and C++ backtrace: tch panics with
+/// ``called `Result::unwrap()` on an `Err` value: Torch("msg\nException raised from …")``.
+fn torch_message(panic: &str) -> String {
+    let inner = match panic.find("Torch(\"") {
+        Some(i) => &panic[i + 7..],
+        None => panic,
+    };
+    let end = ["\\nException raised", "\\n", "\n"]
+        .iter()
+        .filter_map(|m| inner.find(m))
+        .min()
+        .unwrap_or(inner.len());
+    inner[..end].trim_end_matches("\")").trim().to_string()
+}
+
+fn device_index(d: Device) -> usize {
+    match d {
+        Device::Cuda(i) => i,
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::space::{ParamValue, Space};
+    use crate::train::parse_builtin;
+    use std::path::Path;
+
+    fn hyper(amp: Amp) -> Hyper {
+        Hyper {
+            model: ModelKind::Mlp,
+            lr: 0.1,
+            optimizer: super::super::OptimizerKind::Sgd,
+            momentum: 0.0,
+            nesterov: false,
+            weight_decay: 0.0,
+            batch_size: 8,
+            accumulation: 1,
+            amp,
+            schedule: super::super::ScheduleKind::Constant,
+            warmup: 0.0,
+            lr_scaling: super::super::LrScaling::None,
+            reference_batch: 256,
+            clip_grad: 0.0,
+            epochs: Some(1),
+            time_budget: None,
+            report_every: 0,
+            width: 16,
+            depth: 1,
+            dropout: 0.0,
+            heads: 1,
+            context: 1,
+        }
+    }
+
+    #[test]
+    fn libtorch_errors_lose_their_wrapping_and_backtrace() {
+        let p = r#"called `Result::unwrap()` on an `Err` value: Torch("shape mismatch [2, 3]\nException raised from x at y.cpp:1\nframe #0: z")"#;
+        assert_eq!(torch_message(p), "shape mismatch [2, 3]");
+        assert_eq!(torch_message("plain"), "plain");
+    }
+
+    #[test]
+    fn accumulating_k_batches_of_b_gives_the_gradient_of_one_batch_of_k_times_b() {
+        let _rng = crate::train::torch_rng_lock();
+        let task = Task::Classify { classes: 10 };
+        tch::manual_seed(7);
+        let x = Tensor::randn([32, 64], (Kind::Float, Device::Cpu));
+        let y = Tensor::randint(10, [32], (Kind::Int64, Device::Cpu));
+        tch::manual_seed(1);
+        let mut one = Session::new(&hyper(Amp::Off), task, &[64], Device::Cpu, 0.1).expect("one");
+        tch::manual_seed(1);
+        let mut four = Session::new(&hyper(Amp::Off), task, &[64], Device::Cpu, 0.1).expect("four");
+        let mut whole = Some(Batch {
+            x: x.shallow_clone(),
+            y: y.shallow_clone(),
+        });
+        let l1 = one
+            .accumulate(&mut || Ok(whole.take().expect("called once")), 1)
+            .expect("one batch");
+        let mut i = 0;
+        let l4 = four
+            .accumulate(
+                &mut || {
+                    let b = Batch {
+                        x: x.narrow(0, i * 8, 8),
+                        y: y.narrow(0, i * 8, 8),
+                    };
+                    i += 1;
+                    Ok(b)
+                },
+                4,
+            )
+            .expect("four batches");
+        assert!((l1.double_value(&[]) - l4.double_value(&[])).abs() < 1e-5);
+        for (a, b) in one.grads().iter().zip(four.grads()) {
+            let diff = (a - &b).abs().max().double_value(&[]);
+            let scale = a.abs().max().double_value(&[]).max(1e-6);
+            assert!(
+                diff / scale < 1e-5,
+                "grad differs by {diff} (scale {scale})"
+            );
+        }
+    }
+
+    fn digits_trial(extra: &str, space: &str) -> BuiltinTrial {
+        let src = format!(
+            "kind = \"builtin\"\nepochs = 2\n{extra}\n[model]\nkind = \"mlp\"\nwidth = 32\ndepth = 1\n[data]\ndataset = \"digits\"\n"
+        );
+        let t: toml::Table = toml::from_str(&src).expect("table");
+        let sp: toml::Table = toml::from_str(space).expect("space");
+        let sp = Space::from_toml(&sp).expect("space valid");
+        parse_builtin(&t, &sp, Path::new(".")).expect("trial valid")
+    }
+
+    fn run(
+        trial: &BuiltinTrial,
+        params: &Params,
+        seed: u64,
+    ) -> (Result<(), TrainError>, Vec<Report>) {
+        let stop = AtomicBool::new(false);
+        let mut cache = DataCache::new();
+        let mut reports = Vec::new();
+        let r = train(
+            trial,
+            params,
+            Device::Cpu,
+            seed,
+            &stop,
+            &mut cache,
+            &mut |e| {
+                let TrainEvent::Report(r) = e;
+                reports.push(r);
+            },
+        );
+        (r, reports)
+    }
+
+    #[test]
+    fn an_mlp_learns_digits_and_reports_every_epoch() {
+        let _rng = crate::train::torch_rng_lock();
+        let t = digits_trial(
+            "batch_size = 32",
+            r#"lr = { type = "float", low = 1e-4, high = 1e-1, log = true }"#,
+        );
+        let mut p = Params::new();
+        p.insert("lr".into(), ParamValue::Float(3e-3));
+        let (r, reports) = run(&t, &p, 1);
+        r.expect("trains");
+        assert_eq!(reports.len(), 2);
+        let last = &reports[1].metrics;
+        assert!(last["val_acc"] > 0.8, "{last:?}");
+        assert!(last["samples_per_s"] > 0.0);
+        assert!((0.0..=1.0).contains(&last["data_wait"]));
+        // 10% of 1 797 held out: 1 617 training samples.
+        assert_eq!(reports[1].step, 2 * (1617 / 32));
+    }
+
+    #[test]
+    fn the_same_seed_and_params_give_the_same_result_on_cpu() {
+        let _rng = crate::train::torch_rng_lock();
+        let t = digits_trial(
+            "lr = 0.01\noptimizer = \"sgd\"",
+            r#"batch_size = { type = "int", low = 16, high = 64 }"#,
+        );
+        let mut p = Params::new();
+        p.insert("batch_size".into(), ParamValue::Int(32));
+        let (_, a) = run(&t, &p, 9);
+        let (_, b) = run(&t, &p, 9);
+        assert_eq!(a[1].metrics["val_loss"], b[1].metrics["val_loss"]);
+        assert_eq!(a[1].metrics["train_loss"], b[1].metrics["train_loss"]);
+    }
+
+    #[test]
+    fn a_diverging_learning_rate_ends_as_diverged() {
+        let _rng = crate::train::torch_rng_lock();
+        let t = digits_trial(
+            "optimizer = \"sgd\"\nmomentum = 0.9",
+            r#"lr = { type = "float", low = 1e-4, high = 1e9, log = true }"#,
+        );
+        let mut p = Params::new();
+        p.insert("lr".into(), ParamValue::Float(1e9));
+        let (r, _) = run(&t, &p, 1);
+        match r {
+            Err(TrainError::Diverged { step, .. }) => assert!(step >= 1),
+            other => panic!("expected divergence, got {other:?}"),
+        }
+        let e = TrainError::Diverged {
+            step: 3,
+            what: "NaN",
+        };
+        assert_eq!(e.to_string(), "diverged: loss became NaN at step 3");
+    }
+
+    #[test]
+    fn bf16_and_fp16_trials_train_on_the_cpu() {
+        let _rng = crate::train::torch_rng_lock();
+        for amp in ["bf16", "fp16"] {
+            let t = digits_trial(
+                &format!("amp = \"{amp}\"\nbatch_size = 256"),
+                r#"lr = { type = "float", low = 1e-4, high = 1e-1, log = true }"#,
+            );
+            let mut p = Params::new();
+            p.insert("lr".into(), ParamValue::Float(1e-2));
+            let (r, reports) = run(&t, &p, 1);
+            r.expect("trains");
+            assert!(reports[1].metrics["val_loss"].is_finite(), "{amp}");
+        }
+    }
+
+    #[test]
+    fn a_stop_request_ends_the_run_at_a_step_boundary() {
+        let _rng = crate::train::torch_rng_lock();
+        let t = digits_trial(
+            "",
+            r#"lr = { type = "float", low = 1e-4, high = 1e-1, log = true }"#,
+        );
+        let mut p = Params::new();
+        p.insert("lr".into(), ParamValue::Float(1e-3));
+        let stop = AtomicBool::new(true);
+        let mut cache = DataCache::new();
+        let r = train(&t, &p, Device::Cpu, 1, &stop, &mut cache, &mut |_| {});
+        assert_eq!(r, Err(TrainError::Stopped));
+    }
+
+    fn trial_from(src: &str, space: &str) -> BuiltinTrial {
+        let t: toml::Table = toml::from_str(src).expect("table");
+        let sp: toml::Table = toml::from_str(space).expect("space");
+        let sp = Space::from_toml(&sp).expect("space valid");
+        parse_builtin(&t, &sp, Path::new(".")).expect("trial valid")
+    }
+
+    #[test]
+    fn the_cnn_and_the_resnet_learn_digits() {
+        let _rng = crate::train::torch_rng_lock();
+        for model in ["kind = \"cnn\"\nwidth = 8", "kind = \"resnet\"\nwidth = 4"] {
+            let t = trial_from(
+                &format!(
+                    "epochs = 2\nbatch_size = 32\noptimizer = \"adam\"\n[model]\n{model}\n[data]\ndataset = \"digits\"\n"
+                ),
+                r#"lr = { type = "float", low = 1e-4, high = 1e-1, log = true }"#,
+            );
+            let mut p = Params::new();
+            p.insert("lr".into(), ParamValue::Float(1e-2));
+            let (r, reports) = run(&t, &p, 3);
+            r.expect("trains");
+            let m = &reports[1].metrics;
+            assert!(m["val_acc"] > 0.6, "{model}: {m:?}");
+        }
+    }
+
+    #[test]
+    fn the_transformer_learns_bytes_of_real_text_within_its_time_budget() {
+        let _rng = crate::train::torch_rng_lock();
+        let t = trial_from(
+            "time_budget = \"3s\"\nreport_every = 20\nbatch_size = 16\noptimizer = \"adamw\"\namp = \"bf16\"\nschedule = \"cosine\"\n[model]\nkind = \"transformer\"\nwidth = 32\ndepth = 1\nheads = 2\ncontext = 32\n[data]\ndataset = \"gpl3-text\"\n",
+            r#"lr = { type = "float", low = 1e-4, high = 1e-1, log = true }"#,
+        );
+        let mut p = Params::new();
+        p.insert("lr".into(), ParamValue::Float(3e-3));
+        let start = Instant::now();
+        let (r, reports) = run(&t, &p, 3);
+        r.expect("trains");
+        assert!(start.elapsed() < Duration::from_secs(10));
+        let first = &reports[0].metrics;
+        let last = &reports[reports.len() - 1].metrics;
+        // Uniform over 256 bytes is ln 256 = 5.55 nats; learning gets well below.
+        assert!(last["val_loss"] < 4.0, "{last:?}");
+        assert!(
+            last["val_loss"] < first["val_loss"],
+            "{first:?} -> {last:?}"
+        );
+    }
+
+    #[test]
+    fn a_data_set_that_may_not_stay_on_the_device_is_streamed_by_the_loader_thread() {
+        let _rng = crate::train::torch_rng_lock();
+        let dir = std::env::temp_dir().join(format!("tune-stream-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let n = 600usize;
+        let mut x = Vec::new();
+        let mut y = Vec::new();
+        for i in 0..n {
+            let label = (i % 2) as i64;
+            for j in 0..4 {
+                let v = if j == 0 {
+                    label as f32 * 2.0 - 1.0
+                } else {
+                    (i * j % 7) as f32
+                };
+                x.extend_from_slice(&v.to_le_bytes());
+            }
+            y.extend_from_slice(&label.to_le_bytes());
+        }
+        let npy = |name: &str, descr: &str, shape: &str, data: &[u8]| {
+            let mut h =
+                format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+            while (10 + h.len() + 1) % 64 != 0 {
+                h.push(' ');
+            }
+            h.push('\n');
+            let mut out = b"\x93NUMPY\x01\x00".to_vec();
+            out.extend_from_slice(&(h.len() as u16).to_le_bytes());
+            out.extend_from_slice(h.as_bytes());
+            out.extend_from_slice(data);
+            std::fs::write(dir.join(name), out).expect("write npy");
+        };
+        npy("x.npy", "<f4", &format!("({n}, 4)"), &x);
+        npy("y.npy", "<i8", &format!("({n},)"), &y);
+        let t = trial_from(
+            &format!(
+                "epochs = 3\nbatch_size = 20\n[model]\nkind = \"mlp\"\nwidth = 8\ndepth = 1\n[data]\ndataset = \"npy\"\nx = \"{}\"\ny = \"{}\"\ndevice_cache = \"never\"\nprefetch = 2\n",
+                dir.join("x.npy").display(),
+                dir.join("y.npy").display()
+            ),
+            r#"lr = { type = "float", low = 1e-4, high = 1e-1, log = true }"#,
+        );
+        let mut p = Params::new();
+        p.insert("lr".into(), ParamValue::Float(3e-2));
+        let (r, reports) = run(&t, &p, 1);
+        r.expect("trains");
+        assert_eq!(reports.len(), 3);
+        let m = &reports[2].metrics;
+        assert!(m["val_acc"] > 0.9, "{m:?}");
+        assert!((0.0..=1.0).contains(&m["data_wait"]));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,333 @@
+//! Deterministic study states for snapshot tests and the render benchmark: the same events a
+//! real study sends, made up from a fixed formula so every run draws the same screen.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime};
+
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+
+use super::state::{Mode, UiState};
+use super::view;
+use crate::scheduler::{Event, StudyInfo, TrialSummary};
+use crate::space::{ParamValue, Params};
+use crate::trial::{Direction, Report, TrialNumber, TrialState};
+
+/// The fixtures' epoch: a fixed instant, so elapsed times in snapshots never move.
+pub fn t0() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)
+}
+
+/// A well-mixed pseudo-random number in [0, 1) from a seed (SplitMix64).
+fn unit(seed: u64) -> f64 {
+    let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
+}
+
+pub fn info(budget: Option<u64>, slots: usize) -> StudyInfo {
+    StudyInfo {
+        name: "mnist-mlp".into(),
+        metric: "val_loss".into(),
+        direction: Direction::Minimize,
+        sampler: "tpe".into(),
+        pruner: "median".into(),
+        budget,
+        timeout: None,
+        slots: (0..slots)
+            .map(|i| {
+                if i < 2 {
+                    format!("cuda:{i}")
+                } else {
+                    "cpu".into()
+                }
+            })
+            .collect(),
+        storage: "tune.db".into(),
+    }
+}
+
+pub fn params(n: u64) -> Params {
+    let lr = 10f64.powf(-4.0 + 3.0 * unit(n * 4));
+    let bs = [32i64, 64, 128, 256][(unit(n * 4 + 1) * 4.0) as usize % 4];
+    let opt = ["adam", "sgd", "adamw"][(unit(n * 4 + 2) * 3.0) as usize % 3];
+    let dropout = (unit(n * 4 + 3) * 50.0).round() / 100.0;
+    let mut p = Params::new();
+    p.insert("lr".into(), ParamValue::Float(lr));
+    p.insert("batch_size".into(), ParamValue::Int(bs));
+    p.insert("optimizer".into(), ParamValue::Str(opt.into()));
+    p.insert("dropout".into(), ParamValue::Float(dropout));
+    p
+}
+
+/// The objective of trial `n` at `epoch` (of 10): a noisy decaying curve whose floor
+/// depends on the params.
+pub fn val_loss(n: u64, epoch: u64) -> f64 {
+    let lr = params(n)
+        .get("lr")
+        .and_then(ParamValue::as_f64)
+        .unwrap_or(1e-3);
+    let floor = 0.08 + 0.25 * (lr.log10() + 2.5).powi(2) / 2.25 + 0.05 * unit(n * 7 + 11);
+    floor + 1.6 * (-0.45 * epoch as f64).exp() + 0.01 * unit(n * 131 + epoch)
+}
+
+/// The report of trial `n` after `epoch` of 10, with the trainer's usual keys.
+pub fn report(n: u64, epoch: u64) -> Report {
+    let mut m = BTreeMap::new();
+    m.insert("epoch".into(), epoch as f64);
+    m.insert("total_epochs".into(), 10.0);
+    m.insert("val_loss".into(), val_loss(n, epoch));
+    m.insert("train_loss".into(), val_loss(n, epoch) * 0.9);
+    m.insert("samples_per_s".into(), 9000.0 + 3000.0 * unit(n + 5));
+    m.insert("data_wait".into(), 0.02 + 0.2 * unit(n + 9));
+    Report {
+        step: epoch,
+        metrics: m,
+    }
+}
+
+/// What finished trial `n` became: every 13th failed, every 5th pruned at epoch 3.
+fn outcome(n: u64) -> (TrialState, u64) {
+    if n % 13 == 12 {
+        (TrialState::Failed, 2)
+    } else if n % 5 == 3 {
+        (TrialState::Pruned, 3)
+    } else {
+        (TrialState::Complete, 10)
+    }
+}
+
+/// The events of a study with `finished` trials done and `running` trials on their slots
+/// (`running <= slots`), each running trial `epochs_in` epochs in; trials take 60 s each.
+pub fn study_events(
+    finished: u64,
+    running: u64,
+    slots: usize,
+    budget: Option<u64>,
+) -> (Vec<Event>, SystemTime) {
+    let mut ev = vec![Event::StudyStarted {
+        info: info(budget, slots),
+        existing: Vec::new(),
+        at: t0(),
+    }];
+    let per_slot = slots.max(1) as u64;
+    let trial_time = Duration::from_secs(60);
+    for n in 0..finished {
+        let slot = (n % per_slot) as usize;
+        let start = t0() + trial_time * (n / per_slot) as u32;
+        ev.push(Event::TrialStarted {
+            number: TrialNumber(n),
+            slot,
+            device: info(budget, slots).slots[slot].clone(),
+            params: params(n),
+            at: start,
+        });
+        let (state, epochs) = outcome(n);
+        for e in 1..=epochs {
+            ev.push(Event::TrialReported {
+                number: TrialNumber(n),
+                slot,
+                report: report(n, e),
+            });
+        }
+        let took = trial_time * epochs as u32 / 10;
+        ev.push(Event::TrialFinished {
+            slot,
+            trial: TrialSummary {
+                logs: Vec::new(),
+                number: TrialNumber(n),
+                state,
+                value: (state != TrialState::Failed).then(|| val_loss(n, epochs)),
+                params: params(n),
+                error: (state == TrialState::Failed).then(|| {
+                    "exit status 1: CUDA out of memory\nRuntimeError: tried to allocate 2.00 GiB"
+                        .to_string()
+                }),
+                duration: Some(took),
+            },
+            at: start + took,
+        });
+    }
+    let now_base = t0() + trial_time * (finished / per_slot) as u32;
+    for k in 0..running {
+        let n = finished + k;
+        let slot = k as usize;
+        ev.push(Event::TrialStarted {
+            number: TrialNumber(n),
+            slot,
+            device: info(budget, slots).slots[slot].clone(),
+            params: params(n),
+            at: now_base,
+        });
+        for e in 1..=(2 + 2 * k).min(9) {
+            ev.push(Event::TrialReported {
+                number: TrialNumber(n),
+                slot,
+                report: report(n, e),
+            });
+        }
+    }
+    (ev, now_base + Duration::from_secs(37))
+}
+
+/// A state built from [`study_events`], its clock at the end of them.
+pub fn state_with(finished: u64, running: u64, slots: usize, budget: Option<u64>) -> UiState {
+    let (events, now) = study_events(finished, running, slots, budget);
+    let mut s = UiState::new(Mode::Live, false, now);
+    for e in &events {
+        s.apply(e);
+    }
+    s.tick(now);
+    s
+}
+
+/// Renders `state` into a `width`×`height` test terminal `frames` times and returns the
+/// mean milliseconds per frame (the whole draw: layout, widgets, buffer diff).
+pub fn render_ms(state: &UiState, width: u16, height: u16, frames: u32) -> f64 {
+    let mut term = infallible(Terminal::new(TestBackend::new(width, height)));
+    infallible(term.draw(|f| view::render(f, state)));
+    let start = Instant::now();
+    for _ in 0..frames {
+        infallible(term.draw(|f| view::render(f, state)));
+    }
+    start.elapsed().as_secs_f64() * 1000.0 / frames.max(1) as f64
+}
+
+/// Unwraps what the test backend cannot fail to do.
+pub fn infallible<T>(r: Result<T, std::convert::Infallible>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => match e {},
+    }
+}
+
+/// Mean milliseconds to fold one trial's start, report and finish into `state` (the table
+/// sorts again on the finish): the per-event cost the UI pays while a big study runs.
+pub fn apply_ms(state: &UiState, reps: u32) -> f64 {
+    let mut s = state.clone();
+    let first = s.trials.len() as u64;
+    let start = Instant::now();
+    for k in 0..u64::from(reps) {
+        let n = first + k;
+        let events = [
+            Event::TrialStarted {
+                number: TrialNumber(n),
+                slot: 0,
+                device: "cpu".into(),
+                params: params(n),
+                at: s.now,
+            },
+            Event::TrialReported {
+                number: TrialNumber(n),
+                slot: 0,
+                report: report(n, 1),
+            },
+            Event::TrialFinished {
+                slot: 0,
+                trial: TrialSummary {
+                    logs: Vec::new(),
+                    number: TrialNumber(n),
+                    state: TrialState::Complete,
+                    value: Some(val_loss(n, 10)),
+                    params: params(n),
+                    error: None,
+                    duration: Some(Duration::from_secs(60)),
+                },
+                at: s.now,
+            },
+        ];
+        for e in &events {
+            s.apply(e);
+        }
+    }
+    start.elapsed().as_secs_f64() * 1000.0 / f64::from(reps.max(1))
+}
+
+/// Times `tune watch`'s poller on a database of `n` finished trials with 3 reports each:
+/// the first poll (the whole study), a poll when nothing was committed, and a poll after one
+/// new report. Returns milliseconds for each, in that order.
+pub fn watch_poll_ms(n: u64) -> Result<[f64; 3], crate::storage::StorageError> {
+    use crate::storage::{Claim, SqliteStorage};
+    let dir = std::env::temp_dir().join(format!("tune-watch-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let db = dir.join("bench.db");
+    let space = {
+        let t: toml::Table = toml::from_str(
+            r#"lr = { type = "float", low = 1e-4, high = 1.0, log = true }
+               batch_size = { type = "categorical", choices = [32, 64, 128, 256] }
+               optimizer = { type = "categorical", choices = ["adam", "sgd", "adamw"] }
+               dropout = { type = "float", low = 0.0, high = 0.5 }"#,
+        )
+        .unwrap_or_default();
+        crate::space::Space::from_toml(&t).map_err(|e| crate::storage::StorageError::Conflict {
+            path: db.clone(),
+            message: e.to_string(),
+        })?
+    };
+    let mut w = SqliteStorage::open(&db)?;
+    let study = w.create_or_load_study("bench", Direction::Minimize, "val_loss", None, None)?;
+    let worker = w.register_worker(&study, &["cpu".into()])?;
+    let mut last = 0;
+    for k in 0..n {
+        let Claim::New { trial_id, .. } = w.claim_trial(&study, worker, None, 0, "cpu")? else {
+            continue;
+        };
+        w.set_params(trial_id, &space, &params(k))?;
+        for e in 1..=3 {
+            w.add_report(trial_id, e, &report(k, e), false, "val_loss")?;
+        }
+        w.finish_trial(
+            trial_id,
+            TrialState::Complete,
+            Some(val_loss(k, 3)),
+            None,
+            None,
+            &[],
+            None,
+            false,
+        )?;
+        last = trial_id;
+    }
+    let mut p = super::watch::Poller::open(&db, "bench")?;
+    let now = SystemTime::now();
+    let t = Instant::now();
+    let first = p.poll(now)?;
+    let first_ms = t.elapsed().as_secs_f64() * 1000.0;
+    let t = Instant::now();
+    let idle = p.poll(now)?;
+    let idle_ms = t.elapsed().as_secs_f64() * 1000.0;
+    w.add_report(last, 4, &report(n, 4), false, "val_loss")?;
+    let t = Instant::now();
+    let one = p.poll(now)?;
+    let one_ms = t.elapsed().as_secs_f64() * 1000.0;
+    debug_assert!(first.len() as u64 >= n && idle.is_empty() && one.len() == 1);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok([first_ms, idle_ms, one_ms])
+}
+
+/// The render benchmark: 10 000 trials, 8 running, at 80×24, 160×48 and 250×70, sorted by
+/// number and by value. Prints ms/frame, and the cost of one trial's events.
+pub fn run_render_bench(frames: u32) -> Vec<(String, f64)> {
+    let mut out = Vec::new();
+    let mut state = state_with(10_000, 8, 8, Some(20_000));
+    for sort in ["number", "value"] {
+        if sort == "value" {
+            state.sort_by(2);
+        }
+        for (w, h) in [(80u16, 24u16), (160, 48), (250, 70)] {
+            let ms = render_ms(&state, w, h, frames);
+            println!(
+                "tui render: 10000 trials, {w}x{h}, sorted by {sort}: {ms:.3} ms/frame ({frames} frames)"
+            );
+            out.push((format!("render {w}x{h} by {sort}"), ms));
+        }
+        let ms = apply_ms(&state, 200);
+        println!(
+            "tui events: one trial (start, report, finish) into 10000, sorted by {sort}: {ms:.3} ms"
+        );
+        out.push((format!("events by {sort}"), ms));
+    }
+    out
+}

@@ -1,0 +1,1079 @@
+//! The UI's whole state: what the study looks like (from [`Event`]s) and what the user is
+//! looking at (from keys). Nothing here draws, reads a clock or touches the terminal: the
+//! clock is injected with [`UiState::tick`], so that the same state always renders the same
+//! screen and snapshot tests are deterministic.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, SystemTime};
+
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+
+use crate::scheduler::{Control, Event, StudyInfo, TrialSummary};
+use crate::space::{ParamValue, Params};
+use crate::trial::{Direction, Report, TrialNumber, TrialState};
+
+/// Metric keys the built-in trainer reports besides the objective; shown where present.
+pub mod keys {
+    pub const EPOCH: &str = "epoch";
+    /// Total epochs, under either name the trainer may use.
+    pub const TOTAL_EPOCHS: [&str; 2] = ["total_epochs", "epochs"];
+    /// Total steps, for trials that count steps rather than epochs.
+    pub const TOTAL_STEPS: [&str; 2] = ["total_steps", "max_steps"];
+    pub const SAMPLES_PER_S: &str = "samples_per_s";
+    pub const DATA_WAIT: &str = "data_wait";
+}
+
+/// The slot of a trial whose slot the event source does not know (`watch`, for a trial of
+/// a worker process it does not count as live).
+pub const NO_SLOT: usize = usize::MAX;
+
+/// What the terminal loop must do after a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Send this to the scheduler.
+    Control(Control),
+    /// Leave the UI now.
+    Exit,
+}
+
+/// What changes the state besides keys: scheduler events, and what only `watch` learns
+/// from the database.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Update {
+    Event(Event),
+    /// A trial's log files (events do not carry them).
+    Logs(TrialNumber, Vec<String>),
+    /// A message for the footer (a failed poll, say).
+    Notice(String),
+}
+
+/// Whether the UI may steer the study (in-process) or only watches it (`tune watch`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Live,
+    Watch,
+}
+
+/// One trial as the UI knows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrialRow {
+    pub number: TrialNumber,
+    pub state: TrialState,
+    /// The final value (complete), or the last reported one (pruned), as the scheduler said.
+    pub value: Option<f64>,
+    pub params: Params,
+    pub error: Option<String>,
+    pub started_at: Option<SystemTime>,
+    pub finished_at: Option<SystemTime>,
+    pub duration: Option<Duration>,
+    pub slot: Option<usize>,
+    pub device: Option<String>,
+    /// The objective's intermediate values by step, in report order.
+    pub curve: Vec<(u64, f64)>,
+    /// The latest report, whole.
+    pub last: Option<Report>,
+    pub n_reports: usize,
+    /// Log files, where the source knows them (the database does; events do not yet).
+    pub logs: Vec<String>,
+}
+
+impl TrialRow {
+    fn new(number: TrialNumber, state: TrialState) -> TrialRow {
+        TrialRow {
+            number,
+            state,
+            value: None,
+            params: Params::new(),
+            error: None,
+            started_at: None,
+            finished_at: None,
+            duration: None,
+            slot: None,
+            device: None,
+            curve: Vec::new(),
+            last: None,
+            n_reports: 0,
+            logs: Vec::new(),
+        }
+    }
+
+    /// A metric of the latest report.
+    pub fn metric(&self, key: &str) -> Option<f64> {
+        self.last.as_ref()?.metrics.get(key).copied()
+    }
+
+    /// The latest objective value reported, for running trials.
+    pub fn latest(&self) -> Option<f64> {
+        self.curve.last().map(|&(_, v)| v)
+    }
+
+    /// Progress as (done, total, unit): epochs where the trainer reports them, else steps
+    /// against a reported total. `None` when nothing says how far the trial goes.
+    pub fn progress(&self) -> Option<(f64, f64, &'static str)> {
+        let last = self.last.as_ref()?;
+        let m = &last.metrics;
+        if let (Some(done), Some(total)) = (
+            m.get(keys::EPOCH),
+            keys::TOTAL_EPOCHS.iter().find_map(|k| m.get(*k)),
+        ) {
+            return (total.is_finite() && *total > 0.0).then_some((*done, *total, "ep"));
+        }
+        let total = keys::TOTAL_STEPS.iter().find_map(|k| m.get(*k))?;
+        (total.is_finite() && *total > 0.0).then_some((last.step as f64, *total, "step"))
+    }
+
+    /// How long it ran, or has been running at `now`.
+    pub fn elapsed(&self, now: SystemTime) -> Option<Duration> {
+        if let Some(d) = self.duration {
+            return Some(d);
+        }
+        let start = self.started_at?;
+        let end = self.finished_at.unwrap_or(now);
+        end.duration_since(start).ok()
+    }
+}
+
+/// One worker slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slot {
+    pub device: String,
+    pub trial: Option<TrialNumber>,
+}
+
+/// Trial counts by state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub queued: usize,
+    pub running: usize,
+    pub complete: usize,
+    pub pruned: usize,
+    pub failed: usize,
+}
+
+impl Counts {
+    fn slot(&mut self, s: TrialState) -> &mut usize {
+        match s {
+            TrialState::Queued => &mut self.queued,
+            TrialState::Running => &mut self.running,
+            TrialState::Complete => &mut self.complete,
+            TrialState::Pruned => &mut self.pruned,
+            TrialState::Failed => &mut self.failed,
+        }
+    }
+
+    pub fn finished(&self) -> usize {
+        self.complete + self.pruned + self.failed
+    }
+
+    pub fn total(&self) -> usize {
+        self.queued + self.running + self.finished()
+    }
+}
+
+/// A column of the trials table; the params follow the fixed ones.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Column {
+    Number,
+    State,
+    Value,
+    Duration,
+    Step,
+    Param(String),
+}
+
+impl Column {
+    pub fn title(&self) -> &str {
+        match self {
+            Column::Number => "#",
+            Column::State => "state",
+            Column::Value => "value",
+            Column::Duration => "time",
+            Column::Step => "step",
+            Column::Param(p) => p,
+        }
+    }
+}
+
+/// The index of [`Column::Step`] in [`UiState::columns`].
+const STEP_COLUMN: usize = 4;
+
+/// Which trials the table lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Filter {
+    All,
+    Only(TrialState),
+}
+
+impl Filter {
+    fn next(self) -> Filter {
+        match self {
+            Filter::All => Filter::Only(TrialState::Running),
+            Filter::Only(TrialState::Running) => Filter::Only(TrialState::Complete),
+            Filter::Only(TrialState::Complete) => Filter::Only(TrialState::Pruned),
+            Filter::Only(TrialState::Pruned) => Filter::Only(TrialState::Failed),
+            Filter::Only(_) => Filter::All,
+        }
+    }
+
+    pub fn admits(self, s: TrialState) -> bool {
+        match self {
+            Filter::All => true,
+            Filter::Only(x) => x == s,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Filter::All => "all",
+            Filter::Only(s) => s.as_str(),
+        }
+    }
+}
+
+/// The table's view: sort, filter, selection and scroll.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableView {
+    /// Index into [`UiState::columns`].
+    pub sort: usize,
+    pub descending: bool,
+    pub filter: Filter,
+    /// The selected trial; the selection follows it when rows move.
+    pub selected: Option<TrialNumber>,
+    /// Its position in [`UiState::order`].
+    pub cursor: usize,
+    /// The cursor stays on the first row as rows come and go, until the user moves it (and
+    /// again after `g`/Home): a live table reads like `top`.
+    pub at_top: bool,
+    /// The first row shown.
+    pub offset: usize,
+    /// Rows the table shows, set from the terminal size (for paging and scrolling).
+    pub page: usize,
+}
+
+/// The screen under any overlay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Screen {
+    Main,
+    Trial(TrialNumber),
+}
+
+/// A dialog or help drawn over the screen; it takes the keys while open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overlay {
+    Help,
+    /// Quit: stop the study now, or let the running trials finish.
+    Quit,
+    /// Stop one trial: record it as pruned or as failed.
+    StopTrial(TrialNumber),
+}
+
+/// How the study run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    pub reason: String,
+    pub at: SystemTime,
+}
+
+/// The budget as the header gauge shows it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Progress {
+    /// Fraction of the budget spent, when there is a budget.
+    pub ratio: Option<f64>,
+    pub elapsed: Duration,
+    /// Estimated time left; `None` until there is a rate to extrapolate.
+    pub left: Option<Duration>,
+}
+
+/// Everything the UI draws, and nothing else.
+#[derive(Debug, Clone)]
+pub struct UiState {
+    pub mode: Mode,
+    /// Colours on (false under `NO_COLOR`).
+    pub color: bool,
+    /// The injected clock: the time the screen is drawn for.
+    pub now: SystemTime,
+    pub info: Option<StudyInfo>,
+    /// When this run of the study started.
+    pub started_at: Option<SystemTime>,
+    /// Trials finished before this run (a resumed study): not counted in the rate.
+    pub finished_before: usize,
+    pub finished: Option<Finished>,
+    pub paused: bool,
+    /// A pause or resume was asked and the scheduler has not confirmed it yet.
+    pub pause_pending: Option<bool>,
+    /// The study is stopping (`Some(graceful)`).
+    pub stopping: Option<bool>,
+    /// The user chose to quit: leave the UI when the study has finished.
+    pub quit_requested: bool,
+    /// Trials in arrival order; find one by number with [`UiState::trial`].
+    pub trials: Vec<TrialRow>,
+    index: HashMap<TrialNumber, usize>,
+    pub counts: Counts,
+    pub best: Option<TrialNumber>,
+    /// Every parameter name seen, sorted: the table's param columns.
+    pub param_names: Vec<String>,
+    pub slots: Vec<Slot>,
+    pub table: TableView,
+    /// The table's rows: indices into `trials`, filtered and sorted.
+    pub order: Vec<usize>,
+    pub screen: Screen,
+    pub overlay: Option<Overlay>,
+    /// A one-line message in the footer (what the last key did, or why it did nothing).
+    pub notice: Option<String>,
+    /// The event source is gone (the scheduler ended or the database went away).
+    pub disconnected: bool,
+}
+
+impl UiState {
+    pub fn new(mode: Mode, color: bool, now: SystemTime) -> UiState {
+        UiState {
+            mode,
+            color,
+            now,
+            info: None,
+            started_at: None,
+            finished_before: 0,
+            finished: None,
+            paused: false,
+            pause_pending: None,
+            stopping: None,
+            quit_requested: false,
+            trials: Vec::new(),
+            index: HashMap::new(),
+            counts: Counts::default(),
+            best: None,
+            param_names: Vec::new(),
+            slots: Vec::new(),
+            table: TableView {
+                sort: 0,
+                descending: true,
+                filter: Filter::All,
+                selected: None,
+                cursor: 0,
+                at_top: true,
+                offset: 0,
+                page: 10,
+            },
+            order: Vec::new(),
+            screen: Screen::Main,
+            overlay: None,
+            notice: None,
+            disconnected: false,
+        }
+    }
+
+    /// Moves the injected clock.
+    pub fn tick(&mut self, now: SystemTime) {
+        self.now = now;
+    }
+
+    pub fn trial(&self, n: TrialNumber) -> Option<&TrialRow> {
+        self.index.get(&n).map(|&i| &self.trials[i])
+    }
+
+    pub fn direction(&self) -> Direction {
+        self.info
+            .as_ref()
+            .map(|i| i.direction)
+            .unwrap_or(Direction::Minimize)
+    }
+
+    pub fn best_trial(&self) -> Option<&TrialRow> {
+        self.best.and_then(|n| self.trial(n))
+    }
+
+    /// Whether the UI should leave: the user asked to quit and the study has ended.
+    pub fn should_exit(&self) -> bool {
+        self.quit_requested && (self.finished.is_some() || self.disconnected)
+    }
+
+    /// The table's columns: the fixed ones, then one per parameter.
+    pub fn columns(&self) -> Vec<Column> {
+        let mut c = vec![
+            Column::Number,
+            Column::State,
+            Column::Value,
+            Column::Duration,
+            Column::Step,
+        ];
+        c.extend(self.param_names.iter().cloned().map(Column::Param));
+        c
+    }
+
+    /// The column sorted by, without building the column list (this runs per report).
+    fn sort_column(&self) -> Column {
+        match self.table.sort {
+            0 => Column::Number,
+            1 => Column::State,
+            2 => Column::Value,
+            3 => Column::Duration,
+            4 => Column::Step,
+            k => self
+                .param_names
+                .get(k - 5)
+                .cloned()
+                .map_or(Column::Number, Column::Param),
+        }
+    }
+
+    /// The budget spent, the time since the run started and the estimate of the time left.
+    ///
+    /// The rate counts only trials finished in this run, so a resumed study does not look
+    /// faster than it is; with a timeout, the estimate never exceeds what the timeout leaves.
+    pub fn progress(&self) -> Progress {
+        let elapsed = match (self.started_at, &self.finished) {
+            (Some(s), Some(f)) => f.at.duration_since(s).unwrap_or_default(),
+            (Some(s), None) => self.now.duration_since(s).unwrap_or_default(),
+            _ => Duration::ZERO,
+        };
+        let info = self.info.as_ref();
+        let budget = info.and_then(|i| i.budget);
+        let timeout = info.and_then(|i| i.timeout);
+        let done = self.counts.finished();
+        let by_trials = budget.map(|b| {
+            let b = b.max(1) as f64;
+            (done as f64 / b).min(1.0)
+        });
+        let by_time = timeout.map(|t| {
+            if t.is_zero() {
+                1.0
+            } else {
+                (elapsed.as_secs_f64() / t.as_secs_f64()).min(1.0)
+            }
+        });
+        let ratio = match (by_trials, by_time) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        if self.finished.is_some() {
+            return Progress {
+                ratio: ratio.map(|_| 1.0),
+                elapsed,
+                left: Some(Duration::ZERO),
+            };
+        }
+        let done_here = done.saturating_sub(self.finished_before);
+        let left_by_trials = budget.and_then(|b| {
+            if done_here == 0 {
+                return None;
+            }
+            let remaining = (b as usize).saturating_sub(done) as f64;
+            let per_trial = elapsed.as_secs_f64() / done_here as f64;
+            Duration::try_from_secs_f64(remaining * per_trial).ok()
+        });
+        let left_by_time = timeout.map(|t| t.saturating_sub(elapsed));
+        let left = match (left_by_trials, left_by_time) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Progress {
+            ratio,
+            elapsed,
+            left,
+        }
+    }
+
+    // ----- events -------------------------------------------------------------------------
+
+    /// Folds one scheduler event into the state.
+    pub fn apply(&mut self, ev: &Event) {
+        if self.apply_quiet(ev) {
+            self.refresh_order();
+        }
+    }
+
+    /// Folds a burst of updates in, sorting the table once at the end rather than per event
+    /// (a `watch` of 10 000 trials starts with that many).
+    pub fn apply_all<'a>(&mut self, updates: impl IntoIterator<Item = &'a Update>) {
+        let mut reorder = false;
+        for u in updates {
+            match u {
+                Update::Event(ev) => reorder |= self.apply_quiet(ev),
+                Update::Logs(n, logs) => self.set_logs(*n, logs.clone()),
+                Update::Notice(m) => self.notice = Some(m.clone()),
+            }
+        }
+        if reorder {
+            self.refresh_order();
+        }
+    }
+
+    /// Applies one event; returns whether the table's order may have changed.
+    fn apply_quiet(&mut self, ev: &Event) -> bool {
+        match ev {
+            Event::StudyStarted { info, existing, at } => {
+                self.slots = info
+                    .slots
+                    .iter()
+                    .map(|d| Slot {
+                        device: d.clone(),
+                        trial: None,
+                    })
+                    .collect();
+                self.info = Some(info.clone());
+                self.started_at = Some(*at);
+                self.finished = None;
+                for t in existing {
+                    self.upsert_summary(t, None);
+                }
+                self.finished_before = self.counts.finished();
+                self.recompute_best();
+                true
+            }
+            Event::TrialStarted {
+                number,
+                slot,
+                device,
+                params,
+                at,
+            } => {
+                let i = self.row_index(*number, TrialState::Running);
+                self.set_state(i, TrialState::Running);
+                let known = *slot < self.slots.len();
+                let row = &mut self.trials[i];
+                row.params = params.clone();
+                row.started_at = Some(*at);
+                row.slot = known.then_some(*slot);
+                row.device = Some(device.clone());
+                self.note_params(i);
+                self.occupy_slot(*slot, *number);
+                true
+            }
+            Event::TrialReported {
+                number,
+                slot,
+                report,
+            } => {
+                let value = self
+                    .info
+                    .as_ref()
+                    .and_then(|info| report.metrics.get(&info.metric).copied());
+                let i = self.row_index(*number, TrialState::Running);
+                let row = &mut self.trials[i];
+                if let Some(v) = value {
+                    row.curve.push((report.step, v));
+                }
+                row.n_reports += 1;
+                row.last = Some(report.clone());
+                if row.slot.is_none() && *slot < self.slots.len() {
+                    row.slot = Some(*slot);
+                }
+                // Only the step column can change order, and only when sorting by it.
+                self.table.sort == STEP_COLUMN
+            }
+            Event::TrialFinished { slot, trial, at } => {
+                self.upsert_summary(trial, Some(*at));
+                if let Some(s) = self.slots.get_mut(*slot)
+                    && s.trial == Some(trial.number)
+                {
+                    s.trial = None;
+                }
+                true
+            }
+            Event::Paused(p) => {
+                self.paused = *p;
+                self.pause_pending = None;
+                false
+            }
+            Event::Stopping { graceful } => {
+                self.stopping = Some(*graceful);
+                false
+            }
+            Event::StudyFinished { reason, at } => {
+                self.finished = Some(Finished {
+                    reason: reason.clone(),
+                    at: *at,
+                });
+                for s in &mut self.slots {
+                    s.trial = None;
+                }
+                false
+            }
+        }
+    }
+
+    /// Marks the event source gone (the channel closed, the database vanished).
+    pub fn disconnect(&mut self) {
+        self.disconnected = true;
+    }
+
+    /// Attaches log paths to a trial (the `watch` poller reads them from the database).
+    pub fn set_logs(&mut self, n: TrialNumber, logs: Vec<String>) {
+        if let Some(&i) = self.index.get(&n) {
+            self.trials[i].logs = logs;
+        }
+    }
+
+    fn row_index(&mut self, n: TrialNumber, state: TrialState) -> usize {
+        if let Some(&i) = self.index.get(&n) {
+            return i;
+        }
+        self.trials.push(TrialRow::new(n, state));
+        *self.counts.slot(state) += 1;
+        let i = self.trials.len() - 1;
+        self.index.insert(n, i);
+        i
+    }
+
+    fn set_state(&mut self, i: usize, s: TrialState) {
+        let old = self.trials[i].state;
+        if old != s {
+            *self.counts.slot(old) -= 1;
+            *self.counts.slot(s) += 1;
+            self.trials[i].state = s;
+        }
+    }
+
+    fn upsert_summary(&mut self, t: &TrialSummary, at: Option<SystemTime>) {
+        let i = self.row_index(t.number, t.state);
+        self.set_state(i, t.state);
+        let was_best = self.best == Some(t.number);
+        let row = &mut self.trials[i];
+        row.value = t.value;
+        row.params = t.params.clone();
+        row.error = t.error.clone();
+        row.duration = t.duration;
+        if !t.logs.is_empty() {
+            row.logs = t.logs.clone();
+        }
+        if t.state.is_finished() {
+            row.finished_at = at.or(row.finished_at);
+            if row.started_at.is_none()
+                && let (Some(end), Some(d)) = (row.finished_at, t.duration)
+            {
+                row.started_at = end.checked_sub(d);
+            }
+        }
+        self.note_params(i);
+        if was_best {
+            self.recompute_best();
+        } else {
+            self.consider_best(i);
+        }
+    }
+
+    /// Puts trial `n` on its slot. A slot the study did not declare ([`NO_SLOT`] from
+    /// `watch`, for a trial of a worker it cannot see) puts it on none: the trial is still
+    /// in the table, and no index from an event can grow the slot list.
+    fn occupy_slot(&mut self, slot: usize, n: TrialNumber) {
+        if let Some(s) = self.slots.get_mut(slot) {
+            s.trial = Some(n);
+        }
+    }
+
+    fn note_params(&mut self, i: usize) {
+        let new: Vec<&String> = self.trials[i]
+            .params
+            .keys()
+            .filter(|k| self.param_names.binary_search(k).is_err())
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        let mut all: BTreeSet<String> = self.param_names.drain(..).collect();
+        all.extend(new.into_iter().cloned().collect::<Vec<_>>());
+        let sorted_by = self.sort_column();
+        self.param_names = all.into_iter().collect();
+        // Keep sorting by the same column when a new param column shifts the indices.
+        if let Some(pos) = self.columns().iter().position(|c| *c == sorted_by) {
+            self.table.sort = pos;
+        }
+    }
+
+    fn consider_best(&mut self, i: usize) {
+        let row = &self.trials[i];
+        let Some(v) = row.value.filter(|v| v.is_finite()) else {
+            return;
+        };
+        if row.state != TrialState::Complete {
+            return;
+        }
+        let better = match self.best_trial().and_then(|b| b.value) {
+            None => true,
+            Some(b) => self.direction().better(v, b),
+        };
+        if better {
+            self.best = Some(row.number);
+        }
+    }
+
+    fn recompute_best(&mut self) {
+        self.best = None;
+        for i in 0..self.trials.len() {
+            self.consider_best(i);
+        }
+    }
+
+    /// Rebuilds the table's rows after trials, the sort or the filter changed, and keeps the
+    /// cursor on the selected trial.
+    pub fn refresh_order(&mut self) {
+        let col = self.sort_column();
+        let filter = self.table.filter;
+        let trials = &self.trials;
+        self.order.clear();
+        self.order
+            .extend((0..trials.len()).filter(|&i| filter.admits(trials[i].state)));
+        let desc = self.table.descending;
+        let now = self.now;
+        self.order.sort_by(|&a, &b| {
+            let (ta, tb) = (&trials[a], &trials[b]);
+            let ord = compare(&col, now, ta, tb, desc);
+            // Ties fall back to the trial number, always ascending, so the order is total.
+            ord.then(ta.number.cmp(&tb.number))
+        });
+        self.follow_selection();
+    }
+
+    fn follow_selection(&mut self) {
+        if self.table.at_top {
+            self.table.cursor = 0;
+            self.table.selected = self.order.first().map(|&i| self.trials[i].number);
+            self.scroll_to_cursor();
+            return;
+        }
+        let pos = self
+            .table
+            .selected
+            .and_then(|n| self.order.iter().position(|&i| self.trials[i].number == n));
+        match pos {
+            Some(p) => self.table.cursor = p,
+            None => {
+                self.table.cursor = self.table.cursor.min(self.order.len().saturating_sub(1));
+                self.table.selected = self
+                    .order
+                    .get(self.table.cursor)
+                    .map(|&i| self.trials[i].number);
+            }
+        }
+        self.scroll_to_cursor();
+    }
+
+    fn scroll_to_cursor(&mut self) {
+        let page = self.table.page.max(1);
+        let c = self.table.cursor;
+        if c < self.table.offset {
+            self.table.offset = c;
+        } else if c >= self.table.offset + page {
+            self.table.offset = c + 1 - page;
+        }
+        let max_offset = self.order.len().saturating_sub(page);
+        self.table.offset = self.table.offset.min(max_offset);
+    }
+
+    /// Sets how many table rows the screen shows (from the terminal size).
+    pub fn set_page(&mut self, rows: usize) {
+        self.table.page = rows.max(1);
+        self.scroll_to_cursor();
+    }
+
+    fn move_cursor(&mut self, delta: isize) {
+        if self.order.is_empty() {
+            return;
+        }
+        let last = self.order.len() - 1;
+        let c = self.table.cursor as isize + delta;
+        self.table.cursor = c.clamp(0, last as isize) as usize;
+        self.table.at_top = self.table.cursor == 0;
+        self.table.selected = Some(self.trials[self.order[self.table.cursor]].number);
+        self.scroll_to_cursor();
+    }
+
+    fn selected_row(&self) -> Option<&TrialRow> {
+        self.table.selected.and_then(|n| self.trial(n))
+    }
+
+    /// Sorts by column `i`; choosing the sorted column again reverses it. Value sorts best
+    /// first; the number newest first.
+    pub fn sort_by(&mut self, i: usize) {
+        let ncols = self.columns().len();
+        if i >= ncols {
+            return;
+        }
+        if self.table.sort == i {
+            self.table.descending = !self.table.descending;
+        } else {
+            self.table.sort = i;
+            self.table.descending = match self.sort_column() {
+                Column::Number | Column::Duration | Column::Step => true,
+                Column::Value => self.direction() == Direction::Maximize,
+                Column::State | Column::Param(_) => false,
+            };
+        }
+        self.refresh_order();
+        let col = self.sort_column();
+        self.notice = Some(format!(
+            "sorted by {} {}",
+            col.title(),
+            if self.table.descending { "▼" } else { "▲" }
+        ));
+    }
+
+    // ----- keys ---------------------------------------------------------------------------
+
+    /// Changes the state for one key; returns what the loop must do, if anything.
+    pub fn handle_key(&mut self, key: KeyEvent) -> Option<Action> {
+        if key.kind == KeyEventKind::Release {
+            return None;
+        }
+        let ctrl_c =
+            key.modifiers.contains(KeyModifiers::CONTROL) && matches!(key.code, KeyCode::Char('c'));
+        if let Some(o) = self.overlay {
+            return self.overlay_key(o, key.code, ctrl_c);
+        }
+        if ctrl_c {
+            return self.ask_quit();
+        }
+        match self.screen {
+            Screen::Main => self.main_key(key.code),
+            Screen::Trial(n) => self.trial_key(n, key.code),
+        }
+    }
+
+    fn overlay_key(&mut self, o: Overlay, code: KeyCode, ctrl_c: bool) -> Option<Action> {
+        match o {
+            Overlay::Help => {
+                self.overlay = None;
+                if ctrl_c {
+                    return self.ask_quit();
+                }
+                None
+            }
+            Overlay::Quit => {
+                // Ctrl-C twice stops the study: what people expect of a second Ctrl-C.
+                if ctrl_c || code == KeyCode::Char('s') {
+                    return self.quit(false);
+                }
+                match code {
+                    KeyCode::Char('w') => self.quit(true),
+                    KeyCode::Esc | KeyCode::Char('n') | KeyCode::Char('q') => {
+                        self.overlay = None;
+                        None
+                    }
+                    _ => None,
+                }
+            }
+            Overlay::StopTrial(n) => {
+                let as_pruned = match code {
+                    KeyCode::Char('p') => true,
+                    KeyCode::Char('f') => false,
+                    KeyCode::Esc | KeyCode::Char('n') | KeyCode::Char('q') => {
+                        self.overlay = None;
+                        return None;
+                    }
+                    _ => return None,
+                };
+                self.overlay = None;
+                if self.trial(n).map(|t| t.state) != Some(TrialState::Running) {
+                    self.notice = Some(format!("trial {n} is no longer running"));
+                    return None;
+                }
+                self.notice = Some(format!(
+                    "stopping trial {n} (to be recorded as {})",
+                    if as_pruned { "pruned" } else { "failed" }
+                ));
+                Some(Action::Control(Control::StopTrial {
+                    number: n,
+                    as_pruned,
+                }))
+            }
+        }
+    }
+
+    fn quit(&mut self, graceful: bool) -> Option<Action> {
+        self.overlay = None;
+        self.quit_requested = true;
+        if self.finished.is_some() || self.disconnected {
+            return Some(Action::Exit);
+        }
+        self.notice = Some(if graceful {
+            "quitting: no new trials; waiting for the running ones to finish".into()
+        } else {
+            "quitting: stopping the running trials".into()
+        });
+        Some(Action::Control(Control::Quit { graceful }))
+    }
+
+    fn ask_quit(&mut self) -> Option<Action> {
+        // Nothing to steer: watching, or the study is over. Leave at once.
+        if self.mode == Mode::Watch || self.finished.is_some() || self.disconnected {
+            return Some(Action::Exit);
+        }
+        self.overlay = Some(Overlay::Quit);
+        None
+    }
+
+    fn read_only(&mut self) -> bool {
+        if self.mode == Mode::Watch {
+            self.notice =
+                Some("watch is read-only: steer from the process running the study".into());
+            return true;
+        }
+        if self.finished.is_some() {
+            self.notice = Some("the study has finished".into());
+            return true;
+        }
+        false
+    }
+
+    fn toggle_pause(&mut self) -> Option<Action> {
+        if self.read_only() {
+            return None;
+        }
+        let pause = !self.pause_pending.unwrap_or(self.paused);
+        self.pause_pending = Some(pause);
+        self.notice = Some(if pause {
+            "pausing: no new trials start; running ones go on".into()
+        } else {
+            "resuming".into()
+        });
+        Some(Action::Control(if pause {
+            Control::Pause
+        } else {
+            Control::Resume
+        }))
+    }
+
+    fn ask_stop(&mut self, n: Option<TrialNumber>) -> Option<Action> {
+        if self.read_only() {
+            return None;
+        }
+        match n.and_then(|n| self.trial(n)) {
+            Some(t) if t.state == TrialState::Running => {
+                self.overlay = Some(Overlay::StopTrial(t.number));
+            }
+            Some(t) => self.notice = Some(format!("trial {} is not running", t.number)),
+            None => self.notice = Some("no trial selected".into()),
+        }
+        None
+    }
+
+    fn main_key(&mut self, code: KeyCode) -> Option<Action> {
+        let page = self.table.page.max(1) as isize;
+        match code {
+            KeyCode::Char('q') | KeyCode::Esc => return self.ask_quit(),
+            KeyCode::Char('?') | KeyCode::Char('h') => self.overlay = Some(Overlay::Help),
+            KeyCode::Up | KeyCode::Char('k') => self.move_cursor(-1),
+            KeyCode::Down | KeyCode::Char('j') => self.move_cursor(1),
+            KeyCode::PageUp => self.move_cursor(-page),
+            KeyCode::PageDown => self.move_cursor(page),
+            KeyCode::Home | KeyCode::Char('g') => self.move_cursor(isize::MIN / 2),
+            KeyCode::End | KeyCode::Char('G') => self.move_cursor(isize::MAX / 2),
+            KeyCode::Char('s') | KeyCode::Right | KeyCode::Char('>') => {
+                let n = self.columns().len();
+                self.sort_by((self.table.sort + 1) % n);
+            }
+            KeyCode::Left | KeyCode::Char('<') => {
+                let n = self.columns().len();
+                self.sort_by((self.table.sort + n - 1) % n);
+            }
+            KeyCode::Char('r') | KeyCode::Char('S') => {
+                let i = self.table.sort;
+                self.sort_by(i);
+            }
+            KeyCode::Char(c @ '1'..='9') => self.sort_by(c as usize - '1' as usize),
+            KeyCode::Char('f') => {
+                self.table.filter = self.table.filter.next();
+                self.refresh_order();
+                self.notice = Some(format!("showing {} trials", self.table.filter.label()));
+            }
+            KeyCode::Enter => {
+                if let Some(n) = self.table.selected {
+                    self.screen = Screen::Trial(n);
+                }
+            }
+            KeyCode::Char('p') | KeyCode::Char(' ') => return self.toggle_pause(),
+            KeyCode::Char('x') => return self.ask_stop(self.selected_row().map(|t| t.number)),
+            _ => {}
+        }
+        None
+    }
+
+    fn trial_key(&mut self, n: TrialNumber, code: KeyCode) -> Option<Action> {
+        match code {
+            KeyCode::Esc | KeyCode::Backspace | KeyCode::Enter | KeyCode::Char('q') => {
+                self.screen = Screen::Main
+            }
+            KeyCode::Char('?') | KeyCode::Char('h') => self.overlay = Some(Overlay::Help),
+            KeyCode::Up | KeyCode::Char('k') | KeyCode::Down | KeyCode::Char('j') => {
+                self.move_cursor(if matches!(code, KeyCode::Up | KeyCode::Char('k')) {
+                    -1
+                } else {
+                    1
+                });
+                if let Some(s) = self.table.selected {
+                    self.screen = Screen::Trial(s);
+                }
+            }
+            KeyCode::Char('p') | KeyCode::Char(' ') => return self.toggle_pause(),
+            KeyCode::Char('x') => return self.ask_stop(Some(n)),
+            _ => {}
+        }
+        None
+    }
+}
+
+fn cmp_opt_f64(a: Option<f64>, b: Option<f64>, desc: bool) -> Ordering {
+    // Missing values sort last whichever the direction; NaN sorts with them.
+    let a = a.filter(|v| !v.is_nan());
+    let b = b.filter(|v| !v.is_nan());
+    match (a, b) {
+        (Some(x), Some(y)) => {
+            let o = x.total_cmp(&y);
+            if desc { o.reverse() } else { o }
+        }
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => Ordering::Equal,
+    }
+}
+
+fn cmp_param(a: Option<&ParamValue>, b: Option<&ParamValue>, desc: bool) -> Ordering {
+    match (a, b) {
+        (Some(x), Some(y)) => {
+            let o = match (x.as_f64(), y.as_f64()) {
+                (Some(p), Some(q)) => p.total_cmp(&q),
+                _ => x.to_string().cmp(&y.to_string()),
+            };
+            if desc { o.reverse() } else { o }
+        }
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => Ordering::Equal,
+    }
+}
+
+fn state_rank(s: TrialState) -> u8 {
+    match s {
+        TrialState::Running => 0,
+        TrialState::Queued => 1,
+        TrialState::Complete => 2,
+        TrialState::Pruned => 3,
+        TrialState::Failed => 4,
+    }
+}
+
+fn compare(col: &Column, now: SystemTime, a: &TrialRow, b: &TrialRow, desc: bool) -> Ordering {
+    let flip = |o: Ordering| if desc { o.reverse() } else { o };
+    match col {
+        Column::Number => flip(a.number.cmp(&b.number)),
+        Column::State => flip(state_rank(a.state).cmp(&state_rank(b.state))),
+        // A running trial sorts by its latest value, so the table ranks it among the others.
+        Column::Value => {
+            let va = a.value.or_else(|| a.latest());
+            let vb = b.value.or_else(|| b.latest());
+            cmp_opt_f64(va, vb, desc)
+        }
+        Column::Duration => cmp_opt_f64(
+            a.elapsed(now).map(|d| d.as_secs_f64()),
+            b.elapsed(now).map(|d| d.as_secs_f64()),
+            desc,
+        ),
+        Column::Step => cmp_opt_f64(
+            a.last.as_ref().map(|r| r.step as f64),
+            b.last.as_ref().map(|r| r.step as f64),
+            desc,
+        ),
+        Column::Param(p) => cmp_param(a.params.get(p), b.params.get(p), desc),
+    }
+}

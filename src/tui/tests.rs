@@ -1,0 +1,670 @@
+//! Tests of the UI: state updates from events and keys, and snapshots of the screen.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::style::Color;
+
+use super::bench::{self, infallible, info, params, report, state_with, t0};
+use super::state::{Action, Column, Filter, Mode, Overlay, Screen, UiState};
+use super::view;
+use crate::scheduler::{Control, Event, TrialSummary};
+use crate::trial::{Direction, Report, TrialNumber, TrialState};
+
+fn key(c: char) -> KeyEvent {
+    KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE)
+}
+
+fn code(k: KeyCode) -> KeyEvent {
+    KeyEvent::new(k, KeyModifiers::NONE)
+}
+
+fn terminal(state: &UiState, w: u16, h: u16) -> Terminal<TestBackend> {
+    let mut t = infallible(Terminal::new(TestBackend::new(w, h)));
+    infallible(t.draw(|f| view::render(f, state)));
+    t
+}
+
+fn screen(state: &UiState, w: u16, h: u16) -> String {
+    terminal(state, w, h).backend().to_string()
+}
+
+fn finished(state: &mut UiState, reason: &str) {
+    let at = state.now;
+    state.apply(&Event::StudyFinished {
+        reason: reason.into(),
+        at,
+    });
+}
+
+fn summary(n: u64, state: TrialState, value: Option<f64>) -> TrialSummary {
+    TrialSummary {
+        logs: Vec::new(),
+        number: TrialNumber(n),
+        state,
+        value,
+        params: params(n),
+        error: None,
+        duration: Some(Duration::from_secs(10)),
+    }
+}
+
+fn started(n: u64, slot: usize) -> Event {
+    Event::TrialStarted {
+        number: TrialNumber(n),
+        slot,
+        device: "cpu".into(),
+        params: params(n),
+        at: t0(),
+    }
+}
+
+fn done(n: u64, slot: usize, state: TrialState, value: Option<f64>) -> Event {
+    Event::TrialFinished {
+        slot,
+        trial: summary(n, state, value),
+        at: t0() + Duration::from_secs(10),
+    }
+}
+
+fn fresh(direction: Direction, budget: Option<u64>) -> UiState {
+    let mut s = UiState::new(Mode::Live, false, t0());
+    let mut i = info(budget, 2);
+    i.direction = direction;
+    s.apply(&Event::StudyStarted {
+        info: i,
+        existing: Vec::new(),
+        at: t0(),
+    });
+    s
+}
+
+// ----- state from events ------------------------------------------------------------------
+
+#[test]
+fn counts_follow_trials_through_their_lifecycle() {
+    let mut s = fresh(Direction::Minimize, Some(10));
+    s.apply(&started(0, 0));
+    s.apply(&started(1, 1));
+    assert_eq!((s.counts.running, s.counts.finished()), (2, 0));
+    s.apply(&done(0, 0, TrialState::Complete, Some(0.5)));
+    s.apply(&done(1, 1, TrialState::Failed, None));
+    assert_eq!(s.counts.running, 0);
+    assert_eq!((s.counts.complete, s.counts.failed), (1, 1));
+    assert_eq!(s.counts.total(), 2);
+}
+
+#[test]
+fn a_finished_trial_frees_its_slot_and_a_new_one_takes_it() {
+    let mut s = fresh(Direction::Minimize, None);
+    s.apply(&started(0, 1));
+    assert_eq!(s.slots[1].trial, Some(TrialNumber(0)));
+    s.apply(&done(0, 1, TrialState::Complete, Some(1.0)));
+    assert_eq!(s.slots[1].trial, None);
+    s.apply(&started(1, 1));
+    assert_eq!(s.slots[1].trial, Some(TrialNumber(1)));
+}
+
+#[test]
+fn best_is_the_best_complete_value_in_the_studys_direction() {
+    for (dir, want) in [(Direction::Minimize, 2), (Direction::Maximize, 1)] {
+        let mut s = fresh(dir, None);
+        s.apply(&done(0, 0, TrialState::Complete, Some(0.5)));
+        s.apply(&done(1, 0, TrialState::Complete, Some(0.9)));
+        s.apply(&done(2, 0, TrialState::Complete, Some(0.1)));
+        assert_eq!(s.best, Some(TrialNumber(want)), "{dir:?}");
+    }
+}
+
+#[test]
+fn pruned_failed_and_nan_trials_are_never_best() {
+    let mut s = fresh(Direction::Minimize, None);
+    s.apply(&done(0, 0, TrialState::Complete, Some(0.5)));
+    s.apply(&done(1, 0, TrialState::Pruned, Some(0.01)));
+    s.apply(&done(2, 0, TrialState::Complete, Some(f64::NAN)));
+    s.apply(&done(3, 0, TrialState::Failed, None));
+    assert_eq!(s.best, Some(TrialNumber(0)));
+}
+
+#[test]
+fn reports_build_the_objective_curve_and_keep_the_latest_metrics() {
+    let mut s = fresh(Direction::Minimize, None);
+    s.apply(&started(0, 0));
+    for e in 1..=3 {
+        s.apply(&Event::TrialReported {
+            number: TrialNumber(0),
+            slot: 0,
+            report: report(0, e),
+        });
+    }
+    let t = s.trial(TrialNumber(0)).expect("trial 0 started");
+    assert_eq!(t.curve.len(), 3);
+    assert_eq!(t.n_reports, 3);
+    assert_eq!(t.latest(), Some(bench::val_loss(0, 3)));
+    assert_eq!(t.progress(), Some((3.0, 10.0, "ep")));
+}
+
+#[test]
+fn progress_degrades_gracefully_when_the_total_is_not_reported() {
+    let mut s = fresh(Direction::Minimize, None);
+    s.apply(&started(0, 0));
+    let mut m = BTreeMap::new();
+    m.insert("loss".to_string(), 1.0);
+    s.apply(&Event::TrialReported {
+        number: TrialNumber(0),
+        slot: 0,
+        report: Report {
+            step: 7,
+            metrics: m.clone(),
+        },
+    });
+    let t = s.trial(TrialNumber(0)).expect("started");
+    assert_eq!(t.progress(), None);
+    assert!(t.curve.is_empty(), "loss is not the objective val_loss");
+    // Steps against a reported total count too.
+    m.insert("total_steps".into(), 28.0);
+    s.apply(&Event::TrialReported {
+        number: TrialNumber(0),
+        slot: 0,
+        report: Report {
+            step: 14,
+            metrics: m,
+        },
+    });
+    let t = s.trial(TrialNumber(0)).expect("started");
+    assert_eq!(t.progress(), Some((14.0, 28.0, "step")));
+}
+
+#[test]
+fn the_estimate_extrapolates_this_runs_rate_to_the_rest_of_the_budget() {
+    let mut s = fresh(Direction::Minimize, Some(40));
+    for n in 0..10 {
+        s.apply(&done(n, 0, TrialState::Complete, Some(1.0)));
+    }
+    s.tick(t0() + Duration::from_secs(100));
+    let p = s.progress();
+    assert_eq!(p.ratio, Some(0.25));
+    assert_eq!(p.elapsed, Duration::from_secs(100));
+    // 10 trials in 100 s, 30 left: 300 s.
+    assert_eq!(p.left, Some(Duration::from_secs(300)));
+}
+
+#[test]
+fn trials_finished_before_a_resume_count_toward_the_budget_but_not_the_rate() {
+    let mut s = UiState::new(Mode::Live, false, t0());
+    s.apply(&Event::StudyStarted {
+        info: info(Some(40), 2),
+        existing: (0..20)
+            .map(|n| summary(n, TrialState::Complete, Some(1.0)))
+            .collect(),
+        at: t0(),
+    });
+    assert_eq!(s.finished_before, 20);
+    s.tick(t0() + Duration::from_secs(50));
+    assert_eq!(s.progress().left, None, "no trial finished in this run yet");
+    s.apply(&done(20, 0, TrialState::Complete, Some(1.0)));
+    let p = s.progress();
+    assert_eq!(p.ratio, Some(21.0 / 40.0));
+    assert_eq!(p.left, Some(Duration::from_secs(19 * 50)));
+}
+
+#[test]
+fn a_timeout_caps_the_estimate() {
+    let mut s = UiState::new(Mode::Live, false, t0());
+    let mut i = info(Some(1000), 1);
+    i.timeout = Some(Duration::from_secs(600));
+    s.apply(&Event::StudyStarted {
+        info: i,
+        existing: Vec::new(),
+        at: t0(),
+    });
+    s.apply(&done(0, 0, TrialState::Complete, Some(1.0)));
+    s.tick(t0() + Duration::from_secs(60));
+    let p = s.progress();
+    assert_eq!(p.left, Some(Duration::from_secs(540)));
+    assert_eq!(p.ratio, Some(0.1));
+}
+
+#[test]
+fn pause_and_stopping_events_show_in_the_state() {
+    let mut s = fresh(Direction::Minimize, None);
+    s.apply(&Event::Paused(true));
+    assert!(s.paused);
+    s.apply(&Event::Stopping { graceful: true });
+    assert_eq!(s.stopping, Some(true));
+    finished(&mut s, "budget spent");
+    assert_eq!(
+        s.finished.as_ref().map(|f| f.reason.as_str()),
+        Some("budget spent")
+    );
+}
+
+// ----- the table ----------------------------------------------------------------------------
+
+#[test]
+fn sorting_by_value_puts_the_best_first_and_missing_values_last() {
+    let mut s = fresh(Direction::Minimize, None);
+    s.apply(&done(0, 0, TrialState::Complete, Some(0.5)));
+    s.apply(&done(1, 0, TrialState::Failed, None));
+    s.apply(&done(2, 0, TrialState::Complete, Some(0.1)));
+    s.apply(&done(3, 0, TrialState::Complete, Some(0.3)));
+    s.handle_key(key('3'));
+    assert_eq!(s.columns()[s.table.sort], Column::Value);
+    let numbers: Vec<u64> = s.order.iter().map(|&i| s.trials[i].number.0).collect();
+    assert_eq!(numbers, [2, 3, 0, 1]);
+    s.handle_key(key('r'));
+    let numbers: Vec<u64> = s.order.iter().map(|&i| s.trials[i].number.0).collect();
+    assert_eq!(numbers, [0, 3, 2, 1], "reversed, still missing last");
+}
+
+#[test]
+fn sorting_by_a_param_column_orders_numbers_numerically() {
+    let mut s = fresh(Direction::Minimize, None);
+    for n in 0..20 {
+        s.apply(&done(n, 0, TrialState::Complete, Some(n as f64)));
+    }
+    let lr = s
+        .columns()
+        .iter()
+        .position(|c| *c == Column::Param("lr".into()))
+        .expect("lr column");
+    s.sort_by(lr);
+    let lrs: Vec<f64> = s
+        .order
+        .iter()
+        .map(|&i| s.trials[i].params["lr"].as_f64().expect("float"))
+        .collect();
+    assert!(lrs.windows(2).all(|w| w[0] <= w[1]), "{lrs:?}");
+}
+
+#[test]
+fn the_state_filter_lists_only_that_state_and_cycles_back_to_all() {
+    let mut s = state_with(30, 4, 4, Some(100));
+    let keys = ['f', 'f', 'f', 'f'];
+    let want = [
+        TrialState::Running,
+        TrialState::Complete,
+        TrialState::Pruned,
+        TrialState::Failed,
+    ];
+    for (k, st) in keys.iter().zip(want) {
+        s.handle_key(key(*k));
+        assert_eq!(s.table.filter, Filter::Only(st));
+        assert!(!s.order.is_empty());
+        assert!(s.order.iter().all(|&i| s.trials[i].state == st));
+    }
+    s.handle_key(key('f'));
+    assert_eq!(s.table.filter, Filter::All);
+    assert_eq!(s.order.len(), 34);
+}
+
+#[test]
+fn the_selection_stays_on_its_trial_when_new_trials_arrive() {
+    let mut s = fresh(Direction::Minimize, None);
+    for n in 0..5 {
+        s.apply(&done(n, 0, TrialState::Complete, Some(n as f64)));
+    }
+    s.handle_key(code(KeyCode::Down));
+    s.handle_key(code(KeyCode::Down));
+    let picked = s.table.selected;
+    assert_eq!(picked, Some(TrialNumber(2)), "newest first: 4, 3, 2");
+    s.apply(&started(5, 0));
+    assert_eq!(s.table.selected, picked);
+    assert_eq!(s.trials[s.order[s.table.cursor]].number, TrialNumber(2));
+}
+
+#[test]
+fn moving_past_the_page_scrolls_the_table() {
+    let mut s = state_with(50, 0, 2, None);
+    s.set_page(5);
+    for _ in 0..7 {
+        s.handle_key(key('j'));
+    }
+    assert_eq!(s.table.cursor, 7);
+    assert_eq!(s.table.offset, 3);
+    s.handle_key(key('G'));
+    assert_eq!(s.table.cursor, 49);
+    assert_eq!(s.table.offset, 45);
+    s.handle_key(key('g'));
+    assert_eq!((s.table.cursor, s.table.offset), (0, 0));
+}
+
+// ----- keys ---------------------------------------------------------------------------------
+
+#[test]
+fn p_pauses_then_resumes_and_the_event_confirms() {
+    let mut s = fresh(Direction::Minimize, None);
+    assert_eq!(
+        s.handle_key(key('p')),
+        Some(Action::Control(Control::Pause))
+    );
+    assert_eq!(s.pause_pending, Some(true));
+    s.apply(&Event::Paused(true));
+    assert_eq!((s.paused, s.pause_pending), (true, None));
+    assert_eq!(
+        s.handle_key(key('p')),
+        Some(Action::Control(Control::Resume))
+    );
+}
+
+#[test]
+fn stopping_a_running_trial_asks_pruned_or_failed() {
+    for (answer, as_pruned) in [('p', true), ('f', false)] {
+        let mut s = state_with(10, 2, 2, None);
+        s.handle_key(key('f')); // running only
+        let n = s.table.selected.expect("a running trial is selected");
+        assert_eq!(s.handle_key(key('x')), None);
+        assert_eq!(s.overlay, Some(Overlay::StopTrial(n)));
+        assert_eq!(
+            s.handle_key(key(answer)),
+            Some(Action::Control(Control::StopTrial {
+                number: n,
+                as_pruned
+            }))
+        );
+        assert_eq!(s.overlay, None);
+    }
+}
+
+#[test]
+fn a_finished_trial_cannot_be_stopped() {
+    let mut s = state_with(10, 0, 2, None);
+    assert_eq!(s.handle_key(key('x')), None);
+    assert_eq!(s.overlay, None);
+    assert!(
+        s.notice
+            .as_deref()
+            .is_some_and(|n| n.contains("not running"))
+    );
+}
+
+#[test]
+fn quit_offers_stopping_now_or_letting_trials_finish() {
+    let mut s = state_with(10, 2, 2, None);
+    assert_eq!(s.handle_key(key('q')), None);
+    assert_eq!(s.overlay, Some(Overlay::Quit));
+    assert_eq!(s.handle_key(code(KeyCode::Esc)), None);
+    assert_eq!(s.overlay, None);
+    s.handle_key(key('q'));
+    assert_eq!(
+        s.handle_key(key('w')),
+        Some(Action::Control(Control::Quit { graceful: true }))
+    );
+    assert!(
+        !s.should_exit(),
+        "the UI stays until the study has finished"
+    );
+    finished(&mut s, "stopped by the user");
+    assert!(s.should_exit());
+
+    let mut s = state_with(10, 2, 2, None);
+    s.handle_key(key('q'));
+    assert_eq!(
+        s.handle_key(key('s')),
+        Some(Action::Control(Control::Quit { graceful: false }))
+    );
+}
+
+#[test]
+fn ctrl_c_twice_stops_the_study() {
+    let mut s = state_with(10, 2, 2, None);
+    let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
+    assert_eq!(s.handle_key(ctrl_c), None);
+    assert_eq!(
+        s.handle_key(ctrl_c),
+        Some(Action::Control(Control::Quit { graceful: false }))
+    );
+}
+
+#[test]
+fn q_leaves_at_once_when_the_study_has_finished() {
+    let mut s = state_with(10, 0, 2, None);
+    finished(&mut s, "budget spent");
+    assert_eq!(s.handle_key(key('q')), Some(Action::Exit));
+}
+
+#[test]
+fn watch_mode_never_steers_and_q_leaves() {
+    let (events, now) = bench::study_events(10, 2, 2, None);
+    let mut s = UiState::new(Mode::Watch, false, now);
+    events.iter().for_each(|e| s.apply(e));
+    assert_eq!(s.handle_key(key('p')), None);
+    s.handle_key(key('f'));
+    assert_eq!(s.handle_key(key('x')), None);
+    assert_eq!(s.overlay, None);
+    assert_eq!(s.handle_key(key('q')), Some(Action::Exit));
+}
+
+#[test]
+fn enter_opens_the_selected_trial_and_esc_goes_back() {
+    let mut s = state_with(10, 0, 2, None);
+    s.handle_key(code(KeyCode::Enter));
+    assert_eq!(s.screen, Screen::Trial(TrialNumber(9)));
+    s.handle_key(code(KeyCode::Down));
+    assert_eq!(s.screen, Screen::Trial(TrialNumber(8)));
+    s.handle_key(code(KeyCode::Esc));
+    assert_eq!(s.screen, Screen::Main);
+}
+
+#[test]
+fn help_opens_with_question_mark_and_any_key_closes_it() {
+    let mut s = state_with(3, 0, 2, None);
+    s.handle_key(key('?'));
+    assert_eq!(s.overlay, Some(Overlay::Help));
+    assert_eq!(s.handle_key(key('q')), None, "q closes help, does not quit");
+    assert_eq!(s.overlay, None);
+}
+
+#[test]
+fn no_color_set_to_anything_but_empty_turns_colours_off() {
+    use std::ffi::OsStr;
+    assert!(super::color_allowed_by(None));
+    assert!(super::color_allowed_by(Some(OsStr::new(""))));
+    assert!(!super::color_allowed_by(Some(OsStr::new("1"))));
+}
+
+// ----- the screen ---------------------------------------------------------------------------
+
+#[test]
+fn without_colour_no_cell_has_a_colour() {
+    let s = state_with(30, 4, 4, Some(100));
+    let t = terminal(&s, 160, 48);
+    let coloured = t
+        .backend()
+        .buffer()
+        .content()
+        .iter()
+        .filter(|c| c.fg != Color::Reset || c.bg != Color::Reset)
+        .count();
+    assert_eq!(coloured, 0);
+    let mut s = s;
+    s.color = true;
+    let t = terminal(&s, 160, 48);
+    assert!(
+        t.backend()
+            .buffer()
+            .content()
+            .iter()
+            .any(|c| c.fg != Color::Reset)
+    );
+}
+
+#[test]
+fn every_screen_draws_at_tiny_sizes_without_panicking() {
+    let mut s = state_with(30, 4, 4, Some(100));
+    for (w, h) in [(1, 1), (10, 5), (40, 12), (80, 24), (300, 100)] {
+        screen(&s, w, h);
+        s.handle_key(code(KeyCode::Enter));
+        screen(&s, w, h);
+        s.handle_key(code(KeyCode::Esc));
+        s.handle_key(key('?'));
+        screen(&s, w, h);
+        s.handle_key(key('?'));
+    }
+}
+
+#[test]
+fn snapshot_waiting_for_the_study_80x24() {
+    let s = UiState::new(Mode::Live, false, t0());
+    insta::assert_snapshot!(screen(&s, 80, 24));
+}
+
+#[test]
+fn snapshot_running_with_failures_80x24() {
+    let s = state_with(30, 4, 4, Some(100));
+    insta::assert_snapshot!(screen(&s, 80, 24));
+}
+
+#[test]
+fn snapshot_running_with_failures_160x48() {
+    let s = state_with(30, 4, 4, Some(100));
+    insta::assert_snapshot!(screen(&s, 160, 48));
+}
+
+#[test]
+fn snapshot_finished_80x24() {
+    let mut s = state_with(100, 0, 4, Some(100));
+    finished(&mut s, "budget spent");
+    insta::assert_snapshot!(screen(&s, 80, 24));
+}
+
+#[test]
+fn snapshot_finished_sorted_by_value_160x48() {
+    let mut s = state_with(100, 0, 4, Some(100));
+    finished(&mut s, "budget spent");
+    s.handle_key(key('3'));
+    insta::assert_snapshot!(screen(&s, 160, 48));
+}
+
+#[test]
+fn snapshot_failed_trial_opened_80x24() {
+    let mut s = state_with(30, 4, 4, Some(100));
+    s.handle_key(key('f'));
+    s.handle_key(key('f'));
+    s.handle_key(key('f'));
+    s.handle_key(key('f')); // failed
+    s.handle_key(code(KeyCode::Enter));
+    insta::assert_snapshot!(screen(&s, 80, 24));
+}
+
+#[test]
+fn snapshot_running_trial_opened_160x48() {
+    let mut s = state_with(30, 4, 4, Some(100));
+    s.handle_key(key('f')); // running
+    s.handle_key(code(KeyCode::Enter));
+    insta::assert_snapshot!(screen(&s, 160, 48));
+}
+
+#[test]
+fn snapshot_paused_with_stop_dialog_80x24() {
+    let mut s = state_with(30, 4, 4, Some(100));
+    s.apply(&Event::Paused(true));
+    s.handle_key(key('f'));
+    s.handle_key(key('x'));
+    insta::assert_snapshot!(screen(&s, 80, 24));
+}
+
+#[test]
+fn snapshot_help_80x24() {
+    let mut s = state_with(30, 4, 4, Some(100));
+    s.handle_key(key('?'));
+    insta::assert_snapshot!(screen(&s, 80, 24));
+}
+
+#[test]
+fn snapshot_quit_dialog_80x24() {
+    let mut s = state_with(30, 4, 4, Some(100));
+    s.handle_key(key('q'));
+    insta::assert_snapshot!(screen(&s, 80, 24));
+}
+
+#[test]
+fn snapshot_watch_with_eight_slots_80x24() {
+    let (events, now) = bench::study_events(60, 8, 8, Some(200));
+    let mut s = UiState::new(Mode::Watch, false, now);
+    events.iter().for_each(|e| s.apply(e));
+    insta::assert_snapshot!(screen(&s, 80, 24));
+}
+
+#[test]
+fn the_summary_line_names_the_counts_and_the_best_trial() {
+    let mut s = state_with(10, 0, 2, None);
+    finished(&mut s, "the trial budget is spent");
+    let line = super::summary_line(&s);
+    assert!(
+        line.starts_with("mnist-mlp: 10 trials (8 complete, 2 pruned, 0 failed, 0 running); best trial 1 val_loss=0.11296 (batch_size=64"),
+        "{line}"
+    );
+    assert!(
+        line.ends_with("; finished: the trial budget is spent"),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_long_traceback_keeps_its_first_and_last_lines_and_the_log_paths_on_screen() {
+    let mut s = fresh(Direction::Minimize, None);
+    let mut t = summary(0, TrialState::Failed, None);
+    let mut err = vec!["exited with status 1".to_string()];
+    err.extend((0..30).map(|i| format!("  frame {i}")));
+    err.push("FileNotFoundError: digits.csv.gz".into());
+    t.error = Some(err.join("\n"));
+    s.apply(&Event::TrialFinished {
+        slot: 0,
+        trial: t,
+        at: t0(),
+    });
+    s.apply_all(&[super::state::Update::Logs(
+        TrialNumber(0),
+        vec!["/runs/0/stderr.log".into()],
+    )]);
+    s.handle_key(code(KeyCode::Enter));
+    let text = screen(&s, 80, 24);
+    for want in [
+        "exited with status 1",
+        "… 25 more lines …",
+        "FileNotFoundError: digits.csv.gz",
+        "/runs/0/stderr.log",
+    ] {
+        assert!(text.contains(want), "{want:?} missing from\n{text}");
+    }
+}
+
+#[test]
+fn a_trial_on_an_unknown_slot_is_listed_but_on_no_slot() {
+    let mut s = fresh(Direction::Minimize, None);
+    for slot in [super::state::NO_SLOT, 2, 99] {
+        s.apply(&Event::TrialStarted {
+            number: TrialNumber(slot as u64 % 1000),
+            slot,
+            device: "cuda:7".into(),
+            params: params(0),
+            at: t0(),
+        });
+    }
+    assert_eq!(s.slots.len(), 2, "the study's two slots, no more");
+    assert!(s.slots.iter().all(|sl| sl.trial.is_none()));
+    assert_eq!(s.counts.running, 3);
+    assert!(s.trials.iter().all(|t| t.slot.is_none()));
+    screen(&s, 80, 24);
+}
+
+#[test]
+fn the_fixed_columns_come_first_in_the_order_sort_column_assumes() {
+    let s = state_with(3, 0, 2, None);
+    let c = s.columns();
+    assert_eq!(
+        c[..5],
+        [
+            Column::Number,
+            Column::State,
+            Column::Value,
+            Column::Duration,
+            Column::Step
+        ]
+    );
+    assert_eq!(c[5], Column::Param("batch_size".into()));
+}

@@ -1,0 +1,1301 @@
+//! Draws a [`UiState`]: a pure function of the state and the frame's size. Nothing here
+//! changes the state, reads the clock (the state carries `now`) or reads the database.
+//!
+//! Every mark that tells states apart has a shape as well as a colour, so the screen reads
+//! the same under `NO_COLOR` and in a monochrome `capture-pane`.
+
+use std::time::Duration;
+
+use ratatui::Frame;
+use ratatui::layout::{Alignment, Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::symbols::Marker;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{
+    Axis, Block, Borders, Cell, Chart, Clear, Dataset, GraphType, HighlightSpacing, Paragraph, Row,
+    Table, TableState, Wrap,
+};
+
+use super::state::{Column, Filter, Overlay, Screen, TrialRow, UiState, keys};
+use crate::space::{ParamValue, Params};
+use crate::trial::{Direction, TrialState};
+
+/// Marks of the objective chart, one shape per state.
+const MARK_COMPLETE: char = '•';
+const MARK_PRUNED: char = '+';
+const MARK_FAILED: char = '×';
+
+/// Draws the whole screen.
+pub fn render(frame: &mut Frame, state: &UiState) {
+    let area = frame.area();
+    let theme = Theme { color: state.color };
+    match state.screen {
+        Screen::Main => render_main(frame, area, state, &theme),
+        Screen::Trial(n) => render_trial(frame, area, state, n, &theme),
+    }
+    if let Some(o) = state.overlay {
+        render_overlay(frame, area, state, o, &theme);
+    }
+}
+
+/// The areas of the main screen.
+struct MainLayout {
+    header: Rect,
+    workers: Rect,
+    charts: Rect,
+    table: Rect,
+    footer: Rect,
+}
+
+fn main_layout(area: Rect, state: &UiState) -> MainLayout {
+    let rest = area.height.saturating_sub(4);
+    let slots = state.slots.len().max(1) as u16;
+    // Workers get their rows, but never more than a third of the space; a finished study
+    // has no workers to show and gives their room to the table.
+    let workers = if state.finished.is_some() {
+        0
+    } else {
+        (2 + slots).min((rest / 3).max(3))
+    };
+    let charts = if area.height <= 30 {
+        7
+    } else {
+        ((rest - workers) * 9 / 20).min(24)
+    };
+    let charts = charts.min(rest.saturating_sub(workers + 4));
+    let [header, workers, charts, table, footer] = Layout::vertical([
+        Constraint::Length(3),
+        Constraint::Length(workers),
+        Constraint::Length(charts),
+        Constraint::Min(0),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    MainLayout {
+        header,
+        workers,
+        charts,
+        table,
+        footer,
+    }
+}
+
+/// How many trial rows the table shows on a screen of this size (for paging).
+pub fn table_rows(area: Rect, state: &UiState) -> usize {
+    main_layout(area, state).table.height.saturating_sub(2) as usize
+}
+
+// ----- style ----------------------------------------------------------------------------------
+
+struct Theme {
+    color: bool,
+}
+
+impl Theme {
+    fn fg(&self, c: Color) -> Style {
+        if self.color {
+            Style::new().fg(c)
+        } else {
+            Style::new()
+        }
+    }
+    fn state(&self, s: TrialState) -> Style {
+        match s {
+            TrialState::Running => self.fg(Color::Cyan),
+            TrialState::Queued => self.fg(Color::Gray),
+            TrialState::Complete => self.fg(Color::Green),
+            TrialState::Pruned => self.fg(Color::Yellow),
+            TrialState::Failed => self.fg(Color::Red),
+        }
+    }
+    fn best(&self) -> Style {
+        self.fg(Color::LightMagenta).add_modifier(Modifier::BOLD)
+    }
+    fn title(&self) -> Style {
+        self.fg(Color::LightBlue).add_modifier(Modifier::BOLD)
+    }
+    fn dim(&self) -> Style {
+        if self.color {
+            Style::new().fg(Color::DarkGray)
+        } else {
+            Style::new()
+        }
+    }
+    fn header(&self) -> Style {
+        Style::new().add_modifier(Modifier::BOLD)
+    }
+    fn selected(&self) -> Style {
+        Style::new().add_modifier(Modifier::REVERSED)
+    }
+    fn slot(&self, i: usize) -> Style {
+        const C: [Color; 6] = [
+            Color::Cyan,
+            Color::LightGreen,
+            Color::LightYellow,
+            Color::LightRed,
+            Color::LightBlue,
+            Color::Magenta,
+        ];
+        self.fg(C[i % C.len()])
+    }
+}
+
+fn section<'a>(title: Line<'a>, theme: &Theme) -> Block<'a> {
+    Block::new()
+        .borders(Borders::TOP)
+        .border_style(theme.dim())
+        .title(title)
+}
+
+// ----- formatting -----------------------------------------------------------------------------
+
+/// A value with about five significant digits, in a form that stays narrow.
+pub fn fmt_value(v: f64) -> String {
+    if v.is_nan() {
+        return "NaN".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    let a = v.abs();
+    if a == 0.0 {
+        return "0".into();
+    }
+    if !(1e-3..1e5).contains(&a) {
+        return format!("{v:.3e}");
+    }
+    let decimals = (4 - a.log10().floor() as i32).clamp(0, 6) as usize;
+    format!("{v:.decimals$}")
+}
+
+/// A number with three significant digits, for params and axis labels.
+fn fmt_short(v: f64) -> String {
+    if !v.is_finite() {
+        return fmt_value(v);
+    }
+    let a = v.abs();
+    if a == 0.0 {
+        return "0".into();
+    }
+    if !(1e-2..1e4).contains(&a) {
+        let s = format!("{v:.2e}");
+        return s.replace(".00e", "e").replace("0e", "e");
+    }
+    let decimals = (2 - a.log10().floor() as i32).clamp(0, 4) as usize;
+    let s = format!("{v:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+/// A rate: `950`, `12.3k`, `4.1M`.
+fn fmt_rate(v: f64) -> String {
+    if !v.is_finite() {
+        return fmt_value(v);
+    }
+    let a = v.abs();
+    if a >= 1e6 {
+        format!("{:.1}M", v / 1e6)
+    } else if a >= 1e4 {
+        format!("{:.1}k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+fn fmt_param(v: &ParamValue) -> String {
+    match v {
+        ParamValue::Float(x) => fmt_short(*x),
+        other => other.to_string(),
+    }
+}
+
+/// `name=value` pairs, compact, for one line.
+fn fmt_params(p: &Params) -> String {
+    p.iter()
+        .map(|(k, v)| format!("{k}={}", fmt_param(v)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub fn fmt_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86400 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d{:02}h", s / 86400, (s % 86400) / 3600),
+    }
+}
+
+/// A bar of `width` cells filled to `ratio`, with eighth blocks at the edge.
+fn bar(ratio: f64, width: usize) -> String {
+    const EIGHTHS: [char; 8] = [' ', '▏', '▎', '▍', '▌', '▋', '▊', '▉'];
+    let ratio = if ratio.is_finite() {
+        ratio.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let eighths = (ratio * width as f64 * 8.0).round() as usize;
+    let full = eighths / 8;
+    let mut s = "█".repeat(full.min(width));
+    if full < width {
+        let part = eighths % 8;
+        if part > 0 {
+            s.push(EIGHTHS[part]);
+        }
+        let used = full + usize::from(part > 0);
+        s.push_str(&"░".repeat(width - used));
+    }
+    s
+}
+
+/// A thin gauge for rows stacked one above the other (blocks would merge into one slab):
+/// heavy line for the done part, in halves of a cell, light line for the rest.
+fn line_bar(ratio: f64, width: usize) -> (String, String) {
+    let ratio = if ratio.is_finite() {
+        ratio.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let halves = (ratio * width as f64 * 2.0).round() as usize;
+    let mut done = "━".repeat(halves / 2);
+    if halves % 2 == 1 {
+        done.push('╸');
+    }
+    let used = halves.div_ceil(2);
+    (done, "─".repeat(width.saturating_sub(used)))
+}
+
+fn state_mark(s: TrialState) -> &'static str {
+    match s {
+        TrialState::Running => "▶ running",
+        TrialState::Queued => "… queued",
+        TrialState::Complete => "• complete",
+        TrialState::Pruned => "+ pruned",
+        TrialState::Failed => "× failed",
+    }
+}
+
+fn truncate(s: &str, width: usize) -> String {
+    if s.chars().count() <= width {
+        return s.to_string();
+    }
+    let mut t: String = s.chars().take(width.saturating_sub(1)).collect();
+    t.push('…');
+    t
+}
+
+// ----- main screen ----------------------------------------------------------------------------
+
+fn render_main(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) {
+    let l = main_layout(area, state);
+    render_header(frame, l.header, state, theme);
+    render_workers(frame, l.workers, state, theme);
+    if l.charts.height >= 4 {
+        let [left, right] =
+            Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
+                .areas(l.charts);
+        render_objective_chart(frame, left, state, theme);
+        render_curves_chart(frame, right, state, theme);
+    }
+    render_table(frame, l.table, state, theme);
+    render_footer(frame, l.footer, state, theme);
+}
+
+fn status_span(state: &UiState, theme: &Theme) -> Span<'static> {
+    if let Some(f) = &state.finished {
+        return Span::styled(format!("■ finished: {}", f.reason), theme.header());
+    }
+    if state.info.is_none() && !state.disconnected {
+        return Span::styled("… starting", theme.dim());
+    }
+    if state.disconnected {
+        return Span::styled("■ disconnected", theme.fg(Color::Red));
+    }
+    if let Some(graceful) = state.stopping {
+        let s = if graceful {
+            "■ stopping: running trials finish"
+        } else {
+            "■ stopping: trials stopped"
+        };
+        return Span::styled(s, theme.fg(Color::Yellow).add_modifier(Modifier::BOLD));
+    }
+    match state.pause_pending {
+        Some(true) => return Span::styled("‖ pausing…", theme.fg(Color::Yellow)),
+        Some(false) => return Span::styled("▶ resuming…", theme.fg(Color::Yellow)),
+        None => {}
+    }
+    if state.paused {
+        Span::styled(
+            "‖ paused",
+            theme.fg(Color::Yellow).add_modifier(Modifier::BOLD),
+        )
+    } else {
+        Span::styled("▶ running", theme.fg(Color::Green))
+    }
+}
+
+fn render_header(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) {
+    let mut l1 = vec![Span::styled(" tune ", theme.title())];
+    if let Some(i) = &state.info {
+        let arrow = match i.direction {
+            Direction::Minimize => "↓ min",
+            Direction::Maximize => "↑ max",
+        };
+        l1.push(Span::styled(i.name.clone(), theme.header()));
+        l1.push(Span::raw(format!(
+            "  {} {arrow}  {}/{}  ",
+            i.metric, i.sampler, i.pruner
+        )));
+    } else {
+        l1.push(Span::raw(" waiting for the study…  "));
+    }
+    if state.mode == super::state::Mode::Watch {
+        l1.push(Span::styled("watch ", theme.dim()));
+    }
+    l1.push(status_span(state, theme));
+
+    let p = state.progress();
+    let budget = state.info.as_ref().and_then(|i| i.budget);
+    let done = state.counts.finished();
+    let mut l2 = vec![Span::raw(" ")];
+    let bar_w = (area.width as usize / 4).clamp(10, 40);
+    match p.ratio {
+        Some(r) => {
+            l2.push(Span::styled(bar(r, bar_w), theme.fg(Color::Green)));
+            l2.push(Span::raw(format!(" {:>3.0}%", r * 100.0)));
+        }
+        None => l2.push(Span::styled("no budget", theme.dim())),
+    }
+    let trials = match budget {
+        Some(b) => format!("  {done}/{b} trials"),
+        None => format!("  {done} trials"),
+    };
+    l2.push(Span::raw(trials));
+    l2.push(Span::raw(format!("  elapsed {}", fmt_duration(p.elapsed))));
+    if state.finished.is_none() {
+        let left = match p.left {
+            Some(d) => format!("  left ~{}", fmt_duration(d)),
+            None => "  left ?".into(),
+        };
+        l2.push(Span::raw(left));
+    }
+
+    let c = state.counts;
+    let mut l3 = vec![
+        Span::raw(" "),
+        Span::styled(
+            format!("▶{} running", c.running),
+            theme.state(TrialState::Running),
+        ),
+        Span::raw("  "),
+        Span::styled(
+            format!("•{} complete", c.complete),
+            theme.state(TrialState::Complete),
+        ),
+        Span::raw("  "),
+        Span::styled(
+            format!("+{} pruned", c.pruned),
+            theme.state(TrialState::Pruned),
+        ),
+        Span::raw("  "),
+        Span::styled(
+            format!("×{} failed", c.failed),
+            theme.state(TrialState::Failed),
+        ),
+        Span::raw("  │ "),
+    ];
+    match state.best_trial() {
+        Some(b) => {
+            l3.push(Span::styled(
+                format!(
+                    "best #{} {}",
+                    b.number,
+                    b.value.map(fmt_value).unwrap_or_default()
+                ),
+                theme.best(),
+            ));
+            l3.push(Span::raw(format!("  {}", fmt_params(&b.params))));
+        }
+        None => l3.push(Span::styled("no complete trial yet", theme.dim())),
+    }
+    let help = Line::from(Span::styled("? help ", theme.dim())).alignment(Alignment::Right);
+    let [top, rest] = Layout::vertical([Constraint::Length(1), Constraint::Length(2)]).areas(area);
+    let l1_w: usize = l1.iter().map(|s| s.width()).sum();
+    frame.render_widget(Paragraph::new(Line::from(l1)), top);
+    if (area.width as usize) > l1_w + 8 {
+        frame.render_widget(help, top);
+    }
+    frame.render_widget(Paragraph::new(vec![Line::from(l2), Line::from(l3)]), rest);
+}
+
+fn render_workers(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) {
+    let metric = state
+        .info
+        .as_ref()
+        .map(|i| i.metric.as_str())
+        .unwrap_or("value");
+    if area.height == 0 {
+        return;
+    }
+    let busy = state.slots.iter().filter(|s| s.trial.is_some()).count();
+    let shown = area.height.saturating_sub(2) as usize;
+    let hidden = state.slots.len().saturating_sub(shown);
+    let mut title = vec![
+        Span::styled(" Workers ", theme.title()),
+        Span::styled(format!("{busy}/{} busy ", state.slots.len()), theme.dim()),
+    ];
+    if hidden > 0 {
+        title.push(Span::styled(
+            format!("({hidden} more on a taller terminal) "),
+            theme.dim(),
+        ));
+    }
+    let block = section(Line::from(title), theme);
+    let wide = area.width >= 120;
+    let gauge_w: usize = if wide { 16 } else { 8 };
+    let header = Row::new(vec![
+        Cell::from("slot"),
+        Cell::from("device"),
+        Cell::from("trial"),
+        Cell::from("params"),
+        Cell::from("progress"),
+        Cell::from(truncate(metric, 9)),
+        Cell::from("samp/s"),
+        Cell::from("wait"),
+    ])
+    .style(theme.header());
+    let progress_w = gauge_w as u16 + if wide { 12 } else { 7 };
+    // What the params column gets of the width: the rest of the row after the fixed columns
+    // and the spaces between the eight columns.
+    let params_w =
+        (area.width as usize).saturating_sub(4 + 7 + 6 + progress_w as usize + 9 + 6 + 4 + 7);
+    let rows: Vec<Row> = state
+        .slots
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let t = s.trial.and_then(|n| state.trial(n));
+            let Some(t) = t else {
+                return Row::new(vec![
+                    Cell::from(format!("{i}")),
+                    Cell::from(s.device.clone()),
+                    Cell::from("idle").style(theme.dim()),
+                ]);
+            };
+            let progress = match t.progress() {
+                Some((done, total, unit)) => {
+                    let (full, rest) = line_bar(done / total, gauge_w);
+                    Line::from(vec![
+                        Span::styled(full, theme.slot(i)),
+                        Span::styled(rest, theme.dim()),
+                        Span::raw(format!(
+                            " {}/{}{}",
+                            fmt_short(done),
+                            fmt_short(total),
+                            if wide { unit } else { "" }
+                        )),
+                    ])
+                }
+                None => Line::raw(match &t.last {
+                    Some(r) => format!("step {}", r.step),
+                    None => "starting".into(),
+                }),
+            };
+            let na = || "–".to_string();
+            Row::new(vec![
+                Cell::from(format!("{i}")),
+                Cell::from(s.device.clone()),
+                Cell::from(format!("#{}", t.number)).style(theme.slot(i)),
+                Cell::from(truncate(&fmt_params(&t.params), params_w)),
+                Cell::from(progress),
+                Cell::from(t.latest().map(fmt_value).unwrap_or_else(na)),
+                Cell::from(
+                    t.metric(keys::SAMPLES_PER_S)
+                        .map(fmt_rate)
+                        .unwrap_or_else(na),
+                ),
+                Cell::from(
+                    t.metric(keys::DATA_WAIT)
+                        .map(|w| format!("{:.0}%", w * 100.0))
+                        .unwrap_or_else(na),
+                ),
+            ])
+        })
+        .collect();
+    let widths = [
+        Constraint::Length(4),
+        Constraint::Length(7),
+        Constraint::Length(6),
+        Constraint::Fill(1),
+        Constraint::Length(progress_w),
+        Constraint::Length(9),
+        Constraint::Length(6),
+        Constraint::Length(4),
+    ];
+    frame.render_widget(
+        Table::new(rows, widths)
+            .header(header)
+            .column_spacing(1)
+            .block(block),
+        area,
+    );
+}
+
+/// Bounds that show the bulk of the values: the extreme 5% on the bad side is clipped to
+/// the edge, so one diverged trial does not flatten every other point.
+fn robust_bounds(values: &mut [f64], dir: Direction) -> [f64; 2] {
+    let n = values.len();
+    if n == 0 {
+        return [0.0, 1.0];
+    }
+    values.sort_unstable_by(|a, b| a.total_cmp(b));
+    let (lo, hi) = if n < 20 {
+        (values[0], values[n - 1])
+    } else {
+        let q = n / 20;
+        match dir {
+            Direction::Minimize => (values[0], values[n - 1 - q]),
+            Direction::Maximize => (values[q], values[n - 1]),
+        }
+    };
+    pad(lo, hi)
+}
+
+fn pad(lo: f64, hi: f64) -> [f64; 2] {
+    if !(lo.is_finite() && hi.is_finite()) {
+        return [0.0, 1.0];
+    }
+    let span = hi - lo;
+    let m = if span > 0.0 {
+        span * 0.05
+    } else {
+        lo.abs().max(1.0) * 0.05
+    };
+    [lo - m, hi + m]
+}
+
+fn axis_labels(b: [f64; 2], integer: bool) -> Vec<Span<'static>> {
+    let f = |v: f64| {
+        if integer {
+            format!("{}", v.round() as i64)
+        } else {
+            fmt_short(v)
+        }
+    };
+    vec![
+        Span::raw(f(b[0])),
+        Span::raw(f((b[0] + b[1]) / 2.0)),
+        Span::raw(f(b[1])),
+    ]
+}
+
+fn render_objective_chart(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) {
+    let dir = state.direction();
+    let mut complete = Vec::new();
+    let mut pruned = Vec::new();
+    let mut failed_x = Vec::new();
+    let (mut xmin, mut xmax) = (f64::INFINITY, f64::NEG_INFINITY);
+    for t in &state.trials {
+        let x = t.number.0 as f64;
+        match t.state {
+            TrialState::Complete => match t.value.filter(|v| v.is_finite()) {
+                Some(v) => complete.push((x, v)),
+                None => failed_x.push(x),
+            },
+            TrialState::Pruned => match t.value.or_else(|| t.latest()).filter(|v| v.is_finite()) {
+                Some(v) => pruned.push((x, v)),
+                None => failed_x.push(x),
+            },
+            TrialState::Failed => failed_x.push(x),
+            _ => continue,
+        }
+        xmin = xmin.min(x);
+        xmax = xmax.max(x);
+    }
+    let block = section(
+        Line::from(vec![
+            Span::styled(" Objective by trial ", theme.title()),
+            Span::styled(
+                format!("{MARK_COMPLETE}ok {MARK_PRUNED}pruned {MARK_FAILED}failed ─best "),
+                theme.dim(),
+            ),
+        ]),
+        theme,
+    );
+    if complete.is_empty() && pruned.is_empty() && failed_x.is_empty() {
+        frame.render_widget(
+            Paragraph::new(Span::styled(" no finished trial yet", theme.dim())).block(block),
+            area,
+        );
+        return;
+    }
+    let mut ys: Vec<f64> = complete.iter().chain(&pruned).map(|p| p.1).collect();
+    let yb = robust_bounds(&mut ys, dir);
+    let clip = |p: &mut (f64, f64)| p.1 = p.1.clamp(yb[0], yb[1]);
+    complete.iter_mut().for_each(clip);
+    pruned.iter_mut().for_each(clip);
+    // Failed trials have no value: they sit on the bad edge of the chart.
+    let bad_edge = match dir {
+        Direction::Minimize => yb[1],
+        Direction::Maximize => yb[0],
+    };
+    let failed: Vec<(f64, f64)> = failed_x.iter().map(|&x| (x, bad_edge)).collect();
+    // The best-so-far line, as a step function through the complete trials in number order.
+    let mut by_number = complete.clone();
+    by_number.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut best_line: Vec<(f64, f64)> = Vec::new();
+    let mut best: Option<f64> = None;
+    for &(x, v) in &by_number {
+        if best.is_none_or(|b| dir.better(v, b)) {
+            if let Some(b) = best {
+                best_line.push((x, b));
+            }
+            best_line.push((x, v));
+            best = Some(v);
+        }
+    }
+    if let Some(b) = best {
+        best_line.push((xmax, b));
+    }
+    let xb = if xmax > xmin {
+        [xmin, xmax]
+    } else {
+        [xmin - 1.0, xmin + 1.0]
+    };
+    // The line first, so that the trials' marks draw over it.
+    let datasets = vec![
+        Dataset::default()
+            .marker(Marker::Braille)
+            .graph_type(GraphType::Line)
+            .style(theme.best())
+            .data(&best_line),
+        Dataset::default()
+            .marker(Marker::Custom(MARK_COMPLETE))
+            .style(theme.state(TrialState::Complete))
+            .data(&complete),
+        Dataset::default()
+            .marker(Marker::Custom(MARK_PRUNED))
+            .style(theme.state(TrialState::Pruned))
+            .data(&pruned),
+        Dataset::default()
+            .marker(Marker::Custom(MARK_FAILED))
+            .style(theme.state(TrialState::Failed))
+            .data(&failed),
+    ];
+    let chart = Chart::new(datasets)
+        .block(block)
+        .legend_position(None)
+        .x_axis(
+            Axis::default()
+                .bounds(xb)
+                .labels(axis_labels(xb, true))
+                .style(theme.dim()),
+        )
+        .y_axis(
+            Axis::default()
+                .bounds(yb)
+                .labels(axis_labels(yb, false))
+                .style(theme.dim()),
+        );
+    frame.render_widget(chart, area);
+}
+
+fn render_curves_chart(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) {
+    let best = state.best_trial();
+    let running: Vec<(usize, &TrialRow)> = state
+        .slots
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| s.trial.and_then(|n| state.trial(n)).map(|t| (i, t)))
+        .filter(|(_, t)| !t.curve.is_empty())
+        .collect();
+    let title = Line::from(vec![
+        Span::styled(" Learning curves ", theme.title()),
+        Span::styled("running vs ", theme.dim()),
+        Span::styled(
+            best.map(|b| format!("•best #{} ", b.number))
+                .unwrap_or_else(|| "best ".into()),
+            theme.best(),
+        ),
+    ]);
+    let block = section(title, theme);
+    let curves: Vec<Vec<(f64, f64)>> = best
+        .into_iter()
+        .chain(running.iter().map(|(_, t)| *t))
+        .map(|t| t.curve.iter().map(|&(s, v)| (s as f64, v)).collect())
+        .collect();
+    if curves.iter().all(|c| c.is_empty()) {
+        frame.render_widget(
+            Paragraph::new(Span::styled(" no reports yet", theme.dim())).block(block),
+            area,
+        );
+        return;
+    }
+    render_curves(
+        frame,
+        area,
+        block,
+        state.direction(),
+        best.is_some(),
+        &curves,
+        &running,
+        theme,
+    );
+}
+
+/// Draws curves in one chart; the first is the reference (the best trial) when `has_ref`.
+#[allow(clippy::too_many_arguments)]
+fn render_curves(
+    frame: &mut Frame,
+    area: Rect,
+    block: Block,
+    dir: Direction,
+    has_ref: bool,
+    curves: &[Vec<(f64, f64)>],
+    running: &[(usize, &TrialRow)],
+    theme: &Theme,
+) {
+    let mut ys: Vec<f64> = curves
+        .iter()
+        .flatten()
+        .map(|p| p.1)
+        .filter(|v| v.is_finite())
+        .collect();
+    let yb = robust_bounds(&mut ys, dir);
+    let xmax = curves
+        .iter()
+        .flatten()
+        .map(|p| p.0)
+        .fold(0.0_f64, f64::max)
+        .max(1.0);
+    let xmin = curves
+        .iter()
+        .flatten()
+        .map(|p| p.0)
+        .fold(xmax, f64::min)
+        .min(xmax - 1.0);
+    let xb = [xmin, xmax];
+    let clipped: Vec<Vec<(f64, f64)>> = curves
+        .iter()
+        .map(|c| {
+            c.iter()
+                .filter(|p| p.1.is_finite())
+                .map(|&(x, y)| (x, y.clamp(yb[0], yb[1])))
+                .collect()
+        })
+        .collect();
+    let mut datasets = Vec::new();
+    let mut rest = clipped.iter();
+    if has_ref && let Some(c) = rest.next() {
+        datasets.push(
+            Dataset::default()
+                .marker(Marker::Dot)
+                .graph_type(GraphType::Line)
+                .style(theme.best())
+                .data(c),
+        );
+    }
+    for (k, c) in rest.enumerate() {
+        let slot = running.get(k).map(|(i, _)| *i).unwrap_or(k);
+        datasets.push(
+            Dataset::default()
+                .marker(Marker::Braille)
+                .graph_type(GraphType::Line)
+                .style(theme.slot(slot))
+                .data(c),
+        );
+    }
+    let chart = Chart::new(datasets)
+        .block(block)
+        .legend_position(None)
+        .x_axis(
+            Axis::default()
+                .bounds(xb)
+                .labels(axis_labels(xb, true))
+                .style(theme.dim()),
+        )
+        .y_axis(
+            Axis::default()
+                .bounds(yb)
+                .labels(axis_labels(yb, false))
+                .style(theme.dim()),
+        );
+    frame.render_widget(chart, area);
+}
+
+fn cell_text(col: &Column, t: &TrialRow, state: &UiState) -> String {
+    match col {
+        Column::Number => t.number.to_string(),
+        Column::State => state_mark(t.state).to_string(),
+        Column::Value => match (t.value, t.state) {
+            (Some(v), _) => fmt_value(v),
+            (None, TrialState::Running) => t
+                .latest()
+                .map(|v| format!("({})", fmt_value(v)))
+                .unwrap_or_default(),
+            _ => String::new(),
+        },
+        Column::Duration => t.elapsed(state.now).map(fmt_duration).unwrap_or_default(),
+        Column::Step => t
+            .last
+            .as_ref()
+            .map(|r| r.step.to_string())
+            .unwrap_or_default(),
+        Column::Param(p) => t.params.get(p).map(fmt_param).unwrap_or_default(),
+    }
+}
+
+fn render_table(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) {
+    let cols = state.columns();
+    let tv = &state.table;
+    let title = Line::from(vec![
+        Span::styled(" Trials ", theme.title()),
+        Span::styled(
+            format!(
+                "{}{} · sort {} {} · filter {} ",
+                state.order.len(),
+                if tv.filter == Filter::All {
+                    String::new()
+                } else {
+                    format!("/{}", state.trials.len())
+                },
+                cols.get(tv.sort).map(|c| c.title()).unwrap_or("#"),
+                if tv.descending { "▼" } else { "▲" },
+                tv.filter.label()
+            ),
+            theme.dim(),
+        ),
+    ]);
+    let block = section(title, theme);
+    let rows_h = area.height.saturating_sub(2) as usize;
+    // The state keeps the cursor in view for its page; clamp again in case the page it knows
+    // is stale (a resize not yet seen).
+    let mut offset = tv
+        .offset
+        .min(state.order.len().saturating_sub(rows_h.max(1)));
+    if tv.cursor >= offset + rows_h.max(1) {
+        offset = tv.cursor + 1 - rows_h.max(1);
+    }
+    if tv.cursor < offset {
+        offset = tv.cursor;
+    }
+    let header = Row::new(cols.iter().enumerate().map(|(i, c)| {
+        let mut t = c.title().to_string();
+        if i == tv.sort {
+            t.push(if tv.descending { '▼' } else { '▲' });
+        }
+        Cell::from(t)
+    }))
+    .style(theme.header());
+    let best = state.best;
+    // The cells of the visible rows only: the table never formats 10 000 rows a frame.
+    let visible: Vec<(&TrialRow, Vec<String>)> = state
+        .order
+        .iter()
+        .skip(offset)
+        .take(rows_h)
+        .map(|&i| {
+            let t = &state.trials[i];
+            (t, cols.iter().map(|c| cell_text(c, t, state)).collect())
+        })
+        .collect();
+    // Each column as wide as its title (and sort mark) or its widest visible cell, so a
+    // value is never cut to something that reads as another number.
+    let widths: Vec<Constraint> = cols
+        .iter()
+        .enumerate()
+        .map(|(k, c)| {
+            let cells = visible
+                .iter()
+                .map(|(_, v)| v[k].chars().count())
+                .max()
+                .unwrap_or(0);
+            let min = match c {
+                Column::State => 10,
+                Column::Value => 9,
+                _ => 0,
+            };
+            Constraint::Length((c.title().chars().count() + 1).max(cells).max(min).min(24) as u16)
+        })
+        .collect();
+    let rows: Vec<Row> = visible
+        .into_iter()
+        .map(|(t, cells)| {
+            let mut style = theme.state(t.state);
+            if Some(t.number) == best {
+                style = theme.best();
+            }
+            Row::new(cells.into_iter().map(Cell::from)).style(style)
+        })
+        .collect();
+    if rows.is_empty() {
+        let msg = if state.trials.is_empty() {
+            " no trials yet"
+        } else {
+            " no trial matches the filter (f to change it)"
+        };
+        frame.render_widget(
+            Paragraph::new(Span::styled(msg, theme.dim())).block(block),
+            area,
+        );
+        return;
+    }
+    // A table state local to this frame: the rows are already the visible window, so the
+    // selection is the cursor's place in it.
+    let mut ts = TableState::default();
+    if tv.selected.is_some() && tv.cursor >= offset {
+        ts.select(Some(tv.cursor - offset));
+    }
+    frame.render_stateful_widget(
+        Table::new(rows, widths)
+            .header(header)
+            .column_spacing(1)
+            .row_highlight_style(theme.selected())
+            .highlight_symbol("▸")
+            .highlight_spacing(HighlightSpacing::Always)
+            .block(block),
+        area,
+        &mut ts,
+    );
+}
+
+fn render_footer(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) {
+    let hints: &[(&str, &str)] = match (state.screen, state.mode) {
+        (Screen::Trial(_), super::state::Mode::Live) => &[
+            ("esc", "back"),
+            ("↑↓", "trial"),
+            ("x", "stop"),
+            ("p", "pause"),
+            ("?", "help"),
+        ],
+        (Screen::Trial(_), super::state::Mode::Watch) => {
+            &[("esc", "back"), ("↑↓", "trial"), ("?", "help")]
+        }
+        (Screen::Main, super::state::Mode::Live) => &[
+            ("q", "quit"),
+            ("p", "pause"),
+            ("x", "stop"),
+            ("s", "sort"),
+            ("f", "filter"),
+            ("⏎", "open"),
+            ("?", "help"),
+        ],
+        (Screen::Main, super::state::Mode::Watch) => &[
+            ("q", "quit"),
+            ("s", "sort"),
+            ("f", "filter"),
+            ("⏎", "open"),
+            ("?", "help"),
+        ],
+    };
+    let mut spans = Vec::new();
+    for (k, what) in hints {
+        spans.push(Span::styled(format!(" {k}"), theme.header()));
+        spans.push(Span::styled(format!(" {what}"), theme.dim()));
+    }
+    frame.render_widget(Paragraph::new(Line::from(spans)), area);
+    if let Some(n) = &state.notice {
+        let hints_w: usize = hints
+            .iter()
+            .map(|(k, w)| k.chars().count() + w.chars().count() + 2)
+            .sum();
+        let room = (area.width as usize).saturating_sub(hints_w + 2);
+        if room > 8 {
+            let text = truncate(n, room);
+            let w = text.chars().count() as u16 + 1;
+            let r = Rect {
+                x: area.x + area.width - w,
+                width: w,
+                ..area
+            };
+            frame.render_widget(
+                Paragraph::new(Span::styled(text, theme.fg(Color::Yellow))),
+                r,
+            );
+        }
+    }
+}
+
+// ----- the trial screen -----------------------------------------------------------------------
+
+fn render_trial(
+    frame: &mut Frame,
+    area: Rect,
+    state: &UiState,
+    n: crate::trial::TrialNumber,
+    theme: &Theme,
+) {
+    let [body, footer] = Layout::vertical([Constraint::Min(0), Constraint::Length(1)]).areas(area);
+    render_footer(frame, footer, state, theme);
+    let Some(t) = state.trial(n) else {
+        frame.render_widget(Paragraph::new(format!(" trial {n} is not known")), body);
+        return;
+    };
+    let metric = state
+        .info
+        .as_ref()
+        .map(|i| i.metric.as_str())
+        .unwrap_or("value");
+    let mut title = vec![
+        Span::styled(format!(" Trial #{} ", t.number), theme.title()),
+        Span::styled(state_mark(t.state), theme.state(t.state)),
+    ];
+    if let Some(v) = t.value {
+        title.push(Span::raw(format!("  {metric} {}", fmt_value(v))));
+    }
+    if state.best == Some(t.number) {
+        title.push(Span::styled("  ★ best", theme.best()));
+    }
+    title.push(Span::raw(" "));
+    let block = Block::bordered()
+        .border_style(theme.dim())
+        .title(Line::from(title));
+    let inner = block.inner(body);
+    frame.render_widget(block, body);
+
+    let mut lines: Vec<Line> = Vec::new();
+    let key_w = t
+        .params
+        .keys()
+        .map(|k| k.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(8);
+    lines.push(Line::from(Span::styled("params", theme.header())));
+    for (k, v) in &t.params {
+        lines.push(Line::from(format!("  {k:<key_w$} {v}")));
+    }
+    let mut when = Vec::new();
+    if let Some(d) = &t.device {
+        when.push(format!("on {d}"));
+    }
+    if let Some(s) = t.slot {
+        when.push(format!("slot {s}"));
+    }
+    if let Some(d) = t.elapsed(state.now) {
+        when.push(format!(
+            "{} {}",
+            if t.state == TrialState::Running {
+                "running for"
+            } else {
+                "took"
+            },
+            fmt_duration(d)
+        ));
+    }
+    lines.push(Line::from(vec![
+        Span::styled("run     ", theme.header()),
+        Span::raw(when.join(", ")),
+    ]));
+    lines.push(Line::from(vec![
+        Span::styled("reports ", theme.header()),
+        Span::raw(match &t.last {
+            Some(r) => format!("{} (last at step {})", t.n_reports, r.step),
+            None => "none".into(),
+        }),
+    ]));
+    if let Some(r) = &t.last {
+        let m = r
+            .metrics
+            .iter()
+            .map(|(k, v)| format!("{k}={}", fmt_short(*v)))
+            .collect::<Vec<_>>()
+            .join("  ");
+        lines.push(Line::from(vec![
+            Span::styled("last    ", theme.header()),
+            Span::raw(m),
+        ]));
+    }
+    if let Some(e) = &t.error {
+        lines.push(Line::from(Span::styled(
+            "error",
+            theme.state(TrialState::Failed).add_modifier(Modifier::BOLD),
+        )));
+        // A traceback can be long: its first line (what happened) and its last lines (where)
+        // matter most, and the log paths below must stay on screen.
+        let cap = if inner.height < 40 { 8 } else { 20 };
+        let all: Vec<&str> = e.lines().collect();
+        let shown: Vec<String> = if all.len() <= cap {
+            all.iter().map(|l| format!("  {l}")).collect()
+        } else {
+            let tail = cap - 2;
+            std::iter::once(format!("  {}", all[0]))
+                .chain(std::iter::once(format!(
+                    "  … {} more lines …",
+                    all.len() - 1 - tail
+                )))
+                .chain(all[all.len() - tail..].iter().map(|l| format!("  {l}")))
+                .collect()
+        };
+        for l in shown {
+            lines.push(Line::from(Span::styled(l, theme.state(TrialState::Failed))));
+        }
+    }
+    lines.push(Line::from(Span::styled("logs", theme.header())));
+    if t.logs.is_empty() {
+        lines.push(Line::from(Span::styled(
+            "  (none recorded yet)",
+            theme.dim(),
+        )));
+    }
+    for l in &t.logs {
+        lines.push(Line::from(format!("  {l}")));
+    }
+    let w = inner.width.max(1) as usize;
+    let need: usize = lines.iter().map(|l| l.width().max(1).div_ceil(w)).sum();
+    let info = Paragraph::new(lines).wrap(Wrap { trim: false });
+    let (info_area, chart_area) = if inner.width >= 110 {
+        let [a, b] = Layout::horizontal([Constraint::Percentage(45), Constraint::Percentage(55)])
+            .areas(inner);
+        (a, b)
+    } else {
+        // The text takes what it needs, leaving the chart at least 7 rows where it can.
+        let need = need as u16;
+        let chart_min = if t.curve.is_empty() { 2 } else { 7 };
+        let text_h = need.min(inner.height.saturating_sub(chart_min).max(inner.height / 2));
+        let [a, b] =
+            Layout::vertical([Constraint::Length(text_h), Constraint::Min(0)]).areas(inner);
+        (a, b)
+    };
+    frame.render_widget(info, info_area);
+
+    let best = state.best_trial().filter(|b| b.number != t.number);
+    let chart_title = Line::from(vec![
+        Span::styled(format!(" {metric} by step "), theme.title()),
+        Span::styled(
+            best.map(|b| format!("vs •best #{} ", b.number))
+                .unwrap_or_default(),
+            theme.best(),
+        ),
+    ]);
+    let block = section(chart_title, theme);
+    let curves: Vec<Vec<(f64, f64)>> = best
+        .into_iter()
+        .chain(std::iter::once(t))
+        .map(|r| r.curve.iter().map(|&(s, v)| (s as f64, v)).collect())
+        .collect();
+    if t.curve.is_empty() {
+        frame.render_widget(
+            Paragraph::new(Span::styled(format!(" no {metric} reported"), theme.dim()))
+                .block(block),
+            chart_area,
+        );
+        return;
+    }
+    let slot = [(t.slot.unwrap_or(0), t)];
+    render_curves(
+        frame,
+        chart_area,
+        block,
+        state.direction(),
+        best.is_some(),
+        &curves,
+        &slot,
+        theme,
+    );
+}
+
+// ----- overlays -------------------------------------------------------------------------------
+
+fn render_overlay(frame: &mut Frame, area: Rect, state: &UiState, o: Overlay, theme: &Theme) {
+    let (title, lines): (String, Vec<Line>) = match o {
+        Overlay::Help => {
+            let mut keys: Vec<(&str, &str)> = vec![
+                ("↑↓ j k", "move in the trials table"),
+                ("PgUp PgDn g G", "page, first, last"),
+                ("s / ← →", "sort by the next / previous column"),
+                ("1-9", "sort by that column; again to reverse"),
+                ("r", "reverse the sort"),
+                (
+                    "f",
+                    "filter by state: all, running, complete, pruned, failed",
+                ),
+                ("Enter", "open the trial: params, curve, error, logs"),
+                ("Esc", "back to the study"),
+            ];
+            if state.mode == super::state::Mode::Live {
+                keys.extend([
+                    ("p / space", "pause or resume starting new trials"),
+                    ("x", "stop the selected running trial (pruned or failed)"),
+                    ("q / Ctrl-C", "quit: stop the study, or let trials finish"),
+                ]);
+            } else {
+                keys.push(("q", "leave (watch only reads: the study goes on)"));
+            }
+            keys.push(("?", "this help; any key closes it"));
+            let lines = keys
+                .into_iter()
+                .map(|(k, w)| {
+                    Line::from(vec![
+                        Span::styled(format!(" {k:<14}"), theme.header()),
+                        Span::raw(w),
+                    ])
+                })
+                .chain([
+                    Line::raw(""),
+                    Line::from(Span::styled(
+                        format!(" chart marks: {MARK_COMPLETE} complete  {MARK_PRUNED} pruned  {MARK_FAILED} failed  line: best so far"),
+                        theme.dim(),
+                    )),
+                ])
+                .collect();
+            (" Keys ".into(), lines)
+        }
+        Overlay::Quit => (
+            " Quit ".into(),
+            vec![
+                Line::raw(" Quit the study?"),
+                Line::raw(""),
+                Line::from(vec![
+                    Span::styled(" s ", theme.header()),
+                    Span::raw("stop now: running trials are stopped"),
+                ]),
+                Line::from(vec![
+                    Span::styled(" w ", theme.header()),
+                    Span::raw("wait: start no new trial, let running ones finish"),
+                ]),
+                Line::from(vec![
+                    Span::styled(" Esc ", theme.header()),
+                    Span::raw("cancel"),
+                ]),
+            ],
+        ),
+        Overlay::StopTrial(n) => (
+            format!(" Stop trial {n} "),
+            vec![
+                Line::raw(format!(" Stop trial {n} and record it as:")),
+                Line::raw(""),
+                Line::from(vec![
+                    Span::styled(" p ", theme.header()),
+                    Span::raw("pruned (its last value counts for the pruner)"),
+                ]),
+                Line::from(vec![
+                    Span::styled(" f ", theme.header()),
+                    Span::raw("failed"),
+                ]),
+                Line::from(vec![
+                    Span::styled(" Esc ", theme.header()),
+                    Span::raw("cancel"),
+                ]),
+            ],
+        ),
+    };
+    let want_w = lines.iter().map(|l| l.width()).max().unwrap_or(20) as u16 + 3;
+    let w = want_w.min(area.width.saturating_sub(2)).max(10);
+    let h = (lines.len() as u16 + 2).min(area.height);
+    let r = Rect {
+        x: area.x + (area.width.saturating_sub(w)) / 2,
+        y: area.y + (area.height.saturating_sub(h)) / 2,
+        width: w,
+        height: h,
+    };
+    frame.render_widget(Clear, r);
+    frame.render_widget(
+        Paragraph::new(lines).block(Block::bordered().title(Span::styled(title, theme.title()))),
+        r,
+    );
+}

@@ -1,0 +1,200 @@
+//! Every builtin study in `studies/` is executable documentation: its `[trial]` and `[space]`
+//! must pass `parse_builtin`, and the small ones (and the quickstart, on the full
+//! Fashion-MNIST, when it is installed) run to completion through worker processes.
+//!
+//! The study loop here is a minimal stand-in for the scheduler (ask the study's sampler, run
+//! on `workers.count` slots, keep the values): it exercises the trainer and the worker
+//! runner, not the scheduler.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::{mpsc, watch};
+use tune::runner::worker::WorkerRunner;
+use tune::runner::{RunEnd, StopRequest, TrialJob, TrialRunner};
+use tune::sampler::{self, AskContext, SamplerKind};
+use tune::space::{Params, Space};
+use tune::train::{BuiltinTrial, parse_builtin};
+use tune::trial::{Direction, TrialNumber};
+
+fn studies() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("studies");
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("studies/ exists")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    v.sort();
+    v
+}
+
+struct Loaded {
+    table: toml::Table,
+    space: Space,
+    trial: BuiltinTrial,
+}
+
+fn load(path: &Path) -> Option<Loaded> {
+    let text = std::fs::read_to_string(path).expect("readable study");
+    let table: toml::Table = toml::from_str(&text).expect("valid TOML");
+    let trial_t = table["trial"].as_table().expect("[trial]").clone();
+    if trial_t.get("kind").and_then(|k| k.as_str()) != Some("builtin") {
+        return None;
+    }
+    let space = Space::from_toml(table["space"].as_table().expect("[space]")).expect("space");
+    let dir = path.parent().expect("a study has a directory");
+    let trial =
+        parse_builtin(&trial_t, &space, dir).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    Some(Loaded {
+        table,
+        space,
+        trial,
+    })
+}
+
+#[test]
+fn every_builtin_study_file_passes_the_trainers_checks() {
+    let mut n = 0;
+    for p in studies() {
+        if std::fs::read_to_string(&p)
+            .expect("readable")
+            .contains("fashion-mnist")
+            && !Path::new(tune::train::FASHION_MNIST_DIR).exists()
+        {
+            continue;
+        }
+        if load(&p).is_some() {
+            n += 1;
+        }
+    }
+    assert!(n >= 3, "expected the builtin studies, found {n}");
+}
+
+/// Runs a study's trials on its worker slots; returns each trial's final metric value (NaN
+/// for a failed trial) and the wall time.
+async fn run_study(path: &Path, dir: &Path) -> (Vec<f64>, f64) {
+    let s = load(path).expect("a builtin study");
+    let study = s.table["study"].as_table().expect("[study]");
+    let metric = study["metric"].as_str().expect("metric").to_string();
+    let n_trials = study["trials"].as_integer().expect("trials") as u64;
+    let seed = study.get("seed").and_then(|v| v.as_integer()).unwrap_or(0) as u64;
+    let slots = s
+        .table
+        .get("workers")
+        .and_then(|w| w.get("count"))
+        .and_then(|c| c.as_integer())
+        .unwrap_or(1) as usize;
+    let timeout = s.trial.timeout;
+    let runner = Arc::new(WorkerRunner::new(
+        s.trial.clone(),
+        PathBuf::from(env!("CARGO_BIN_EXE_tune-worker")),
+    ));
+    let mut sampler = sampler::build(SamplerKind::Auto);
+    let jobs: Vec<Params> = (0..n_trials)
+        .map(|i| {
+            sampler.ask(&AskContext {
+                space: &s.space,
+                direction: Direction::Minimize,
+                history: &[],
+                pending: &[],
+                trial_number: TrialNumber(i),
+                seed,
+            })
+        })
+        .collect();
+    let jobs = Arc::new(std::sync::Mutex::new(
+        jobs.into_iter().enumerate().collect::<Vec<_>>(),
+    ));
+    let start = Instant::now();
+    let mut handles = Vec::new();
+    for slot in 0..slots {
+        let (runner, jobs, metric, dir) = (
+            runner.clone(),
+            jobs.clone(),
+            metric.clone(),
+            dir.to_path_buf(),
+        );
+        handles.push(tokio::spawn(async move {
+            let mut values = Vec::new();
+            loop {
+                let next = jobs.lock().expect("jobs lock").pop();
+                let Some((i, params)) = next else { break };
+                let (tx, mut rx) = mpsc::unbounded_channel();
+                let (_stop_tx, stop_rx) = watch::channel(StopRequest::None);
+                let job = TrialJob {
+                    number: TrialNumber(i as u64),
+                    params,
+                    slot,
+                    device: "cpu".into(),
+                    trial_dir: dir.join(format!("trial-{i}")),
+                    timeout,
+                    seed,
+                };
+                let res = runner.run(job, tx, stop_rx).await;
+                let mut last = f64::NAN;
+                while let Ok(r) = rx.try_recv() {
+                    if let Some(v) = r.metrics.get(&metric) {
+                        last = *v;
+                    }
+                }
+                values.push(if res.end == RunEnd::Finished {
+                    last
+                } else {
+                    f64::NAN
+                });
+            }
+            values
+        }));
+    }
+    let mut values = Vec::new();
+    for h in handles {
+        values.extend(h.await.expect("slot task"));
+    }
+    (values, start.elapsed().as_secs_f64())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_digits_study_runs_to_completion_on_two_workers() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("studies/digits-mlp.toml");
+    let (values, _) = run_study(&path, dir.path()).await;
+    assert_eq!(values.len(), 6);
+    assert!(values.iter().all(|v| v.is_finite()), "{values:?}");
+}
+
+/// The quickstart, on the full Fashion-MNIST: completes on 2 CPU workers and its best trial
+/// is clearly better than its median one. Skipped (with a note) where the data set is not
+/// installed; `scripts/setup.sh` installs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quickstart_study_completes_and_beats_its_median_trial() {
+    if !Path::new(tune::train::FASHION_MNIST_DIR).exists() {
+        eprintln!("skipped: Fashion-MNIST is not installed (run scripts/setup.sh)");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("studies/quickstart.toml");
+    let (values, secs) = run_study(&path, dir.path()).await;
+    let mut finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    finite.sort_by(f64::total_cmp);
+    let mut all = values.clone();
+    // A failed trial ranks last.
+    all.sort_by(|a, b| match (a.is_finite(), b.is_finite()) {
+        (true, true) => a.total_cmp(b),
+        (true, false) => std::cmp::Ordering::Less,
+        (false, true) => std::cmp::Ordering::Greater,
+        _ => std::cmp::Ordering::Equal,
+    });
+    let median = all[all.len() / 2];
+    let best = finite[0];
+    eprintln!(
+        "quickstart: {} trials in {secs:.1} s, best val_loss {best:.4}, median {median:.4}, values {values:?}",
+        values.len()
+    );
+    assert_eq!(values.len(), 16);
+    assert!(secs < 300.0, "took {secs:.0} s");
+    assert!(
+        !median.is_finite() || best < 0.9 * median,
+        "best {best} is not clearly better than the median {median}"
+    );
+}

@@ -1,0 +1,198 @@
+//! The builtin trainer's worker processes, driven through `WorkerRunner` with the real `tune`
+//! binary: reuse across trials, a crash that fails only its trial, pruning, timeouts and
+//! divergence. Digits and tiny models keep each test to a few seconds.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tune::runner::worker::WorkerRunner;
+use tune::runner::{RunEnd, RunResult, StopRequest, TrialJob, TrialRunner};
+use tune::space::{ParamValue, Params, Space};
+use tune::train::{BuiltinTrial, parse_builtin};
+use tune::trial::{Report, TrialNumber};
+
+fn trial(extra: &str) -> BuiltinTrial {
+    let src = format!(
+        "kind = \"builtin\"\nbatch_size = 64\n{extra}\n[model]\nkind = \"mlp\"\nwidth = 32\ndepth = 1\n[data]\ndataset = \"digits\"\n"
+    );
+    let t: toml::Table = toml::from_str(&src).expect("trial table");
+    let space: toml::Table =
+        toml::from_str(r#"lr = { type = "float", low = 1e-4, high = 1e9, log = true }"#)
+            .expect("space table");
+    let space = Space::from_toml(&space).expect("space");
+    parse_builtin(&t, &space, Path::new(".")).expect("valid trial")
+}
+
+fn runner(t: BuiltinTrial) -> WorkerRunner {
+    WorkerRunner::new(t, PathBuf::from(env!("CARGO_BIN_EXE_tune-worker")))
+}
+
+fn job(dir: &Path, number: u64, lr: f64, timeout: Option<Duration>) -> TrialJob {
+    let mut params = Params::new();
+    params.insert("lr".into(), ParamValue::Float(lr));
+    TrialJob {
+        number: TrialNumber(number),
+        params,
+        slot: 0,
+        device: "cpu".into(),
+        trial_dir: dir.join(format!("trial-{number}")),
+        timeout,
+        seed: 42,
+    }
+}
+
+/// Runs a job to its end; `on_report` may ask for a stop.
+async fn run(
+    r: &WorkerRunner,
+    job: TrialJob,
+    mut on_report: impl FnMut(&Report) -> StopRequest,
+) -> (RunResult, Vec<Report>) {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (stop_tx, stop_rx) = watch::channel(StopRequest::None);
+    let fut = r.run(job, tx, stop_rx);
+    tokio::pin!(fut);
+    let mut reports = Vec::new();
+    loop {
+        tokio::select! {
+            res = &mut fut => {
+                while let Ok(rep) = rx.try_recv() {
+                    reports.push(rep);
+                }
+                return (res, reports);
+            }
+            Some(rep) = rx.recv() => {
+                let s = on_report(&rep);
+                reports.push(rep);
+                if s != StopRequest::None {
+                    let _ = stop_tx.send(s);
+                }
+            }
+        }
+    }
+}
+
+/// The worker's pid, from the line it writes to each trial's log.
+fn worker_pid(log: &Path) -> Option<i32> {
+    let text = std::fs::read_to_string(log).ok()?;
+    text.lines().find_map(|l| {
+        l.strip_prefix("tune worker ")?
+            .split(':')
+            .next()?
+            .parse()
+            .ok()
+    })
+}
+
+#[tokio::test]
+async fn a_worker_streams_reports_and_is_reused_from_trial_to_trial() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let r = runner(trial("epochs = 2"));
+    let (a, reps) = run(&r, job(dir.path(), 0, 1e-2, None), |_| StopRequest::None).await;
+    assert_eq!(a.end, RunEnd::Finished, "{a:?}");
+    assert_eq!(reps.len(), 2);
+    for key in [
+        "val_loss",
+        "val_acc",
+        "train_loss",
+        "samples_per_s",
+        "data_wait",
+        "epoch",
+    ] {
+        assert!(reps[1].metrics.contains_key(key), "{key} missing");
+    }
+    assert!(reps[1].metrics["val_acc"] > 0.5, "{:?}", reps[1].metrics);
+    let (b, _) = run(&r, job(dir.path(), 1, 1e-2, None), |_| StopRequest::None).await;
+    assert_eq!(b.end, RunEnd::Finished);
+    assert_eq!(a.logs.len(), 1);
+    let (pa, pb) = (worker_pid(&a.logs[0]), worker_pid(&b.logs[0]));
+    assert!(pa.is_some());
+    assert_eq!(pa, pb, "the second trial must reuse the first worker");
+}
+
+#[tokio::test]
+async fn a_killed_worker_fails_its_trial_and_a_fresh_one_runs_the_next() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let r = runner(trial("time_budget = \"60s\"\nreport_every = 5"));
+    let log = dir.path().join("trial-0").join("worker.log");
+    let (res, _) = run(&r, job(dir.path(), 0, 1e-3, None), |_| {
+        if let Some(pid) = worker_pid(&log) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        StopRequest::None
+    })
+    .await;
+    match &res.end {
+        RunEnd::Failed { reason, .. } => {
+            assert!(reason.contains("signal 9"), "{reason}")
+        }
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    let r2 = job(dir.path(), 1, 1e-2, None);
+    let short = runner(trial("epochs = 1"));
+    let (next, _) = run(&short, r2, |_| StopRequest::None).await;
+    assert_eq!(next.end, RunEnd::Finished);
+    // The same runner replaces its dead worker too.
+    let mut j = job(dir.path(), 2, 1e-2, Some(Duration::from_secs(2)));
+    j.trial_dir = dir.path().join("trial-2");
+    let (again, _) = run(&r, j, |_| StopRequest::None).await;
+    match again.end {
+        RunEnd::Failed { reason, .. } => {
+            assert!(reason.starts_with("timed out after 2s"), "{reason}")
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn pruning_stops_the_trial_at_a_step_boundary_and_keeps_the_worker() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let r = runner(trial("time_budget = \"60s\"\nreport_every = 5"));
+    let (a, reps) = run(&r, job(dir.path(), 0, 1e-3, None), |_| StopRequest::Prune).await;
+    assert_eq!(a.end, RunEnd::Stopped);
+    assert!(!reps.is_empty());
+    let mut j = job(dir.path(), 1, 1e-3, None);
+    j.trial_dir = dir.path().join("trial-1");
+    let (b, _) = run(&r, j, |_| StopRequest::Cancel).await;
+    assert_eq!(b.end, RunEnd::Stopped);
+    assert_eq!(worker_pid(&a.logs[0]), worker_pid(&b.logs[0]));
+}
+
+#[tokio::test]
+async fn a_diverging_learning_rate_fails_the_trial_as_diverged() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let r = runner(trial("epochs = 3\noptimizer = \"sgd\"\nmomentum = 0.9"));
+    let (res, _) = run(&r, job(dir.path(), 0, 1e9, None), |_| StopRequest::None).await;
+    match res.end {
+        RunEnd::Failed { reason, .. } => {
+            assert!(reason.starts_with("diverged: loss became"), "{reason}")
+        }
+        other => panic!("expected divergence, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_same_seed_and_params_give_the_same_result_in_fresh_and_reused_workers() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let t = trial("epochs = 2");
+    let (a, ra) = run(&runner(t.clone()), job(dir.path(), 0, 1e-2, None), |_| {
+        StopRequest::None
+    })
+    .await;
+    let reused = runner(t);
+    let mut j = job(dir.path(), 0, 1e-2, None);
+    j.trial_dir = dir.path().join("again-0");
+    let (b, rb) = run(&reused, j, |_| StopRequest::None).await;
+    let mut j = job(dir.path(), 0, 1e-2, None);
+    j.trial_dir = dir.path().join("again-1");
+    let (c, rc) = run(&reused, j, |_| StopRequest::None).await;
+    for r in [&a, &b, &c] {
+        assert_eq!(r.end, RunEnd::Finished);
+    }
+    let last = |r: &[Report]| r.last().map(|r| r.metrics["val_loss"]);
+    assert_eq!(last(&ra), last(&rb));
+    assert_eq!(last(&rb), last(&rc));
+}
