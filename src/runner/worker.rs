@@ -478,9 +478,13 @@ pub fn worker_main(device: &str) -> ExitCode {
                 "unknown device {device_name:?} (cpu, cuda or cuda:N)"
             ))),
             Some(d) if d.is_cuda() && !tch::Cuda::is_available() => {
-                Err(TrainError::Failed(format!(
-                    "{device_name} is not available to this build (CUDA needs `--features cuda` and a CUDA libtorch)"
-                )))
+                Err(TrainError::Failed(if cfg!(feature = "cuda") {
+                    format!("{device_name}: libtorch sees no CUDA device")
+                } else {
+                    format!(
+                        "{device_name} is not available to this build (CUDA needs `--features cuda` and a CUDA libtorch)"
+                    )
+                }))
             }
             Some(d) => crate::train::train(
                 &trial,

@@ -1010,8 +1010,41 @@ fn windows(tokens: &Tensor, idx: &Tensor, c: i64) -> Batch {
     }
 }
 
+/// The validation split, ready to be walked batch by batch on the device.
+pub enum ValSet<'a> {
+    /// Batches prepared once per trial and kept on the device.
+    Ready(Vec<Batch>),
+    /// Memory-mapped rows of large user data, gathered batch by batch at each evaluation so
+    /// the split is never held whole.
+    Mapped {
+        ds: &'a Dataset,
+        device: Device,
+        batch: usize,
+    },
+}
+
+impl ValSet<'_> {
+    /// Calls `f` with each batch in turn.
+    pub fn for_each(&self, f: &mut dyn FnMut(&Batch)) {
+        match self {
+            ValSet::Ready(batches) => batches.iter().for_each(f),
+            ValSet::Mapped { ds, device, batch } => {
+                if let Split::Mapped { x, y, rows } = &ds.val {
+                    for chunk in rows.chunks(*batch) {
+                        let b = gather_mapped(x, y, chunk, &ds.sample_shape, ds.norm.as_ref());
+                        f(&Batch {
+                            x: b.x.to_device(*device),
+                            y: b.y.to_device(*device),
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Validation batches of up to `batch` samples, on the device.
-pub fn eval_batches(ds: &Dataset, device: Device, batch: i64, context: Option<i64>) -> Vec<Batch> {
+pub fn eval_batches(ds: &Dataset, device: Device, batch: i64, context: Option<i64>) -> ValSet<'_> {
     match &ds.val {
         Split::Tensors { x, y } => {
             let n = samples_in(x.size()[0], context);
@@ -1037,18 +1070,13 @@ pub fn eval_batches(ds: &Dataset, device: Device, batch: i64, context: Option<i6
                 out.push(b);
                 start += len;
             }
-            out
+            ValSet::Ready(out)
         }
-        Split::Mapped { x, y, rows } => rows
-            .chunks(batch.max(1) as usize)
-            .map(|chunk| {
-                let b = gather_mapped(x, y, chunk, &ds.sample_shape, ds.norm.as_ref());
-                Batch {
-                    x: b.x.to_device(device),
-                    y: b.y.to_device(device),
-                }
-            })
-            .collect(),
+        Split::Mapped { .. } => ValSet::Mapped {
+            ds,
+            device,
+            batch: batch.max(1) as usize,
+        },
     }
 }
 
@@ -1327,6 +1355,47 @@ mod tests {
         s.device_cache = DeviceCache::Auto;
         let ds = load(&s).expect("npy loads");
         assert!(matches!(ds.train, Split::Tensors { .. }));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn safetensors_inputs_and_labels_are_read_by_name() {
+        let _rng = crate::train::torch_rng_lock();
+        let dir = std::env::temp_dir().join(format!("tune-st-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let n = 50usize;
+        let xs: Vec<u8> = (0..n * 2).flat_map(|i| (i as f32).to_le_bytes()).collect();
+        let ys: Vec<u8> = (0..n)
+            .flat_map(|i| ((i % 4) as i64).to_le_bytes())
+            .collect();
+        let header = format!(
+            r#"{{"inputs":{{"dtype":"F32","shape":[{n},2],"data_offsets":[0,{a}]}},"labels":{{"dtype":"I64","shape":[{n}],"data_offsets":[{a},{b}]}}}}"#,
+            a = xs.len(),
+            b = xs.len() + ys.len()
+        );
+        let mut file = (header.len() as u64).to_le_bytes().to_vec();
+        file.extend_from_slice(header.as_bytes());
+        file.extend_from_slice(&xs);
+        file.extend_from_slice(&ys);
+        let path = dir.join("d.safetensors");
+        std::fs::write(&path, file).expect("write");
+        let mut s = spec(Source::Safetensors {
+            path,
+            x_key: "inputs".into(),
+            y_key: "labels".into(),
+        });
+        s.normalize = false;
+        let ds = load(&s).expect("loads");
+        assert_eq!(ds.task, Task::Classify { classes: 4 });
+        assert_eq!(ds.sample_shape, vec![2]);
+        assert_eq!(ds.train.len() + ds.val.len(), 50);
+        let Split::Tensors { x, y } = &ds.train else {
+            panic!("small data are copied into tensors")
+        };
+        // Row r holds 2r and 2r + 1, and its label is r % 4.
+        let r = (x.double_value(&[0, 0]) / 2.0) as i64;
+        assert_eq!(x.double_value(&[0, 1]), (2 * r + 1) as f64);
+        assert_eq!(y.int64_value(&[0]), r % 4);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -148,12 +148,12 @@ impl Session {
         taken
     }
 
-    /// Mean loss and accuracy over `batches` (evaluation mode, no gradients).
-    pub fn evaluate(&self, batches: &[Batch]) -> (f64, f64) {
+    /// Mean loss and accuracy over the validation set (evaluation mode, no gradients).
+    pub fn evaluate(&self, val: &data::ValSet<'_>) -> (f64, f64) {
         tch::no_grad(|| {
             let _ac = Autocast::enter(self.amp, self.device).ok();
             let (mut loss, mut correct, mut n) = (0.0, 0.0, 0.0);
-            for b in batches {
+            val.for_each(&mut |b| {
                 let (l, logits) = loss_and_logits(self.model.as_ref(), b, self.task, false);
                 let target = b.y.reshape([-1]);
                 let count = target.size()[0] as f64;
@@ -164,7 +164,7 @@ impl Session {
                     .sum(Kind::Float)
                     .double_value(&[]);
                 n += count;
-            }
+            });
             if n == 0.0 {
                 (f64::NAN, f64::NAN)
             } else {
@@ -740,5 +740,22 @@ mod tests {
         assert!(m["val_acc"] > 0.9, "{m:?}");
         assert!((0.0..=1.0).contains(&m["data_wait"]));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_model_too_large_for_memory_fails_as_out_of_device_memory() {
+        let _rng = crate::train::torch_rng_lock();
+        // 2^36 × 64 floats = 16 TiB: the allocator refuses at once, nothing is touched.
+        let t = trial_from(
+            "epochs = 1\n[model]\nkind = \"mlp\"\ndepth = 1\n[data]\ndataset = \"digits\"\n",
+            r#"lr = { type = "float", low = 1e-4, high = 1e-1, log = true }
+               width = { type = "int", low = 1, high = 68719476736, log = true }"#,
+        );
+        let mut p = Params::new();
+        p.insert("lr".into(), ParamValue::Float(1e-3));
+        p.insert("width".into(), ParamValue::Int(1 << 36));
+        let (r, _) = run(&t, &p, 1);
+        assert_eq!(r, Err(TrainError::OutOfMemory));
+        assert_eq!(TrainError::OutOfMemory.to_string(), "out of device memory");
     }
 }

@@ -15,6 +15,55 @@
 //! are checked before any trial starts. A `[space]` parameter that is no knob is an error too,
 //! since the trainer would silently ignore it.
 //!
+//! # Study keys
+//! ```toml
+//! [trial]
+//! kind = "builtin"
+//! epochs = 3                # training length (a knob: may be searched); and/or
+//! time_budget = "90s"       # training time per trial: the run ends at whichever comes first
+//! timeout = "10m"           # wall-clock limit: past it the trial fails ("timed out after …")
+//! report_every = 0          # report every N optimizer steps; 0 = at the end of each epoch
+//! # Training knobs (fixed here, or searched as a [space] parameter of the same name):
+//! lr = 1e-3                 # required; the peak of the schedule
+//! optimizer = "adamw"       # sgd | adam | adamw | rmsprop
+//! momentum = 0.9            # sgd and rmsprop
+//! nesterov = false          # sgd (needs momentum > 0)
+//! weight_decay = 0.0        # L2 for sgd/adam/rmsprop, decoupled for adamw
+//! batch_size = 128          # samples per forward pass
+//! accumulation = 1          # micro-batches per optimizer step (effective batch = product)
+//! amp = "off"               # off | bf16 | fp16 (autocast; fp16 with dynamic loss scaling)
+//! schedule = "constant"     # constant | cosine | onecycle
+//! warmup = 0.0              # fraction of training spent warming up (onecycle: its rise)
+//! lr_scaling = "none"       # none | linear | sqrt, against reference_batch
+//! reference_batch = 256
+//! clip_grad = 0.0           # max global gradient norm; 0 = no clipping
+//!
+//! [trial.model]
+//! kind = "mlp"              # mlp | cnn | resnet | transformer (fixed)
+//! width = 128               # knobs: units / base channels / model dimension
+//! depth = 2                 # hidden layers / conv blocks / blocks per stage / layers
+//! dropout = 0.0
+//! heads = 4                 # transformer only
+//! context = 64              # transformer only: tokens per window
+//!
+//! [trial.data]
+//! dataset = "digits"        # digits | fashion-mnist | gpl3-text | text | npy | safetensors
+//! dir = "…"                 # fashion-mnist: default /usr/share/datasets/fashion-mnist
+//! path = "…"                # text, safetensors (relative to the study file)
+//! x = "x.npy"               # npy: inputs (N, …) and integer labels (N)
+//! y = "y.npy"
+//! x_key = "x"               # safetensors tensor names
+//! y_key = "y"
+//! validation = 0.1          # held-out fraction (digits, text, user data; Fashion-MNIST
+//!                           # validates on its own 10 000 test images)
+//! limit = 10000             # at most this many training samples (tokens for text)
+//! normalize = true          # standardise with the training split's mean and std
+//! device_cache = "auto"     # auto | always | never: keep the training set on the device
+//! max_device_mb = 2048      # auto: the largest training set copied whole (user arrays
+//!                           # beyond it stay memory-mapped and are streamed) or kept on a GPU
+//! prefetch = 4              # batches the loader thread prepares ahead when streaming
+//! ```
+//!
 //! # Reported metrics
 //! Each report's `step` is the number of optimizer steps taken so far; its metrics:
 //! `epoch` (fractional), `train_loss` (mean over the steps since the last report), `val_loss`,

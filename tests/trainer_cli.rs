@@ -1,0 +1,98 @@
+//! Builtin studies through the real CLI (`tune run`): a worker killed mid-trial fails that
+//! trial with its cause, and the study goes on to finish its budget.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The pids of the children of `pid` (Linux: /proc/PID/task/*/children).
+fn children(pid: u32) -> Vec<i32> {
+    let mut out = Vec::new();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            if let Ok(s) = std::fs::read_to_string(t.path().join("children")) {
+                out.extend(s.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_killed_worker_fails_its_trial_and_the_study_goes_on() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let study = dir.path().join("crash.toml");
+    std::fs::write(
+        &study,
+        r#"
+[study]
+name = "crash"
+metric = "val_loss"
+trials = 3
+seed = 1
+
+[space]
+lr = { type = "float", low = 1e-3, high = 1e-2, log = true }
+
+[workers]
+count = 1
+devices = ["cpu"]
+
+[trial]
+kind = "builtin"
+time_budget = "3s"
+report_every = 5
+batch_size = 32
+
+[trial.model]
+kind = "mlp"
+width = 16
+depth = 1
+
+[trial.data]
+dataset = "digits"
+"#,
+    )
+    .expect("write study");
+    let mut tune = Command::new(env!("CARGO_BIN_EXE_tune"))
+        .args(["--db"])
+        .arg(dir.path().join("t.db"))
+        .args(["run", "--no-tui"])
+        .arg(&study)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tune runs");
+    // Kill the first worker as soon as it exists.
+    let start = Instant::now();
+    let mut killed = false;
+    while start.elapsed() < Duration::from_secs(20) && !killed {
+        for pid in children(tune.id()) {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains("worker") {
+                std::thread::sleep(Duration::from_millis(500));
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+                killed = true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(killed, "no worker process appeared");
+    let out = tune.wait_with_output().expect("tune ends");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("worker killed by signal 9"),
+        "the killed trial names its cause:\n{text}"
+    );
+    assert!(text.contains("study finished"), "{text}");
+    assert_eq!(
+        text.matches(" complete in ").count(),
+        2,
+        "the other two trials complete:\n{text}"
+    );
+    assert!(Path::new(&dir.path().join("t.db")).exists());
+}
