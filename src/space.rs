@@ -63,7 +63,8 @@ impl ParamValue {
         }
     }
 
-    fn from_toml(v: &toml::Value) -> Option<ParamValue> {
+    /// Converts a TOML scalar into a parameter value (`None` for tables, arrays, dates).
+    pub fn from_toml(v: &toml::Value) -> Option<ParamValue> {
         match v {
             toml::Value::Boolean(b) => Some(ParamValue::Bool(*b)),
             toml::Value::Integer(i) => Some(ParamValue::Int(*i)),

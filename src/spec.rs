@@ -289,7 +289,7 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
     for (i, t) in raw.enqueue.iter().enumerate() {
         let mut p = Params::new();
         for (k, v) in t {
-            let pv = toml_param(v).ok_or_else(|| {
+            let pv = ParamValue::from_toml(v).ok_or_else(|| {
                 err(format!(
                     "key `enqueue[{i}].{k}`: must be a string, number or boolean"
                 ))
@@ -325,16 +325,6 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
         heartbeat_grace,
         runs_dir,
     })
-}
-
-fn toml_param(v: &toml::Value) -> Option<ParamValue> {
-    match v {
-        toml::Value::Boolean(b) => Some(ParamValue::Bool(*b)),
-        toml::Value::Integer(i) => Some(ParamValue::Int(*i)),
-        toml::Value::Float(f) => Some(ParamValue::Float(*f)),
-        toml::Value::String(s) => Some(ParamValue::Str(s.clone())),
-        _ => None,
-    }
 }
 
 /// toml's messages carry the line, the column and the offending line with a caret; keep them

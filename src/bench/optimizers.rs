@@ -56,10 +56,27 @@ impl Default for OptimizerBenchOptions {
     }
 }
 
-/// One run: the best value after each told trial, and the time of each ask (ms).
+/// One run: the best value after each told trial, and the time of each ask (ms): wall clock,
+/// as the harness sees it, and this thread's CPU time, which a busy machine does not inflate.
 pub struct RunTrace {
     pub best: Vec<f64>,
     pub ask_ms: Vec<f64>,
+    pub ask_cpu_ms: Vec<f64>,
+}
+
+/// CPU time of the calling thread, in ms (NaN where the clock is not available).
+fn thread_cpu_ms() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the call only writes into it.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc == 0 {
+        ts.tv_sec as f64 * 1e3 + ts.tv_nsec as f64 * 1e-6
+    } else {
+        f64::NAN
+    }
 }
 
 /// Drives one sampler on one problem for `budget` trials with `q` outstanding.
@@ -77,6 +94,7 @@ pub fn run_one(
     let mut pending: Vec<(u64, Params)> = Vec::new();
     let mut best = Vec::with_capacity(budget);
     let mut ask_ms = Vec::with_capacity(budget);
+    let mut ask_cpu_ms = Vec::with_capacity(budget);
     let mut asked = 0u64;
     let mut best_so_far = f64::INFINITY;
     while history.len() < budget {
@@ -90,9 +108,11 @@ pub fn run_one(
                 trial_number: TrialNumber(asked),
                 seed,
             };
+            let c0 = thread_cpu_ms();
             let t0 = Instant::now();
             let p = sampler.ask(&ctx);
             ask_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+            ask_cpu_ms.push(thread_cpu_ms() - c0);
             if let Err(e) = space.validate(&p) {
                 anyhow::bail!(
                     "{} proposed invalid params on {}: {e}",
@@ -119,7 +139,11 @@ pub fn run_one(
             curve: Vec::new(),
         });
     }
-    Ok(RunTrace { best, ask_ms })
+    Ok(RunTrace {
+        best,
+        ask_ms,
+        ask_cpu_ms,
+    })
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -157,8 +181,8 @@ pub struct ProblemReport {
     pub name: &'static str,
     pub rand_med: Vec<f64>,
     pub cells: Vec<Cell>,
-    /// (sampler, ms per ask at each `timing_at`).
-    pub timing: Vec<(SamplerKind, Vec<f64>)>,
+    /// (sampler, wall ms per ask at each `timing_at`, CPU ms per ask at each).
+    pub timing: Vec<(SamplerKind, Vec<f64>, Vec<f64>)>,
 }
 
 fn selected(opts: &OptimizerBenchOptions) -> anyhow::Result<Vec<Problem>> {
@@ -252,21 +276,24 @@ pub fn measure(
         if let Some(&tmax) = opts.timing_at.iter().max() {
             for &kind in &opts.samplers {
                 let mut per: Vec<Vec<f64>> = vec![Vec::new(); opts.timing_at.len()];
+                let mut per_cpu: Vec<Vec<f64>> = vec![Vec::new(); opts.timing_at.len()];
                 for s in 0..opts.timing_seeds {
                     let tr = run_one(&problem, kind, &sopts, 500 + s, tmax, 1)?;
                     // The asks of trials t-4 .. t (1-based), as BASELINES.md measures them.
                     for (k, &t) in opts.timing_at.iter().enumerate() {
                         per[k].extend_from_slice(&tr.ask_ms[t.saturating_sub(5)..t]);
+                        per_cpu[k].extend_from_slice(&tr.ask_cpu_ms[t.saturating_sub(5)..t]);
                     }
                 }
                 let ms: Vec<f64> = per.iter_mut().map(|v| median(v)).collect();
+                let cpu: Vec<f64> = per_cpu.iter_mut().map(|v| median(v)).collect();
                 progress(&format!(
                     "{} {} ms/ask {:?}",
                     problem.name,
                     kind.as_str(),
                     ms
                 ));
-                timing.push((kind, ms));
+                timing.push((kind, ms, cpu));
             }
         }
         reports.push(ProblemReport {
@@ -312,8 +339,8 @@ pub fn render(opts: &OptimizerBenchOptions, reports: &[ProblemReport]) -> String
             let mut m = vec![0.0; b.len()];
             for r in reports {
                 if let Some(c) = r.cells.iter().find(|c| c.sampler == kind && c.q == q) {
-                    for k in 0..b.len() {
-                        m[k] += c.score[k] / reports.len() as f64;
+                    for (mk, sk) in m.iter_mut().zip(&c.score) {
+                        *mk += sk / reports.len() as f64;
                     }
                 }
             }
@@ -369,26 +396,28 @@ pub fn render(opts: &OptimizerBenchOptions, reports: &[ProblemReport]) -> String
             );
         }
         if !r.timing.is_empty() {
-            let _ = writeln!(
-                o,
-                "\n| sampler | {} |",
+            let cols = |what: &str| {
                 opts.timing_at
                     .iter()
-                    .map(|t| format!("ms/ask@{t}"))
+                    .map(|t| format!("{what}@{t}"))
                     .collect::<Vec<_>>()
                     .join(" | ")
+            };
+            let _ = writeln!(
+                o,
+                "\n| sampler | {} | {} |",
+                cols("ms/ask"),
+                cols("cpu ms/ask")
             );
-            let _ = writeln!(o, "|---|{}", "---|".repeat(opts.timing_at.len()));
-            for (kind, ms) in &r.timing {
-                let _ = writeln!(
-                    o,
-                    "| {} | {} |",
-                    kind.as_str(),
-                    ms.iter()
-                        .map(|x| format!("{x:.2}"))
-                        .collect::<Vec<_>>()
-                        .join(" | ")
-                );
+            let _ = writeln!(o, "|---|{}", "---|".repeat(2 * opts.timing_at.len()));
+            let fmt = |v: &[f64]| {
+                v.iter()
+                    .map(|x| format!("{x:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            };
+            for (kind, ms, cpu) in &r.timing {
+                let _ = writeln!(o, "| {} | {} | {} |", kind.as_str(), fmt(ms), fmt(cpu));
             }
         }
     }

@@ -160,6 +160,12 @@ pub fn svm_surrogate(p: &Params) -> f64 {
     1.0 - (-base).exp()
 }
 
+/// Extra (not public): the SVM-like task as a validation error on 360 samples, so quantised in
+/// steps of 1/360 with long plateaus and ties, as scikit-learn scores are.
+pub fn svm_quantised(p: &Params) -> f64 {
+    (svm_surrogate(p) * 360.0).ceil() / 360.0
+}
+
 /// Extra (not public): a gradient-boosting-like task with integer and stepped parameters.
 pub fn boosting_surrogate(p: &Params) -> f64 {
     let n = num(p, "n_estimators");
@@ -240,6 +246,16 @@ pub fn problems() -> Vec<Problem> {
                          degree = { type = \"int\", low = 2, high = 5, when = { kernel = \"poly\" } }",
             optimum: 1.0 - (-0.05f64).exp(),
             f: svm_surrogate,
+        },
+        Problem {
+            name: "svm_quantised",
+            public: false,
+            space_toml: "C      = { type = \"float\", low = 1e-3, high = 1e3, log = true }\n\
+                         kernel = { type = \"categorical\", choices = [\"linear\", \"rbf\", \"poly\"] }\n\
+                         gamma  = { type = \"float\", low = 1e-5, high = 10.0, log = true, when = { kernel = [\"rbf\", \"poly\"] } }\n\
+                         degree = { type = \"int\", low = 2, high = 5, when = { kernel = \"poly\" } }",
+            optimum: ((1.0 - (-0.05f64).exp()) * 360.0).ceil() / 360.0,
+            f: svm_quantised,
         },
         Problem {
             name: "boosting_surrogate",

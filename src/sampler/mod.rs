@@ -175,3 +175,76 @@ impl Sampler for AutoSampler {
 pub fn is_duplicate(params: &Params, ctx: &AskContext<'_>) -> bool {
     ctx.history.iter().any(|t| &t.params == params) || ctx.pending.iter().any(|p| p == params)
 }
+
+/// Largest discrete space [`unseen_config`] walks.
+const MAX_WALK: u128 = 1 << 20;
+
+/// A configuration that is neither finished nor pending, found by walking the grid of a fully
+/// discrete space from `start` (so that different trials start at different places). `None`
+/// when some float is continuous (a repeat is then practically impossible), the space is too
+/// large to walk, or every configuration has been seen. The last resort of the model-based
+/// samplers against spending budget on a repeat.
+pub fn unseen_config(ctx: &AskContext<'_>, start: u64) -> Option<Params> {
+    use crate::space::{ParamKind, ParamValue};
+    let total = ctx.space.cardinality()?;
+    if total > MAX_WALK {
+        return None;
+    }
+    let grids: Vec<Vec<ParamValue>> = ctx
+        .space
+        .params()
+        .iter()
+        .map(|p| match &p.kind {
+            ParamKind::Categorical { choices } => Some(choices.clone()),
+            ParamKind::Int {
+                low, high, step, ..
+            } => Some(
+                (0..=(high - low) / step)
+                    .map(|k| ParamValue::Int(low + k * step))
+                    .collect(),
+            ),
+            ParamKind::Float {
+                low, step: Some(s), ..
+            } => {
+                let n = p.grid_size()? as usize;
+                Some(
+                    (0..n)
+                        .map(|k| p.from_unit(p.to_unit(&ParamValue::Float(low + k as f64 * s))))
+                        .collect(),
+                )
+            }
+            ParamKind::Float { step: None, .. } => None,
+        })
+        .collect::<Option<_>>()?;
+    let key = |p: &Params| serde_json::to_string(p).unwrap_or_default();
+    let seen: std::collections::HashSet<String> = ctx
+        .history
+        .iter()
+        .map(|t| key(&t.params))
+        .chain(ctx.pending.iter().map(key))
+        .collect();
+    let size: u128 = grids.iter().map(|g| g.len() as u128).product();
+    for k in 0..size {
+        let mut i = (u128::from(start) + k) % size;
+        let mut u = Vec::with_capacity(grids.len());
+        for (p, g) in ctx.space.params().iter().zip(&grids) {
+            let n = g.len() as u128;
+            u.push(p.to_unit(&g[(i % n) as usize]));
+            i /= n;
+        }
+        let cand = ctx.space.from_unit(&u);
+        if !seen.contains(&key(&cand)) {
+            return Some(cand);
+        }
+    }
+    None
+}
+
+/// `p`, or an unseen configuration instead when `p` repeats a finished or pending one.
+pub fn avoid_repeat(p: Params, ctx: &AskContext<'_>) -> Params {
+    if is_duplicate(&p, ctx) {
+        unseen_config(ctx, mix(ctx.seed, ctx.trial_number.0 ^ 0x5EE4)).unwrap_or(p)
+    } else {
+        p
+    }
+}

@@ -11,7 +11,7 @@ use rand::Rng;
 use rand_distr::StandardNormal;
 use statrs::function::erf::erfc;
 
-use super::{AskContext, RandomSampler, Sampler, SobolSampler, is_duplicate};
+use super::{AskContext, RandomSampler, Sampler, SobolSampler, avoid_repeat, is_duplicate};
 use crate::space::{ParamKind, Params, Space};
 use crate::trial::Outcome;
 
@@ -155,6 +155,13 @@ fn comp_of(space: &Space, params: &Params) -> Comp {
 
 impl Sampler for TpeSampler {
     fn ask(&mut self, ctx: &AskContext<'_>) -> Params {
+        let p = self.propose(ctx);
+        avoid_repeat(p, ctx)
+    }
+}
+
+impl TpeSampler {
+    fn propose(&mut self, ctx: &AskContext<'_>) -> Params {
         if (ctx.trial_number.0 as usize) < self.opts.n_startup {
             return SobolSampler.ask(ctx);
         }

@@ -32,6 +32,8 @@ pub struct TrialSummary {
     pub params: Params,
     pub error: Option<String>,
     pub duration: Option<Duration>,
+    /// The trial's log files.
+    pub logs: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -87,6 +87,7 @@ fn summary_of(row: &crate::storage::TrialRow) -> TrialSummary {
         duration: row
             .duration_s
             .and_then(|s| Duration::try_from_secs_f64(s).ok()),
+        logs: row.logs.clone(),
     }
 }
 
@@ -203,6 +204,19 @@ impl Scheduler {
             at: SystemTime::now(),
         });
 
+        // A resumed study's best trial keeps its learning curve in the UI: replay its reports
+        // (on no slot, as they come from the database and not a running trial).
+        if let Some((best, _)) = self.storage.best(&self.row)?
+            && let Some(c) = self.curves.get(&best)
+        {
+            for report in &c.reports {
+                self.emit(Event::TrialReported {
+                    number: TrialNumber(best),
+                    slot: usize::MAX,
+                    report: report.clone(),
+                });
+            }
+        }
         let n_slots = self.study.slots.len();
         let mut slots: Vec<Option<Running>> = (0..n_slots).map(|_| None).collect();
         let (tx, mut rx) = mpsc::unbounded_channel::<SlotMsg>();
@@ -617,6 +631,11 @@ impl Scheduler {
                     _ => e,
                 }),
                 duration: Some(r.started.elapsed()),
+                logs: result
+                    .logs
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect(),
             },
             at: SystemTime::now(),
         });

@@ -561,7 +561,9 @@ impl SqliteStorage {
             // (trial id, number, owner host, owner pid, last sign of life)
             type Owned = (i64, i64, Option<String>, Option<i64>, Option<String>);
             let rows: Vec<Owned> = stmt
-                .query_map([study.id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?
+                .query_map([study.id], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                })?
                 .collect::<Result<_, _>>()?;
             let mut recovered = Vec::new();
             for (trial_id, number, whost, wpid, beat) in rows {
@@ -574,9 +576,15 @@ impl SqliteStorage {
                     continue;
                 }
                 let why = if dead_here {
-                    format!("interrupted: the tune process (pid {}) that ran it died", wpid.unwrap_or(0))
+                    format!(
+                        "interrupted: the tune process (pid {}) that ran it died",
+                        wpid.unwrap_or(0)
+                    )
                 } else {
-                    format!("interrupted: no heartbeat for more than {}s", grace.as_secs())
+                    format!(
+                        "interrupted: no heartbeat for more than {}s",
+                        grace.as_secs()
+                    )
                 };
                 finish_in(tx, trial_id, TrialState::Failed, None)?;
                 tx.execute(
@@ -591,16 +599,7 @@ impl SqliteStorage {
                     |r| r.get(0),
                 )?;
                 if n_params > 0 {
-                    let new_id = insert_trial(tx, study.id, "WAITING")?;
-                    tx.execute(
-                        "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json)
-                         SELECT ?1, param_name, param_value, distribution_json FROM trial_params WHERE trial_id = ?2",
-                        params![new_id, trial_id],
-                    )?;
-                    tx.execute(
-                        "INSERT INTO tune_trials (trial_id, retry_of) VALUES (?1, ?2)",
-                        params![new_id, number],
-                    )?;
+                    requeue(tx, study.id, trial_id, number)?;
                 }
                 recovered.push(number as u64);
             }
@@ -836,16 +835,7 @@ impl SqliteStorage {
                     [trial_id],
                     |r| Ok((r.get(0)?, r.get(1)?)),
                 )?;
-                let new_id = insert_trial(tx, study_id, "WAITING")?;
-                tx.execute(
-                    "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json)
-                     SELECT ?1, param_name, param_value, distribution_json FROM trial_params WHERE trial_id = ?2",
-                    params![new_id, trial_id],
-                )?;
-                tx.execute(
-                    "INSERT INTO tune_trials (trial_id, retry_of) VALUES (?1, ?2)",
-                    params![new_id, number],
-                )?;
+                requeue(tx, study_id, trial_id, number)?;
             }
             Ok(())
         })
@@ -1163,6 +1153,27 @@ impl SqliteStorage {
     pub fn connection(&self) -> &Connection {
         &self.conn
     }
+}
+
+/// Queues a new trial with the params of interrupted trial `trial_id` (number `number`), so
+/// that they run again; the interruption was not the trial's fault.
+fn requeue(
+    tx: &Transaction<'_>,
+    study_id: i64,
+    trial_id: i64,
+    number: i64,
+) -> rusqlite::Result<()> {
+    let new_id = insert_trial(tx, study_id, "WAITING")?;
+    tx.execute(
+        "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json)
+         SELECT ?1, param_name, param_value, distribution_json FROM trial_params WHERE trial_id = ?2",
+        params![new_id, trial_id],
+    )?;
+    tx.execute(
+        "INSERT INTO tune_trials (trial_id, retry_of) VALUES (?1, ?2)",
+        params![new_id, number],
+    )?;
+    Ok(())
 }
 
 fn insert_trial(tx: &Transaction<'_>, study_id: i64, state: &str) -> rusqlite::Result<i64> {

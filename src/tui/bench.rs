@@ -136,6 +136,7 @@ pub fn study_events(
         ev.push(Event::TrialFinished {
             slot,
             trial: TrialSummary {
+                logs: Vec::new(),
                 number: TrialNumber(n),
                 state,
                 value: (state != TrialState::Failed).then(|| val_loss(n, epochs)),
@@ -226,6 +227,7 @@ pub fn apply_ms(state: &UiState, reps: u32) -> f64 {
             Event::TrialFinished {
                 slot: 0,
                 trial: TrialSummary {
+                    logs: Vec::new(),
                     number: TrialNumber(n),
                     state: TrialState::Complete,
                     value: Some(val_loss(n, 10)),

@@ -634,6 +634,9 @@ impl UiState {
         row.params = t.params.clone();
         row.error = t.error.clone();
         row.duration = t.duration;
+        if !t.logs.is_empty() {
+            row.logs = t.logs.clone();
+        }
         if t.state.is_finished() {
             row.finished_at = at.or(row.finished_at);
             if row.started_at.is_none()

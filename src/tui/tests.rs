@@ -42,6 +42,7 @@ fn finished(state: &mut UiState, reason: &str) {
 
 fn summary(n: u64, state: TrialState, value: Option<f64>) -> TrialSummary {
     TrialSummary {
+        logs: Vec::new(),
         number: TrialNumber(n),
         state,
         value,

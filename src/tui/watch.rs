@@ -368,6 +368,7 @@ fn process_alive(pid: i64) -> bool {
 
 fn summary(t: &WatchTrial) -> TrialSummary {
     TrialSummary {
+        logs: Vec::new(),
         number: TrialNumber(t.number),
         state: t.state,
         value: t.value,

@@ -181,9 +181,9 @@ impl Acq<'_> {
                 match &p.kind {
                     ParamKind::Categorical { choices } => {
                         let n = choices.len();
-                        for k in 0..n {
+                        for (k, c) in choices.iter().enumerate() {
                             let nu = (k as f64 + 0.5) / n as f64;
-                            if !choices[k].same(v) {
+                            if !c.same(v) {
                                 let mut m = cur.clone();
                                 m[i] = nu;
                                 moves.push(m);

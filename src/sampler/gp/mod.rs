@@ -20,7 +20,7 @@ use rand::Rng;
 use rand_distr::StandardNormal;
 
 use super::qmc::sobol_point;
-use super::{AskContext, RandomSampler, Sampler, SobolSampler, is_duplicate, mix};
+use super::{AskContext, RandomSampler, Sampler, SobolSampler, avoid_repeat, is_duplicate, mix};
 use crate::space::{ParamKind, Params, Space};
 use crate::trial::Outcome;
 use acquisition::Acq;
@@ -45,8 +45,8 @@ impl Default for GpOptions {
     fn default() -> Self {
         GpOptions {
             n_startup: None,
-            max_points: 160,
-            max_fit_points: 80,
+            max_points: 128,
+            max_fit_points: 64,
         }
     }
 }
@@ -263,7 +263,7 @@ impl GpSampler {
         if let Some(t) = cached {
             starts.push(t);
         }
-        if cold || obs.len() < 30 || ctx.trial_number.0 % 5 == 0 {
+        if cold || obs.len() < 30 || ctx.trial_number.0.is_multiple_of(10) {
             starts.push(default.clone());
         }
         if cold || obs.len() < 20 {
@@ -273,9 +273,14 @@ impl GpSampler {
             }
             starts.push(t);
         }
-        let theta = fit::fit(&data, &starts, if cold { 80 } else { 40 })
-            .map(|(t, _)| t)
-            .unwrap_or(default);
+        let theta = fit::fit(
+            &data,
+            &starts,
+            if cold { 80 } else { 15 },
+            if cold { 1e-5 } else { 0.05 },
+        )
+        .map(|(t, _)| t)
+        .unwrap_or(default);
         self.theta = Some(theta.clone());
 
         // Posterior on real observations, then pending trials as fantasies at its mean.
@@ -311,7 +316,7 @@ impl GpSampler {
 
         // Candidates: a scrambled Sobol sweep plus perturbations of the best trials.
         let sweep_seed = mix(ctx.seed, ctx.trial_number.0 ^ 0xACE0_0000);
-        let n_sweep = 384;
+        let n_sweep = 256;
         let mut cands: Vec<Vec<f64>> = (0..n_sweep)
             .map(|i| sobol_point(i as u64, d, sweep_seed))
             .collect();
@@ -320,8 +325,8 @@ impl GpSampler {
         for o in ranked.iter().take(5) {
             let mut fill = || rng.random::<f64>();
             let base = to_u(space, &o.params, &mut fill);
-            for k in 0..40 {
-                let sd = if k < 20 { 0.02 } else { 0.1 };
+            for k in 0..32 {
+                let sd = if k < 16 { 0.02 } else { 0.1 };
                 let u: Vec<f64> = base
                     .iter()
                     .zip(space.params())
@@ -343,6 +348,7 @@ impl GpSampler {
             }
         }
         let scores = acq.score(&cands);
+
         let mut order: Vec<usize> = (0..cands.len()).collect();
         order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
 
@@ -350,7 +356,7 @@ impl GpSampler {
         let mut finals: Vec<(Vec<f64>, f64)> = Vec::new();
         let mut seen: Vec<Params> = Vec::new();
         for &i in &order {
-            if finals.len() >= 4 {
+            if finals.len() >= 3 {
                 break;
             }
             let p = space.from_unit(&cands[i]);
@@ -358,7 +364,7 @@ impl GpSampler {
                 continue;
             }
             seen.push(p);
-            let (u, s) = acq.refine_continuous(&cands[i], scores[i], 30);
+            let (u, s) = acq.refine_continuous(&cands[i], scores[i], 25);
             let (u, s) = acq.refine_discrete(&u, s);
             finals.push((u, s));
         }
@@ -385,9 +391,9 @@ impl Sampler for GpSampler {
             .n_startup
             .unwrap_or_else(|| default_startup(ctx.space));
         if (ctx.trial_number.0 as usize) < n_startup {
-            return SobolSampler.ask(ctx);
+            return avoid_repeat(SobolSampler.ask(ctx), ctx);
         }
-        match self.propose(ctx) {
+        let p = match self.propose(ctx) {
             Some(p) => p,
             // Too little data (fewer than two complete trials), a model that cannot be built,
             // or nothing new among the candidates: keep exploring.
@@ -398,7 +404,8 @@ impl Sampler for GpSampler {
                     RandomSampler.ask(ctx)
                 }
             }
-        }
+        };
+        avoid_repeat(p, ctx)
     }
 }
 

@@ -175,3 +175,129 @@ fn the_warp_keeps_order_and_tames_huge_losses() {
     }
     assert!(zs.iter().all(|z| z.is_finite() && z.abs() < 5.0), "{zs:?}");
 }
+
+#[test]
+fn a_small_discrete_space_is_used_up_without_a_repeat() {
+    let s = space(
+        "a = { type = \"int\", low = 0, high = 3 }\n\
+         b = { type = \"categorical\", choices = [\"x\", \"y\", \"z\"] }",
+    );
+    // 12 configurations, 12 trials: the last ones can only be found by looking for them.
+    for kind in [SamplerKind::Gp, SamplerKind::Tpe] {
+        let h = run(&s, kind, 12, 2, 9, &|p| {
+            Some(p["a"].as_f64().unwrap_or(0.0))
+        });
+        assert_eq!(h.len(), 12);
+    }
+}
+
+fn trial(n: u64, x: f64, outcome: Outcome) -> FinishedTrial {
+    let mut params = Params::new();
+    params.insert("x".into(), ParamValue::Float(x));
+    FinishedTrial {
+        number: TrialNumber(n),
+        params,
+        outcome,
+        curve: Vec::new(),
+    }
+}
+
+#[test]
+fn failed_trials_count_as_the_worst_and_pruned_ones_no_better_than_the_median() {
+    let s = space("x = { type = \"float\", low = 0.0, high = 1.0 }");
+    let history = vec![
+        trial(0, 0.1, Outcome::Complete { value: 1.0 }),
+        trial(1, 0.2, Outcome::Complete { value: 2.0 }),
+        trial(2, 0.3, Outcome::Complete { value: 3.0 }),
+        trial(3, 0.4, Outcome::Failed),
+        // A pruned trial whose partial value looks like the best: it must not become one.
+        trial(
+            4,
+            0.5,
+            Outcome::Pruned {
+                value: Some(-10.0),
+                step: Some(3),
+            },
+        ),
+        trial(
+            5,
+            0.6,
+            Outcome::Complete {
+                value: f64::INFINITY,
+            },
+        ),
+    ];
+    let ctx = AskContext {
+        space: &s,
+        direction: Direction::Minimize,
+        history: &history,
+        pending: &[],
+        trial_number: TrialNumber(6),
+        seed: 0,
+    };
+    let g = GpSampler::default();
+    let obs = g
+        .observations(&ctx, &Layout::new(&s))
+        .expect("two complete trials are enough");
+    let worst = obs[..3]
+        .iter()
+        .map(|o| o.z)
+        .fold(f64::NEG_INFINITY, f64::max);
+    assert_eq!(obs[3].z, worst);
+    assert!(!obs[3].complete && !obs[4].complete && !obs[5].complete);
+    assert!(obs[4].z >= obs[1].z, "pruned at least the median");
+    assert_eq!(obs[5].z, worst, "a diverged value is a failure");
+    // And the sampler proposes something valid from this history.
+    let mut g = GpSampler::new(GpOptions {
+        n_startup: Some(2),
+        ..GpOptions::default()
+    });
+    s.validate(&g.ask(&ctx)).expect("valid");
+}
+
+#[test]
+fn maximisation_is_turned_into_minimisation() {
+    let s = space("x = { type = \"float\", low = 0.0, high = 1.0 }");
+    let history: Vec<FinishedTrial> = (0..6)
+        .map(|i| {
+            let x = i as f64 / 5.0;
+            trial(i, x, Outcome::Complete { value: x })
+        })
+        .collect();
+    let ctx = AskContext {
+        space: &s,
+        direction: Direction::Maximize,
+        history: &history,
+        pending: &[],
+        trial_number: TrialNumber(6),
+        seed: 1,
+    };
+    let mut g = GpSampler::new(GpOptions {
+        n_startup: Some(2),
+        ..GpOptions::default()
+    });
+    let x = g.ask(&ctx)["x"].as_f64().expect("float");
+    assert!(x > 0.7, "value grows with x, so look high: {x}");
+}
+
+#[test]
+fn auto_is_the_gp_in_ordinary_spaces_and_tpe_in_very_wide_ones() {
+    let s = space(MIXED);
+    let a = run(&s, SamplerKind::Auto, 8, 1, 6, &|p| Some(mixed_loss(p)));
+    let g = run(&s, SamplerKind::Gp, 8, 1, 6, &|p| Some(mixed_loss(p)));
+    assert_eq!(
+        a.iter().map(|t| &t.params).collect::<Vec<_>>(),
+        g.iter().map(|t| &t.params).collect::<Vec<_>>()
+    );
+    let wide: String = (0..crate::sampler::AUTO_GP_MAX_PARAMS + 6)
+        .map(|i| format!("x{i} = {{ type = \"float\", low = 0.0, high = 1.0 }}\n"))
+        .collect();
+    let s = space(&wide);
+    let f = |p: &Params| Some(p.values().filter_map(ParamValue::as_f64).sum::<f64>());
+    let a = run(&s, SamplerKind::Auto, 8, 1, 6, &f);
+    let t = run(&s, SamplerKind::Tpe, 8, 1, 6, &f);
+    assert_eq!(
+        a.iter().map(|t| &t.params).collect::<Vec<_>>(),
+        t.iter().map(|t| &t.params).collect::<Vec<_>>()
+    );
+}
