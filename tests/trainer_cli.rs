@@ -54,7 +54,7 @@ dataset = "digits"
 "#,
     )
     .expect("write study");
-    let mut tune = Command::new(env!("CARGO_BIN_EXE_tune"))
+    let tune = Command::new(env!("CARGO_BIN_EXE_tune"))
         .args(["--db"])
         .arg(dir.path().join("t.db"))
         .args(["run", "--no-tui"])
