@@ -90,7 +90,7 @@ pub fn trials_for_equal_compute(
     asha_trials: u64,
     cap: u64,
 ) -> u64 {
-    if asha_trials == 0 || !(asha_compute > 0.0) {
+    if asha_trials == 0 || asha_compute.is_nan() || asha_compute <= 0.0 {
         return cap;
     }
     let per_trial = asha_compute / asha_trials as f64;
