@@ -177,6 +177,45 @@ pub enum BenchCommand {
     /// data and batch: samples/s of each and the ratio, fp32 and bf16. Arguments go to
     /// `tune-worker bench` (e.g. `--steps 200 --models mlp,cnn --amp off,bf16`).
     Trainer(TrainerBenchArgs),
+    /// Pruning on a quickstart-shaped study (issue 5): `asha` against `none` with the same
+    /// trials (best val_loss and epoch-compute of each) and with the same epoch-compute (best
+    /// val_loss of each), per seed and the mean.
+    Pruning(PruningArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PruningArgs {
+    /// Study seeds; each runs the whole comparison.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    pub seeds: Vec<u64>,
+    /// Trials of the same-trials comparison (both `none` and `asha`).
+    #[arg(long, default_value_t = 16)]
+    pub trials: u64,
+    /// Epochs of a full trial.
+    #[arg(long, default_value_t = 9)]
+    pub epochs: u64,
+    /// Training images used (of Fashion-MNIST's 60 000; validation is always its 10 000).
+    #[arg(long, default_value_t = 10_000)]
+    pub limit: u64,
+    /// Report (and evaluate) every this many optimizer steps, so that rungs can sit inside
+    /// an epoch.
+    #[arg(long, default_value_t = 13)]
+    pub report_every: u64,
+    /// ASHA's first rung, in epochs.
+    #[arg(long, default_value_t = 1.0 / 3.0)]
+    pub min_resource: f64,
+    /// ASHA's reduction factor η.
+    #[arg(long, default_value_t = 3.0)]
+    pub reduction_factor: f64,
+    /// The sampler of every study (`random` gives both pruners the very same configurations).
+    #[arg(long, default_value = "random")]
+    pub sampler: String,
+    /// Worker slots.
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    /// Keep the temp dir with the study files and databases (its path is printed).
+    #[arg(long)]
+    pub keep: bool,
 }
 
 #[derive(Debug, Args)]

@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod bench_overhead;
+pub mod bench_pruning;
 pub mod cli;
 pub mod commands;
 pub mod devices;

@@ -13,6 +13,7 @@ pub fn bench(cmd: &BenchCommand) -> anyhow::Result<ExitCode> {
             crate::bench::run_optimizers(&optimizer_options(a)?)?;
             Ok(ExitCode::SUCCESS)
         }
+        BenchCommand::Pruning(a) => crate::bench_pruning::run(a),
         BenchCommand::Trainer(a) => {
             // libtorch lives in tune-worker only; the benchmark runs there.
             let status = std::process::Command::new(super::run::worker_exe()?)
