@@ -7,6 +7,8 @@
 //! trial numbers are given out inside such a transaction, exactly once each.
 
 mod sqlite;
+#[cfg(test)]
+pub(crate) use sqlite::fixtures as sqlite_fixtures;
 pub mod watch;
 
 pub use sqlite::{Claim, SqliteStorage, StudyRow, StudySummary, TrialRow, WorkerId};

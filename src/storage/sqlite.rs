@@ -115,6 +115,17 @@ pub struct SqliteStorage {
     path: PathBuf,
 }
 
+/// A stored value back from Optuna's (value, value_type) pair: infinities and NaN are stored
+/// as NULL with their type.
+pub(crate) fn stored_value(value: Option<f64>, value_type: Option<&str>) -> Option<f64> {
+    match value_type {
+        Some("INF_POS") => Some(f64::INFINITY),
+        Some("INF_NEG") => Some(f64::NEG_INFINITY),
+        Some("NAN") => Some(f64::NAN),
+        _ => value,
+    }
+}
+
 fn value_type(v: f64) -> &'static str {
     if v.is_nan() {
         "NAN"
@@ -1030,11 +1041,7 @@ impl SqliteStorage {
                     let state: String = r.get(2)?;
                     let value: Option<f64> = r.get(3)?;
                     let vtype: Option<String> = r.get(4)?;
-                    let value = match vtype.as_deref() {
-                        Some("INF_POS") => Some(f64::INFINITY),
-                        Some("INF_NEG") => Some(f64::NEG_INFINITY),
-                        _ => value,
-                    };
+                    let value = stored_value(value, vtype.as_deref());
                     let start: Option<String> = r.get(5)?;
                     let end: Option<String> = r.get(6)?;
                     let logs: Option<String> = r.get(10)?;
@@ -1272,11 +1279,12 @@ fn process_alive(pid: i64) -> bool {
     }
 }
 
+/// Fixtures shared by the storage tests here and in `watch`.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod fixtures {
+    use crate::space::{ParamValue, Params, Space};
 
-    fn space() -> Space {
+    pub fn space() -> Space {
         let t: toml::Table = toml::from_str(
             r#"lr = { type = "float", low = 1e-4, high = 1.0, log = true }
                opt = { type = "categorical", choices = ["sgd", "adam"] }
@@ -1286,13 +1294,19 @@ mod tests {
         Space::from_toml(&t).expect("valid space")
     }
 
-    fn params(lr: f64) -> Params {
+    pub fn params(lr: f64) -> Params {
         let mut p = Params::new();
         p.insert("lr".into(), ParamValue::Float(lr));
         p.insert("opt".into(), ParamValue::Str("adam".into()));
         p.insert("k".into(), ParamValue::Int(3));
         p
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::{params, space};
+    use super::*;
 
     #[test]
     fn a_fresh_database_gets_optunas_version_rows_and_tune_tables() {

@@ -143,12 +143,7 @@ impl SqliteStorage {
                     let state: String = r.get(2)?;
                     let value: Option<f64> = r.get(3)?;
                     let vtype: Option<String> = r.get(4)?;
-                    let value = match vtype.as_deref() {
-                        Some("INF_POS") => Some(f64::INFINITY),
-                        Some("INF_NEG") => Some(f64::NEG_INFINITY),
-                        Some("NAN") => Some(f64::NAN),
-                        _ => value,
-                    };
+                    let value = super::sqlite::stored_value(value, vtype.as_deref());
                     let start: Option<String> = r.get(5)?;
                     let end: Option<String> = r.get(6)?;
                     let logs: Option<String> = r.get(11)?;

@@ -472,27 +472,11 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use super::*;
-    use crate::space::{ParamValue, Params, Space};
+    use crate::space::ParamValue;
     use crate::storage::{Claim, WorkerId};
     use crate::trial::Direction;
 
-    fn space() -> Space {
-        let t: toml::Table = toml::from_str(
-            r#"lr = { type = "float", low = 1e-4, high = 1.0, log = true }
-               opt = { type = "categorical", choices = ["sgd", "adam"] }
-               k = { type = "int", low = 1, high = 8 }"#,
-        )
-        .expect("valid TOML");
-        Space::from_toml(&t).expect("valid space")
-    }
-
-    fn params(lr: f64) -> Params {
-        let mut p = Params::new();
-        p.insert("lr".into(), ParamValue::Float(lr));
-        p.insert("opt".into(), ParamValue::Str("adam".into()));
-        p.insert("k".into(), ParamValue::Int(3));
-        p
-    }
+    use crate::storage::sqlite_fixtures::{params, space};
 
     fn report(step: u64, loss: f64) -> Report {
         let mut m = BTreeMap::new();
