@@ -783,6 +783,16 @@ impl Param {
     /// step, whatever `u` is (values outside [0, 1] and NaN are clamped).
     pub fn from_unit(&self, u: f64) -> ParamValue {
         let u = if u.is_nan() { 0.5 } else { u.clamp(0.0, 1.0) };
+        // Optimizers push points against a bound up to rounding (u = 1e-17): snap those onto
+        // the bound, so that such a point reads 0 rather than 1.1e-16 and two of them are one
+        // configuration, not two that differ in the last bit.
+        let u = if u < 1e-9 {
+            0.0
+        } else if u > 1.0 - 1e-9 {
+            1.0
+        } else {
+            u
+        };
         match &self.kind {
             ParamKind::Float {
                 low,
