@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags};
 
+mod common;
+
 struct Tmux {
     session: String,
 }
@@ -167,10 +169,7 @@ fn a_real_study_is_watched_sorted_opened_paused_stopped_and_quit_from_the_termin
     let run = Tmux::start(
         "run",
         dir.path(),
-        &format!(
-            "{} study.toml; echo EXIT=$?; stty -a; sleep 60",
-            bin.display()
-        ),
+        &format!("{} study.toml; echo EXIT=$?; sleep 60", bin.display()),
         100,
         30,
     );
@@ -289,8 +288,7 @@ fn a_real_study_is_watched_sorted_opened_paused_stopped_and_quit_from_the_termin
     assert!(s.contains("EXIT=0"), "{s}");
     assert!(s.contains("e2e: "), "the summary line:\n{s}");
     // The terminal is back in cooked mode with echo.
-    assert!(s.contains(" icanon") && !s.contains("-icanon"), "{s}");
-    assert!(s.contains(" echo ") && !s.contains(" -echo "), "{s}");
+    common::assert_cooked(&run.session);
     assert_eq!(count(&dbp, Some("RUNNING")), 0, "a trial was left running");
     assert!(
         count(&dbp, Some("COMPLETE")) < 14,
