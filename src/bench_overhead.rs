@@ -93,7 +93,7 @@ command = ["sh", "-c", '''printf 'tune: {{"v": %s, "t": %s}}\n' {{x}} $(date +%s
         ),
     )?;
     let t0 = Instant::now();
-    let st = Command::new(&exe)
+    let st = crate::commands::bench::ends_with_bench(&mut Command::new(&exe))
         .args(["run", "--no-tui"])
         .arg(&study)
         .stdout(Stdio::null())

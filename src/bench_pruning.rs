@@ -240,7 +240,7 @@ fn run_study(exe: &Path, root: &Path, label: &str, toml_text: &str) -> anyhow::R
     let study = dir.join("study.toml");
     std::fs::write(&study, toml_text)?;
     let t0 = Instant::now();
-    let out = Command::new(exe)
+    let out = crate::commands::bench::ends_with_bench(&mut Command::new(exe))
         .args(["run", "--no-tui"])
         .arg(&study)
         .current_dir(&dir)

@@ -16,16 +16,36 @@ pub fn bench(cmd: &BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Pruning(a) => crate::bench_pruning::run(a),
         BenchCommand::Trainer(a) => {
             // libtorch lives in tune-worker only; the benchmark runs there.
-            let status = std::process::Command::new(super::run::worker_exe()?)
-                .arg("bench")
-                .args(&a.args)
-                .status()?;
+            let status =
+                ends_with_bench(&mut std::process::Command::new(super::run::worker_exe()?))
+                    .arg("bench")
+                    .args(&a.args)
+                    .status()?;
             Ok(if status.success() {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)
             })
         }
+    }
+}
+
+/// Makes a child of a benchmark end with it: when the benchmark is killed (a `kill PID`, a
+/// supervisor's SIGTERM), the child gets SIGTERM too instead of running on as an orphan. A
+/// `tune run` child takes it as its first Ctrl-C: no new trials, the running ones finish, every
+/// state recorded. Ctrl-C at a terminal already reaches the whole process group.
+///
+/// Linux sends the signal when the *thread* that spawned the child ends, so only the main
+/// thread, which lives as long as the benchmark, may spawn through this.
+pub(crate) fn ends_with_bench(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and calls only prctl(2), which
+    // is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
+                .map_err(std::io::Error::from)
+        })
     }
 }
 
