@@ -7,7 +7,6 @@ use std::time::Duration;
 use rusqlite::{
     Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
 };
-use rusqlite_migration::{M, Migrations};
 
 use super::{StorageError, now_text, seconds_between, to_rfc3339};
 use crate::space::{ParamValue, Params, Space};
@@ -22,6 +21,27 @@ const MIGRATIONS: &[&str] = &[
 /// How long a writer waits for another process's write transaction before giving up. Long,
 /// because a "database is locked" error must never reach the user under normal contention.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Runs `f` again while SQLite answers "busy" or "locked" without having waited (the few
+/// statements for which the busy timeout does not apply), for at most [`BUSY_TIMEOUT`].
+fn retry_while_busy<T>(mut f: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match f() {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(
+                    e.code,
+                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                ) && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            r => return r,
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkerId(pub i64);
@@ -246,10 +266,13 @@ impl SqliteStorage {
         self.conn
             .busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| self.err(e))?;
-        let mode: String = self
-            .conn
-            .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
-            .map_err(|e| self.err(e))?;
+        // Switching a fresh file to WAL needs it to itself for a moment, and SQLite answers
+        // SQLITE_BUSY at once, without its busy handler, while another opener holds it.
+        let conn = &self.conn;
+        let mode: String = retry_while_busy(|| {
+            conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+        })
+        .map_err(|e| self.err(e))?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StorageError::Migration {
                 path: self.path.clone(),
@@ -269,36 +292,48 @@ impl SqliteStorage {
         Ok(())
     }
 
+    /// Applies the migrations the file lacks, all in one `BEGIN IMMEDIATE` transaction that
+    /// reads `user_version` again under the write lock: of several processes opening a fresh
+    /// file at once, one migrates and the others wait and find the work done. (A migration
+    /// crate that reads the version before its own deferred transaction would have the second
+    /// opener run the migrations again, or fail with "database is locked".)
     fn migrate(&mut self) -> Result<(), StorageError> {
+        let known = MIGRATIONS.len() as i64;
+        let too_new = |found| StorageError::TooNew {
+            path: self.path.clone(),
+            found,
+            known,
+        };
         let version: i64 = self
             .conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .map_err(|e| self.err(e))?;
-        let known = MIGRATIONS.len() as i64;
         if version > known {
-            return Err(StorageError::TooNew {
-                path: self.path.clone(),
-                found: version,
-                known,
-            });
+            return Err(too_new(version));
         }
         if version == known {
             return Ok(());
         }
-        let migrations = Migrations::new(MIGRATIONS.iter().map(|sql| M::up(sql)).collect());
-        // Two processes may open a fresh file at once: take the write lock first so that one
-        // migrates and the other sees the result.
+        let path = self.path.clone();
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| Self::err_at(&self.path, e))?;
-        tx.commit().map_err(|e| Self::err_at(&self.path, e))?;
-        migrations
-            .to_latest(&mut self.conn)
-            .map_err(|e| StorageError::Migration {
-                path: self.path.clone(),
-                message: e.to_string(),
-            })
+            .map_err(|e| Self::err_at(&path, e))?;
+        let version: i64 = tx
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(|e| Self::err_at(&path, e))?;
+        if version > known {
+            return Err(too_new(version));
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            tx.execute_batch(sql).map_err(|e| StorageError::Migration {
+                path: path.clone(),
+                message: format!("migration {} of {known}: {e}", i + 1),
+            })?;
+        }
+        tx.pragma_update(None, "user_version", known)
+            .map_err(|e| Self::err_at(&path, e))?;
+        tx.commit().map_err(|e| Self::err_at(&path, e))
     }
 
     /// Runs `f` in a `BEGIN IMMEDIATE` transaction: the write lock is taken up front, where the
@@ -1307,6 +1342,44 @@ pub(crate) mod fixtures {
 mod tests {
     use super::fixtures::{params, space};
     use super::*;
+
+    /// Many openers race on a file that does not exist yet (`tune run` processes started
+    /// together): every one gets a migrated database, none sees "database is locked" or a
+    /// migration applied twice.
+    #[test]
+    fn openers_racing_on_a_fresh_file_all_get_the_migrated_schema() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for round in 0..25 {
+            let path = dir.path().join(format!("race-{round}.db"));
+            let gate = std::sync::Barrier::new(6);
+            let results: Vec<Result<i64, String>> = std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..6)
+                    .map(|_| {
+                        scope.spawn(|| {
+                            gate.wait();
+                            let s = SqliteStorage::open(&path).map_err(|e| e.to_string())?;
+                            s.conn
+                                .pragma_query_value(None, "user_version", |r| r.get(0))
+                                .map_err(|e| e.to_string())
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("no panic"))
+                    .collect()
+            });
+            for r in results {
+                assert_eq!(r, Ok(MIGRATIONS.len() as i64), "round {round}");
+            }
+            let s = SqliteStorage::open(&path).expect("reopens");
+            let rows: i64 = s
+                .conn
+                .query_row("SELECT COUNT(*) FROM version_info", [], |r| r.get(0))
+                .expect("count");
+            assert_eq!(rows, 1, "round {round}: a migration ran twice");
+        }
+    }
 
     #[test]
     fn a_fresh_database_gets_optunas_version_rows_and_tune_tables() {
