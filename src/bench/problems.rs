@@ -135,6 +135,12 @@ pub fn ackley5(p: &Params) -> f64 {
     -20.0 * (-0.2 * s1.sqrt()).exp() - s2.exp() + 20.0 + std::f64::consts::E
 }
 
+/// The space of both SVM problems (the surrogate and its quantised twin).
+const SVM_SPACE: &str = "C      = { type = \"float\", low = 1e-3, high = 1e3, log = true }\n\
+                         kernel = { type = \"categorical\", choices = [\"linear\", \"rbf\", \"poly\"] }\n\
+                         gamma  = { type = \"float\", low = 1e-5, high = 10.0, log = true, when = { kernel = [\"rbf\", \"poly\"] } }\n\
+                         degree = { type = \"int\", low = 2, high = 5, when = { kernel = \"poly\" } }";
+
 /// Extra (not public): an SVM-like tuning task: validation error as a smooth function of C and
 /// gamma (log), kernel, and polynomial degree (only with the poly kernel).
 pub fn svm_surrogate(p: &Params) -> f64 {
@@ -240,20 +246,14 @@ pub fn problems() -> Vec<Problem> {
         Problem {
             name: "svm_surrogate",
             public: false,
-            space_toml: "C      = { type = \"float\", low = 1e-3, high = 1e3, log = true }\n\
-                         kernel = { type = \"categorical\", choices = [\"linear\", \"rbf\", \"poly\"] }\n\
-                         gamma  = { type = \"float\", low = 1e-5, high = 10.0, log = true, when = { kernel = [\"rbf\", \"poly\"] } }\n\
-                         degree = { type = \"int\", low = 2, high = 5, when = { kernel = \"poly\" } }",
+            space_toml: SVM_SPACE,
             optimum: 1.0 - (-0.05f64).exp(),
             f: svm_surrogate,
         },
         Problem {
             name: "svm_quantised",
             public: false,
-            space_toml: "C      = { type = \"float\", low = 1e-3, high = 1e3, log = true }\n\
-                         kernel = { type = \"categorical\", choices = [\"linear\", \"rbf\", \"poly\"] }\n\
-                         gamma  = { type = \"float\", low = 1e-5, high = 10.0, log = true, when = { kernel = [\"rbf\", \"poly\"] } }\n\
-                         degree = { type = \"int\", low = 2, high = 5, when = { kernel = \"poly\" } }",
+            space_toml: SVM_SPACE,
             optimum: ((1.0 - (-0.05f64).exp()) * 360.0).ceil() / 360.0,
             f: svm_quantised,
         },

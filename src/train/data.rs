@@ -1327,8 +1327,8 @@ mod tests {
     #[test]
     fn npy_arrays_are_mapped_split_and_streamed_when_told_not_to_cache() {
         let _rng = crate::train::torch_rng_lock();
-        let dir = std::env::temp_dir().join(format!("tune-npy-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let dir = tmp.path();
         let n = 100usize;
         let x: Vec<u8> = (0..n * 3).flat_map(|i| (i as f32).to_le_bytes()).collect();
         let y: Vec<u8> = (0..n)
@@ -1355,14 +1355,13 @@ mod tests {
         s.device_cache = DeviceCache::Auto;
         let ds = load(&s).expect("npy loads");
         assert!(matches!(ds.train, Split::Tensors { .. }));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn safetensors_inputs_and_labels_are_read_by_name() {
         let _rng = crate::train::torch_rng_lock();
-        let dir = std::env::temp_dir().join(format!("tune-st-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let dir = tmp.path();
         let n = 50usize;
         let xs: Vec<u8> = (0..n * 2).flat_map(|i| (i as f32).to_le_bytes()).collect();
         let ys: Vec<u8> = (0..n)
@@ -1396,6 +1395,5 @@ mod tests {
         let r = (x.double_value(&[0, 0]) / 2.0) as i64;
         assert_eq!(x.double_value(&[0, 1]), (2 * r + 1) as f64);
         assert_eq!(y.int64_value(&[0]), r % 4);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

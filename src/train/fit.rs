@@ -691,8 +691,8 @@ mod tests {
     #[test]
     fn a_data_set_that_may_not_stay_on_the_device_is_streamed_by_the_loader_thread() {
         let _rng = crate::train::torch_rng_lock();
-        let dir = std::env::temp_dir().join(format!("tune-stream-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let dir = tmp.path();
         let n = 600usize;
         let mut x = Vec::new();
         let mut y = Vec::new();
@@ -739,7 +739,6 @@ mod tests {
         let m = &reports[2].metrics;
         assert!(m["val_acc"] > 0.9, "{m:?}");
         assert!((0.0..=1.0).contains(&m["data_wait"]));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
