@@ -1,10 +1,13 @@
-//! Trials: numbers, states, reports and the finished-trial record that samplers and pruners see.
+//! Trials: the one [`Trial`] type with its lifecycle ([`TrialStatus`]), numbers and ids, reports,
+//! and the finished-trial record that samplers learn from (a projection of a `Trial`).
 //!
 //! Nothing here touches storage or the clock; the scheduler owns the lifecycle and the
 //! storage layer maps these types to rows.
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
@@ -155,5 +158,236 @@ impl FinishedTrial {
             Outcome::Complete { value } => Some(value),
             _ => None,
         }
+    }
+}
+
+/// Storage's key of one trial (a row id): what the engine holds while the trial runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TrialId(pub i64);
+
+/// One `tune` process (or ask-tell session) that runs trials of a study.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WorkerId(pub i64);
+
+/// Where a trial runs: the worker process, its slot and device, the machine.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Placement {
+    pub worker: Option<WorkerId>,
+    pub slot: Option<usize>,
+    /// `cpu` or `cuda:N`.
+    pub device: Option<String>,
+    pub host: Option<String>,
+}
+
+/// Where and when a finished trial ran. Either time may be missing in a database that
+/// another tool wrote.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Ran {
+    pub at: Placement,
+    pub started: Option<SystemTime>,
+    pub finished: Option<SystemTime>,
+}
+
+/// A trial's lifecycle, each state carrying its own data, so that no code can read "the
+/// value of a running trial" or "the error of a complete one".
+#[derive(Debug, Clone, PartialEq)]
+pub enum TrialStatus {
+    /// Waiting for a slot (enqueued by hand, or the rerun of an interrupted trial).
+    Queued,
+    Running {
+        at: Placement,
+        started: Option<SystemTime>,
+    },
+    Complete {
+        value: f64,
+        ran: Ran,
+    },
+    /// Stopped by the pruner (or the user as pruned): its last reported objective and the
+    /// step it stopped at.
+    Pruned {
+        value: Option<f64>,
+        step: Option<u64>,
+        ran: Ran,
+    },
+    /// Failed: `reason` says why; `log_tail` holds the last lines of its standard error;
+    /// `interrupted` when it was not the trial's fault (its params run again).
+    Failed {
+        reason: String,
+        log_tail: Option<String>,
+        interrupted: bool,
+        ran: Ran,
+    },
+}
+
+impl TrialStatus {
+    /// The state without its data (the CLI's filter, Optuna's `state` column).
+    pub fn state(&self) -> TrialState {
+        match self {
+            TrialStatus::Queued => TrialState::Queued,
+            TrialStatus::Running { .. } => TrialState::Running,
+            TrialStatus::Complete { .. } => TrialState::Complete,
+            TrialStatus::Pruned { .. } => TrialState::Pruned,
+            TrialStatus::Failed { .. } => TrialState::Failed,
+        }
+    }
+
+    /// The value the study shows: a complete trial's objective, a pruned trial's last one.
+    pub fn value(&self) -> Option<f64> {
+        match self {
+            TrialStatus::Complete { value, .. } => Some(*value),
+            TrialStatus::Pruned { value, .. } => *value,
+            _ => None,
+        }
+    }
+
+    /// Where it runs or ran.
+    pub fn placement(&self) -> Option<&Placement> {
+        match self {
+            TrialStatus::Queued => None,
+            TrialStatus::Running { at, .. } => Some(at),
+            TrialStatus::Complete { ran, .. }
+            | TrialStatus::Pruned { ran, .. }
+            | TrialStatus::Failed { ran, .. } => Some(&ran.at),
+        }
+    }
+
+    pub fn started(&self) -> Option<SystemTime> {
+        match self {
+            TrialStatus::Queued => None,
+            TrialStatus::Running { started, .. } => *started,
+            TrialStatus::Complete { ran, .. }
+            | TrialStatus::Pruned { ran, .. }
+            | TrialStatus::Failed { ran, .. } => ran.started,
+        }
+    }
+
+    pub fn finished(&self) -> Option<SystemTime> {
+        match self {
+            TrialStatus::Complete { ran, .. }
+            | TrialStatus::Pruned { ran, .. }
+            | TrialStatus::Failed { ran, .. } => ran.finished,
+            _ => None,
+        }
+    }
+
+    /// Why it failed, with the last lines of its standard error when there are any.
+    pub fn error(&self) -> Option<String> {
+        match self {
+            TrialStatus::Failed {
+                reason, log_tail, ..
+            } => Some(match log_tail {
+                Some(t) if !t.trim().is_empty() => format!("{reason}\n{t}"),
+                _ => reason.clone(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// Whether it failed through no fault of its own (its params run again).
+    pub fn interrupted(&self) -> bool {
+        matches!(
+            self,
+            TrialStatus::Failed {
+                interrupted: true,
+                ..
+            }
+        )
+    }
+
+    /// The same finished state, stamped with where and when it ran.
+    pub fn with_ran(mut self, new: Ran) -> TrialStatus {
+        if let TrialStatus::Complete { ran, .. }
+        | TrialStatus::Pruned { ran, .. }
+        | TrialStatus::Failed { ran, .. } = &mut self
+        {
+            *ran = new;
+        }
+        self
+    }
+}
+
+/// A trial: the one type storage, the scheduler, events, queries and the UI share.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trial {
+    pub id: TrialId,
+    pub number: TrialNumber,
+    pub params: Params,
+    pub status: TrialStatus,
+    /// The directory its logs go to, once it has started.
+    pub trial_dir: Option<PathBuf>,
+    /// The log files it wrote.
+    pub logs: Vec<PathBuf>,
+    /// The metrics of its last report.
+    pub metrics: BTreeMap<String, f64>,
+}
+
+impl Trial {
+    pub fn state(&self) -> TrialState {
+        self.status.state()
+    }
+
+    pub fn value(&self) -> Option<f64> {
+        self.status.value()
+    }
+
+    /// How long it ran (finished), or has run until `now` (running).
+    pub fn duration(&self, now: SystemTime) -> Option<Duration> {
+        let start = self.status.started()?;
+        let end = match self.status {
+            TrialStatus::Running { .. } => now,
+            _ => self.status.finished()?,
+        };
+        end.duration_since(start).ok()
+    }
+
+    /// What samplers learn from this trial, when it is finished and not interrupted (its
+    /// rerun stands for it). `curve` is the objective's intermediate values by step.
+    pub fn to_finished(&self, curve: Vec<(u64, f64)>) -> Option<FinishedTrial> {
+        let outcome = match &self.status {
+            TrialStatus::Queued | TrialStatus::Running { .. } => return None,
+            TrialStatus::Failed {
+                interrupted: true, ..
+            } => return None,
+            TrialStatus::Complete { value, .. } if value.is_finite() => {
+                Outcome::Complete { value: *value }
+            }
+            TrialStatus::Complete { .. } | TrialStatus::Failed { .. } => Outcome::Failed,
+            TrialStatus::Pruned { value, step, .. } => Outcome::Pruned {
+                value: value.or_else(|| curve.last().map(|c| c.1)),
+                step: step.or_else(|| curve.last().map(|c| c.0)),
+            },
+        };
+        Some(FinishedTrial {
+            number: self.number,
+            params: self.params.clone(),
+            outcome,
+            curve,
+        })
+    }
+
+    /// The JSON object of the CLI contract (`docs/cli.md`).
+    pub fn to_json(&self) -> serde_json::Value {
+        let rfc = |t: Option<SystemTime>| {
+            t.map(|t| {
+                chrono::DateTime::<chrono::Utc>::from(t)
+                    .to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+            })
+        };
+        let duration_s = match (self.status.started(), self.status.finished()) {
+            (Some(a), Some(b)) => b.duration_since(a).ok().map(|d| d.as_secs_f64()),
+            _ => None,
+        };
+        serde_json::json!({
+            "number": self.number.0,
+            "state": self.state().as_str(),
+            "value": self.value(),
+            "params": self.params,
+            "metrics": self.metrics,
+            "started_at": rfc(self.status.started()),
+            "finished_at": rfc(self.status.finished()),
+            "duration_s": duration_s,
+            "error": self.status.error(),
+        })
     }
 }
