@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use crate::cli::OverheadArgs;
 use crate::space::{ParamValue, Params, Space};
-use crate::storage::{Claim, SqliteStorage};
-use crate::trial::{Direction, Report, TrialState};
+use crate::storage::{ClaimRequest, NewStudy, SqliteStorage, Storage};
+use crate::trial::{Direction, Report, Ran, TrialStatus};
 
 fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
@@ -198,12 +198,15 @@ fn fill_query_study(path: &Path, n: u64) -> anyhow::Result<()> {
            batch_size = { type = "int", low = 16, high = 512, log = true }"#,
     )?;
     let space = Space::from_toml(&space_t)?;
-    let row = s.create_or_load_study("big", Direction::Minimize, "val_loss", None, None)?;
+    let row = s.create_or_load_study(&NewStudy {
+        name: "big",
+        direction: Direction::Minimize,
+        metric: "val_loss",
+        file: None,
+        source: None,
+    })?;
     let w = s.register_worker(&row, &["cpu".into()])?;
     for i in 0..n {
-        let Claim::New { trial_id, .. } = s.claim_trial(&row, w, None, 0, "cpu")? else {
-            anyhow::bail!("expected a new trial");
-        };
         let mut p = Params::new();
         p.insert(
             "lr".into(),
@@ -214,7 +217,20 @@ fn fill_query_study(path: &Path, n: u64) -> anyhow::Result<()> {
             ParamValue::Str(["sgd", "adam", "adamw"][(i % 3) as usize].into()),
         );
         p.insert("batch_size".into(), ParamValue::Int(16 + (i % 400) as i64));
-        s.set_params(trial_id, &space, &p)?;
+        // Queued with its params, then claimed: a claim of a queued trial proposes nothing, so
+        // filling the study stays linear in its size.
+        s.enqueue(&row, &space, &p)?;
+        let req = ClaimRequest {
+            worker: w,
+            budget: None,
+            slot: 0,
+            device: "cpu",
+            space: &space,
+        };
+        let Some(trial) = s.claim(&row, &req, &mut |_, _| p.clone())? else {
+            anyhow::bail!("expected a trial");
+        };
+        let trial_id = trial.id;
         let v = 1.0 / (1.0 + (i % 1013) as f64);
         for step in 0..3u64 {
             let mut m = std::collections::BTreeMap::new();
@@ -230,13 +246,11 @@ fn fill_query_study(path: &Path, n: u64) -> anyhow::Result<()> {
         }
         s.finish_trial(
             trial_id,
-            TrialState::Complete,
-            Some(v),
-            None,
-            None,
+            &TrialStatus::Complete {
+                value: v,
+                ran: Ran::default(),
+            },
             &[],
-            None,
-            false,
         )?;
     }
     let _ = Duration::ZERO;

@@ -8,6 +8,7 @@ pub mod bench_pruning;
 pub mod cli;
 pub mod commands;
 pub mod devices;
+pub mod engine;
 pub mod pruner;
 pub mod runner;
 pub mod sampler;

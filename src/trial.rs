@@ -118,6 +118,10 @@ impl TrialState {
     }
 }
 
+/// The metric key that marks a trial's final report (`"final": true`): its objective is the
+/// trial's value, and it is stored but never judged by a pruner.
+pub const FINAL_KEY: &str = "final";
+
 /// One intermediate report: a step and its metrics (the objective among them, usually).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -271,6 +275,14 @@ impl TrialStatus {
         }
     }
 
+    /// Why it failed, in one line (without its standard error's tail).
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            TrialStatus::Failed { reason, .. } => Some(reason),
+            _ => None,
+        }
+    }
+
     /// Why it failed, with the last lines of its standard error when there are any.
     pub fn error(&self) -> Option<String> {
         match self {
@@ -387,7 +399,7 @@ impl Trial {
             "started_at": rfc(self.status.started()),
             "finished_at": rfc(self.status.finished()),
             "duration_s": duration_s,
-            "error": self.status.error(),
+            "error": self.status.reason(),
         })
     }
 }

@@ -11,10 +11,12 @@ use serde_json::{Value, json};
 
 use super::bad;
 use crate::cli::AskTellArgs;
-use crate::sampler::{AskContext, Sampler, SamplerKind};
-use crate::space::{Params, Space};
-use crate::storage::{Claim, SqliteStorage, StudyRow, WorkerId};
-use crate::trial::{Direction, FinishedTrial, Outcome, TrialNumber, TrialState};
+use crate::engine::{Engine, EngineSpec, Finish};
+use crate::pruner::PrunerConfig;
+use crate::sampler::SamplerKind;
+use crate::space::Space;
+use crate::storage::{MemoryStorage, SqliteStorage, Storage};
+use crate::trial::{Direction, TrialId, TrialState};
 
 /// Reads the `[space]` table of a file (or a file that is only the table's keys).
 pub fn read_space(path: &Path) -> anyhow::Result<Space> {
@@ -35,62 +37,80 @@ pub fn read_space(path: &Path) -> anyhow::Result<Space> {
     Space::from_toml(&table).map_err(|e| bad(format!("{}: key `space`: {e}", path.display())))
 }
 
-/// The ask/tell state machine, separate from I/O so that it can be tested line by line.
+/// The ask/tell protocol over the one [`Engine`], separate from I/O so that it can be tested
+/// line by line. Without a database the engine keeps the exchange in memory.
 pub struct AskTell {
-    space: Space,
-    direction: Direction,
-    seed: u64,
-    sampler: Box<dyn Sampler>,
-    history: Vec<FinishedTrial>,
-    pending: BTreeMap<u64, (Params, Option<i64>)>,
-    next: u64,
-    db: Option<(SqliteStorage, StudyRow, WorkerId)>,
+    engine: Engine,
+    /// Trials asked and not told yet.
+    pending: BTreeMap<u64, TrialId>,
 }
 
+/// The study name ask-tell uses in memory.
+const IN_MEMORY: &str = "ask-tell";
+
 impl AskTell {
-    pub fn new(space: Space, kind: SamplerKind, seed: u64, direction: Direction) -> AskTell {
-        AskTell {
-            space,
+    /// A session on `storage`, as study `name` (resuming its history when it exists).
+    pub fn open(
+        storage: Box<dyn Storage>,
+        name: &str,
+        space: Space,
+        kind: SamplerKind,
+        seed: u64,
+        direction: Direction,
+    ) -> anyhow::Result<AskTell> {
+        let pruner = PrunerConfig::None;
+        let spec = EngineSpec {
+            name,
+            metric: "value",
             direction,
+            space: &space,
             seed,
-            sampler: crate::sampler::build(kind),
-            history: Vec::new(),
+            budget: None,
+            heartbeat_grace: std::time::Duration::from_secs(60),
+            pruner: &pruner,
+            file: None,
+            source: None,
+            slots: &["cpu".to_string()],
+            enqueue: &[],
+        };
+        let engine = Engine::open(
+            storage,
+            &spec,
+            crate::sampler::build(kind),
+            crate::pruner::build(&pruner),
+        )?;
+        Ok(AskTell {
+            engine,
             pending: BTreeMap::new(),
-            next: 0,
-            db: None,
-        }
+        })
     }
 
-    /// Records the exchange in a database as study `name` (resuming its history).
-    pub fn with_db(mut self, mut storage: SqliteStorage, name: &str) -> anyhow::Result<AskTell> {
-        let row = storage.create_or_load_study(name, self.direction, "value", None, None)?;
-        let worker = storage.register_worker(&row, &["cpu".to_string()])?;
-        let (history, _) = storage.history(&row, &self.space)?;
-        self.history = history;
-        self.db = Some((storage, row, worker));
-        Ok(self)
+    /// A session that keeps nothing once it ends.
+    pub fn new(space: Space, kind: SamplerKind, seed: u64, direction: Direction) -> AskTell {
+        // Memory storage never fails, so neither does opening a study in it.
+        Self::open(
+            Box::new(MemoryStorage::new()),
+            IN_MEMORY,
+            space,
+            kind,
+            seed,
+            direction,
+        )
+        .expect("a study in memory always opens")
     }
 
     /// Input ended: trials asked but never told are recorded as interrupted, like those of a
     /// stopped `tune run`, so that they do not stay `running` in the database forever and
     /// their params are queued for the next session on the study.
     pub fn end(&mut self) -> anyhow::Result<()> {
-        let pending = std::mem::take(&mut self.pending);
-        if let Some((storage, _, _)) = &mut self.db {
-            for (_, id) in pending.into_values() {
-                if let Some(id) = id {
-                    storage.finish_trial(
-                        id,
-                        TrialState::Failed,
-                        None,
-                        Some("interrupted: ask-tell ended before this trial was told"),
-                        None,
-                        &[],
-                        None,
-                        true,
-                    )?;
-                }
-            }
+        for id in std::mem::take(&mut self.pending).into_values() {
+            self.engine.finish(
+                id,
+                Finish::Interrupted {
+                    reason: "interrupted: ask-tell ended before this trial was told".into(),
+                },
+                &[],
+            )?;
         }
         Ok(())
     }
@@ -125,50 +145,11 @@ impl AskTell {
     }
 
     fn ask(&mut self) -> anyhow::Result<Value> {
-        let pending: Vec<Params> = self.pending.values().map(|(p, _)| p.clone()).collect();
-        // Held until the params are stored, as in the scheduler (`SqliteStorage::ask_lock`).
-        let _ask_lock = match &self.db {
-            Some((storage, _, _)) => Some(storage.ask_lock()?),
-            None => None,
+        let Some(trial) = self.engine.ask(0, "cpu")? else {
+            anyhow::bail!("no trial available");
         };
-        let (number, trial_id, queued) = match &mut self.db {
-            Some((storage, row, worker)) => {
-                match storage.claim_trial(row, *worker, None, 0, "cpu")? {
-                    Claim::New { trial_id, number } => (number.0, Some(trial_id), None),
-                    Claim::Queued {
-                        trial_id,
-                        number,
-                        params,
-                    } => (number.0, Some(trial_id), Some(params)),
-                    Claim::Full => anyhow::bail!("no trial available"),
-                }
-            }
-            None => {
-                let n = self.next;
-                self.next += 1;
-                (n, None, None)
-            }
-        };
-        let params = match queued {
-            Some(p) => p,
-            None => {
-                let ctx = AskContext {
-                    space: &self.space,
-                    direction: self.direction,
-                    history: &self.history,
-                    pending: &pending,
-                    trial_number: TrialNumber(number),
-                    seed: self.seed,
-                };
-                let p = self.sampler.ask(&ctx);
-                if let (Some((storage, _, _)), Some(id)) = (&mut self.db, trial_id) {
-                    storage.set_params(id, &self.space, &p)?;
-                }
-                p
-            }
-        };
-        self.pending.insert(number, (params.clone(), trial_id));
-        Ok(json!({ "trial": number, "params": params }))
+        self.pending.insert(trial.number.0, trial.id);
+        Ok(json!({ "trial": trial.number.0, "params": trial.params }))
     }
 
     fn tell(&mut self, t: &Value) -> Result<Value, String> {
@@ -203,33 +184,30 @@ impl AskTell {
         if state == TrialState::Complete && value.is_none() {
             return Err("a complete trial needs a `value`".into());
         }
-        if !self.pending.contains_key(&number) {
-            let told = self.history.iter().any(|h| h.number.0 == number);
+        let Some(id) = self.pending.remove(&number) else {
+            let told = self
+                .engine
+                .storage()
+                .trial(self.engine.study(), number)
+                .map_err(|e| format!("storage: {e}"))?
+                .is_some_and(|t| t.state().is_finished());
             return Err(if told {
                 format!("trial {number} was already told")
             } else {
                 format!("unknown trial {number}: it was never asked")
             });
-        }
-        let (params, trial_id) = self.pending.remove(&number).ok_or("unknown trial")?;
-        let outcome = match state {
-            TrialState::Complete => Outcome::Complete {
-                value: value.unwrap_or(f64::NAN),
-            },
-            TrialState::Pruned => Outcome::Pruned { value, step: None },
-            _ => Outcome::Failed,
         };
-        if let (Some((storage, _, _)), Some(id)) = (&mut self.db, trial_id) {
-            storage
-                .finish_trial(id, state, value, None, None, &[], None, false)
-                .map_err(|e| format!("storage: {e}"))?;
-        }
-        self.history.push(FinishedTrial {
-            number: TrialNumber(number),
-            params,
-            outcome,
-            curve: Vec::new(),
-        });
+        let finish = match (state, value) {
+            (TrialState::Pruned, value) => Finish::Pruned { value },
+            (TrialState::Complete, Some(v)) => Finish::Value(v),
+            _ => Finish::Failed {
+                reason: "told as failed".into(),
+                log_tail: None,
+            },
+        };
+        self.engine
+            .finish(id, finish, &[])
+            .map_err(|e| format!("storage: {e}"))?;
         Ok(json!({ "ok": true }))
     }
 }
@@ -252,12 +230,18 @@ pub fn ask_tell(args: &AskTellArgs, db: Option<&Path>) -> anyhow::Result<ExitCod
             )));
         }
     };
-    let mut at = AskTell::new(space, kind, args.seed, direction);
-    match (db, &args.study) {
-        (Some(path), Some(name)) => at = at.with_db(SqliteStorage::open(path)?, name)?,
+    let mut at = match (db, &args.study) {
+        (Some(path), Some(name)) => AskTell::open(
+            Box::new(SqliteStorage::open(path)?),
+            name,
+            space,
+            kind,
+            args.seed,
+            direction,
+        )?,
         (None, Some(_)) => return Err(bad("--study needs --db PATH (or TUNE_DB)")),
-        _ => {}
-    }
+        _ => AskTell::new(space, kind, args.seed, direction),
+    };
     let stdin = std::io::stdin();
     let mut out = std::io::stdout().lock();
     for line in stdin.lock().lines() {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use super::{bad, load_study};
 use crate::cli::EnqueueArgs;
 use crate::space::{ParamValue, Params};
-use crate::storage::SqliteStorage;
+use crate::storage::{NewStudy, SqliteStorage, Storage};
 
 pub fn enqueue(args: &EnqueueArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
     let study = load_study(&args.study, db)?;
@@ -33,13 +33,13 @@ pub fn enqueue(args: &EnqueueArgs, db: Option<&Path>) -> anyhow::Result<ExitCode
         .map_err(|e| bad(format!("--params: {e}")))?;
     let mut storage = SqliteStorage::open(&study.storage)?;
     let row = storage
-        .create_or_load_study(
-            &study.name,
-            study.direction,
-            &study.metric,
-            Some(&study.file),
-            Some(&study.source),
-        )
+        .create_or_load_study(&NewStudy {
+            name: &study.name,
+            direction: study.direction,
+            metric: &study.metric,
+            file: Some(&study.file),
+            source: Some(&study.source),
+        })
         .map_err(|e| super::storage_error(&study.file, e))?;
     let n = storage.enqueue(&row, &study.space, &params)?;
     println!("queued trial {n} in study `{}`", study.name);

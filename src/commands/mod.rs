@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use crate::cli::StudyRef;
 use crate::spec::{self, Overrides};
-use crate::storage::{SqliteStorage, StorageError, StudyRow};
+use crate::storage::{SqliteStorage, Storage, StorageError, StudyRow};
 use crate::study::Study;
 
 /// Bad input from the user (a study file, a flag, a space): exit status 2.

@@ -11,8 +11,8 @@ use super::{bad, fmt_params, fmt_value, open_study};
 use crate::cli::{
     BestArgs, Format, ListFormat, ShowArgs, SortKey, StateFilter, StudiesArgs, StudyRef, TrialsArgs,
 };
-use crate::storage::{StudyRow, TrialRow, to_rfc3339};
-use crate::trial::TrialState;
+use crate::storage::{Storage, StudyRow};
+use crate::trial::{Trial, TrialState, TrialStatus};
 
 fn table() -> Table {
     Table::new()
@@ -68,9 +68,9 @@ pub fn studies(args: &StudiesArgs, db: Option<&Path>) -> anyhow::Result<ExitCode
 }
 
 /// Orders by value in the study's direction, trials without a finite value last.
-fn by_value(study: &StudyRow, a: &TrialRow, b: &TrialRow) -> Ordering {
-    let key = |t: &TrialRow| {
-        t.value
+fn by_value(study: &StudyRow, a: &Trial, b: &Trial) -> Ordering {
+    let key = |t: &Trial| {
+        t.value()
             .filter(|v| v.is_finite())
             .map(|v| study.direction.loss(v))
     };
@@ -103,10 +103,10 @@ pub fn trials(args: &TrialsArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> 
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_trials(rows: &[TrialRow], format: Format) -> anyhow::Result<()> {
+fn print_trials(rows: &[Trial], format: Format) -> anyhow::Result<()> {
     match format {
         Format::Json => {
-            let v: Vec<_> = rows.iter().map(TrialRow::to_json).collect();
+            let v: Vec<_> = rows.iter().map(Trial::to_json).collect();
             print_json(&serde_json::Value::Array(v))?;
         }
         Format::Csv => {
@@ -129,20 +129,19 @@ fn print_trials(rows: &[TrialRow], format: Format) -> anyhow::Result<()> {
             header.extend(metrics.iter().map(|m| format!("metrics.{m}")));
             w.write_record(&header)?;
             for r in rows {
+                let j = r.to_json();
+                let text = |k: &str| j[k].as_str().unwrap_or_default().to_string();
                 let mut rec = vec![
                     r.number.to_string(),
-                    r.state.as_str().to_string(),
-                    r.value.map(|v| v.to_string()).unwrap_or_default(),
-                    r.started_at
-                        .as_deref()
-                        .and_then(to_rfc3339)
+                    r.state().as_str().to_string(),
+                    r.value().map(|v| v.to_string()).unwrap_or_default(),
+                    text("started_at"),
+                    text("finished_at"),
+                    j["duration_s"]
+                        .as_f64()
+                        .map(|v| format!("{v:.3}"))
                         .unwrap_or_default(),
-                    r.finished_at
-                        .as_deref()
-                        .and_then(to_rfc3339)
-                        .unwrap_or_default(),
-                    r.duration_s.map(|v| format!("{v:.3}")).unwrap_or_default(),
-                    r.error.clone().unwrap_or_default(),
+                    r.status.reason().unwrap_or_default().to_string(),
                 ];
                 rec.extend(
                     params
@@ -164,14 +163,14 @@ fn print_trials(rows: &[TrialRow], format: Format) -> anyhow::Result<()> {
             for r in rows {
                 t.add_row([
                     r.number.to_string(),
-                    r.state.as_str().to_string(),
-                    fmt_value(r.value),
-                    r.duration_s
+                    r.state().as_str().to_string(),
+                    fmt_value(r.value()),
+                    duration_s(r)
                         .map(|d| format!("{d:.1}s"))
                         .unwrap_or_else(|| "-".into()),
                     fmt_params(&r.params),
-                    r.error
-                        .as_deref()
+                    r.status
+                        .reason()
                         .map(|e| e.lines().next().unwrap_or("").chars().take(60).collect())
                         .unwrap_or_default(),
                 ]);
@@ -180,6 +179,11 @@ fn print_trials(rows: &[TrialRow], format: Format) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// How long a finished trial ran, in seconds.
+fn duration_s(t: &Trial) -> Option<f64> {
+    t.to_json()["duration_s"].as_f64()
 }
 
 pub fn best(args: &BestArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
@@ -200,7 +204,7 @@ pub fn best(args: &BestArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
                 row.number,
                 study.name,
                 study.metric,
-                fmt_value(row.value)
+                fmt_value(row.value())
             );
             let mut t = table();
             t.set_header(["param", "value"]);
@@ -232,7 +236,7 @@ pub fn show(args: &ShowArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
     let row = storage
         .trial(&study, number)?
         .ok_or_else(|| bad(format!("study `{}` has no trial {number}", study.name)))?;
-    let reports = storage.trial_reports(row.trial_id)?;
+    let reports = storage.trial_reports(row.id)?;
     match args.format {
         ListFormat::Json => {
             let mut v = row.to_json();
@@ -241,16 +245,26 @@ pub fn show(args: &ShowArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
                     "reports".into(),
                     reports
                         .iter()
-                        .map(|(r, fin, at)| {
-                            serde_json::json!({"step": r.step, "final": fin, "metrics": r.metrics, "at": to_rfc3339(at)})
+                        .map(|r| {
+                            let at = r.at.map(|t| {
+                                chrono::DateTime::<chrono::Utc>::from(t)
+                                    .to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+                            });
+                            serde_json::json!({"step": r.report.step, "final": r.is_final, "metrics": r.report.metrics, "at": at})
                         })
                         .collect(),
                 );
                 m.insert("logs".into(), serde_json::json!(row.logs));
                 m.insert("trial_dir".into(), serde_json::json!(row.trial_dir));
-                m.insert("device".into(), serde_json::json!(row.device));
-                m.insert("log_tail".into(), serde_json::json!(row.log_tail));
-                m.insert("pruned_step".into(), serde_json::json!(row.pruned_step));
+                let (log_tail, pruned_step) = match &row.status {
+                    TrialStatus::Failed { log_tail, .. } => (log_tail.clone(), None),
+                    TrialStatus::Pruned { step, .. } => (None, *step),
+                    _ => (None, None),
+                };
+                let device = row.status.placement().and_then(|p| p.device.clone());
+                m.insert("device".into(), serde_json::json!(device));
+                m.insert("log_tail".into(), serde_json::json!(log_tail));
+                m.insert("pruned_step".into(), serde_json::json!(pruned_step));
             }
             print_json(&v)?;
         }
@@ -259,14 +273,14 @@ pub fn show(args: &ShowArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
                 "trial {} of `{}`: {}, {} = {}, {}",
                 row.number,
                 study.name,
-                row.state.as_str(),
+                row.state().as_str(),
                 study.metric,
-                fmt_value(row.value),
-                row.duration_s
+                fmt_value(row.value()),
+                duration_s(&row)
                     .map(|d| format!("{d:.1}s"))
                     .unwrap_or_else(|| "-".into())
             );
-            if let Some(d) = &row.device {
+            if let Some(d) = row.status.placement().and_then(|p| p.device.as_ref()) {
                 println!("device: {d}");
             }
             let mut t = table();
@@ -278,14 +292,15 @@ pub fn show(args: &ShowArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
             if !reports.is_empty() {
                 let keys: BTreeSet<&String> = reports
                     .iter()
-                    .flat_map(|(r, _, _)| r.metrics.keys())
+                    .flat_map(|r| r.report.metrics.keys())
                     .collect();
                 let mut t = table();
                 let mut h = vec!["step".to_string()];
                 h.extend(keys.iter().map(|k| k.to_string()));
                 t.set_header(h);
-                for (r, fin, _) in &reports {
-                    let mut row = vec![if *fin {
+                for stored in &reports {
+                    let r = &stored.report;
+                    let mut row = vec![if stored.is_final {
                         format!("{} (final)", r.step)
                     } else {
                         r.step.to_string()
@@ -295,14 +310,17 @@ pub fn show(args: &ShowArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
                 }
                 println!("{t}");
             }
-            if let Some(e) = &row.error {
-                println!("error: {e}");
-            }
-            if let Some(tail) = &row.log_tail {
-                println!("last lines of standard error:\n{tail}");
+            if let TrialStatus::Failed {
+                reason, log_tail, ..
+            } = &row.status
+            {
+                println!("error: {reason}");
+                if let Some(tail) = log_tail {
+                    println!("last lines of standard error:\n{tail}");
+                }
             }
             for l in &row.logs {
-                println!("log: {l}");
+                println!("log: {}", l.display());
             }
         }
     }

@@ -38,7 +38,9 @@ async fn run_async(study: crate::study::Study, ui: bool) -> anyhow::Result<ExitC
     let direction = study.direction;
     let metric = study.metric.clone();
     let file = study.file.clone();
-    let scheduler = Scheduler::open(study, sampler, pruner, runner, etx)
+    let storage = crate::storage::SqliteStorage::open(&study.storage)
+        .map_err(|e| super::storage_error(&file, e))?;
+    let scheduler = Scheduler::open(study, Box::new(storage), sampler, pruner, runner, etx)
         .map_err(|e| super::storage_error(&file, e))?;
 
     // Ctrl-C (or SIGTERM) once: stop asking for trials and let the running ones finish;

@@ -20,8 +20,7 @@ use crate::trial::Report;
 /// How many lines of standard error are kept for the trial's record.
 const TAIL_LINES: usize = 20;
 
-/// The metric key that marks a report as the final one (`"final": true` on the wire).
-pub const FINAL_KEY: &str = "final";
+pub use crate::trial::FINAL_KEY;
 
 pub struct CommandRunner {
     spec: CommandSpec,

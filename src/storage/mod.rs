@@ -6,14 +6,277 @@
 //! waiting happens where the timeout applies and no "database is locked" reaches the user, and
 //! trial numbers are given out inside such a transaction, exactly once each.
 
+pub mod host;
+mod memory;
 mod sqlite;
+#[cfg(test)]
+mod conformance;
 #[cfg(test)]
 pub(crate) use sqlite::fixtures as sqlite_fixtures;
 pub mod watch;
 
-pub use sqlite::{Claim, SqliteStorage, StudyRow, StudySummary, TrialRow, WorkerId};
+pub use memory::MemoryStorage;
+pub use sqlite::SqliteStorage;
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use crate::space::{Params, Space};
+use crate::trial::{
+    Direction, FinishedTrial, Report, Trial, TrialId, TrialNumber, TrialState, TrialStatus,
+    WorkerId,
+};
+
+/// A study as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StudyRow {
+    pub id: i64,
+    pub name: String,
+    pub direction: Direction,
+    pub metric: String,
+}
+
+/// A study to create, or to load when it exists with the same direction and metric.
+#[derive(Debug, Clone, Copy)]
+pub struct NewStudy<'a> {
+    pub name: &'a str,
+    pub direction: Direction,
+    pub metric: &'a str,
+    /// The study file and its text, kept with the study so a database says how it was made.
+    pub file: Option<&'a Path>,
+    pub source: Option<&'a str>,
+}
+
+/// A study with its counts, for `tune studies`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct StudySummary {
+    pub name: String,
+    pub direction: Direction,
+    pub metric: String,
+    pub trials: u64,
+    pub queued: u64,
+    pub running: u64,
+    pub complete: u64,
+    pub pruned: u64,
+    pub failed: u64,
+    pub best_value: Option<f64>,
+    pub best_trial: Option<u64>,
+}
+
+/// What samplers learn from: the finished trials (interrupted ones left out: their reruns
+/// stand for them) and the params of the running and queued ones (pending).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct History {
+    pub finished: Vec<FinishedTrial>,
+    pub pending: Vec<Params>,
+}
+
+/// A worker's request for its next trial.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimRequest<'a> {
+    pub worker: WorkerId,
+    /// The study's trial budget: trials that ended on their own plus running ones.
+    pub budget: Option<u64>,
+    pub slot: usize,
+    pub device: &'a str,
+    /// The space the proposer works in (stored params are filtered to it).
+    pub space: &'a Space,
+}
+
+/// Proposes the params of a new trial from the study's history (the sampler, in the engine).
+pub type Propose<'a> = dyn FnMut(&History, TrialNumber) -> Params + 'a;
+
+/// One stored report, with whether it was the final one and when it arrived.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredReport {
+    pub report: Report,
+    pub is_final: bool,
+    pub at: Option<SystemTime>,
+}
+
+/// The seam between the engine (and the query commands) and a database. Every method is one
+/// transaction; several processes, on one machine or several, may share one study, so each
+/// write that hands something out (a trial number, a queued trial) hands it out exactly once.
+pub trait Storage: Send {
+    /// Where the study lives, for messages (a path; a server URL without its password).
+    fn location(&self) -> String;
+
+    fn find_study(&self, name: &str) -> Result<Option<StudyRow>, StorageError>;
+
+    /// The study named `name`, or [`StorageError::NoStudy`].
+    fn study(&self, name: &str) -> Result<StudyRow, StorageError> {
+        self.find_study(name)?.ok_or_else(|| StorageError::NoStudy {
+            path: PathBuf::from(self.location()),
+            name: name.to_string(),
+        })
+    }
+
+    /// Creates the study, or loads it when it exists with the same direction and metric
+    /// (a different one is a [`StorageError::Conflict`]).
+    fn create_or_load_study(&mut self, new: &NewStudy<'_>) -> Result<StudyRow, StorageError>;
+
+    fn list_studies(&self) -> Result<Vec<StudySummary>, StorageError>;
+
+    /// Records a process that runs trials of the study, with the devices of its slots.
+    fn register_worker(
+        &mut self,
+        study: &StudyRow,
+        devices: &[String],
+    ) -> Result<WorkerId, StorageError>;
+
+    /// Stamps the worker and each of its running trials.
+    fn heartbeat(&mut self, worker: WorkerId, trials: &[TrialId]) -> Result<(), StorageError>;
+
+    /// Marks running trials whose owner is gone (no heartbeat for `grace`, or a dead
+    /// process on this machine) as failed, interrupted, and queues their params again.
+    /// Returns the numbers of the trials it recovered.
+    fn recover_interrupted(
+        &mut self,
+        study: &StudyRow,
+        grace: Duration,
+    ) -> Result<Vec<u64>, StorageError>;
+
+    /// Gives the worker its next trial, running: a queued one first, else a new number while
+    /// the budget allows, whose params `propose` makes from the history. At most one process
+    /// proposes for a study at a time, so two asking at once never propose the same point:
+    /// the second sees the first's proposal as pending. `None` when the budget is taken.
+    fn claim(
+        &mut self,
+        study: &StudyRow,
+        req: &ClaimRequest<'_>,
+        propose: &mut Propose<'_>,
+    ) -> Result<Option<Trial>, StorageError>;
+
+    /// Records the directory a running trial logs to.
+    fn set_trial_dir(&mut self, trial: TrialId, dir: &Path) -> Result<(), StorageError>;
+
+    /// Queues a trial with fixed params (`tune enqueue`, `[[enqueue]]`).
+    fn enqueue(
+        &mut self,
+        study: &StudyRow,
+        space: &Space,
+        params: &Params,
+    ) -> Result<TrialNumber, StorageError>;
+
+    /// Whether `params` were already enqueued in this study (so `[[enqueue]]` entries are
+    /// queued once, not on every resume).
+    fn has_fixed_params(&self, study: &StudyRow, params: &Params) -> Result<bool, StorageError>;
+
+    /// Stores report number `seq` of a trial: every metric, and Optuna's intermediate value
+    /// when it carries the objective `metric` and is not the final report.
+    fn add_report(
+        &mut self,
+        trial: TrialId,
+        seq: u64,
+        report: &Report,
+        is_final: bool,
+        metric: &str,
+    ) -> Result<(), StorageError>;
+
+    /// Ends a trial with a finished `status` (its `ran` is filled in by storage) and the log
+    /// files it wrote. An interrupted trial's params are queued again.
+    fn finish_trial(
+        &mut self,
+        trial: TrialId,
+        status: &TrialStatus,
+        logs: &[PathBuf],
+    ) -> Result<(), StorageError>;
+
+    /// What samplers learn from, with params filtered to `space`.
+    fn history(&self, study: &StudyRow, space: &Space) -> Result<History, StorageError>;
+
+    /// Every non-final report of every trial of the study, by trial number (for pruners).
+    fn reports(&self, study: &StudyRow) -> Result<BTreeMap<u64, Vec<Report>>, StorageError>;
+
+    /// The reports of one trial, in order.
+    fn trial_reports(&self, trial: TrialId) -> Result<Vec<StoredReport>, StorageError>;
+
+    /// The trials of a study in number order, optionally of one state.
+    fn trials(
+        &self,
+        study: &StudyRow,
+        state: Option<TrialState>,
+    ) -> Result<Vec<Trial>, StorageError>;
+
+    /// One trial by number.
+    fn trial(&self, study: &StudyRow, number: u64) -> Result<Option<Trial>, StorageError>;
+
+    /// How many trials ended on their own (the budget's count).
+    fn counted(&self, study: &StudyRow) -> Result<u64, StorageError>;
+
+    /// The number of trials of the study in `state`.
+    fn count_state(&self, study: &StudyRow, state: TrialState) -> Result<u64, StorageError>;
+
+    /// The best complete trial's number and value (finite values only; the lower number
+    /// wins a tie).
+    fn best(&self, study: &StudyRow) -> Result<Option<(u64, f64)>, StorageError>;
+}
+
+/// A report's metrics back from their stored JSON. A non-finite metric is stored as `null`
+/// (JSON has no NaN) and reads back as NaN; without this one NaN would lose them all.
+pub(crate) fn metrics_from_json(json: &str) -> BTreeMap<String, f64> {
+    serde_json::from_str::<BTreeMap<String, Option<f64>>>(json)
+        .map(|m| {
+            m.into_iter()
+                .map(|(k, v)| (k, v.unwrap_or(f64::NAN)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Builds the samplers' [`History`] from a study's trials; `curve` gives the objective's
+/// intermediate values of a trial. The one place that decides what samplers learn from.
+pub(crate) fn history_of(
+    trials: Vec<Trial>,
+    space: &Space,
+    mut curve: impl FnMut(TrialId) -> Vec<(u64, f64)>,
+) -> History {
+    let mut h = History::default();
+    for mut t in trials {
+        t.params.retain(|k, _| space.get(k).is_some());
+        match t.status {
+            TrialStatus::Queued | TrialStatus::Running { .. } => {
+                if !t.params.is_empty() {
+                    h.pending.push(t.params);
+                }
+            }
+            _ => {
+                if let Some(f) = t.to_finished(curve(t.id)) {
+                    h.finished.push(f);
+                }
+            }
+        }
+    }
+    h
+}
+
+/// `existing` may be loaded for `new` only with the same direction and metric.
+pub(crate) fn check_same(
+    location: &str,
+    existing: StudyRow,
+    new: &NewStudy<'_>,
+) -> Result<StudyRow, StorageError> {
+    let conflict = |message: String| StorageError::Conflict {
+        path: PathBuf::from(location),
+        message,
+    };
+    if existing.direction != new.direction {
+        return Err(conflict(format!(
+            "study `{}` is stored with direction {}, but the study file says {}; use another `study.name`",
+            existing.name,
+            existing.direction.as_str(),
+            new.direction.as_str()
+        )));
+    }
+    if existing.metric != new.metric {
+        return Err(conflict(format!(
+            "study `{}` is stored with metric `{}`, but the study file says `{}`; use another `study.name`",
+            existing.name, existing.metric, new.metric
+        )));
+    }
+    Ok(existing)
+}
 
 /// A fault of storage. Unlike a failed trial, this stops a study (cleanly).
 #[derive(Debug, thiserror::Error)]

@@ -8,9 +8,17 @@ use rusqlite::{
     Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
 };
 
-use super::{StorageError, now_text, seconds_between, to_rfc3339};
+use super::host::{hostname, process_alive};
+use super::watch::parse_time;
+use super::{
+    ClaimRequest, History, NewStudy, Propose, Storage, StorageError, StoredReport, StudyRow,
+    StudySummary, now_text,
+};
 use crate::space::{ParamValue, Params, Space};
-use crate::trial::{Direction, FinishedTrial, Outcome, Report, TrialNumber, TrialState};
+use crate::trial::{
+    Direction, Placement, Ran, Report, Trial, TrialId, TrialNumber, TrialState, TrialStatus,
+    WorkerId,
+};
 
 /// The migrations, in order. `user_version` records how many were applied.
 const MIGRATIONS: &[&str] = &[
@@ -43,82 +51,10 @@ fn retry_while_busy<T>(mut f: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WorkerId(pub i64);
-
-/// A study as stored.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StudyRow {
-    pub id: i64,
-    pub name: String,
-    pub direction: Direction,
-    pub metric: String,
-}
-
-/// A study with its counts, for `tune studies`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct StudySummary {
-    pub name: String,
-    pub direction: Direction,
-    pub metric: String,
-    pub trials: u64,
-    pub queued: u64,
-    pub running: u64,
-    pub complete: u64,
-    pub pruned: u64,
-    pub failed: u64,
-    pub best_value: Option<f64>,
-    pub best_trial: Option<u64>,
-}
-
-/// One trial for the query commands.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TrialRow {
-    pub trial_id: i64,
-    pub number: u64,
-    pub state: TrialState,
-    pub value: Option<f64>,
-    pub params: Params,
-    /// The metrics of the last report.
-    pub metrics: BTreeMap<String, f64>,
-    pub started_at: Option<String>,
-    pub finished_at: Option<String>,
-    pub duration_s: Option<f64>,
-    pub error: Option<String>,
-    pub device: Option<String>,
-    pub trial_dir: Option<String>,
-    pub logs: Vec<String>,
-    pub log_tail: Option<String>,
-    pub pruned_step: Option<u64>,
-    pub interrupted: bool,
-}
-
-impl TrialRow {
-    /// The JSON object of `shared/spec/cli.md`.
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "number": self.number,
-            "state": self.state.as_str(),
-            "value": self.value,
-            "params": self.params,
-            "metrics": self.metrics,
-            "started_at": self.started_at.as_deref().and_then(to_rfc3339),
-            "finished_at": self.finished_at.as_deref().and_then(to_rfc3339),
-            "duration_s": self.duration_s,
-            "error": self.error,
-        })
-    }
-}
-
-/// What [`SqliteStorage::claim_trial`] gave this worker.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Claim {
+/// What [`SqliteStorage::claim_number`] gave a worker.
+enum Claim {
     /// A queued trial (enqueued, or the rerun of an interrupted one) with its params.
-    Queued {
-        trial_id: i64,
-        number: TrialNumber,
-        params: Params,
-    },
+    Queued { trial_id: i64 },
     /// A fresh trial number: the caller asks the sampler and stores the params.
     New { trial_id: i64, number: TrialNumber },
     /// The budget is taken by finished and running trials: nothing to start now.
@@ -126,7 +62,7 @@ pub enum Claim {
 }
 
 /// Held while a new trial is proposed; see [`SqliteStorage::ask_lock`].
-pub struct AskLock {
+struct AskLock {
     _guard: nix::fcntl::Flock<std::fs::File>,
 }
 
@@ -158,14 +94,9 @@ fn value_type(v: f64) -> &'static str {
     }
 }
 
-/// Decodes a stored param from Optuna's internal value and its distribution JSON, without the
-/// study file (so that queries work on any database).
-fn decode_param(internal: f64, distribution_json: &str) -> Option<ParamValue> {
-    let d: serde_json::Value = serde_json::from_str(distribution_json).ok()?;
-    decode_with(internal, &d)
-}
-
-/// [`decode_param`] with the distribution already parsed (a study has few distinct ones, so
+/// Decodes a stored param from Optuna's internal value and its parsed distribution, without
+/// the study file (so that queries work on any database); a study has few distinct
+/// distributions, so whole-study reads parse each once (a study has few distinct ones, so
 /// whole-study reads parse each once).
 fn decode_with(internal: f64, d: &serde_json::Value) -> Option<ParamValue> {
     match d.get("name")?.as_str()? {
@@ -352,9 +283,294 @@ impl SqliteStorage {
         Ok(out)
     }
 
-    // ----- studies -----
+    /// Serialises the proposal of new trials among the processes that share this database:
+    /// held from claiming a number to storing its params, so that a second process asking at
+    /// the same moment sees the first one's proposal as pending instead of proposing the same
+    /// point. A lock on a file beside the database (`flock`), released when the guard drops.
+    fn ask_lock(&self) -> Result<AskLock, StorageError> {
+        let mut name = self.path.as_os_str().to_owned();
+        name.push(".ask-lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(std::path::PathBuf::from(name))
+            .map_err(|e| StorageError::Conflict {
+                path: self.path.clone(),
+                message: format!("cannot open the ask lock beside the database: {e}"),
+            })?;
+        let guard = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).map_err(
+            |(_, e)| StorageError::Conflict {
+                path: self.path.clone(),
+                message: format!("cannot take the ask lock: {e}"),
+            },
+        )?;
+        Ok(AskLock { _guard: guard })
+    }
 
-    pub fn find_study(&self, name: &str) -> Result<Option<StudyRow>, StorageError> {
+    /// Gives this worker its next trial, inside one write transaction so that no number is
+    /// given out twice: a queued trial first, else a new number while the budget allows.
+    /// The budget counts trials that ended on their own plus running ones.
+    fn claim_number(
+        &mut self,
+        study: &StudyRow,
+        worker: WorkerId,
+        budget: Option<u64>,
+        slot: usize,
+        device: &str,
+    ) -> Result<Claim, StorageError> {
+        self.write(|tx| {
+            let taken: i64 = tx.query_row(
+                "SELECT COUNT(*) FROM trials t LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
+                 WHERE t.study_id = ?1 AND (t.state IN ('COMPLETE', 'PRUNED', 'RUNNING')
+                       OR (t.state = 'FAIL' AND COALESCE(x.interrupted, 0) = 0))",
+                [study.id],
+                |r| r.get(0),
+            )?;
+            if budget.is_some_and(|b| taken as u64 >= b) {
+                return Ok(Claim::Full);
+            }
+            let now = now_text();
+            let queued: Option<i64> = tx
+                .query_row(
+                    "SELECT trial_id FROM trials WHERE study_id = ?1 AND state = 'WAITING'
+                     ORDER BY number LIMIT 1",
+                    [study.id],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            let claim = if let Some(trial_id) = queued {
+                tx.execute(
+                    "UPDATE trials SET state = 'RUNNING', datetime_start = ?1 WHERE trial_id = ?2",
+                    params![now, trial_id],
+                )?;
+                Claim::Queued { trial_id }
+            } else {
+                let trial_id = insert_trial(tx, study.id, "RUNNING")?;
+                tx.execute(
+                    "UPDATE trials SET datetime_start = ?1 WHERE trial_id = ?2",
+                    params![now, trial_id],
+                )?;
+                let number: i64 = tx.query_row("SELECT number FROM trials WHERE trial_id = ?1", [trial_id], |r| r.get(0))?;
+                Claim::New {
+                    trial_id,
+                    number: TrialNumber(number as u64),
+                }
+            };
+            let trial_id = match &claim {
+                Claim::Queued { trial_id, .. } | Claim::New { trial_id, .. } => *trial_id,
+                Claim::Full => unreachable!("returned above"),
+            };
+            tx.execute(
+                "INSERT INTO tune_trials (trial_id, worker_id, slot, device) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (trial_id) DO UPDATE SET worker_id = excluded.worker_id, slot = excluded.slot,
+                    device = excluded.device",
+                params![trial_id, worker.0, slot as i64, device],
+            )?;
+            tx.execute(
+                "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?1, ?2)
+                 ON CONFLICT (trial_id) DO UPDATE SET heartbeat = excluded.heartbeat",
+                params![trial_id, now],
+            )?;
+            Ok(claim)
+        })
+    }
+
+    /// Stores a new trial's params (Optuna's internal representation and distribution).
+    fn set_params(
+        &mut self,
+        trial_id: i64,
+        space: &Space,
+        params: &Params,
+    ) -> Result<(), StorageError> {
+        self.write(|tx| insert_params(tx, trial_id, space, params))
+    }
+
+    /// The objective's intermediate values of every trial of the study, by trial id.
+    fn curves(&self, study: &StudyRow) -> Result<BTreeMap<i64, Vec<(u64, f64)>>, StorageError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT i.trial_id, i.step, i.intermediate_value, i.intermediate_value_type
+                 FROM trial_intermediate_values i JOIN trials t ON t.trial_id = i.trial_id
+                 WHERE t.study_id = ?1 ORDER BY i.trial_id, i.step",
+            )
+            .map_err(|e| self.err(e))?;
+        let mut out: BTreeMap<i64, Vec<(u64, f64)>> = BTreeMap::new();
+        let rows = stmt
+            .query_map([study.id], |r| {
+                let v: Option<f64> = r.get(2)?;
+                let ty: String = r.get(3)?;
+                let v = match ty.as_str() {
+                    "INF_POS" => f64::INFINITY,
+                    "INF_NEG" => f64::NEG_INFINITY,
+                    "NAN" => f64::NAN,
+                    _ => v.unwrap_or(f64::NAN),
+                };
+                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)? as u64, v))
+            })
+            .map_err(|e| self.err(e))?;
+        for row in rows {
+            let (id, step, v) = row.map_err(|e| self.err(e))?;
+            out.entry(id).or_default().push((step, v));
+        }
+        Ok(out)
+    }
+
+    fn query_trials(
+        &self,
+        study: &StudyRow,
+        state: Option<TrialState>,
+        number: Option<u64>,
+    ) -> Result<Vec<Trial>, StorageError> {
+        // A literal filter per case, so that a single trial is found through the
+        // (study_id, number) index instead of a scan (`?3 IS NULL OR …` defeats the planner).
+        let (f3, f2) = if number.is_some() {
+            ("AND t.number = ?3", "AND t.number = ?2")
+        } else {
+            ("AND ?3 IS NULL", "AND ?2 IS NULL")
+        };
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT t.trial_id, t.number, t.state, v.value, v.value_type, t.datetime_start, t.datetime_complete,
+                        x.error, x.device, x.trial_dir, x.logs_json, x.log_tail, x.pruned_step,
+                        COALESCE(x.interrupted, 0),
+                        (SELECT metrics_json FROM tune_reports r WHERE r.trial_id = t.trial_id ORDER BY seq DESC LIMIT 1),
+                        x.worker_id, x.slot, w.host
+                 FROM trials t
+                 LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0
+                 LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
+                 LEFT JOIN tune_workers w ON w.worker_id = x.worker_id
+                 WHERE t.study_id = ?1 AND (?2 IS NULL OR t.state = ?2) {f3}
+                 ORDER BY t.number"
+            ))
+            .map_err(|e| self.err(e))?;
+        let state_filter = state.map(|s| s.optuna());
+        let mut rows = stmt
+            .query_map(
+                params![study.id, state_filter, number.map(|n| n as i64)],
+                |r| {
+                    let state: String = r.get(2)?;
+                    let value: Option<f64> = r.get(3)?;
+                    let vtype: Option<String> = r.get(4)?;
+                    let start: Option<String> = r.get(5)?;
+                    let end: Option<String> = r.get(6)?;
+                    let error: Option<String> = r.get(7)?;
+                    let trial_dir: Option<String> = r.get(9)?;
+                    let logs: Option<String> = r.get(10)?;
+                    let metrics: Option<String> = r.get(14)?;
+                    let at = Placement {
+                        worker: r.get::<_, Option<i64>>(15)?.map(WorkerId),
+                        slot: r.get::<_, Option<i64>>(16)?.map(|s| s.max(0) as usize),
+                        device: r.get(8)?,
+                        host: r.get(17)?,
+                    };
+                    let row = StoredStatus {
+                        state: TrialState::from_optuna(&state).unwrap_or(TrialState::Failed),
+                        value: stored_value(value, vtype.as_deref()),
+                        error,
+                        log_tail: r.get(11)?,
+                        pruned_step: r.get::<_, Option<i64>>(12)?.map(|s| s.max(0) as u64),
+                        interrupted: r.get::<_, i64>(13)? != 0,
+                        at,
+                        started: start.as_deref().and_then(parse_time),
+                        finished: end.as_deref().and_then(parse_time),
+                    };
+                    Ok(Trial {
+                        id: TrialId(r.get(0)?),
+                        number: TrialNumber(r.get::<_, i64>(1)? as u64),
+                        params: Params::new(),
+                        status: row.into_status(),
+                        trial_dir: trial_dir.map(PathBuf::from),
+                        logs: logs
+                            .and_then(|l| serde_json::from_str::<Vec<PathBuf>>(&l).ok())
+                            .unwrap_or_default(),
+                        metrics: metrics
+                            .map(|m| super::metrics_from_json(&m))
+                            .unwrap_or_default(),
+                    })
+                },
+            )
+            .map_err(|e| self.err(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.err(e))?;
+        // Params in one pass over the study rather than one query per trial.
+        let mut pstmt = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT p.trial_id, p.param_name, p.param_value, p.distribution_json
+                 FROM trial_params p JOIN trials t ON t.trial_id = p.trial_id
+                 WHERE t.study_id = ?1 {f2}"
+            ))
+            .map_err(|e| self.err(e))?;
+        let mut by_id: std::collections::HashMap<i64, Params> = std::collections::HashMap::new();
+        let mut dists: std::collections::HashMap<String, serde_json::Value> =
+            std::collections::HashMap::new();
+        let prow = pstmt
+            .query_map(params![study.id, number.map(|n| n as i64)], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Option<f64>>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                ))
+            })
+            .map_err(|e| self.err(e))?;
+        for p in prow {
+            let (id, name, v, dist) = p.map_err(|e| self.err(e))?;
+            let text = dist.unwrap_or_default();
+            if !dists.contains_key(&text) {
+                let parsed = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+                dists.insert(text.clone(), parsed);
+            }
+            if let Some(val) = dists
+                .get(&text)
+                .and_then(|d| decode_with(v.unwrap_or(f64::NAN), d))
+            {
+                by_id.entry(id).or_default().insert(name, val);
+            }
+        }
+        for r in &mut rows {
+            if let Some(p) = by_id.remove(&r.id.0) {
+                r.params = p;
+            }
+        }
+        Ok(rows)
+    }
+
+    /// A trial by its row id (one indexed lookup of its number, then the usual read).
+    fn query_trial_by_id(
+        &self,
+        study: &StudyRow,
+        trial_id: i64,
+    ) -> Result<Option<Trial>, StorageError> {
+        let number: i64 = self
+            .conn
+            .query_row(
+                "SELECT number FROM trials WHERE trial_id = ?1",
+                [trial_id],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(self
+            .query_trials(study, None, Some(number as u64))?
+            .into_iter()
+            .next())
+    }
+
+    /// Direct access for read-only tools (`watch`) and tests.
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+impl Storage for SqliteStorage {
+    fn location(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn find_study(&self, name: &str) -> Result<Option<StudyRow>, StorageError> {
         self.conn
             .query_row(
                 "SELECT s.study_id, s.study_name, d.direction, COALESCE(t.metric, 'value')
@@ -381,7 +597,7 @@ impl SqliteStorage {
             .map_err(|e| self.err(e))
     }
 
-    pub fn study(&self, name: &str) -> Result<StudyRow, StorageError> {
+    fn study(&self, name: &str) -> Result<StudyRow, StorageError> {
         self.find_study(name)?.ok_or_else(|| StorageError::NoStudy {
             path: self.path.clone(),
             name: name.to_string(),
@@ -389,16 +605,16 @@ impl SqliteStorage {
     }
 
     /// Creates the study, or loads it when it exists with the same direction and metric.
-    pub fn create_or_load_study(
-        &mut self,
-        name: &str,
-        direction: Direction,
-        metric: &str,
-        study_file: Option<&Path>,
-        config_toml: Option<&str>,
-    ) -> Result<StudyRow, StorageError> {
+    fn create_or_load_study(&mut self, new: &NewStudy<'_>) -> Result<StudyRow, StorageError> {
+        let NewStudy {
+            name,
+            direction,
+            metric,
+            file: study_file,
+            source: config_toml,
+        } = *new;
         if let Some(s) = self.find_study(name)? {
-            return self.check_same(s, direction, metric);
+            return super::check_same(&self.location(), s, new);
         }
         let dir = match direction {
             Direction::Minimize => "MINIMIZE",
@@ -432,39 +648,10 @@ impl SqliteStorage {
         })?;
         let _ = res;
         let s = self.study(name)?;
-        self.check_same(s, direction, metric)
+        super::check_same(&self.location(), s, new)
     }
 
-    fn check_same(
-        &self,
-        s: StudyRow,
-        direction: Direction,
-        metric: &str,
-    ) -> Result<StudyRow, StorageError> {
-        if s.direction != direction {
-            return Err(StorageError::Conflict {
-                path: self.path.clone(),
-                message: format!(
-                    "study `{}` is stored with direction {}, but the study file says {}; use another `study.name`",
-                    s.name,
-                    s.direction.as_str(),
-                    direction.as_str()
-                ),
-            });
-        }
-        if s.metric != metric {
-            return Err(StorageError::Conflict {
-                path: self.path.clone(),
-                message: format!(
-                    "study `{}` is stored with metric `{}`, but the study file says `{metric}`; use another `study.name`",
-                    s.name, s.metric
-                ),
-            });
-        }
-        Ok(s)
-    }
-
-    pub fn list_studies(&self) -> Result<Vec<StudySummary>, StorageError> {
+    fn list_studies(&self) -> Result<Vec<StudySummary>, StorageError> {
         let mut stmt = self
             .conn
             .prepare(
@@ -519,7 +706,7 @@ impl SqliteStorage {
     }
 
     /// The best complete trial's number and value (finite values only).
-    pub fn best(&self, study: &StudyRow) -> Result<Option<(u64, f64)>, StorageError> {
+    fn best(&self, study: &StudyRow) -> Result<Option<(u64, f64)>, StorageError> {
         let order = match study.direction {
             Direction::Minimize => "ASC",
             Direction::Maximize => "DESC",
@@ -538,9 +725,7 @@ impl SqliteStorage {
             .map_err(|e| self.err(e))
     }
 
-    // ----- workers -----
-
-    pub fn register_worker(
+    fn register_worker(
         &mut self,
         study: &StudyRow,
         devices: &[String],
@@ -561,7 +746,7 @@ impl SqliteStorage {
     }
 
     /// Stamps the worker and each of its running trials (`trial_heartbeats`).
-    pub fn heartbeat(&mut self, worker: WorkerId, trial_ids: &[i64]) -> Result<(), StorageError> {
+    fn heartbeat(&mut self, worker: WorkerId, trial_ids: &[TrialId]) -> Result<(), StorageError> {
         self.write(|tx| {
             let now = now_text();
             tx.execute(
@@ -572,7 +757,7 @@ impl SqliteStorage {
                 tx.execute(
                     "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?1, ?2)
                      ON CONFLICT (trial_id) DO UPDATE SET heartbeat = excluded.heartbeat",
-                    params![id, now],
+                    params![id.0, now],
                 )?;
             }
             Ok(())
@@ -583,7 +768,7 @@ impl SqliteStorage {
     /// queues their params again. An owner is gone when its heartbeat is older than `grace`, or
     /// at once when it ran on this host and its process no longer exists. Returns the numbers
     /// of the trials it recovered.
-    pub fn recover_interrupted(
+    fn recover_interrupted(
         &mut self,
         study: &StudyRow,
         grace: Duration,
@@ -653,130 +838,47 @@ impl SqliteStorage {
         })
     }
 
-    /// Serialises the proposal of new trials among the processes that share this database:
-    /// held from claiming a number to storing its params, so that a second process asking at
-    /// the same moment sees the first one's proposal as pending instead of proposing the same
-    /// point. A lock on a file beside the database (`flock`), released when the guard drops.
-    pub fn ask_lock(&self) -> Result<AskLock, StorageError> {
-        let mut name = self.path.as_os_str().to_owned();
-        name.push(".ask-lock");
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(std::path::PathBuf::from(name))
-            .map_err(|e| StorageError::Conflict {
-                path: self.path.clone(),
-                message: format!("cannot open the ask lock beside the database: {e}"),
-            })?;
-        let guard = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).map_err(
-            |(_, e)| StorageError::Conflict {
-                path: self.path.clone(),
-                message: format!("cannot take the ask lock: {e}"),
-            },
-        )?;
-        Ok(AskLock { _guard: guard })
-    }
-
-    // ----- trials -----
-
-    /// Gives this worker its next trial, inside one write transaction so that no number is
-    /// given out twice: a queued trial first, else a new number while the budget allows.
-    /// The budget counts trials that ended on their own plus running ones.
-    pub fn claim_trial(
+    /// Records where a trial runs and logs.
+    fn claim(
         &mut self,
         study: &StudyRow,
-        worker: WorkerId,
-        budget: Option<u64>,
-        slot: usize,
-        device: &str,
-    ) -> Result<Claim, StorageError> {
-        self.write(|tx| {
-            let taken: i64 = tx.query_row(
-                "SELECT COUNT(*) FROM trials t LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
-                 WHERE t.study_id = ?1 AND (t.state IN ('COMPLETE', 'PRUNED', 'RUNNING')
-                       OR (t.state = 'FAIL' AND COALESCE(x.interrupted, 0) = 0))",
-                [study.id],
-                |r| r.get(0),
-            )?;
-            if budget.is_some_and(|b| taken as u64 >= b) {
-                return Ok(Claim::Full);
-            }
-            let now = now_text();
-            let queued: Option<(i64, i64)> = tx
-                .query_row(
-                    "SELECT trial_id, number FROM trials WHERE study_id = ?1 AND state = 'WAITING'
-                     ORDER BY number LIMIT 1",
-                    [study.id],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
-                .optional()?;
-            let claim = if let Some((trial_id, number)) = queued {
-                tx.execute(
-                    "UPDATE trials SET state = 'RUNNING', datetime_start = ?1 WHERE trial_id = ?2",
-                    params![now, trial_id],
-                )?;
-                let params = load_params(tx, trial_id)?;
-                Claim::Queued {
-                    trial_id,
-                    number: TrialNumber(number as u64),
-                    params,
-                }
-            } else {
-                let trial_id = insert_trial(tx, study.id, "RUNNING")?;
-                tx.execute(
-                    "UPDATE trials SET datetime_start = ?1 WHERE trial_id = ?2",
-                    params![now, trial_id],
-                )?;
-                let number: i64 = tx.query_row("SELECT number FROM trials WHERE trial_id = ?1", [trial_id], |r| r.get(0))?;
-                Claim::New {
-                    trial_id,
-                    number: TrialNumber(number as u64),
+        req: &ClaimRequest<'_>,
+        propose: &mut Propose<'_>,
+    ) -> Result<Option<Trial>, StorageError> {
+        // Held until the params are stored: see `ask_lock`.
+        let ask_lock = self.ask_lock()?;
+        let trial_id =
+            match self.claim_number(study, req.worker, req.budget, req.slot, req.device)? {
+                Claim::Full => return Ok(None),
+                Claim::Queued { trial_id, .. } => trial_id,
+                Claim::New { trial_id, number } => {
+                    let history = self.history(study, req.space)?;
+                    let params = propose(&history, number);
+                    self.set_params(trial_id, req.space, &params)?;
+                    trial_id
                 }
             };
-            let trial_id = match &claim {
-                Claim::Queued { trial_id, .. } | Claim::New { trial_id, .. } => *trial_id,
-                Claim::Full => unreachable!("returned above"),
-            };
-            tx.execute(
-                "INSERT INTO tune_trials (trial_id, worker_id, slot, device) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (trial_id) DO UPDATE SET worker_id = excluded.worker_id, slot = excluded.slot,
-                    device = excluded.device",
-                params![trial_id, worker.0, slot as i64, device],
-            )?;
-            tx.execute(
-                "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?1, ?2)
-                 ON CONFLICT (trial_id) DO UPDATE SET heartbeat = excluded.heartbeat",
-                params![trial_id, now],
-            )?;
-            Ok(claim)
+        drop(ask_lock);
+        let trial = self.query_trial_by_id(study, trial_id)?;
+        trial.map(Some).ok_or_else(|| StorageError::Conflict {
+            path: self.path.clone(),
+            message: format!("claimed trial {trial_id} vanished"),
         })
     }
 
-    /// Stores a new trial's params (Optuna's internal representation and distribution).
-    pub fn set_params(
-        &mut self,
-        trial_id: i64,
-        space: &Space,
-        params: &Params,
-    ) -> Result<(), StorageError> {
-        self.write(|tx| insert_params(tx, trial_id, space, params))
-    }
-
-    /// Records where a trial runs and logs.
-    pub fn set_trial_dir(&mut self, trial_id: i64, dir: &Path) -> Result<(), StorageError> {
+    fn set_trial_dir(&mut self, trial_id: TrialId, dir: &Path) -> Result<(), StorageError> {
         let d = dir.display().to_string();
         self.write(|tx| {
             tx.execute(
                 "UPDATE tune_trials SET trial_dir = ?1 WHERE trial_id = ?2",
-                params![d, trial_id],
+                params![d, trial_id.0],
             )?;
             Ok(())
         })
     }
 
     /// Adds a trial to the queue with fixed params (`tune enqueue`, `[[enqueue]]`, ask/tell).
-    pub fn enqueue(
+    fn enqueue(
         &mut self,
         study: &StudyRow,
         space: &Space,
@@ -796,7 +898,7 @@ impl SqliteStorage {
 
     /// Whether `params` were already enqueued or run in this study (so `[[enqueue]]` entries
     /// are queued once, not on every resume).
-    pub fn has_fixed_params(
+    fn has_fixed_params(
         &self,
         study: &StudyRow,
         params: &Params,
@@ -816,9 +918,9 @@ impl SqliteStorage {
 
     /// Stores one report (tune's table with every metric; Optuna's intermediate value when it
     /// carries the objective and a step).
-    pub fn add_report(
+    fn add_report(
         &mut self,
-        trial_id: i64,
+        trial_id: TrialId,
         seq: u64,
         report: &Report,
         is_final: bool,
@@ -829,7 +931,7 @@ impl SqliteStorage {
             tx.execute(
                 "INSERT INTO tune_reports (trial_id, seq, step, is_final, metrics_json, reported_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![trial_id, seq as i64, report.step as i64, is_final, json, now_text()],
+                params![trial_id.0, seq as i64, report.step as i64, is_final, json, now_text()],
             )?;
             if !is_final && let Some(v) = report.metrics.get(metric) {
                 tx.execute(
@@ -837,26 +939,20 @@ impl SqliteStorage {
                      VALUES (?1, ?2, ?3, ?4)
                      ON CONFLICT (trial_id, step) DO UPDATE SET intermediate_value = excluded.intermediate_value,
                         intermediate_value_type = excluded.intermediate_value_type",
-                    params![trial_id, report.step as i64, v.is_finite().then_some(*v), value_type(*v)],
+                    params![trial_id.0, report.step as i64, v.is_finite().then_some(*v), value_type(*v)],
                 )?;
             }
             Ok(())
         })
     }
 
-    /// Ends a trial: state, value, why it failed, its logs.
-    #[allow(clippy::too_many_arguments)]
-    pub fn finish_trial(
+    fn finish_trial(
         &mut self,
-        trial_id: i64,
-        state: TrialState,
-        value: Option<f64>,
-        error: Option<&str>,
-        log_tail: Option<&str>,
+        trial: TrialId,
+        status: &TrialStatus,
         logs: &[PathBuf],
-        pruned_step: Option<u64>,
-        interrupted: bool,
     ) -> Result<(), StorageError> {
+        let trial_id = trial.0;
         let logs = serde_json::to_string(
             &logs
                 .iter()
@@ -864,6 +960,18 @@ impl SqliteStorage {
                 .collect::<Vec<_>>(),
         )
         .unwrap_or_else(|_| "[]".into());
+        let (error, log_tail, pruned_step, interrupted) = match status {
+            TrialStatus::Failed {
+                reason,
+                log_tail,
+                interrupted,
+                ..
+            } => (Some(reason.as_str()), log_tail.as_deref(), None, *interrupted),
+            TrialStatus::Pruned { step, .. } => (None, None, *step, false),
+            _ => (None, None, None, false),
+        };
+        let state = status.state();
+        let value = status.value();
         self.write(|tx| {
             finish_in(tx, trial_id, state, value)?;
             tx.execute(
@@ -889,85 +997,16 @@ impl SqliteStorage {
 
     /// Everything samplers and pruners learn from: finished trials (interrupted ones left out,
     /// their reruns stand for them) and the params of running ones (pending).
-    pub fn history(
-        &self,
-        study: &StudyRow,
-        space: &Space,
-    ) -> Result<(Vec<FinishedTrial>, Vec<Params>), StorageError> {
-        let rows = self.trials(study, None)?;
-        let curves = self.curves(study)?;
-        let mut finished = Vec::new();
-        let mut pending = Vec::new();
-        for r in rows {
-            let params: Params = r
-                .params
-                .into_iter()
-                .filter(|(k, _)| space.get(k).is_some())
-                .collect();
-            match r.state {
-                TrialState::Running | TrialState::Queued => {
-                    if !params.is_empty() {
-                        pending.push(params);
-                    }
-                }
-                TrialState::Failed if r.interrupted => {}
-                state => {
-                    let curve = curves.get(&r.trial_id).cloned().unwrap_or_default();
-                    let outcome = match (state, r.value) {
-                        (TrialState::Complete, Some(v)) if v.is_finite() => {
-                            Outcome::Complete { value: v }
-                        }
-                        (TrialState::Pruned, v) => Outcome::Pruned {
-                            value: v.or_else(|| curve.last().map(|c| c.1)),
-                            step: r.pruned_step.or_else(|| curve.last().map(|c| c.0)),
-                        },
-                        _ => Outcome::Failed,
-                    };
-                    finished.push(FinishedTrial {
-                        number: TrialNumber(r.number),
-                        params,
-                        outcome,
-                        curve,
-                    });
-                }
-            }
-        }
-        Ok((finished, pending))
-    }
-
-    /// The objective's intermediate values of every trial of the study, by trial id.
-    fn curves(&self, study: &StudyRow) -> Result<BTreeMap<i64, Vec<(u64, f64)>>, StorageError> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT i.trial_id, i.step, i.intermediate_value, i.intermediate_value_type
-                 FROM trial_intermediate_values i JOIN trials t ON t.trial_id = i.trial_id
-                 WHERE t.study_id = ?1 ORDER BY i.trial_id, i.step",
-            )
-            .map_err(|e| self.err(e))?;
-        let mut out: BTreeMap<i64, Vec<(u64, f64)>> = BTreeMap::new();
-        let rows = stmt
-            .query_map([study.id], |r| {
-                let v: Option<f64> = r.get(2)?;
-                let ty: String = r.get(3)?;
-                let v = match ty.as_str() {
-                    "INF_POS" => f64::INFINITY,
-                    "INF_NEG" => f64::NEG_INFINITY,
-                    "NAN" => f64::NAN,
-                    _ => v.unwrap_or(f64::NAN),
-                };
-                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)? as u64, v))
-            })
-            .map_err(|e| self.err(e))?;
-        for row in rows {
-            let (id, step, v) = row.map_err(|e| self.err(e))?;
-            out.entry(id).or_default().push((step, v));
-        }
-        Ok(out)
+    fn history(&self, study: &StudyRow, space: &Space) -> Result<History, StorageError> {
+        let trials = self.trials(study, None)?;
+        let mut curves = self.curves(study)?;
+        Ok(super::history_of(trials, space, |id| {
+            curves.remove(&id.0).unwrap_or_default()
+        }))
     }
 
     /// Every report of every trial of the study, by trial number (for pruners and `watch`).
-    pub fn reports(&self, study: &StudyRow) -> Result<BTreeMap<u64, Vec<Report>>, StorageError> {
+    fn reports(&self, study: &StudyRow) -> Result<BTreeMap<u64, Vec<Report>>, StorageError> {
         let mut stmt = self
             .conn
             .prepare(
@@ -987,7 +1026,7 @@ impl SqliteStorage {
         let mut out: BTreeMap<u64, Vec<Report>> = BTreeMap::new();
         for row in rows {
             let (n, step, json) = row.map_err(|e| self.err(e))?;
-            let metrics = serde_json::from_str(&json).unwrap_or_default();
+            let metrics = super::metrics_from_json(&json);
             out.entry(n).or_default().push(Report {
                 step: step.unwrap_or(0).max(0) as u64,
                 metrics,
@@ -997,10 +1036,7 @@ impl SqliteStorage {
     }
 
     /// The reports of one trial, in order, with whether each was the final one.
-    pub fn trial_reports(
-        &self,
-        trial_id: i64,
-    ) -> Result<Vec<(Report, bool, String)>, StorageError> {
+    fn trial_reports(&self, trial_id: TrialId) -> Result<Vec<StoredReport>, StorageError> {
         let mut stmt = self
             .conn
             .prepare(
@@ -1008,7 +1044,7 @@ impl SqliteStorage {
             )
             .map_err(|e| self.err(e))?;
         let rows = stmt
-            .query_map([trial_id], |r| {
+            .query_map([trial_id.0], |r| {
                 Ok((
                     r.get::<_, Option<i64>>(0)?,
                     r.get::<_, String>(1)?,
@@ -1020,143 +1056,29 @@ impl SqliteStorage {
         let mut out = Vec::new();
         for row in rows {
             let (step, json, fin, at) = row.map_err(|e| self.err(e))?;
-            out.push((
-                Report {
+            out.push(StoredReport {
+                report: Report {
                     step: step.unwrap_or(0).max(0) as u64,
-                    metrics: serde_json::from_str(&json).unwrap_or_default(),
+                    metrics: super::metrics_from_json(&json),
                 },
-                fin,
-                at,
-            ));
+                is_final: fin,
+                at: parse_time(&at),
+            });
         }
         Ok(out)
     }
 
     /// The trials of a study, in number order, optionally of one state.
-    pub fn trials(
+    fn trials(
         &self,
         study: &StudyRow,
         state: Option<TrialState>,
-    ) -> Result<Vec<TrialRow>, StorageError> {
+    ) -> Result<Vec<Trial>, StorageError> {
         self.query_trials(study, state, None)
     }
 
-    fn query_trials(
-        &self,
-        study: &StudyRow,
-        state: Option<TrialState>,
-        number: Option<u64>,
-    ) -> Result<Vec<TrialRow>, StorageError> {
-        // A literal filter per case, so that a single trial is found through the
-        // (study_id, number) index instead of a scan (`?3 IS NULL OR …` defeats the planner).
-        let (f3, f2) = if number.is_some() {
-            ("AND t.number = ?3", "AND t.number = ?2")
-        } else {
-            ("AND ?3 IS NULL", "AND ?2 IS NULL")
-        };
-        let mut stmt = self
-            .conn
-            .prepare_cached(&format!(
-                "SELECT t.trial_id, t.number, t.state, v.value, v.value_type, t.datetime_start, t.datetime_complete,
-                        x.error, x.device, x.trial_dir, x.logs_json, x.log_tail, x.pruned_step,
-                        COALESCE(x.interrupted, 0),
-                        (SELECT metrics_json FROM tune_reports r WHERE r.trial_id = t.trial_id ORDER BY seq DESC LIMIT 1)
-                 FROM trials t
-                 LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0
-                 LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
-                 WHERE t.study_id = ?1 AND (?2 IS NULL OR t.state = ?2) {f3}
-                 ORDER BY t.number"
-            ))
-            .map_err(|e| self.err(e))?;
-        let state_filter = state.map(|s| s.optuna());
-        let mut rows = stmt
-            .query_map(
-                params![study.id, state_filter, number.map(|n| n as i64)],
-                |r| {
-                    let state: String = r.get(2)?;
-                    let value: Option<f64> = r.get(3)?;
-                    let vtype: Option<String> = r.get(4)?;
-                    let value = stored_value(value, vtype.as_deref());
-                    let start: Option<String> = r.get(5)?;
-                    let end: Option<String> = r.get(6)?;
-                    let logs: Option<String> = r.get(10)?;
-                    let metrics: Option<String> = r.get(14)?;
-                    Ok(TrialRow {
-                        trial_id: r.get(0)?,
-                        number: r.get::<_, i64>(1)? as u64,
-                        state: TrialState::from_optuna(&state).unwrap_or(TrialState::Failed),
-                        value,
-                        params: Params::new(),
-                        metrics: metrics
-                            .and_then(|m| serde_json::from_str(&m).ok())
-                            .unwrap_or_default(),
-                        duration_s: start
-                            .as_deref()
-                            .zip(end.as_deref())
-                            .and_then(|(a, b)| seconds_between(a, b)),
-                        started_at: start,
-                        finished_at: end,
-                        error: r.get(7)?,
-                        device: r.get(8)?,
-                        trial_dir: r.get(9)?,
-                        logs: logs
-                            .and_then(|l| serde_json::from_str(&l).ok())
-                            .unwrap_or_default(),
-                        log_tail: r.get(11)?,
-                        pruned_step: r.get::<_, Option<i64>>(12)?.map(|s| s.max(0) as u64),
-                        interrupted: r.get::<_, i64>(13)? != 0,
-                    })
-                },
-            )
-            .map_err(|e| self.err(e))?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| self.err(e))?;
-        // Params in one pass over the study rather than one query per trial.
-        let mut pstmt = self
-            .conn
-            .prepare_cached(&format!(
-                "SELECT p.trial_id, p.param_name, p.param_value, p.distribution_json
-                 FROM trial_params p JOIN trials t ON t.trial_id = p.trial_id
-                 WHERE t.study_id = ?1 {f2}"
-            ))
-            .map_err(|e| self.err(e))?;
-        let mut by_id: std::collections::HashMap<i64, Params> = std::collections::HashMap::new();
-        let mut dists: std::collections::HashMap<String, serde_json::Value> =
-            std::collections::HashMap::new();
-        let prow = pstmt
-            .query_map(params![study.id, number.map(|n| n as i64)], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, Option<f64>>(2)?,
-                    r.get::<_, Option<String>>(3)?,
-                ))
-            })
-            .map_err(|e| self.err(e))?;
-        for p in prow {
-            let (id, name, v, dist) = p.map_err(|e| self.err(e))?;
-            let text = dist.unwrap_or_default();
-            if !dists.contains_key(&text) {
-                let parsed = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
-                dists.insert(text.clone(), parsed);
-            }
-            if let Some(val) = dists
-                .get(&text)
-                .and_then(|d| decode_with(v.unwrap_or(f64::NAN), d))
-            {
-                by_id.entry(id).or_default().insert(name, val);
-            }
-        }
-        for r in &mut rows {
-            if let Some(p) = by_id.remove(&r.trial_id) {
-                r.params = p;
-            }
-        }
-        Ok(rows)
-    }
-
     /// One trial by number.
-    pub fn trial(&self, study: &StudyRow, number: u64) -> Result<Option<TrialRow>, StorageError> {
+    fn trial(&self, study: &StudyRow, number: u64) -> Result<Option<Trial>, StorageError> {
         Ok(self
             .query_trials(study, None, Some(number))?
             .into_iter()
@@ -1164,7 +1086,7 @@ impl SqliteStorage {
     }
 
     /// How many trials ended on their own (the budget's count).
-    pub fn counted(&self, study: &StudyRow) -> Result<u64, StorageError> {
+    fn counted(&self, study: &StudyRow) -> Result<u64, StorageError> {
         let n: i64 = self
             .conn
             .query_row(
@@ -1179,7 +1101,7 @@ impl SqliteStorage {
     }
 
     /// The number of trials of the study in `state`.
-    pub fn count_state(&self, study: &StudyRow, state: TrialState) -> Result<u64, StorageError> {
+    fn count_state(&self, study: &StudyRow, state: TrialState) -> Result<u64, StorageError> {
         let n: i64 = self
             .conn
             .query_row(
@@ -1190,10 +1112,53 @@ impl SqliteStorage {
             .map_err(|e| self.err(e))?;
         Ok(n as u64)
     }
+}
 
-    /// Direct access for read-only tools (`watch`) and tests.
-    pub fn connection(&self) -> &Connection {
-        &self.conn
+/// A trial's state as its columns hold it, before it becomes a [`TrialStatus`]: the one
+/// mapping from Optuna's rows (and tune's) to the lifecycle.
+struct StoredStatus {
+    state: TrialState,
+    value: Option<f64>,
+    error: Option<String>,
+    log_tail: Option<String>,
+    pruned_step: Option<u64>,
+    interrupted: bool,
+    at: Placement,
+    started: Option<std::time::SystemTime>,
+    finished: Option<std::time::SystemTime>,
+}
+
+impl StoredStatus {
+    fn into_status(self) -> TrialStatus {
+        let ran = Ran {
+            at: self.at.clone(),
+            started: self.started,
+            finished: self.finished,
+        };
+        match self.state {
+            TrialState::Queued => TrialStatus::Queued,
+            TrialState::Running => TrialStatus::Running {
+                at: self.at,
+                started: self.started,
+            },
+            // A complete trial without a value (written by another tool) reads as NaN, which
+            // samplers treat as a failure.
+            TrialState::Complete => TrialStatus::Complete {
+                value: self.value.unwrap_or(f64::NAN),
+                ran,
+            },
+            TrialState::Pruned => TrialStatus::Pruned {
+                value: self.value,
+                step: self.pruned_step,
+                ran,
+            },
+            TrialState::Failed => TrialStatus::Failed {
+                reason: self.error.unwrap_or_else(|| "failed".into()),
+                log_tail: self.log_tail,
+                interrupted: self.interrupted,
+                ran,
+            },
+        }
     }
 }
 
@@ -1246,27 +1211,6 @@ fn insert_params(
     Ok(())
 }
 
-fn load_params(tx: &Transaction<'_>, trial_id: i64) -> rusqlite::Result<Params> {
-    let mut stmt = tx.prepare(
-        "SELECT param_name, param_value, distribution_json FROM trial_params WHERE trial_id = ?1",
-    )?;
-    let rows = stmt.query_map([trial_id], |r| {
-        Ok((
-            r.get::<_, String>(0)?,
-            r.get::<_, Option<f64>>(1)?,
-            r.get::<_, Option<String>>(2)?,
-        ))
-    })?;
-    let mut out = Params::new();
-    for row in rows {
-        let (name, v, d) = row?;
-        if let Some(val) = decode_param(v.unwrap_or(f64::NAN), d.as_deref().unwrap_or("{}")) {
-            out.insert(name, val);
-        }
-    }
-    Ok(out)
-}
-
 fn finish_in(
     tx: &Transaction<'_>,
     trial_id: i64,
@@ -1292,26 +1236,6 @@ fn finish_in(
         )?;
     }
     Ok(())
-}
-
-/// This machine's name, for recording which host runs a trial.
-pub fn hostname() -> String {
-    nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .unwrap_or_else(|| "localhost".into())
-}
-
-fn process_alive(pid: i64) -> bool {
-    let Ok(pid) = i32::try_from(pid) else {
-        return false;
-    };
-    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
-        Ok(()) => true,
-        Err(nix::errno::Errno::ESRCH) => false,
-        // EPERM: it exists but belongs to someone else.
-        Err(_) => true,
-    }
 }
 
 /// Fixtures shared by the storage tests here and in `watch`.
@@ -1340,7 +1264,6 @@ pub(crate) mod fixtures {
 
 #[cfg(test)]
 mod tests {
-    use super::fixtures::{params, space};
     use super::*;
 
     /// Many openers race on a file that does not exist yet (`tune run` processes started
@@ -1413,99 +1336,5 @@ mod tests {
             .expect("refused")
             .to_string();
         assert!(err.contains("newer"), "{err}");
-    }
-
-    #[test]
-    fn claims_give_numbers_once_and_respect_the_budget() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut s = SqliteStorage::open(&dir.path().join("t.db")).expect("opens");
-        let study = s
-            .create_or_load_study("x", Direction::Minimize, "loss", None, None)
-            .expect("study");
-        let w = s.register_worker(&study, &["cpu".into()]).expect("worker");
-        let sp = space();
-        let mut numbers = Vec::new();
-        for _ in 0..3 {
-            match s.claim_trial(&study, w, Some(3), 0, "cpu").expect("claim") {
-                Claim::New { trial_id, number } => {
-                    s.set_params(trial_id, &sp, &params(0.01)).expect("params");
-                    numbers.push(number.0);
-                }
-                other => panic!("unexpected {other:?}"),
-            }
-        }
-        assert_eq!(numbers, [0, 1, 2]);
-        assert_eq!(
-            s.claim_trial(&study, w, Some(3), 0, "cpu").expect("claim"),
-            Claim::Full
-        );
-        let rows = s.trials(&study, None).expect("rows");
-        assert_eq!(rows[1].params, params(0.01));
-        // An interrupted trial frees its place and queues its params again.
-        s.finish_trial(
-            rows[1].trial_id,
-            TrialState::Failed,
-            None,
-            Some("interrupted"),
-            None,
-            &[],
-            None,
-            true,
-        )
-        .expect("finish");
-        match s.claim_trial(&study, w, Some(3), 0, "cpu").expect("claim") {
-            Claim::Queued {
-                number, params: p, ..
-            } => {
-                assert_eq!(number.0, 3);
-                assert_eq!(p, params(0.01));
-            }
-            other => panic!("unexpected {other:?}"),
-        }
-    }
-
-    #[test]
-    fn reports_and_values_round_trip() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut s = SqliteStorage::open(&dir.path().join("t.db")).expect("opens");
-        let study = s
-            .create_or_load_study("x", Direction::Maximize, "acc", None, None)
-            .expect("study");
-        let w = s.register_worker(&study, &["cpu".into()]).expect("worker");
-        let Claim::New { trial_id, .. } = s.claim_trial(&study, w, None, 0, "cpu").expect("claim")
-        else {
-            panic!("new trial expected")
-        };
-        s.set_params(trial_id, &space(), &params(0.1))
-            .expect("params");
-        for step in 0..3u64 {
-            let mut m = BTreeMap::new();
-            m.insert("acc".to_string(), 0.5 + step as f64 / 10.0);
-            m.insert("loss".to_string(), f64::NAN);
-            s.add_report(trial_id, step, &Report { step, metrics: m }, false, "acc")
-                .expect("report");
-        }
-        s.finish_trial(
-            trial_id,
-            TrialState::Complete,
-            Some(0.7),
-            None,
-            None,
-            &[],
-            None,
-            false,
-        )
-        .expect("finish");
-        let (hist, pending) = s.history(&study, &space()).expect("history");
-        assert!(pending.is_empty());
-        assert_eq!(hist.len(), 1);
-        assert_eq!(hist[0].outcome, Outcome::Complete { value: 0.7 });
-        assert_eq!(hist[0].curve.len(), 3);
-        assert_eq!(s.best(&study).expect("best"), Some((0, 0.7)));
-        // A second study name with another direction is refused for the same name.
-        assert!(
-            s.create_or_load_study("x", Direction::Minimize, "acc", None, None)
-                .is_err()
-        );
     }
 }

@@ -249,7 +249,8 @@ pub fn apply_ms(state: &UiState, reps: u32) -> f64 {
 /// the first poll (the whole study), a poll when nothing was committed, and a poll after one
 /// new report. Returns milliseconds for each, in that order.
 pub fn watch_poll_ms(n: u64) -> Result<[f64; 3], crate::storage::StorageError> {
-    use crate::storage::{Claim, SqliteStorage};
+    use crate::storage::{ClaimRequest, NewStudy, SqliteStorage, Storage};
+    use crate::trial::{Ran, TrialStatus};
     let dir = std::env::temp_dir().join(format!("tune-watch-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let db = dir.join("bench.db");
@@ -267,28 +268,41 @@ pub fn watch_poll_ms(n: u64) -> Result<[f64; 3], crate::storage::StorageError> {
         })?
     };
     let mut w = SqliteStorage::open(&db)?;
-    let study = w.create_or_load_study("bench", Direction::Minimize, "val_loss", None, None)?;
+    let study = w.create_or_load_study(&NewStudy {
+        name: "bench",
+        direction: Direction::Minimize,
+        metric: "val_loss",
+        file: None,
+        source: None,
+    })?;
     let worker = w.register_worker(&study, &["cpu".into()])?;
-    let mut last = 0;
+    let mut last = None;
     for k in 0..n {
-        let Claim::New { trial_id, .. } = w.claim_trial(&study, worker, None, 0, "cpu")? else {
+        // Queued with its params, then claimed: filling the study stays linear in its size.
+        w.enqueue(&study, &space, &params(k))?;
+        let req = ClaimRequest {
+            worker,
+            budget: None,
+            slot: 0,
+            device: "cpu",
+            space: &space,
+        };
+        let Some(trial) = w.claim(&study, &req, &mut |_, _| params(k))? else {
             continue;
         };
-        w.set_params(trial_id, &space, &params(k))?;
+        let trial_id = trial.id;
         for e in 1..=3 {
             w.add_report(trial_id, e, &report(k, e), false, "val_loss")?;
         }
         w.finish_trial(
             trial_id,
-            TrialState::Complete,
-            Some(val_loss(k, 3)),
-            None,
-            None,
+            &TrialStatus::Complete {
+                value: val_loss(k, 3),
+                ran: Ran::default(),
+            },
             &[],
-            None,
-            false,
         )?;
-        last = trial_id;
+        last = Some(trial_id);
     }
     let mut p = super::watch::Poller::open(&db, "bench")?;
     let now = SystemTime::now();
@@ -298,7 +312,9 @@ pub fn watch_poll_ms(n: u64) -> Result<[f64; 3], crate::storage::StorageError> {
     let t = Instant::now();
     let idle = p.poll(now)?;
     let idle_ms = t.elapsed().as_secs_f64() * 1000.0;
-    w.add_report(last, 4, &report(n, 4), false, "val_loss")?;
+    if let Some(last) = last {
+        w.add_report(last, 4, &report(n, 4), false, "val_loss")?;
+    }
     let t = Instant::now();
     let one = p.poll(now)?;
     let one_ms = t.elapsed().as_secs_f64() * 1000.0;

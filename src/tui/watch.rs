@@ -18,7 +18,7 @@ use super::terminal::{self, Options};
 use crate::scheduler::{Event, StudyInfo, TrialSummary};
 use crate::spec::{self, Overrides};
 use crate::storage::watch::{WatchTrial, WatchWorker};
-use crate::storage::{SqliteStorage, StorageError, StudyRow};
+use crate::storage::{SqliteStorage, Storage, StorageError, StudyRow};
 use crate::trial::{Report, TrialNumber, TrialState};
 
 /// How often the database is polled.
@@ -473,7 +473,8 @@ mod tests {
 
     use super::*;
     use crate::space::ParamValue;
-    use crate::storage::{Claim, WorkerId};
+    use crate::storage::Storage;
+    use crate::trial::{TrialId, TrialStatus, WorkerId};
     use crate::trial::Direction;
 
     use crate::storage::sqlite_fixtures::{params, space};
@@ -496,7 +497,13 @@ mod tests {
         fn new(path: &Path) -> Writer {
             let mut s = SqliteStorage::open(path).expect("opens");
             let study = s
-                .create_or_load_study("w", Direction::Minimize, "loss", None, None)
+                .create_or_load_study(&crate::storage::NewStudy {
+                    name: "w",
+                    direction: Direction::Minimize,
+                    metric: "loss",
+                    file: None,
+                    source: None,
+                })
                 .expect("study");
             let worker = s
                 .register_worker(&study, &["cpu".into(), "cuda:0".into()])
@@ -504,46 +511,49 @@ mod tests {
             Writer { s, study, worker }
         }
 
-        fn start(&mut self, slot: usize, lr: f64) -> i64 {
-            match self
-                .s
-                .claim_trial(
-                    &self.study,
-                    self.worker,
-                    None,
-                    slot,
-                    if slot == 0 { "cpu" } else { "cuda:0" },
-                )
+        fn start(&mut self, slot: usize, lr: f64) -> TrialId {
+            let sp = space();
+            let req = crate::storage::ClaimRequest {
+                worker: self.worker,
+                budget: None,
+                slot,
+                device: if slot == 0 { "cpu" } else { "cuda:0" },
+                space: &sp,
+            };
+            self.s
+                .claim(&self.study, &req, &mut |_, _| params(lr))
                 .expect("claims")
-            {
-                Claim::New { trial_id, .. } => {
-                    self.s
-                        .set_params(trial_id, &space(), &params(lr))
-                        .expect("params");
-                    trial_id
-                }
-                other => panic!("unexpected claim {other:?}"),
-            }
+                .expect("a trial")
+                .id
         }
 
-        fn report(&mut self, id: i64, seq: u64, loss: f64) {
+        fn report(&mut self, id: TrialId, seq: u64, loss: f64) {
             self.s
                 .add_report(id, seq, &report(seq, loss), false, "loss")
                 .expect("report");
         }
 
-        fn finish(&mut self, id: i64, state: TrialState, value: Option<f64>) {
-            self.s
-                .finish_trial(
-                    id,
-                    state,
+        fn finish(&mut self, id: TrialId, state: TrialState, value: Option<f64>) {
+            let ran = crate::trial::Ran::default();
+            let status = match state {
+                TrialState::Complete => TrialStatus::Complete {
+                    value: value.expect("a complete trial has a value"),
+                    ran,
+                },
+                TrialState::Pruned => TrialStatus::Pruned {
                     value,
-                    (state == TrialState::Failed).then_some("exit status 1"),
-                    None,
-                    &[PathBuf::from("/runs/w/stdout.log")],
-                    None,
-                    false,
-                )
+                    step: None,
+                    ran,
+                },
+                _ => TrialStatus::Failed {
+                    reason: "exit status 1".into(),
+                    log_tail: None,
+                    interrupted: false,
+                    ran,
+                },
+            };
+            self.s
+                .finish_trial(id, &status, &[PathBuf::from("/runs/w/stdout.log")])
                 .expect("finish");
         }
     }

@@ -1,0 +1,543 @@
+//! The one ask/tell engine: ask for a trial for a slot, report → prune decision, finish with an
+//! outcome. Synchronous and over the [`Storage`] trait, so that `tune run` (through the async
+//! scheduler), `tune ask-tell`, the pruner testkit, the trainer's study tests and the optimizer
+//! benchmark all drive the same code, in the way argmin's `Executor` is the one loop of its
+//! solvers.
+//!
+//! What belongs here: turning a claim into a proposal (the sampler), storing reports and
+//! asking the pruner, deciding a finished trial's state from how it ended and what it
+//! reported, keeping the pruner's view of every trial of the study fresh. What does not: slots,
+//! processes, channels, timers and signals (the scheduler), the UI, the CLI.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use crate::pruner::{PruneContext, Pruner, PrunerConfig, TrialCurve};
+use crate::sampler::{AskContext, Sampler};
+use crate::space::{Params, Space};
+use crate::storage::{ClaimRequest, NewStudy, Storage, StorageError, StudyRow};
+use crate::trial::{
+    Direction, FINAL_KEY, Placement, Ran, Report, Trial, TrialId, TrialNumber, TrialState, TrialStatus,
+    WorkerId,
+};
+
+/// What the engine needs of a study.
+#[derive(Debug, Clone)]
+pub struct EngineSpec<'a> {
+    pub name: &'a str,
+    pub metric: &'a str,
+    pub direction: Direction,
+    pub space: &'a Space,
+    pub seed: u64,
+    /// Trials that end on their own, at most.
+    pub budget: Option<u64>,
+    /// How long another process's running trial may stay silent before it counts as
+    /// interrupted.
+    pub heartbeat_grace: Duration,
+    pub pruner: &'a PrunerConfig,
+    /// The study file and its text, stored with a new study.
+    pub file: Option<&'a Path>,
+    pub source: Option<&'a str>,
+    /// The device of each slot of this process.
+    pub slots: &'a [String],
+    /// Params to run first (queued once per study, not on every resume).
+    pub enqueue: &'a [Params],
+}
+
+/// What the pruner says after a report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Continue,
+    /// Stop the trial: it is clearly losing. It is recorded as pruned when it ends.
+    Prune,
+}
+
+/// How a trial ended, as its driver saw it; the engine turns it into a [`TrialStatus`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Finish {
+    /// Ran to its end on its own: complete with its final report's objective (else its last
+    /// one), failed when it reported none or a value that is not finite.
+    Ended,
+    /// Told its value directly (`tune ask-tell`): complete when finite, else failed.
+    Value(f64),
+    /// Stopped as pruned, with this value (`None`: its last reported one).
+    Pruned { value: Option<f64> },
+    /// Failed by its own fault.
+    Failed {
+        reason: String,
+        log_tail: Option<String>,
+    },
+    /// Stopped through no fault of its own: failed as interrupted, its params run again.
+    Interrupted { reason: String },
+}
+
+/// A trial this engine started and has not finished.
+struct Live {
+    trial: Trial,
+    seq: u64,
+    last_step: Option<u64>,
+    /// The objective's last intermediate value, and the final report's.
+    last_value: Option<f64>,
+    final_value: Option<f64>,
+    /// Being stopped already: later reports are stored but not judged.
+    stopping: bool,
+}
+
+pub struct Engine {
+    storage: Box<dyn Storage>,
+    study: StudyRow,
+    worker: WorkerId,
+    space: Space,
+    seed: u64,
+    budget: Option<u64>,
+    grace: Duration,
+    sampler: Box<dyn Sampler>,
+    pruner: Box<dyn Pruner>,
+    resource: String,
+    /// Every trial of the study with reports, as the pruner sees them (refreshed from
+    /// storage, so other processes' trials count too).
+    curves: BTreeMap<u64, TrialCurve>,
+    running: BTreeMap<TrialId, Live>,
+}
+
+impl Engine {
+    /// Creates or loads the study in `storage` and registers this process as a worker of it.
+    pub fn open(
+        mut storage: Box<dyn Storage>,
+        spec: &EngineSpec<'_>,
+        sampler: Box<dyn Sampler>,
+        pruner: Box<dyn Pruner>,
+    ) -> Result<Engine, StorageError> {
+        let study = storage.create_or_load_study(&NewStudy {
+            name: spec.name,
+            direction: spec.direction,
+            metric: spec.metric,
+            file: spec.file,
+            source: spec.source,
+        })?;
+        let worker = storage.register_worker(&study, spec.slots)?;
+        for p in spec.enqueue {
+            if !storage.has_fixed_params(&study, p)? {
+                storage.enqueue(&study, spec.space, p)?;
+            }
+        }
+        let mut engine = Engine {
+            storage,
+            study,
+            worker,
+            space: spec.space.clone(),
+            seed: spec.seed,
+            budget: spec.budget,
+            grace: spec.heartbeat_grace,
+            sampler,
+            pruner,
+            resource: spec.pruner.resource().to_string(),
+            curves: BTreeMap::new(),
+            running: BTreeMap::new(),
+        };
+        engine.refresh_curves()?;
+        Ok(engine)
+    }
+
+    pub fn study(&self) -> &StudyRow {
+        &self.study
+    }
+
+    pub fn storage(&self) -> &dyn Storage {
+        self.storage.as_ref()
+    }
+
+    pub fn direction(&self) -> Direction {
+        self.study.direction
+    }
+
+    /// The trials this engine runs now.
+    pub fn running(&self) -> impl Iterator<Item = &Trial> {
+        self.running.values().map(|l| &l.trial)
+    }
+
+    /// Marks running trials whose owner is gone as interrupted (their params run again).
+    /// Returns their numbers.
+    pub fn recover(&mut self) -> Result<Vec<u64>, StorageError> {
+        let recovered = self.storage.recover_interrupted(&self.study, self.grace)?;
+        if !recovered.is_empty() {
+            self.refresh_curves()?;
+        }
+        Ok(recovered)
+    }
+
+    /// Stamps this process's running trials as alive, recovers other processes' dead ones and
+    /// refreshes the pruner's view of the study.
+    pub fn heartbeat(&mut self) -> Result<(), StorageError> {
+        let ids: Vec<TrialId> = self.running.keys().copied().collect();
+        self.storage.heartbeat(self.worker, &ids)?;
+        self.storage.recover_interrupted(&self.study, self.grace)?;
+        self.refresh_curves()
+    }
+
+    fn refresh_curves(&mut self) -> Result<(), StorageError> {
+        let reports = self.storage.reports(&self.study)?;
+        // Interrupted trials are left out: their params run again under a new number, and a
+        // rerun must not compete with its own earlier attempt at a rung.
+        let trials = self.storage.trials(&self.study, None)?;
+        let states: BTreeMap<u64, (TrialState, bool)> = trials
+            .iter()
+            .map(|t| (t.number.0, (t.state(), t.status.interrupted())))
+            .collect();
+        self.curves = reports
+            .into_iter()
+            .filter(|(n, _)| !states.get(n).is_some_and(|s| s.1))
+            .map(|(n, reports)| {
+                let state = states.get(&n).map_or(TrialState::Running, |s| s.0);
+                (
+                    n,
+                    TrialCurve {
+                        number: TrialNumber(n),
+                        state,
+                        reports,
+                    },
+                )
+            })
+            .collect();
+        Ok(())
+    }
+
+    /// The next trial for `slot` on `device`, running: a queued one, else a new one whose
+    /// params the sampler proposes from the study's history. `None` when the budget allows no
+    /// more now.
+    pub fn ask(&mut self, slot: usize, device: &str) -> Result<Option<Trial>, StorageError> {
+        let (space, direction, seed) = (&self.space, self.study.direction, self.seed);
+        let sampler = &mut self.sampler;
+        let mut propose = |history: &crate::storage::History, number: TrialNumber| {
+            sampler.ask(&AskContext {
+                space,
+                direction,
+                history: &history.finished,
+                pending: &history.pending,
+                trial_number: number,
+                seed,
+            })
+        };
+        let req = ClaimRequest {
+            worker: self.worker,
+            budget: self.budget,
+            slot,
+            device,
+            space: &self.space,
+        };
+        let Some(trial) = self.storage.claim(&self.study, &req, &mut propose)? else {
+            return Ok(None);
+        };
+        self.running.insert(
+            trial.id,
+            Live {
+                trial: trial.clone(),
+                seq: 0,
+                last_step: None,
+                last_value: None,
+                final_value: None,
+                stopping: false,
+            },
+        );
+        Ok(Some(trial))
+    }
+
+    /// Records where a running trial logs.
+    pub fn set_trial_dir(&mut self, id: TrialId, dir: &Path) -> Result<(), StorageError> {
+        self.storage.set_trial_dir(id, dir)?;
+        if let Some(l) = self.running.get_mut(&id) {
+            l.trial.trial_dir = Some(dir.to_path_buf());
+        }
+        Ok(())
+    }
+
+    /// Stores a report of a running trial and asks the pruner about it. A report marked
+    /// final (`"final": true`) is stored as such and never judged.
+    pub fn report(&mut self, id: TrialId, mut report: Report) -> Result<Decision, StorageError> {
+        let Some(live) = self.running.get_mut(&id) else {
+            return Ok(Decision::Continue);
+        };
+        let is_final = report.metrics.remove(FINAL_KEY).is_some();
+        self.storage
+            .add_report(id, live.seq, &report, is_final, &self.study.metric)?;
+        live.seq += 1;
+        live.trial.metrics = report.metrics.clone();
+        let value = report.metrics.get(&self.study.metric).copied();
+        if is_final {
+            live.final_value = value.or(live.final_value);
+        } else {
+            live.last_step = Some(report.step);
+            if value.is_some() {
+                live.last_value = value;
+            }
+        }
+        if is_final || value.is_none() || live.stopping {
+            return Ok(Decision::Continue);
+        }
+        let number = live.trial.number;
+        let curve = self.curves.entry(number.0).or_insert_with(|| TrialCurve {
+            number,
+            state: TrialState::Running,
+            reports: Vec::new(),
+        });
+        curve.state = TrialState::Running;
+        curve.reports.push(report);
+        let trials: Vec<TrialCurve> = self.curves.values().cloned().collect();
+        let ctx = PruneContext {
+            direction: self.study.direction,
+            metric: &self.study.metric,
+            resource: &self.resource,
+            trial: number,
+            trials: &trials,
+        };
+        if self.pruner.should_prune(&ctx) {
+            live.stopping = true;
+            return Ok(Decision::Prune);
+        }
+        Ok(Decision::Continue)
+    }
+
+    /// A running trial is being stopped (by the user, or the study): its later reports are
+    /// stored but no longer judged.
+    pub fn stopping(&mut self, id: TrialId) {
+        if let Some(l) = self.running.get_mut(&id) {
+            l.stopping = true;
+        }
+    }
+
+    /// Ends a running trial and returns it as stored.
+    pub fn finish(
+        &mut self,
+        id: TrialId,
+        how: Finish,
+        logs: &[PathBuf],
+    ) -> Result<Trial, StorageError> {
+        let Some(live) = self.running.remove(&id) else {
+            return Err(StorageError::Conflict {
+                path: PathBuf::from(self.storage.location()),
+                message: format!("trial id {} is not running in this process", id.0),
+            });
+        };
+        let metric = &self.study.metric;
+        let ran = match &live.trial.status {
+            TrialStatus::Running { at, started } => Ran {
+                at: at.clone(),
+                started: *started,
+                finished: Some(SystemTime::now()),
+            },
+            _ => Ran {
+                at: Placement::default(),
+                started: None,
+                finished: Some(SystemTime::now()),
+            },
+        };
+        let failed = |reason: String| TrialStatus::Failed {
+            reason,
+            log_tail: None,
+            interrupted: false,
+            ran: ran.clone(),
+        };
+        let valued = |v: f64| {
+            if v.is_finite() {
+                TrialStatus::Complete {
+                    value: v,
+                    ran: ran.clone(),
+                }
+            } else {
+                failed(format!("the value of `{metric}` is {v}, not a finite number"))
+            }
+        };
+        let status = match how {
+            Finish::Ended => match live.final_value.or(live.last_value) {
+                Some(v) => valued(v),
+                None => failed(format!(
+                    "no value: the trial ended without reporting `{metric}`"
+                )),
+            },
+            Finish::Value(v) => valued(v),
+            Finish::Pruned { value } => TrialStatus::Pruned {
+                value: value.or(live.last_value),
+                step: live.last_step,
+                ran: ran.clone(),
+            },
+            Finish::Failed { reason, log_tail } => TrialStatus::Failed {
+                reason,
+                log_tail,
+                interrupted: false,
+                ran: ran.clone(),
+            },
+            Finish::Interrupted { reason } => TrialStatus::Failed {
+                reason,
+                log_tail: None,
+                interrupted: true,
+                ran: ran.clone(),
+            },
+        };
+        self.storage.finish_trial(id, &status, logs)?;
+        let mut trial = live.trial;
+        if let Some(c) = self.curves.get_mut(&trial.number.0) {
+            if status.interrupted() {
+                self.curves.remove(&trial.number.0);
+            } else {
+                c.state = status.state();
+            }
+        }
+        trial.status = status;
+        trial.logs = logs.to_vec();
+        Ok(trial)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pruner::{AshaConfig, build as build_pruner};
+    use crate::sampler::{SamplerKind, build as build_sampler};
+    use crate::storage::{MemoryStorage, SqliteStorage};
+
+    fn space() -> Space {
+        let t: toml::Table = toml::from_str(r#"x = { type = "float", low = 0.0, high = 1.0 }"#)
+            .expect("toml");
+        Space::from_toml(&t).expect("space")
+    }
+
+    fn engine(storage: Box<dyn Storage>, budget: Option<u64>, pruner: &PrunerConfig) -> Engine {
+        let space = space();
+        let spec = EngineSpec {
+            name: "s",
+            metric: "loss",
+            direction: Direction::Minimize,
+            space: &space,
+            seed: 7,
+            budget,
+            heartbeat_grace: Duration::from_secs(60),
+            pruner,
+            file: None,
+            source: None,
+            slots: &["cpu".to_string()],
+            enqueue: &[],
+        };
+        Engine::open(
+            storage,
+            &spec,
+            build_sampler(SamplerKind::Random),
+            build_pruner(pruner),
+        )
+        .expect("engine")
+    }
+
+    fn report(step: u64, loss: f64) -> Report {
+        Report {
+            step,
+            metrics: BTreeMap::from([("loss".to_string(), loss)]),
+        }
+    }
+
+    fn backends() -> Vec<(Box<dyn Storage>, Option<tempfile::TempDir>)> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let sqlite = SqliteStorage::open(&dir.path().join("t.db")).expect("sqlite");
+        vec![
+            (Box::new(MemoryStorage::new()), None),
+            (Box::new(sqlite), Some(dir)),
+        ]
+    }
+
+    #[test]
+    fn an_engine_asks_until_the_budget_is_spent_and_numbers_trials_once_each() {
+        for (storage, _dir) in backends() {
+            let mut e = engine(storage, Some(3), &PrunerConfig::None);
+            let mut numbers = Vec::new();
+            while let Some(t) = e.ask(0, "cpu").expect("ask") {
+                numbers.push(t.number.0);
+                e.report(t.id, report(1, t.number.0 as f64)).expect("report");
+                let done = e.finish(t.id, Finish::Ended, &[]).expect("finish");
+                assert_eq!(done.value(), Some(t.number.0 as f64));
+            }
+            assert_eq!(numbers, vec![0, 1, 2]);
+            assert_eq!(e.storage().best(e.study()).expect("best"), Some((0, 0.0)));
+        }
+    }
+
+    #[test]
+    fn a_final_report_gives_the_value_and_is_never_judged() {
+        for (storage, _dir) in backends() {
+            let mut e = engine(storage, None, &PrunerConfig::None);
+            let t = e.ask(0, "cpu").expect("ask").expect("a trial");
+            e.report(t.id, report(1, 5.0)).expect("report");
+            let mut fin = report(1, 2.0);
+            fin.metrics.insert(FINAL_KEY.into(), 1.0);
+            e.report(t.id, fin).expect("final");
+            let done = e.finish(t.id, Finish::Ended, &[]).expect("finish");
+            assert_eq!(done.value(), Some(2.0));
+        }
+    }
+
+    #[test]
+    fn a_trial_without_a_value_fails_and_an_interrupted_one_runs_again() {
+        for (storage, _dir) in backends() {
+            let mut e = engine(storage, Some(2), &PrunerConfig::None);
+            let t = e.ask(0, "cpu").expect("ask").expect("a trial");
+            let failed = e.finish(t.id, Finish::Ended, &[]).expect("finish");
+            assert!(
+                failed
+                    .status
+                    .error()
+                    .expect("an error")
+                    .contains("without reporting")
+            );
+            let t = e.ask(0, "cpu").expect("ask").expect("a trial");
+            let params = t.params.clone();
+            let i = e
+                .finish(
+                    t.id,
+                    Finish::Interrupted {
+                        reason: "interrupted: test".into(),
+                    },
+                    &[],
+                )
+                .expect("finish");
+            assert!(i.status.interrupted());
+            // The interrupted trial does not count: its rerun is asked next, same params.
+            let rerun = e.ask(0, "cpu").expect("ask").expect("the rerun");
+            assert_eq!(rerun.params, params);
+            assert_eq!(rerun.number.0, 2);
+            e.finish(rerun.id, Finish::Value(1.0), &[]).expect("finish");
+            assert!(e.ask(0, "cpu").expect("ask").is_none(), "budget of 2 spent");
+        }
+    }
+
+    #[test]
+    fn the_pruner_stops_a_losing_trial_and_it_is_stored_pruned_with_its_last_value() {
+        let asha = PrunerConfig::Asha(AshaConfig {
+            min_resource: 1.0,
+            reduction_factor: 2.0,
+            ..AshaConfig::default()
+        });
+        for (storage, _dir) in backends() {
+            let mut e = engine(storage, None, &asha);
+            let good = e.ask(0, "cpu").expect("ask").expect("a trial");
+            assert_eq!(
+                e.report(good.id, report(1, 0.1)).expect("r"),
+                Decision::Continue
+            );
+            e.report(good.id, report(2, 0.05)).expect("r");
+            e.finish(good.id, Finish::Ended, &[]).expect("finish");
+            let bad = e.ask(0, "cpu").expect("ask").expect("a trial");
+            assert_eq!(e.report(bad.id, report(1, 9.0)).expect("r"), Decision::Prune);
+            // Judged once: a later report is stored, not judged again.
+            assert_eq!(
+                e.report(bad.id, report(2, 9.5)).expect("r"),
+                Decision::Continue
+            );
+            let p = e
+                .finish(bad.id, Finish::Pruned { value: None }, &[])
+                .expect("finish");
+            assert_eq!(p.state(), TrialState::Pruned);
+            assert_eq!(p.value(), Some(9.5));
+            let stored = e.storage().trial(e.study(), 1).expect("read").expect("trial");
+            assert_eq!(stored.state(), TrialState::Pruned);
+            assert_eq!(stored.value(), Some(9.5));
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! One conformance suite for every [`Storage`] backend: each test runs on memory and on
+//! SQLite (and on every backend added later), so the engine may rely on the same contract
+//! whichever holds the study.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use super::sqlite::fixtures::{params, space};
+use super::{ClaimRequest, MemoryStorage, NewStudy, SqliteStorage, Storage, StudyRow};
+use crate::space::Params;
+use crate::trial::{
+    Direction, Outcome, Placement, Ran, Report, Trial, TrialState, TrialStatus, WorkerId,
+};
+
+/// Every backend, fresh. The temp dir lives as long as the storage.
+fn backends() -> Vec<(&'static str, Box<dyn Storage>, tempfile::TempDir)> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sqlite = SqliteStorage::open(&dir.path().join("t.db")).expect("sqlite opens");
+    vec![
+        ("memory", Box::new(MemoryStorage::new()), tempfile::tempdir().expect("temp dir")),
+        ("sqlite", Box::new(sqlite), dir),
+    ]
+}
+
+fn study(s: &mut dyn Storage, direction: Direction, metric: &str) -> StudyRow {
+    s.create_or_load_study(&NewStudy {
+        name: "x",
+        direction,
+        metric,
+        file: None,
+        source: None,
+    })
+    .expect("study")
+}
+
+fn claim(
+    s: &mut dyn Storage,
+    study: &StudyRow,
+    w: WorkerId,
+    budget: Option<u64>,
+    p: &Params,
+) -> Option<Trial> {
+    let sp = space();
+    let req = ClaimRequest {
+        worker: w,
+        budget,
+        slot: 0,
+        device: "cpu",
+        space: &sp,
+    };
+    s.claim(study, &req, &mut |_, _| p.clone()).expect("claim")
+}
+
+fn failed(reason: &str, interrupted: bool) -> TrialStatus {
+    TrialStatus::Failed {
+        reason: reason.into(),
+        log_tail: Some("last line".into()),
+        interrupted,
+        ran: Ran::default(),
+    }
+}
+
+#[test]
+fn claims_give_numbers_once_and_respect_the_budget() {
+    for (name, mut s, _dir) in backends() {
+        let study = study(s.as_mut(), Direction::Minimize, "loss");
+        let w = s.register_worker(&study, &["cpu".into()]).expect("worker");
+        let mut numbers = Vec::new();
+        for _ in 0..3 {
+            let t = claim(s.as_mut(), &study, w, Some(3), &params(0.01)).expect("a trial");
+            assert_eq!(t.state(), TrialState::Running, "{name}");
+            let at = t.status.placement().expect("placed");
+            assert_eq!(at.device.as_deref(), Some("cpu"), "{name}");
+            assert_eq!(at.slot, Some(0), "{name}");
+            numbers.push(t.number.0);
+        }
+        assert_eq!(numbers, [0, 1, 2], "{name}");
+        assert!(claim(s.as_mut(), &study, w, Some(3), &params(0.01)).is_none(), "{name}");
+        let rows = s.trials(&study, None).expect("rows");
+        assert_eq!(rows[1].params, params(0.01), "{name}");
+        // An interrupted trial frees its place and queues its params again.
+        s.finish_trial(rows[1].id, &failed("interrupted", true), &[])
+            .expect("finish");
+        let rerun = claim(s.as_mut(), &study, w, Some(3), &params(0.5)).expect("the rerun");
+        assert_eq!(rerun.number.0, 3, "{name}");
+        assert_eq!(rerun.params, params(0.01), "{name}: the rerun keeps its params");
+        assert_eq!(s.counted(&study).expect("counted"), 0, "{name}");
+        assert_eq!(
+            s.count_state(&study, TrialState::Running).expect("count"),
+            3,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn the_proposer_sees_finished_trials_and_pending_params() {
+    for (name, mut s, _dir) in backends() {
+        let study = study(s.as_mut(), Direction::Minimize, "loss");
+        let w = s.register_worker(&study, &["cpu".into()]).expect("worker");
+        let a = claim(s.as_mut(), &study, w, None, &params(0.1)).expect("a");
+        s.add_report(a.id, 0, &report(1, "loss", 0.5), false, "loss")
+            .expect("report");
+        s.finish_trial(
+            a.id,
+            &TrialStatus::Complete {
+                value: 0.5,
+                ran: Ran::default(),
+            },
+            &[],
+        )
+        .expect("finish");
+        claim(s.as_mut(), &study, w, None, &params(0.2)).expect("b");
+        let sp = space();
+        let req = ClaimRequest {
+            worker: w,
+            budget: None,
+            slot: 1,
+            device: "cpu",
+            space: &sp,
+        };
+        let mut seen = None;
+        s.claim(&study, &req, &mut |h, n| {
+            seen = Some((h.clone(), n));
+            params(0.3)
+        })
+        .expect("claim");
+        let (h, n) = seen.expect("proposed");
+        assert_eq!(n.0, 2, "{name}");
+        assert_eq!(h.finished.len(), 1, "{name}");
+        assert_eq!(h.finished[0].outcome, Outcome::Complete { value: 0.5 });
+        assert_eq!(h.finished[0].curve, vec![(1, 0.5)], "{name}");
+        assert_eq!(h.pending, vec![params(0.2)], "{name}");
+    }
+}
+
+fn report(step: u64, key: &str, v: f64) -> Report {
+    Report {
+        step,
+        metrics: BTreeMap::from([(key.to_string(), v)]),
+    }
+}
+
+#[test]
+fn reports_values_and_failures_round_trip() {
+    for (name, mut s, _dir) in backends() {
+        let study = study(s.as_mut(), Direction::Maximize, "acc");
+        let w = s.register_worker(&study, &["cpu".into()]).expect("worker");
+        let t = claim(s.as_mut(), &study, w, None, &params(0.1)).expect("a trial");
+        for step in 0..3u64 {
+            let mut m = BTreeMap::new();
+            m.insert("acc".to_string(), 0.5 + step as f64 / 10.0);
+            m.insert("loss".to_string(), f64::NAN);
+            s.add_report(t.id, step, &Report { step, metrics: m }, false, "acc")
+                .expect("report");
+        }
+        let logs = vec![PathBuf::from("/tmp/x/stdout.log")];
+        s.finish_trial(
+            t.id,
+            &TrialStatus::Complete {
+                value: 0.7,
+                ran: Ran::default(),
+            },
+            &logs,
+        )
+        .expect("finish");
+        let h = s.history(&study, &space()).expect("history");
+        assert!(h.pending.is_empty(), "{name}");
+        assert_eq!(h.finished.len(), 1, "{name}");
+        assert_eq!(h.finished[0].outcome, Outcome::Complete { value: 0.7 });
+        assert_eq!(h.finished[0].curve.len(), 3, "{name}");
+        assert_eq!(s.best(&study).expect("best"), Some((0, 0.7)), "{name}");
+        let back = s.trial(&study, 0).expect("read").expect("trial 0");
+        assert_eq!(back.value(), Some(0.7), "{name}");
+        assert_eq!(back.logs, logs, "{name}");
+        assert!(back.metrics["loss"].is_nan(), "{name}: the last report's metrics");
+        let ran = match &back.status {
+            TrialStatus::Complete { ran, .. } => ran.clone(),
+            other => panic!("{name}: {other:?}"),
+        };
+        assert!(ran.started.is_some() && ran.finished.is_some(), "{name}");
+        assert_eq!(
+            ran.at,
+            Placement {
+                host: ran.at.host.clone(),
+                ..t.status.placement().cloned().expect("placed")
+            },
+            "{name}"
+        );
+        assert_eq!(s.trial_reports(t.id).expect("reports").len(), 3, "{name}");
+        assert_eq!(s.reports(&study).expect("reports")[&0].len(), 3, "{name}");
+
+        let f = claim(s.as_mut(), &study, w, None, &params(0.2)).expect("a trial");
+        s.finish_trial(f.id, &failed("exited with status 1", false), &[])
+            .expect("finish");
+        let back = s.trial(&study, 1).expect("read").expect("trial 1");
+        assert_eq!(back.status.reason(), Some("exited with status 1"), "{name}");
+        assert_eq!(
+            back.status.error().as_deref(),
+            Some("exited with status 1\nlast line"),
+            "{name}"
+        );
+        assert_eq!(s.counted(&study).expect("counted"), 2, "{name}");
+
+        // The same name with another direction is refused.
+        assert!(
+            s.create_or_load_study(&NewStudy {
+                name: "x",
+                direction: Direction::Minimize,
+                metric: "acc",
+                file: None,
+                source: None,
+            })
+            .is_err(),
+            "{name}"
+        );
+        let list = s.list_studies().expect("list");
+        assert_eq!(list.len(), 1, "{name}");
+        assert_eq!((list[0].complete, list[0].failed), (1, 1), "{name}");
+        assert_eq!(list[0].best_trial, Some(0), "{name}");
+    }
+}
+
+#[test]
+fn a_pruned_trial_keeps_its_last_value_and_step() {
+    for (name, mut s, _dir) in backends() {
+        let study = study(s.as_mut(), Direction::Minimize, "loss");
+        let w = s.register_worker(&study, &["cpu".into()]).expect("worker");
+        let t = claim(s.as_mut(), &study, w, None, &params(0.1)).expect("a trial");
+        s.add_report(t.id, 0, &report(4, "loss", 2.5), false, "loss")
+            .expect("report");
+        s.finish_trial(
+            t.id,
+            &TrialStatus::Pruned {
+                value: Some(2.5),
+                step: Some(4),
+                ran: Ran::default(),
+            },
+            &[],
+        )
+        .expect("finish");
+        let back = s.trial(&study, 0).expect("read").expect("trial");
+        match back.status {
+            TrialStatus::Pruned { value, step, .. } => {
+                assert_eq!((value, step), (Some(2.5), Some(4)), "{name}")
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+        let h = s.history(&study, &space()).expect("history");
+        assert_eq!(
+            h.finished[0].outcome,
+            Outcome::Pruned {
+                value: Some(2.5),
+                step: Some(4)
+            },
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn enqueued_params_run_first_and_are_known_as_fixed() {
+    for (name, mut s, _dir) in backends() {
+        let study = study(s.as_mut(), Direction::Minimize, "loss");
+        let w = s.register_worker(&study, &["cpu".into()]).expect("worker");
+        assert!(!s.has_fixed_params(&study, &params(0.3)).expect("fixed"));
+        let n = s.enqueue(&study, &space(), &params(0.3)).expect("enqueue");
+        assert_eq!(n.0, 0, "{name}");
+        assert!(s.has_fixed_params(&study, &params(0.3)).expect("fixed"), "{name}");
+        assert_eq!(
+            s.count_state(&study, TrialState::Queued).expect("count"),
+            1,
+            "{name}"
+        );
+        let t = claim(s.as_mut(), &study, w, None, &params(0.9)).expect("the queued trial");
+        assert_eq!(t.number.0, 0, "{name}");
+        assert_eq!(t.params, params(0.3), "{name}: a queued trial proposes nothing");
+    }
+}

@@ -1,0 +1,409 @@
+//! Storage in memory: the same contract as the database backends, for one process that needs
+//! no file (`tune ask-tell` without `--db`, the optimizer benchmark, engine and pruner tests).
+//! It is held to the same conformance suite as SQLite (`storage::conformance`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use super::{
+    ClaimRequest, History, NewStudy, Propose, Storage, StorageError, StoredReport, StudyRow,
+    StudySummary,
+};
+use crate::space::{Params, Space};
+use crate::trial::{
+    Placement, Ran, Report, Trial, TrialId, TrialNumber, TrialState, TrialStatus, WorkerId,
+};
+
+struct Study {
+    row: StudyRow,
+    /// Trial ids in number order.
+    trials: Vec<TrialId>,
+}
+
+struct Stored {
+    study: i64,
+    trial: Trial,
+    reports: Vec<StoredReport>,
+    /// `[[enqueue]]`/`tune enqueue` params, so a resume queues them once.
+    fixed: bool,
+}
+
+/// Every study and trial in plain collections.
+#[derive(Default)]
+pub struct MemoryStorage {
+    studies: Vec<Study>,
+    trials: BTreeMap<TrialId, Stored>,
+    workers: Vec<(WorkerId, i64, Vec<String>)>,
+}
+
+impl MemoryStorage {
+    pub fn new() -> MemoryStorage {
+        MemoryStorage::default()
+    }
+
+    fn study_mut(&mut self, id: i64) -> Result<&mut Study, StorageError> {
+        self.studies
+            .iter_mut()
+            .find(|s| s.row.id == id)
+            .ok_or_else(|| StorageError::NoStudy {
+                path: PathBuf::from(":memory:"),
+                name: format!("#{id}"),
+            })
+    }
+
+    fn stored(&self, id: TrialId) -> Result<&Stored, StorageError> {
+        self.trials.get(&id).ok_or_else(|| missing(id))
+    }
+
+    fn stored_mut(&mut self, id: TrialId) -> Result<&mut Stored, StorageError> {
+        self.trials.get_mut(&id).ok_or_else(|| missing(id))
+    }
+
+    fn of_study(&self, study: &StudyRow) -> impl Iterator<Item = &Stored> {
+        self.studies
+            .iter()
+            .filter(move |s| s.row.id == study.id)
+            .flat_map(|s| s.trials.iter())
+            .filter_map(|id| self.trials.get(id))
+    }
+
+    /// Adds a trial with the next number of the study.
+    fn insert(
+        &mut self,
+        study: i64,
+        params: Params,
+        status: TrialStatus,
+    ) -> Result<TrialId, StorageError> {
+        let id = TrialId(self.trials.len() as i64 + 1);
+        let s = self.study_mut(study)?;
+        let number = TrialNumber(s.trials.len() as u64);
+        s.trials.push(id);
+        self.trials.insert(
+            id,
+            Stored {
+                study,
+                trial: Trial {
+                    id,
+                    number,
+                    params,
+                    status,
+                    trial_dir: None,
+                    logs: Vec::new(),
+                    metrics: BTreeMap::new(),
+                },
+                reports: Vec::new(),
+                fixed: false,
+            },
+        );
+        Ok(id)
+    }
+}
+
+fn missing(id: TrialId) -> StorageError {
+    StorageError::Conflict {
+        path: PathBuf::from(":memory:"),
+        message: format!("no trial with id {}", id.0),
+    }
+}
+
+fn counts_toward_budget(t: &Trial) -> bool {
+    match &t.status {
+        TrialStatus::Complete { .. } | TrialStatus::Pruned { .. } => true,
+        TrialStatus::Running { .. } => true,
+        TrialStatus::Failed { interrupted, .. } => !interrupted,
+        TrialStatus::Queued => false,
+    }
+}
+
+impl Storage for MemoryStorage {
+    fn location(&self) -> String {
+        ":memory:".into()
+    }
+
+    fn find_study(&self, name: &str) -> Result<Option<StudyRow>, StorageError> {
+        Ok(self
+            .studies
+            .iter()
+            .find(|s| s.row.name == name)
+            .map(|s| s.row.clone()))
+    }
+
+    fn create_or_load_study(&mut self, new: &NewStudy<'_>) -> Result<StudyRow, StorageError> {
+        if let Some(s) = self.find_study(new.name)? {
+            return super::check_same(&self.location(), s, new);
+        }
+        let row = StudyRow {
+            id: self.studies.len() as i64 + 1,
+            name: new.name.to_string(),
+            direction: new.direction,
+            metric: new.metric.to_string(),
+        };
+        self.studies.push(Study {
+            row: row.clone(),
+            trials: Vec::new(),
+        });
+        Ok(row)
+    }
+
+    fn list_studies(&self) -> Result<Vec<StudySummary>, StorageError> {
+        let mut out = Vec::new();
+        for s in &self.studies {
+            let count = |state: TrialState| {
+                self.of_study(&s.row)
+                    .filter(|t| t.trial.state() == state)
+                    .count() as u64
+            };
+            let best = self.best(&s.row)?;
+            out.push(StudySummary {
+                name: s.row.name.clone(),
+                direction: s.row.direction,
+                metric: s.row.metric.clone(),
+                trials: s.trials.len() as u64,
+                queued: count(TrialState::Queued),
+                running: count(TrialState::Running),
+                complete: count(TrialState::Complete),
+                pruned: count(TrialState::Pruned),
+                failed: count(TrialState::Failed),
+                best_value: best.map(|b| b.1),
+                best_trial: best.map(|b| b.0),
+            });
+        }
+        Ok(out)
+    }
+
+    fn register_worker(
+        &mut self,
+        study: &StudyRow,
+        devices: &[String],
+    ) -> Result<WorkerId, StorageError> {
+        let id = WorkerId(self.workers.len() as i64 + 1);
+        self.workers.push((id, study.id, devices.to_vec()));
+        Ok(id)
+    }
+
+    fn heartbeat(&mut self, _worker: WorkerId, trials: &[TrialId]) -> Result<(), StorageError> {
+        // One process owns everything here: its trials are alive while it is.
+        for id in trials {
+            self.stored(*id)?;
+        }
+        Ok(())
+    }
+
+    fn recover_interrupted(
+        &mut self,
+        _study: &StudyRow,
+        _grace: Duration,
+    ) -> Result<Vec<u64>, StorageError> {
+        // Nothing outlives the process that holds this storage, so no owner can be gone.
+        Ok(Vec::new())
+    }
+
+    fn claim(
+        &mut self,
+        study: &StudyRow,
+        req: &ClaimRequest<'_>,
+        propose: &mut Propose<'_>,
+    ) -> Result<Option<Trial>, StorageError> {
+        let taken = self
+            .of_study(study)
+            .filter(|t| counts_toward_budget(&t.trial))
+            .count() as u64;
+        if req.budget.is_some_and(|b| taken >= b) {
+            return Ok(None);
+        }
+        let at = Placement {
+            worker: Some(req.worker),
+            slot: Some(req.slot),
+            device: Some(req.device.to_string()),
+            host: Some(super::host::hostname()),
+        };
+        let running = TrialStatus::Running {
+            at,
+            started: Some(SystemTime::now()),
+        };
+        let queued = self
+            .of_study(study)
+            .find(|t| t.trial.state() == TrialState::Queued)
+            .map(|t| t.trial.id);
+        let id = match queued {
+            Some(id) => {
+                self.stored_mut(id)?.trial.status = running;
+                id
+            }
+            None => {
+                let id = self.insert(study.id, Params::new(), running)?;
+                let number = self.stored(id)?.trial.number;
+                let history = self.history(study, req.space)?;
+                let params = propose(&history, number);
+                self.stored_mut(id)?.trial.params = params;
+                id
+            }
+        };
+        Ok(Some(self.stored(id)?.trial.clone()))
+    }
+
+    fn set_trial_dir(&mut self, trial: TrialId, dir: &Path) -> Result<(), StorageError> {
+        self.stored_mut(trial)?.trial.trial_dir = Some(dir.to_path_buf());
+        Ok(())
+    }
+
+    fn enqueue(
+        &mut self,
+        study: &StudyRow,
+        space: &Space,
+        params: &Params,
+    ) -> Result<TrialNumber, StorageError> {
+        let params: Params = params
+            .iter()
+            .filter(|(k, _)| space.get(k).is_some())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let id = self.insert(study.id, params, TrialStatus::Queued)?;
+        let s = self.stored_mut(id)?;
+        s.fixed = true;
+        Ok(s.trial.number)
+    }
+
+    fn has_fixed_params(&self, study: &StudyRow, params: &Params) -> Result<bool, StorageError> {
+        Ok(self
+            .of_study(study)
+            .any(|t| t.fixed && t.trial.params == *params))
+    }
+
+    fn add_report(
+        &mut self,
+        trial: TrialId,
+        _seq: u64,
+        report: &Report,
+        is_final: bool,
+        _metric: &str,
+    ) -> Result<(), StorageError> {
+        let s = self.stored_mut(trial)?;
+        s.trial.metrics = report.metrics.clone();
+        s.reports.push(StoredReport {
+            report: report.clone(),
+            is_final,
+            at: Some(SystemTime::now()),
+        });
+        Ok(())
+    }
+
+    fn finish_trial(
+        &mut self,
+        trial: TrialId,
+        status: &TrialStatus,
+        logs: &[PathBuf],
+    ) -> Result<(), StorageError> {
+        let s = self.stored_mut(trial)?;
+        let (at, started) = match &s.trial.status {
+            TrialStatus::Running { at, started } => (at.clone(), *started),
+            _ => (Placement::default(), None),
+        };
+        let ran = Ran {
+            at,
+            started,
+            finished: Some(SystemTime::now()),
+        };
+        s.trial.status = status.clone().with_ran(ran);
+        s.trial.logs = logs.to_vec();
+        if status.interrupted() {
+            // Run the same params again: the interruption was not the trial's fault.
+            let (study, params) = (s.study, s.trial.params.clone());
+            if !params.is_empty() {
+                self.insert(study, params, TrialStatus::Queued)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn history(&self, study: &StudyRow, space: &Space) -> Result<History, StorageError> {
+        let trials: Vec<Trial> = self.of_study(study).map(|s| s.trial.clone()).collect();
+        Ok(super::history_of(trials, space, |id| {
+            self.trials
+                .get(&id)
+                .map(|s| {
+                    s.reports
+                        .iter()
+                        .filter(|r| !r.is_final)
+                        .filter_map(|r| {
+                            r.report
+                                .metrics
+                                .get(&study.metric)
+                                .map(|v| (r.report.step, *v))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        }))
+    }
+
+    fn reports(&self, study: &StudyRow) -> Result<BTreeMap<u64, Vec<Report>>, StorageError> {
+        Ok(self
+            .of_study(study)
+            .filter(|s| !s.reports.is_empty())
+            .map(|s| {
+                (
+                    s.trial.number.0,
+                    s.reports
+                        .iter()
+                        .filter(|r| !r.is_final)
+                        .map(|r| r.report.clone())
+                        .collect(),
+                )
+            })
+            .collect())
+    }
+
+    fn trial_reports(&self, trial: TrialId) -> Result<Vec<StoredReport>, StorageError> {
+        Ok(self.stored(trial)?.reports.clone())
+    }
+
+    fn trials(
+        &self,
+        study: &StudyRow,
+        state: Option<TrialState>,
+    ) -> Result<Vec<Trial>, StorageError> {
+        Ok(self
+            .of_study(study)
+            .filter(|s| state.is_none_or(|st| s.trial.state() == st))
+            .map(|s| s.trial.clone())
+            .collect())
+    }
+
+    fn trial(&self, study: &StudyRow, number: u64) -> Result<Option<Trial>, StorageError> {
+        Ok(self
+            .of_study(study)
+            .find(|s| s.trial.number.0 == number)
+            .map(|s| s.trial.clone()))
+    }
+
+    fn counted(&self, study: &StudyRow) -> Result<u64, StorageError> {
+        Ok(self
+            .of_study(study)
+            .filter(|s| {
+                counts_toward_budget(&s.trial) && s.trial.state() != TrialState::Running
+            })
+            .count() as u64)
+    }
+
+    fn count_state(&self, study: &StudyRow, state: TrialState) -> Result<u64, StorageError> {
+        Ok(self
+            .of_study(study)
+            .filter(|s| s.trial.state() == state)
+            .count() as u64)
+    }
+
+    fn best(&self, study: &StudyRow) -> Result<Option<(u64, f64)>, StorageError> {
+        let mut best: Option<(u64, f64)> = None;
+        for s in self.of_study(study) {
+            if let TrialStatus::Complete { value, .. } = s.trial.status
+                && value.is_finite()
+                && best.is_none_or(|(_, b)| study.direction.better(value, b))
+            {
+                best = Some((s.trial.number.0, value));
+            }
+        }
+        Ok(best)
+    }
+}
