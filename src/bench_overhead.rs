@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use crate::cli::OverheadArgs;
 use crate::space::{ParamValue, Params, Space};
 use crate::storage::{ClaimRequest, NewStudy, SqliteStorage, Storage};
-use crate::trial::{Direction, Report, Ran, TrialStatus};
+use crate::trial::{Direction, Ran, Report, TrialStatus};
 
 fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {

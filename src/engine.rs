@@ -18,8 +18,8 @@ use crate::sampler::{AskContext, Sampler};
 use crate::space::{Params, Space};
 use crate::storage::{ClaimRequest, NewStudy, Storage, StorageError, StudyRow};
 use crate::trial::{
-    Direction, FINAL_KEY, Placement, Ran, Report, Trial, TrialId, TrialNumber, TrialState, TrialStatus,
-    WorkerId,
+    Direction, FINAL_KEY, Placement, Ran, Report, Trial, TrialId, TrialNumber, TrialState,
+    TrialStatus, WorkerId,
 };
 
 /// What the engine needs of a study.
@@ -283,6 +283,18 @@ impl Engine {
         });
         curve.state = TrialState::Running;
         curve.reports.push(report);
+        let decision = self.judge(number);
+        if decision == Decision::Prune
+            && let Some(live) = self.running.get_mut(&id)
+        {
+            live.stopping = true;
+        }
+        Ok(decision)
+    }
+
+    /// What the pruner says of trial `number` now, from every trial of the study as this
+    /// engine last read them. Asking twice gives the same answer.
+    pub fn judge(&mut self, number: TrialNumber) -> Decision {
         let trials: Vec<TrialCurve> = self.curves.values().cloned().collect();
         let ctx = PruneContext {
             direction: self.study.direction,
@@ -292,10 +304,45 @@ impl Engine {
             trials: &trials,
         };
         if self.pruner.should_prune(&ctx) {
-            live.stopping = true;
-            return Ok(Decision::Prune);
+            Decision::Prune
+        } else {
+            Decision::Continue
         }
-        Ok(Decision::Continue)
+    }
+
+    /// Takes over running trial `number` of the study, whose run goes on while the engine
+    /// that claimed it is gone (a study reopened by another process that keeps driving the
+    /// same run, as the pruner testkit's resumed studies do). Its stored reports count.
+    pub fn adopt(&mut self, number: TrialNumber) -> Result<Trial, StorageError> {
+        let trial = self
+            .storage
+            .trial(&self.study, number.0)?
+            .filter(|t| t.state() == TrialState::Running)
+            .ok_or_else(|| StorageError::Conflict {
+                path: PathBuf::from(self.storage.location()),
+                message: format!("trial {number} is not running"),
+            })?;
+        let stored = self.storage.trial_reports(trial.id)?;
+        let metric = &self.study.metric;
+        let mut live = Live {
+            trial: trial.clone(),
+            seq: stored.len() as u64,
+            last_step: None,
+            last_value: None,
+            final_value: None,
+            stopping: false,
+        };
+        for r in stored {
+            let value = r.report.metrics.get(metric).copied();
+            if r.is_final {
+                live.final_value = value.or(live.final_value);
+            } else {
+                live.last_step = Some(r.report.step);
+                live.last_value = value.or(live.last_value);
+            }
+        }
+        self.running.insert(trial.id, live);
+        Ok(trial)
     }
 
     /// A running trial is being stopped (by the user, or the study): its later reports are
@@ -345,7 +392,9 @@ impl Engine {
                     ran: ran.clone(),
                 }
             } else {
-                failed(format!("the value of `{metric}` is {v}, not a finite number"))
+                failed(format!(
+                    "the value of `{metric}` is {v}, not a finite number"
+                ))
             }
         };
         let status = match how {
@@ -397,8 +446,8 @@ mod tests {
     use crate::storage::{MemoryStorage, SqliteStorage};
 
     fn space() -> Space {
-        let t: toml::Table = toml::from_str(r#"x = { type = "float", low = 0.0, high = 1.0 }"#)
-            .expect("toml");
+        let t: toml::Table =
+            toml::from_str(r#"x = { type = "float", low = 0.0, high = 1.0 }"#).expect("toml");
         Space::from_toml(&t).expect("space")
     }
 
@@ -450,7 +499,8 @@ mod tests {
             let mut numbers = Vec::new();
             while let Some(t) = e.ask(0, "cpu").expect("ask") {
                 numbers.push(t.number.0);
-                e.report(t.id, report(1, t.number.0 as f64)).expect("report");
+                e.report(t.id, report(1, t.number.0 as f64))
+                    .expect("report");
                 let done = e.finish(t.id, Finish::Ended, &[]).expect("finish");
                 assert_eq!(done.value(), Some(t.number.0 as f64));
             }
@@ -524,7 +574,10 @@ mod tests {
             e.report(good.id, report(2, 0.05)).expect("r");
             e.finish(good.id, Finish::Ended, &[]).expect("finish");
             let bad = e.ask(0, "cpu").expect("ask").expect("a trial");
-            assert_eq!(e.report(bad.id, report(1, 9.0)).expect("r"), Decision::Prune);
+            assert_eq!(
+                e.report(bad.id, report(1, 9.0)).expect("r"),
+                Decision::Prune
+            );
             // Judged once: a later report is stored, not judged again.
             assert_eq!(
                 e.report(bad.id, report(2, 9.5)).expect("r"),
@@ -535,7 +588,11 @@ mod tests {
                 .expect("finish");
             assert_eq!(p.state(), TrialState::Pruned);
             assert_eq!(p.value(), Some(9.5));
-            let stored = e.storage().trial(e.study(), 1).expect("read").expect("trial");
+            let stored = e
+                .storage()
+                .trial(e.study(), 1)
+                .expect("read")
+                .expect("trial");
             assert_eq!(stored.state(), TrialState::Pruned);
             assert_eq!(stored.value(), Some(9.5));
         }

@@ -1,17 +1,23 @@
-//! Scripted learning curves for the pruner tests: a small stand-in for the scheduler.
+//! Scripted learning curves for the pruner tests, played through the one ask/tell engine.
 //!
-//! [`Sim`] stores reports as the scheduler would, asks the pruner after each one, stops a
-//! trial the pruner prunes (its later scripted reports are dropped, as a stopped process sends
-//! none) and marks a trial complete after its last scripted report. Every decision is also
-//! asked of a freshly built pruner over the same context, so every scripted test also pins
-//! that a resumed study, which rebuilds its pruner and its contexts from storage, decides
-//! exactly as the study that never stopped.
+//! [`Sim`] drives an [`Engine`] over in-memory storage as the scheduler would: it asks a trial
+//! for each scripted trial number, reports each scripted report, stops a trial the engine says
+//! to prune (its later scripted reports are dropped, as a stopped process sends none) and ends
+//! a trial after its last scripted report. Every decision is also asked of a second engine
+//! opened afresh on the same storage (a new pruner, its view read back from storage), so every
+//! scripted test also pins that a resumed study decides exactly as the study that never
+//! stopped.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
+use std::time::Duration;
 
-use super::{PruneContext, Pruner, PrunerConfig, TrialCurve, build};
-use crate::trial::{Direction, Report, TrialNumber, TrialState};
+use super::{PrunerConfig, TrialCurve, build};
+use crate::engine::{Decision, Engine, EngineSpec, Finish};
+use crate::sampler::{SamplerKind, build as build_sampler};
+use crate::space::Space;
+use crate::storage::{MemoryStorage, Storage};
+use crate::trial::{Direction, Report, TrialId, TrialNumber, TrialState};
 
 /// The objective's key in scripted reports.
 pub const METRIC: &str = "loss";
@@ -62,10 +68,46 @@ pub fn lockstep(curves: &[(u64, &[f64])]) -> Vec<(u64, Report)> {
 pub struct Sim {
     config: PrunerConfig,
     direction: Direction,
-    live: Box<dyn Pruner>,
+    storage: MemoryStorage,
+    engine: Engine,
+    /// The engine's trial id of each scripted trial number.
+    ids: BTreeMap<u64, TrialId>,
+    /// The trials as the engine stored them (what a resumed study reads back).
     pub trials: Vec<TrialCurve>,
     /// (trial, step of the report that pruned it), in decision order.
     pub pruned: Vec<(u64, u64)>,
+}
+
+/// The scripted studies' space: the pruner never looks at params.
+fn space() -> Space {
+    let t: toml::Table = toml::from_str(r#"x = { type = "float", low = 0.0, high = 1.0 }"#)
+        .expect("a fixed, valid space");
+    Space::from_toml(&t).expect("a fixed, valid space")
+}
+
+fn open(storage: &MemoryStorage, config: &PrunerConfig, direction: Direction) -> Engine {
+    let space = space();
+    let spec = EngineSpec {
+        name: "scripted",
+        metric: METRIC,
+        direction,
+        space: &space,
+        seed: 0,
+        budget: None,
+        heartbeat_grace: Duration::from_secs(3600),
+        pruner: config,
+        file: None,
+        source: None,
+        slots: &["cpu".to_string()],
+        enqueue: &[],
+    };
+    Engine::open(
+        Box::new(storage.clone()),
+        &spec,
+        build_sampler(SamplerKind::Random),
+        build(config),
+    )
+    .expect("memory storage opens")
 }
 
 impl Sim {
@@ -73,71 +115,141 @@ impl Sim {
         Sim::resume(config, direction, Vec::new())
     }
 
-    /// A study reopened from storage: the trials as stored, a pruner built anew.
+    /// A study reopened from storage: `trials` stored as they are (finished ones with their
+    /// state, running ones still running), and an engine opened anew on it that takes over the
+    /// running ones.
     pub fn resume(config: PrunerConfig, direction: Direction, trials: Vec<TrialCurve>) -> Sim {
         assert_eq!(config.check(), Ok(()), "scripted configs are valid");
-        let live = build(&config);
-        Sim {
+        let storage = MemoryStorage::new();
+        let mut sim = Sim {
+            engine: open(&storage, &config, direction),
             config,
             direction,
-            live,
-            trials,
+            storage,
+            ids: BTreeMap::new(),
+            trials: Vec::new(),
             pruned: Vec::new(),
+        };
+        // The stored study, written by an engine that then goes away.
+        let mut seed = sim.reopen();
+        let mut seeded = BTreeMap::new();
+        for t in &trials {
+            while sim.next_number(&seeded) <= t.number.0 {
+                let trial = seed.ask(0, "cpu").expect("ask").expect("no budget");
+                seeded.insert(trial.number.0, trial.id);
+            }
+            let id = seeded[&t.number.0];
+            for r in &t.reports {
+                seed.report(id, r.clone()).expect("report");
+            }
+            let finish = match t.state {
+                TrialState::Pruned => Some(Finish::Pruned { value: None }),
+                TrialState::Complete => Some(Finish::Value(last_value(&t.reports))),
+                TrialState::Failed => Some(Finish::Failed {
+                    reason: "scripted".into(),
+                    log_tail: None,
+                }),
+                TrialState::Running | TrialState::Queued => None,
+            };
+            if let Some(f) = finish {
+                seed.finish(id, f, &[]).expect("finish");
+            }
         }
+        drop(seed);
+        sim.engine = sim.reopen();
+        for t in &trials {
+            if t.state == TrialState::Running {
+                let trial = sim.engine.adopt(t.number).expect("adopt");
+                sim.ids.insert(t.number.0, trial.id);
+            } else {
+                sim.ids.insert(t.number.0, seeded[&t.number.0]);
+            }
+        }
+        sim.refresh();
+        sim
+    }
+
+    /// Another engine on the same stored study.
+    fn reopen(&self) -> Engine {
+        open(&self.storage, &self.config, self.direction)
+    }
+
+    fn next_number(&self, asked: &BTreeMap<u64, TrialId>) -> u64 {
+        asked.keys().next_back().map_or(0, |n| n + 1)
+    }
+
+    /// The trials as stored: what [`Sim::resume`] takes.
+    fn refresh(&mut self) {
+        let study = self.engine.study().clone();
+        let reports = self.storage.reports(&study).expect("reports");
+        self.trials = self
+            .storage
+            .trials(&study, None)
+            .expect("trials")
+            .into_iter()
+            .filter(|t| self.ids.contains_key(&t.number.0))
+            .map(|t| TrialCurve {
+                number: t.number,
+                state: t.state(),
+                reports: reports.get(&t.number.0).cloned().unwrap_or_default(),
+            })
+            .collect();
     }
 
     fn state(&self, n: u64) -> Option<TrialState> {
-        self.trials
-            .iter()
-            .find(|t| t.number == TrialNumber(n))
-            .map(|t| t.state)
+        let id = self.ids.get(&n)?;
+        let study = self.engine.study();
+        self.storage
+            .trials(study, None)
+            .expect("trials")
+            .into_iter()
+            .find(|t| t.id == *id)
+            .map(|t| t.state())
     }
 
-    /// Stores the report of trial `n` and asks the pruner. `None` when the trial has already
-    /// stopped (the report never arrives).
+    /// Reports trial `n`'s report and returns the engine's decision. `None` when the trial
+    /// has already stopped (the report never arrives).
     pub fn send(&mut self, n: u64, r: Report) -> Option<bool> {
-        match self.state(n) {
-            Some(s) if s.is_finished() => return None,
-            Some(_) => {}
-            None => self.trials.push(TrialCurve {
-                number: TrialNumber(n),
-                state: TrialState::Running,
-                reports: Vec::new(),
-            }),
+        if self.state(n).is_some_and(TrialState::is_finished) {
+            return None;
         }
+        while !self.ids.contains_key(&n) {
+            let trial = self.engine.ask(0, "cpu").expect("ask").expect("no budget");
+            self.ids.insert(trial.number.0, trial.id);
+        }
+        let id = self.ids[&n];
         let step = r.step;
-        let curve = self
-            .trials
-            .iter_mut()
-            .find(|t| t.number == TrialNumber(n))
-            .expect("pushed above");
-        curve.reports.push(r);
-        let ctx = PruneContext {
-            direction: self.direction,
-            metric: METRIC,
-            resource: self.config.resource(),
-            trial: TrialNumber(n),
-            trials: &self.trials,
-        };
-        let decision = self.live.should_prune(&ctx);
-        let fresh = build(&self.config).should_prune(&ctx);
+        let decision = self.engine.report(id, r).expect("report") == Decision::Prune;
+        let fresh = self.reopen().judge(TrialNumber(n)) == Decision::Prune;
         assert_eq!(
             decision, fresh,
-            "trial {n} at step {step}: a rebuilt pruner disagrees with the live one"
+            "trial {n} at step {step}: a resumed engine disagrees with the live one"
         );
         // Asking twice is harmless: the answer is the same.
-        assert_eq!(decision, self.live.should_prune(&ctx));
+        assert_eq!(
+            decision,
+            self.engine.judge(TrialNumber(n)) == Decision::Prune
+        );
         if decision {
-            self.set_state(n, TrialState::Pruned);
+            self.engine
+                .finish(id, Finish::Pruned { value: None }, &[])
+                .expect("finish");
             self.pruned.push((n, step));
         }
+        self.refresh();
         Some(decision)
     }
 
-    pub fn set_state(&mut self, n: u64, state: TrialState) {
-        if let Some(t) = self.trials.iter_mut().find(|t| t.number == TrialNumber(n)) {
-            t.state = state;
-        }
+    /// Ends trial `n` as complete with its last reported objective.
+    fn complete(&mut self, n: u64) {
+        let id = self.ids[&n];
+        let study = self.engine.study().clone();
+        let reports = self.storage.reports(&study).expect("reports");
+        let v = last_value(reports.get(&n).map(Vec::as_slice).unwrap_or(&[]));
+        self.engine
+            .finish(id, Finish::Value(v), &[])
+            .expect("finish");
+        self.refresh();
     }
 
     /// Sends every event in order; a trial that was not pruned completes after its last one.
@@ -155,11 +267,24 @@ impl Sim {
                 && last_of_trial
                 && self.state(*n) == Some(TrialState::Running)
             {
-                self.set_state(*n, TrialState::Complete);
+                self.complete(*n);
             }
         }
         self
     }
+}
+
+/// The value a scripted trial completes with: its last finite objective. A script's trial
+/// that "completes" after NaN reports did so with a finite final report in real life (a NaN
+/// value would fail it); pruners judge the reports, never this value, so any finite number
+/// does.
+fn last_value(reports: &[Report]) -> f64 {
+    reports
+        .iter()
+        .rev()
+        .filter_map(|r| r.metrics.get(METRIC).copied())
+        .find(|v| v.is_finite())
+        .unwrap_or(0.0)
 }
 
 /// Plays `events` and returns (trial, step) of every pruning, in order.

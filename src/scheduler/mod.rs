@@ -335,12 +335,7 @@ impl Scheduler {
         *phase = Phase::Draining(Ending::Storage(e));
     }
 
-    fn on_control(
-        &mut self,
-        ctl: Option<Control>,
-        phase: &mut Phase,
-        slots: &mut [Option<Busy>],
-    ) {
+    fn on_control(&mut self, ctl: Option<Control>, phase: &mut Phase, slots: &mut [Option<Busy>]) {
         match ctl {
             Some(Control::Pause) if matches!(phase, Phase::Running) => {
                 *phase = Phase::Paused;

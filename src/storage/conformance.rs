@@ -17,7 +17,11 @@ fn backends() -> Vec<(&'static str, Box<dyn Storage>, tempfile::TempDir)> {
     let dir = tempfile::tempdir().expect("temp dir");
     let sqlite = SqliteStorage::open(&dir.path().join("t.db")).expect("sqlite opens");
     vec![
-        ("memory", Box::new(MemoryStorage::new()), tempfile::tempdir().expect("temp dir")),
+        (
+            "memory",
+            Box::new(MemoryStorage::new()),
+            tempfile::tempdir().expect("temp dir"),
+        ),
         ("sqlite", Box::new(sqlite), dir),
     ]
 }
@@ -75,7 +79,10 @@ fn claims_give_numbers_once_and_respect_the_budget() {
             numbers.push(t.number.0);
         }
         assert_eq!(numbers, [0, 1, 2], "{name}");
-        assert!(claim(s.as_mut(), &study, w, Some(3), &params(0.01)).is_none(), "{name}");
+        assert!(
+            claim(s.as_mut(), &study, w, Some(3), &params(0.01)).is_none(),
+            "{name}"
+        );
         let rows = s.trials(&study, None).expect("rows");
         assert_eq!(rows[1].params, params(0.01), "{name}");
         // An interrupted trial frees its place and queues its params again.
@@ -83,7 +90,11 @@ fn claims_give_numbers_once_and_respect_the_budget() {
             .expect("finish");
         let rerun = claim(s.as_mut(), &study, w, Some(3), &params(0.5)).expect("the rerun");
         assert_eq!(rerun.number.0, 3, "{name}");
-        assert_eq!(rerun.params, params(0.01), "{name}: the rerun keeps its params");
+        assert_eq!(
+            rerun.params,
+            params(0.01),
+            "{name}: the rerun keeps its params"
+        );
         assert_eq!(s.counted(&study).expect("counted"), 0, "{name}");
         assert_eq!(
             s.count_state(&study, TrialState::Running).expect("count"),
@@ -173,7 +184,10 @@ fn reports_values_and_failures_round_trip() {
         let back = s.trial(&study, 0).expect("read").expect("trial 0");
         assert_eq!(back.value(), Some(0.7), "{name}");
         assert_eq!(back.logs, logs, "{name}");
-        assert!(back.metrics["loss"].is_nan(), "{name}: the last report's metrics");
+        assert!(
+            back.metrics["loss"].is_nan(),
+            "{name}: the last report's metrics"
+        );
         let ran = match &back.status {
             TrialStatus::Complete { ran, .. } => ran.clone(),
             other => panic!("{name}: {other:?}"),
@@ -266,7 +280,10 @@ fn enqueued_params_run_first_and_are_known_as_fixed() {
         assert!(!s.has_fixed_params(&study, &params(0.3)).expect("fixed"));
         let n = s.enqueue(&study, &space(), &params(0.3)).expect("enqueue");
         assert_eq!(n.0, 0, "{name}");
-        assert!(s.has_fixed_params(&study, &params(0.3)).expect("fixed"), "{name}");
+        assert!(
+            s.has_fixed_params(&study, &params(0.3)).expect("fixed"),
+            "{name}"
+        );
         assert_eq!(
             s.count_state(&study, TrialState::Queued).expect("count"),
             1,
@@ -274,6 +291,10 @@ fn enqueued_params_run_first_and_are_known_as_fixed() {
         );
         let t = claim(s.as_mut(), &study, w, None, &params(0.9)).expect("the queued trial");
         assert_eq!(t.number.0, 0, "{name}");
-        assert_eq!(t.params, params(0.3), "{name}: a queued trial proposes nothing");
+        assert_eq!(
+            t.params,
+            params(0.3),
+            "{name}: a queued trial proposes nothing"
+        );
     }
 }

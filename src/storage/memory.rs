@@ -1,9 +1,12 @@
-//! Storage in memory: the same contract as the database backends, for one process that needs
-//! no file (`tune ask-tell` without `--db`, the optimizer benchmark, engine and pruner tests).
-//! It is held to the same conformance suite as SQLite (`storage::conformance`).
+//! Storage in memory: the same contract as the database backends, for a process that needs no
+//! file (`tune ask-tell` without `--db`, the optimizer benchmark, engine and pruner tests).
+//! A clone is another handle on the same data, as a second process opening the same database
+//! would be (the pruner testkit resumes a study that way). It is held to the same conformance
+//! suite as SQLite (`storage::conformance`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use super::{
@@ -31,10 +34,16 @@ struct Stored {
 
 /// Every study and trial in plain collections.
 #[derive(Default)]
-pub struct MemoryStorage {
+struct Data {
     studies: Vec<Study>,
     trials: BTreeMap<TrialId, Stored>,
     workers: Vec<(WorkerId, i64, Vec<String>)>,
+}
+
+/// A handle on studies kept in memory; clones share them.
+#[derive(Clone, Default)]
+pub struct MemoryStorage {
+    data: Arc<Mutex<Data>>,
 }
 
 impl MemoryStorage {
@@ -42,6 +51,14 @@ impl MemoryStorage {
         MemoryStorage::default()
     }
 
+    fn data(&self) -> MutexGuard<'_, Data> {
+        // A panic while the lock was held leaves whole values behind (every write replaces
+        // a field), so the data stays usable.
+        self.data.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Data {
     fn study_mut(&mut self, id: i64) -> Result<&mut Study, StorageError> {
         self.studies
             .iter_mut()
@@ -116,9 +133,15 @@ fn counts_toward_budget(t: &Trial) -> bool {
     }
 }
 
-impl Storage for MemoryStorage {
+impl Data {
     fn location(&self) -> String {
         ":memory:".into()
+    }
+}
+
+impl Storage for Data {
+    fn location(&self) -> String {
+        Data::location(self)
     }
 
     fn find_study(&self, name: &str) -> Result<Option<StudyRow>, StorageError> {
@@ -381,9 +404,7 @@ impl Storage for MemoryStorage {
     fn counted(&self, study: &StudyRow) -> Result<u64, StorageError> {
         Ok(self
             .of_study(study)
-            .filter(|s| {
-                counts_toward_budget(&s.trial) && s.trial.state() != TrialState::Running
-            })
+            .filter(|s| counts_toward_budget(&s.trial) && s.trial.state() != TrialState::Running)
             .count() as u64)
     }
 
@@ -405,5 +426,106 @@ impl Storage for MemoryStorage {
             }
         }
         Ok(best)
+    }
+}
+
+/// Every call takes the lock once, so each is one transaction, as the trait asks.
+impl Storage for MemoryStorage {
+    fn location(&self) -> String {
+        self.data().location()
+    }
+    fn find_study(&self, name: &str) -> Result<Option<StudyRow>, StorageError> {
+        self.data().find_study(name)
+    }
+    fn create_or_load_study(&mut self, new: &NewStudy<'_>) -> Result<StudyRow, StorageError> {
+        self.data().create_or_load_study(new)
+    }
+    fn list_studies(&self) -> Result<Vec<StudySummary>, StorageError> {
+        self.data().list_studies()
+    }
+    fn register_worker(
+        &mut self,
+        study: &StudyRow,
+        devices: &[String],
+    ) -> Result<WorkerId, StorageError> {
+        self.data().register_worker(study, devices)
+    }
+    fn heartbeat(&mut self, worker: WorkerId, trials: &[TrialId]) -> Result<(), StorageError> {
+        self.data().heartbeat(worker, trials)
+    }
+    fn recover_interrupted(
+        &mut self,
+        study: &StudyRow,
+        grace: Duration,
+    ) -> Result<Vec<u64>, StorageError> {
+        self.data().recover_interrupted(study, grace)
+    }
+    fn claim(
+        &mut self,
+        study: &StudyRow,
+        req: &ClaimRequest<'_>,
+        propose: &mut Propose<'_>,
+    ) -> Result<Option<Trial>, StorageError> {
+        self.data().claim(study, req, propose)
+    }
+    fn set_trial_dir(&mut self, trial: TrialId, dir: &Path) -> Result<(), StorageError> {
+        self.data().set_trial_dir(trial, dir)
+    }
+    fn enqueue(
+        &mut self,
+        study: &StudyRow,
+        space: &Space,
+        params: &Params,
+    ) -> Result<TrialNumber, StorageError> {
+        self.data().enqueue(study, space, params)
+    }
+    fn has_fixed_params(&self, study: &StudyRow, params: &Params) -> Result<bool, StorageError> {
+        self.data().has_fixed_params(study, params)
+    }
+    fn add_report(
+        &mut self,
+        trial: TrialId,
+        seq: u64,
+        report: &Report,
+        is_final: bool,
+        metric: &str,
+    ) -> Result<(), StorageError> {
+        self.data().add_report(trial, seq, report, is_final, metric)
+    }
+    fn finish_trial(
+        &mut self,
+        trial: TrialId,
+        status: &TrialStatus,
+        logs: &[PathBuf],
+    ) -> Result<(), StorageError> {
+        self.data().finish_trial(trial, status, logs)
+    }
+    fn history(&self, study: &StudyRow, space: &Space) -> Result<History, StorageError> {
+        self.data().history(study, space)
+    }
+    fn reports(&self, study: &StudyRow) -> Result<BTreeMap<u64, Vec<Report>>, StorageError> {
+        self.data().reports(study)
+    }
+    fn trial_reports(&self, trial: TrialId) -> Result<Vec<StoredReport>, StorageError> {
+        self.data().trial_reports(trial)
+    }
+    fn trials(
+        &self,
+        study: &StudyRow,
+        state: Option<TrialState>,
+    ) -> Result<Vec<Trial>, StorageError> {
+        self.data().trials(study, state)
+    }
+    fn trial(&self, study: &StudyRow, number: u64) -> Result<Option<Trial>, StorageError> {
+        self.data().trial(study, number)
+    }
+    fn counted(&self, study: &StudyRow) -> Result<u64, StorageError> {
+        self.data().counted(study)
+    }
+    fn count_state(&self, study: &StudyRow, state: TrialState) -> Result<u64, StorageError> {
+        self.data().count_state(study, state)
+    }
+    fn best(&self, study: &StudyRow) -> Result<Option<(u64, f64)>, StorageError> {
+        self.data().best(study)
     }
 }

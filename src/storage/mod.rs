@@ -6,11 +6,11 @@
 //! waiting happens where the timeout applies and no "database is locked" reaches the user, and
 //! trial numbers are given out inside such a transaction, exactly once each.
 
+#[cfg(test)]
+mod conformance;
 pub mod host;
 mod memory;
 mod sqlite;
-#[cfg(test)]
-mod conformance;
 #[cfg(test)]
 pub(crate) use sqlite::fixtures as sqlite_fixtures;
 pub mod watch;

@@ -898,11 +898,7 @@ impl Storage for SqliteStorage {
 
     /// Whether `params` were already enqueued or run in this study (so `[[enqueue]]` entries
     /// are queued once, not on every resume).
-    fn has_fixed_params(
-        &self,
-        study: &StudyRow,
-        params: &Params,
-    ) -> Result<bool, StorageError> {
+    fn has_fixed_params(&self, study: &StudyRow, params: &Params) -> Result<bool, StorageError> {
         let json = serde_json::to_string(params).unwrap_or_default();
         let n: i64 = self
             .conn
@@ -966,7 +962,12 @@ impl Storage for SqliteStorage {
                 log_tail,
                 interrupted,
                 ..
-            } => (Some(reason.as_str()), log_tail.as_deref(), None, *interrupted),
+            } => (
+                Some(reason.as_str()),
+                log_tail.as_deref(),
+                None,
+                *interrupted,
+            ),
             TrialStatus::Pruned { step, .. } => (None, None, *step, false),
             _ => (None, None, None, false),
         };

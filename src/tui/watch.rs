@@ -474,8 +474,8 @@ mod tests {
     use super::*;
     use crate::space::ParamValue;
     use crate::storage::Storage;
-    use crate::trial::{TrialId, TrialStatus, WorkerId};
     use crate::trial::Direction;
+    use crate::trial::{TrialId, TrialStatus, WorkerId};
 
     use crate::storage::sqlite_fixtures::{params, space};
 
