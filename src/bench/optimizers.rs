@@ -5,16 +5,21 @@
 //!
 //! The score's reference, the median best of random search after t trials, is measured in the
 //! same run (sequential random search with its own seeds), as the README defines it. The
-//! harness drives samplers exactly as `tune ask-tell` does: a fresh sampler per run, the study
-//! seed, asks answered in trial-number order, outstanding trials told oldest first.
+//! harness drives samplers through the one ask/tell engine, as `tune ask-tell` does: a fresh
+//! sampler per run, the study seed, asks answered in trial-number order, outstanding trials
+//! told oldest first.
 
+use std::collections::VecDeque;
 use std::fmt::Write as _;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::problems::{Problem, problems};
-use crate::sampler::{AskContext, SamplerKind, SamplerOptions, build_with};
+use crate::engine::{Engine, EngineSpec, Finish};
+use crate::pruner::PrunerConfig;
+use crate::sampler::{SamplerKind, SamplerOptions, build_with};
 use crate::space::Params;
-use crate::trial::{Direction, FinishedTrial, Outcome, TrialNumber};
+use crate::storage::MemoryStorage;
+use crate::trial::{Direction, TrialId};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -79,7 +84,8 @@ fn thread_cpu_ms() -> f64 {
     }
 }
 
-/// Drives one sampler on one problem for `budget` trials with `q` outstanding.
+/// Drives one sampler on one problem for `budget` trials with `q` outstanding, through the one
+/// ask/tell engine (in memory), as `tune ask-tell` does.
 pub fn run_one(
     problem: &Problem,
     kind: SamplerKind,
@@ -89,55 +95,65 @@ pub fn run_one(
     q: usize,
 ) -> anyhow::Result<RunTrace> {
     let space = problem.space()?;
-    let mut sampler = build_with(kind, opts);
-    let mut history: Vec<FinishedTrial> = Vec::with_capacity(budget);
-    let mut pending: Vec<(u64, Params)> = Vec::new();
+    let pruner = PrunerConfig::None;
+    let spec = EngineSpec {
+        name: problem.name,
+        metric: "value",
+        direction: Direction::Minimize,
+        space: &space,
+        seed,
+        budget: Some(budget as u64),
+        heartbeat_grace: Duration::from_secs(3600),
+        pruner: &pruner,
+        file: None,
+        source: None,
+        slots: &["cpu".to_string()],
+        enqueue: &[],
+    };
+    let mut engine = Engine::open(
+        Box::new(MemoryStorage::new()),
+        &spec,
+        build_with(kind, opts),
+        crate::pruner::build(&pruner),
+    )?;
+    let mut pending: VecDeque<(TrialId, Params)> = VecDeque::new();
     let mut best = Vec::with_capacity(budget);
     let mut ask_ms = Vec::with_capacity(budget);
     let mut ask_cpu_ms = Vec::with_capacity(budget);
-    let mut asked = 0u64;
     let mut best_so_far = f64::INFINITY;
-    while history.len() < budget {
-        while pending.len() < q.max(1) && (asked as usize) < budget {
-            let pp: Vec<Params> = pending.iter().map(|p| p.1.clone()).collect();
-            let ctx = AskContext {
-                space: &space,
-                direction: Direction::Minimize,
-                history: &history,
-                pending: &pp,
-                trial_number: TrialNumber(asked),
-                seed,
-            };
+    while best.len() < budget {
+        while pending.len() < q.max(1) {
             let c0 = thread_cpu_ms();
             let t0 = Instant::now();
-            let p = sampler.ask(&ctx);
+            let Some(trial) = engine.ask(0, "cpu")? else {
+                break;
+            };
             ask_ms.push(t0.elapsed().as_secs_f64() * 1e3);
             ask_cpu_ms.push(thread_cpu_ms() - c0);
-            if let Err(e) = space.validate(&p) {
+            if let Err(e) = space.validate(&trial.params) {
                 anyhow::bail!(
                     "{} proposed invalid params on {}: {e}",
                     kind.as_str(),
                     problem.name
                 );
             }
-            pending.push((asked, p));
-            asked += 1;
+            pending.push_back((trial.id, trial.params));
         }
-        let (number, params) = pending.remove(0);
-        let v = (problem.f)(&params);
-        let outcome = if v.is_finite() {
-            best_so_far = best_so_far.min(v);
-            Outcome::Complete { value: v }
-        } else {
-            Outcome::Failed
+        let Some((id, params)) = pending.pop_front() else {
+            anyhow::bail!("the engine stopped asking before the budget");
         };
+        let v = (problem.f)(&params);
+        let finish = if v.is_finite() {
+            best_so_far = best_so_far.min(v);
+            Finish::Value(v)
+        } else {
+            Finish::Failed {
+                reason: "not finite".into(),
+                log_tail: None,
+            }
+        };
+        engine.finish(id, finish, &[])?;
         best.push(best_so_far);
-        history.push(FinishedTrial {
-            number: TrialNumber(number),
-            params,
-            outcome,
-            curve: Vec::new(),
-        });
     }
     Ok(RunTrace {
         best,
