@@ -2,21 +2,24 @@
 //! must pass `parse_builtin`, and the small ones (and the quickstart, on the full
 //! Fashion-MNIST, when it is installed) run to completion through worker processes.
 //!
-//! The study loop here is a minimal stand-in for the scheduler (ask the study's sampler, run
-//! on `workers.count` slots, keep the values): it exercises the trainer and the worker
-//! runner, not the scheduler.
+//! The studies run through the one ask/tell engine (in memory) on `workers.count` slots of the
+//! real worker runner: this exercises the trainer, the worker processes and the engine, not the
+//! scheduler's signals and UI (the CLI tests cover those).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::{mpsc, watch};
+use tune::engine::{Engine, EngineSpec, Finish};
+use tune::pruner::PrunerConfig;
 use tune::runner::worker::WorkerRunner;
 use tune::runner::{RunEnd, StopRequest, TrialJob, TrialRunner};
-use tune::sampler::{self, AskContext, SamplerKind};
-use tune::space::{Params, Space};
+use tune::sampler::{self, SamplerKind};
+use tune::space::Space;
+use tune::storage::MemoryStorage;
 use tune::train::{BuiltinTrial, parse_builtin};
-use tune::trial::{Direction, TrialNumber};
+use tune::trial::Direction;
 
 fn studies() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("studies");
@@ -90,59 +93,67 @@ async fn run_study(path: &Path, dir: &Path) -> (Vec<f64>, f64) {
         s.trial.clone(),
         PathBuf::from(env!("CARGO_BIN_EXE_tune-worker")),
     ));
-    let mut sampler = sampler::build(SamplerKind::Auto);
-    let jobs: Vec<Params> = (0..n_trials)
-        .map(|i| {
-            sampler.ask(&AskContext {
-                space: &s.space,
-                direction: Direction::Minimize,
-                history: &[],
-                pending: &[],
-                trial_number: TrialNumber(i),
-                seed,
-            })
-        })
-        .collect();
-    let jobs = Arc::new(std::sync::Mutex::new(
-        jobs.into_iter().enumerate().collect::<Vec<_>>(),
-    ));
+    let pruner = PrunerConfig::None;
+    let device = vec!["cpu".to_string(); slots];
+    let spec = EngineSpec {
+        name: "trainer-study",
+        metric: &metric,
+        direction: Direction::Minimize,
+        space: &s.space,
+        seed,
+        budget: Some(n_trials),
+        heartbeat_grace: std::time::Duration::from_secs(3600),
+        pruner: &pruner,
+        file: None,
+        source: None,
+        slots: &device,
+        enqueue: &[],
+    };
+    let engine = Engine::open(
+        Box::new(MemoryStorage::new()),
+        &spec,
+        sampler::build(SamplerKind::Auto),
+        tune::pruner::build(&pruner),
+    )
+    .expect("engine");
+    let engine = Arc::new(std::sync::Mutex::new(engine));
     let start = Instant::now();
     let mut handles = Vec::new();
     for slot in 0..slots {
-        let (runner, jobs, metric, dir) = (
-            runner.clone(),
-            jobs.clone(),
-            metric.clone(),
-            dir.to_path_buf(),
-        );
+        let (runner, engine, dir) = (runner.clone(), engine.clone(), dir.to_path_buf());
         handles.push(tokio::spawn(async move {
             let mut values = Vec::new();
             loop {
-                let next = jobs.lock().expect("jobs lock").pop();
-                let Some((i, params)) = next else { break };
+                let asked = engine.lock().expect("engine lock").ask(slot, "cpu");
+                let Some(trial) = asked.expect("ask") else {
+                    break;
+                };
                 let (tx, mut rx) = mpsc::unbounded_channel();
                 let (_stop_tx, stop_rx) = watch::channel(StopRequest::None);
                 let job = TrialJob {
-                    number: TrialNumber(i as u64),
-                    params,
+                    number: trial.number,
+                    params: trial.params.clone(),
                     slot,
                     device: "cpu".into(),
-                    trial_dir: dir.join(format!("trial-{i}")),
+                    trial_dir: dir.join(format!("trial-{}", trial.number)),
                     timeout,
                     seed,
                 };
                 let res = runner.run(job, tx, stop_rx).await;
-                let mut last = f64::NAN;
+                let mut e = engine.lock().expect("engine lock");
                 while let Ok(r) = rx.try_recv() {
-                    if let Some(v) = r.metrics.get(&metric) {
-                        last = *v;
-                    }
+                    e.report(trial.id, r).expect("report");
                 }
-                values.push(if res.end == RunEnd::Finished {
-                    last
-                } else {
-                    f64::NAN
-                });
+                let finish = match res.end {
+                    RunEnd::Finished => Finish::Ended,
+                    RunEnd::Failed { reason, log_tail } => Finish::Failed { reason, log_tail },
+                    RunEnd::Stopped => Finish::Failed {
+                        reason: "stopped".into(),
+                        log_tail: None,
+                    },
+                };
+                let done = e.finish(trial.id, finish, &res.logs).expect("finish");
+                values.push(done.value().unwrap_or(f64::NAN));
             }
             values
         }));
