@@ -13,7 +13,7 @@ fn main() {
         .map(|(_, ms)| *ms)
         .fold(0.0_f64, f64::max);
     println!("tui render: worst {worst:.3} ms/frame (goal < 5 ms)");
-    match tune::tui::bench::watch_poll_ms(10_000) {
+    match tune::bench::watch_poll::watch_poll_ms(10_000) {
         Ok([first, idle, one]) => println!(
             "tui watch: 10000 trials, 30000 reports: first poll {first:.1} ms, \
              a poll with nothing committed {idle:.3} ms, a poll after one report {one:.1} ms"

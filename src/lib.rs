@@ -9,6 +9,8 @@ pub mod cli;
 pub mod commands;
 pub mod devices;
 pub mod engine;
+pub mod events;
+pub mod fmt;
 pub mod pruner;
 pub mod runner;
 pub mod sampler;

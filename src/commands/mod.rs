@@ -75,35 +75,4 @@ pub fn open_read(path: &Path) -> anyhow::Result<SqliteStorage> {
     Ok(SqliteStorage::open_read_only(path)?)
 }
 
-/// A number for people: up to 6 significant digits.
-pub fn fmt_value(v: Option<f64>) -> String {
-    match v {
-        None => "-".into(),
-        Some(0.0) => "0".into(),
-        Some(x) if !x.is_finite() => format!("{x}"),
-        Some(x) if x.abs() >= 1e-4 && x.abs() < 1e6 => {
-            let s = format!(
-                "{:.*}",
-                (5 - x.abs().log10().floor() as i32).clamp(0, 10) as usize,
-                x
-            );
-            if s.contains('.') {
-                s.trim_end_matches('0').trim_end_matches('.').to_string()
-            } else {
-                s
-            }
-        }
-        Some(x) => format!("{x:.4e}"),
-    }
-}
-
-/// `k=v k=v` for a table cell.
-pub fn fmt_params(p: &crate::space::Params) -> String {
-    p.iter()
-        .map(|(k, v)| match v {
-            crate::space::ParamValue::Float(x) => format!("{k}={}", fmt_value(Some(*x))),
-            other => format!("{k}={other}"),
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
+pub use crate::fmt::{fmt_params, fmt_value};

@@ -8,7 +8,9 @@ use tokio::sync::mpsc;
 
 use super::open_study;
 use crate::cli::WatchArgs;
-use crate::tui::{self, Update};
+use crate::events::replay::{Poller, spawn_poller};
+use crate::events::{Event, Update};
+use crate::tui::{self, Mode, Options, UiState};
 
 pub fn watch(args: &WatchArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
     let (storage, row) = open_study(&args.study, db)?;
@@ -19,22 +21,22 @@ pub fn watch(args: &WatchArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     if tui::stdout_is_terminal() {
-        let state = rt.block_on(tui::watch::run(&path, &row.name, tui::color_allowed()))?;
+        let state = rt.block_on(watch_ui(&path, &row.name, tui::color_allowed()))?;
         println!("{}", tui::summary_line(&state));
         return Ok(ExitCode::SUCCESS);
     }
-    let poller = tui::watch::Poller::open(&path, &row.name)?;
+    let poller = Poller::open(&path, &row.name)?;
     rt.block_on(async move {
-        let mut updates = tui::watch::spawn_poller(poller);
+        let mut updates = spawn_poller(poller);
         let (tx, rx) = mpsc::unbounded_channel();
-        let printer = tokio::spawn(super::run::print_lines(
+        let printer = tokio::spawn(crate::events::lines::print_lines(
             rx,
             row.direction,
             row.metric.clone(),
         ));
         while let Some(u) = updates.recv().await {
             if let Update::Event(e) = u {
-                let done = matches!(e, crate::scheduler::Event::StudyFinished { .. });
+                let done = matches!(e, Event::StudyFinished { .. });
                 if tx.send(e).is_err() || done {
                     break;
                 }
@@ -44,4 +46,19 @@ pub fn watch(args: &WatchArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
         let _ = printer.await;
     });
     Ok(ExitCode::SUCCESS)
+}
+
+/// The live UI on `study` in the database `db`, read-only, until the user leaves.
+async fn watch_ui(db: &Path, study: &str, color: bool) -> anyhow::Result<UiState> {
+    let rx = spawn_poller(Poller::open(db, study)?);
+    let state = tui::terminal::run_updates(
+        rx,
+        None,
+        Options {
+            mode: Mode::Watch,
+            color,
+        },
+    )
+    .await?;
+    Ok(state)
 }

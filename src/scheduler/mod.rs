@@ -6,14 +6,12 @@
 //! A failed trial is data: it becomes a state with a reason and the study goes on. Only a fault
 //! of storage stops the study, and then cleanly (running trials are stopped first).
 
-pub mod events;
-
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use tokio::sync::{mpsc, watch};
 
-pub use events::{Control, Event, StudyInfo, TrialSummary};
+pub use crate::events::{Control, Event, NO_SLOT, StudyInfo, TrialSummary};
 
 use crate::engine::{Decision, Engine, EngineSpec, Finish};
 use crate::pruner::Pruner;
@@ -193,7 +191,7 @@ impl Scheduler {
             for report in best_reports {
                 self.emit(Event::TrialReported {
                     number: TrialNumber(best),
-                    slot: usize::MAX,
+                    slot: NO_SLOT,
                     report,
                 });
             }

@@ -10,7 +10,6 @@ pub mod bench;
 pub mod state;
 pub mod terminal;
 pub mod view;
-pub mod watch;
 
 use std::io::IsTerminal;
 
@@ -19,7 +18,7 @@ pub use terminal::{Options, run};
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
-use crate::scheduler::{Control, Event};
+use crate::events::{Control, Event};
 
 /// `tune run` on a terminal: the UI in live mode with colours as `NO_COLOR` allows. Returns
 /// when the user leaves (the study may still be finishing: the caller awaits it).

@@ -9,7 +9,8 @@ use std::time::{Duration, SystemTime};
 
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use crate::scheduler::{Control, Event, StudyInfo, TrialSummary};
+use crate::events::{Control, Event, StudyInfo, TrialSummary};
+pub use crate::events::{NO_SLOT, Update};
 use crate::space::{ParamValue, Params};
 use crate::trial::{Direction, Report, TrialNumber, TrialState};
 
@@ -24,10 +25,6 @@ pub mod keys {
     pub const DATA_WAIT: &str = "data_wait";
 }
 
-/// The slot of a trial whose slot the event source does not know (`watch`, for a trial of
-/// a worker process it does not count as live).
-pub const NO_SLOT: usize = usize::MAX;
-
 /// What the terminal loop must do after a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -35,17 +32,6 @@ pub enum Action {
     Control(Control),
     /// Leave the UI now.
     Exit,
-}
-
-/// What changes the state besides keys: scheduler events, and what only `watch` learns
-/// from the database.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Update {
-    Event(Event),
-    /// A trial's log files (events do not carry them).
-    Logs(TrialNumber, Vec<String>),
-    /// A message for the footer (a failed poll, say).
-    Notice(String),
 }
 
 /// Whether the UI may steer the study (in-process) or only watches it (`tune watch`).

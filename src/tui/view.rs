@@ -4,8 +4,6 @@
 //! Every mark that tells states apart has a shape as well as a colour, so the screen reads
 //! the same under `NO_COLOR` and in a monochrome `capture-pane`.
 
-use std::time::Duration;
-
 use ratatui::Frame;
 use ratatui::layout::{Alignment, Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -220,15 +218,7 @@ fn fmt_params(p: &Params) -> String {
         .join(" ")
 }
 
-pub fn fmt_duration(d: Duration) -> String {
-    let s = d.as_secs();
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
-        3600..86400 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
-        _ => format!("{}d{:02}h", s / 86400, (s % 86400) / 3600),
-    }
-}
+pub use crate::fmt::fmt_duration;
 
 /// A bar of `width` cells filled to `ratio`, with eighth blocks at the edge.
 fn bar(ratio: f64, width: usize) -> String {

@@ -1,10 +1,22 @@
-//! What the scheduler tells the outside world (the TUI, the line printer), and what the
-//! outside world may ask of it (steering).
+//! Events: the room between the study (the scheduler in-process, or a database another
+//! process writes) and whoever shows it (the live UI, the line printer). What the scheduler
+//! tells the outside world, what the outside world may ask of it (steering), the replay of a
+//! stored study into the same events (`tune watch`), and the line printer.
+//!
+//! The UI depends on this module, trials and the space, never on storage or the spec; turning
+//! stored rows into events happens here ([`replay`]).
+
+pub mod lines;
+pub mod replay;
 
 use std::time::{Duration, SystemTime};
 
 use crate::space::Params;
 use crate::trial::{Direction, Report, TrialNumber, TrialState};
+
+/// The slot of a trial whose slot the event source does not know (a replay, for a trial of a
+/// worker process it does not count as live; a resumed study's best trial's old reports).
+pub const NO_SLOT: usize = usize::MAX;
 
 /// The study as the UI shows it in its header.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,4 +99,15 @@ pub enum Control {
     Quit {
         graceful: bool,
     },
+}
+
+/// What changes a view of the study besides keys: events, and what only a replay of the
+/// database learns.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Update {
+    Event(Event),
+    /// A trial's log files (events do not carry them).
+    Logs(TrialNumber, Vec<String>),
+    /// A message for the footer (a failed poll, say).
+    Notice(String),
 }

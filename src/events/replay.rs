@@ -1,8 +1,8 @@
-//! `tune watch`: the live UI on a study that another process (or machine) is running, read
-//! from its database.
+//! The replay of a stored study into events: what `tune watch` shows of a study that another
+//! process (or machine) is running, read from its database.
 //!
 //! A [`Poller`] reads the database read-only about once a second and turns what changed into
-//! the same [`Event`]s the scheduler sends in-process, so one [`UiState`]
+//! the same [`Event`]s the scheduler sends in-process, so one UI state
 //! drives both. It never writes and never holds a lock that could make the study's writes
 //! wait: the connection is `SQLITE_OPEN_READ_ONLY` on a WAL database, and when SQLite's
 //! `data_version` says nothing was committed since the last poll, it reads nothing at all.
@@ -13,10 +13,9 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 
-use super::state::{Mode, NO_SLOT, UiState, Update};
-use super::terminal::{self, Options};
-use crate::scheduler::{Event, StudyInfo, TrialSummary};
+use super::{Event, NO_SLOT, StudyInfo, TrialSummary, Update};
 use crate::spec::{self, Overrides};
+use crate::storage::host::{hostname, process_alive};
 use crate::storage::watch::{WatchTrial, WatchWorker};
 use crate::storage::{SqliteStorage, Storage, StorageError, StudyRow};
 use crate::trial::{Report, TrialNumber, TrialState};
@@ -182,7 +181,7 @@ impl Poller {
         let reason = match last_beat {
             Some(t) => format!(
                 "no process is running it (last heartbeat {} ago)",
-                super::view::fmt_duration(now.duration_since(t).unwrap_or_default())
+                crate::fmt::fmt_duration(now.duration_since(t).unwrap_or_default())
             ),
             None => "no process is running it".to_string(),
         };
@@ -348,24 +347,6 @@ impl Poller {
     }
 }
 
-fn hostname() -> String {
-    nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .unwrap_or_else(|| "localhost".into())
-}
-
-fn process_alive(pid: i64) -> bool {
-    let Ok(pid) = i32::try_from(pid) else {
-        return false;
-    };
-    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
-        Err(nix::errno::Errno::ESRCH) => false,
-        // EPERM: it exists but belongs to someone else.
-        _ => true,
-    }
-}
-
 fn summary(t: &WatchTrial) -> TrialSummary {
     TrialSummary {
         logs: Vec::new(),
@@ -449,24 +430,9 @@ fn poll_loop(poller: &mut Poller, tx: &UnboundedSender<Update>) {
     }
 }
 
-/// `tune watch`: opens the UI on `study` in the database `db`, read-only.
-pub async fn run(db: &Path, study: &str, color: bool) -> anyhow::Result<UiState> {
-    let poller = Poller::open(db, study)?;
-    let rx = spawn_poller(poller);
-    let state = terminal::run_updates(
-        rx,
-        None,
-        Options {
-            mode: Mode::Watch,
-            color,
-        },
-    )
-    .await?;
-    Ok(state)
-}
-
 #[cfg(test)]
 mod tests {
+    use crate::tui::{Mode, UiState};
     use std::collections::BTreeMap;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
