@@ -193,6 +193,17 @@ pub struct Ran {
     pub finished: Option<SystemTime>,
 }
 
+impl Ran {
+    /// Ran on `at` from `started` for `took`.
+    pub fn span(at: Placement, started: SystemTime, took: Duration) -> Ran {
+        Ran {
+            at,
+            started: Some(started),
+            finished: started.checked_add(took),
+        }
+    }
+}
+
 /// A trial's lifecycle, each state carrying its own data, so that no code can read "the
 /// value of a running trial" or "the error of a complete one".
 #[derive(Debug, Clone, PartialEq)]
@@ -335,6 +346,19 @@ pub struct Trial {
 }
 
 impl Trial {
+    /// A trial that no storage holds (a fixture, a test): its id is its number.
+    pub fn unstored(number: TrialNumber, params: Params, status: TrialStatus) -> Trial {
+        Trial {
+            id: TrialId(number.0 as i64),
+            number,
+            params,
+            status,
+            trial_dir: None,
+            logs: Vec::new(),
+            metrics: BTreeMap::new(),
+        }
+    }
+
     pub fn state(&self) -> TrialState {
         self.status.state()
     }

@@ -7,7 +7,10 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).expect("readable source dir").flatten() {
+        for e in std::fs::read_dir(&d)
+            .expect("readable source dir")
+            .flatten()
+        {
             let p = e.path();
             if p.is_dir() {
                 stack.push(p);
@@ -46,7 +49,11 @@ fn offenders(room: &str, banned: &[&str]) -> Vec<String> {
 #[test]
 fn the_ui_never_imports_storage_or_the_spec() {
     let bad = offenders("tui", &["crate::storage", "crate::spec", "rusqlite"]);
-    assert!(bad.is_empty(), "the UI draws events, never rows:\n{}", bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "the UI draws events, never rows:\n{}",
+        bad.join("\n")
+    );
 }
 
 #[test]

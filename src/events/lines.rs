@@ -1,5 +1,6 @@
 //! The line printer: one line per study event on standard output, for pipes, CI and
-//! `--no-tui` (`tune run`, `tune watch`).
+//! `--no-tui` (`tune run`, `tune watch`). [`Printer`] turns events into lines (pure, tested);
+//! [`print_lines`] writes them as they come.
 
 use std::time::{Duration, Instant};
 
@@ -7,36 +8,46 @@ use tokio::sync::mpsc;
 
 use super::Event;
 use crate::fmt::{fmt_params, fmt_value};
-use crate::trial::{Direction, TrialState};
+use crate::trial::{Direction, Trial, TrialState};
 
-/// One line per trial event on standard output (pipes, CI, `--no-tui`).
-pub async fn print_lines(
-    mut rx: mpsc::UnboundedReceiver<Event>,
+/// Turns events into lines, keeping the best value seen for the finishing line.
+pub struct Printer {
     direction: Direction,
     metric: String,
-) {
-    let t0 = Instant::now();
-    let mut best: Option<(u64, f64)> = None;
-    let stamp = |t0: Instant| {
-        let s = t0.elapsed().as_secs();
-        format!("[{:02}:{:02}:{:02}]", s / 3600, (s / 60) % 60, s % 60)
-    };
-    use std::io::Write;
-    let mut out = std::io::stdout();
-    while let Some(ev) = rx.recv().await {
-        let line = match ev {
+    best: Option<(u64, f64)>,
+}
+
+impl Printer {
+    pub fn new(direction: Direction, metric: String) -> Printer {
+        Printer {
+            direction,
+            metric,
+            best: None,
+        }
+    }
+
+    fn consider(&mut self, t: &Trial) {
+        if t.state() == TrialState::Complete
+            && let Some(v) = t.value()
+            && self.best.is_none_or(|(_, b)| self.direction.better(v, b))
+        {
+            self.best = Some((t.number.0, v));
+        }
+    }
+
+    /// The line for `ev`, `elapsed` after the printer started; `None` for events that get no
+    /// line of their own (reports).
+    pub fn line(&mut self, ev: &Event, elapsed: Duration) -> Option<String> {
+        let s = elapsed.as_secs();
+        let stamp = format!("[{:02}:{:02}:{:02}]", s / 3600, (s / 60) % 60, s % 60);
+        let metric = self.metric.clone();
+        Some(match ev {
             Event::StudyStarted { info, existing, .. } => {
-                for t in &existing {
-                    if t.state == TrialState::Complete
-                        && let Some(v) = t.value
-                        && best.is_none_or(|(_, b)| direction.better(v, b))
-                    {
-                        best = Some((t.number.0, v));
-                    }
+                for t in existing {
+                    self.consider(t);
                 }
                 format!(
-                    "{} study {} ({} {}) in {}: {} trials done, budget {}, {} slot(s) on {}, sampler {}, pruner {}",
-                    stamp(t0),
+                    "{stamp} study {} ({} {}) in {}: {} trials done, budget {}, {} slot(s) on {}, sampler {}, pruner {}",
                     info.name,
                     info.direction.as_str(),
                     info.metric,
@@ -56,47 +67,39 @@ pub async fn print_lines(
                 device,
                 params,
                 ..
-            } => {
-                format!(
-                    "{} trial {number} started on {device}: {}",
-                    stamp(t0),
-                    fmt_params(&params)
-                )
-            }
-            Event::TrialReported { .. } => continue,
-            Event::TrialFinished { trial, .. } => {
+            } => format!(
+                "{stamp} trial {number} started on {device}: {}",
+                fmt_params(params)
+            ),
+            Event::TrialReported { .. } => return None,
+            Event::TrialFinished { trial, at, .. } => {
                 let dur = trial
-                    .duration
+                    .duration(*at)
                     .map(|d| format!(" in {:.1}s", d.as_secs_f64()))
                     .unwrap_or_default();
-                match trial.state {
+                match trial.state() {
                     TrialState::Complete => {
-                        let v = trial.value.unwrap_or(f64::NAN);
-                        if best.is_none_or(|(_, b)| direction.better(v, b)) {
-                            best = Some((trial.number.0, v));
-                        }
-                        let (bn, bv) = best.unwrap_or((trial.number.0, v));
+                        self.consider(trial);
+                        let v = trial.value().unwrap_or(f64::NAN);
+                        let (bn, bv) = self.best.unwrap_or((trial.number.0, v));
                         format!(
-                            "{} trial {} complete{dur}: {metric}={} (best {} at trial {bn})",
-                            stamp(t0),
+                            "{stamp} trial {} complete{dur}: {metric}={} (best {} at trial {bn})",
                             trial.number,
                             fmt_value(Some(v)),
                             fmt_value(Some(bv))
                         )
                     }
                     TrialState::Pruned => format!(
-                        "{} trial {} pruned{dur}: {metric}={}",
-                        stamp(t0),
+                        "{stamp} trial {} pruned{dur}: {metric}={}",
                         trial.number,
-                        fmt_value(trial.value)
+                        fmt_value(trial.value())
                     ),
                     _ => format!(
-                        "{} trial {} failed{dur}: {}",
-                        stamp(t0),
+                        "{stamp} trial {} failed{dur}: {}",
                         trial.number,
                         trial
-                            .error
-                            .as_deref()
+                            .status
+                            .reason()
                             .unwrap_or("unknown")
                             .lines()
                             .next()
@@ -105,28 +108,146 @@ pub async fn print_lines(
                 }
             }
             Event::Paused(p) => format!(
-                "{} scheduling {}",
-                stamp(t0),
-                if p { "paused" } else { "resumed" }
+                "{stamp} scheduling {}",
+                if *p { "paused" } else { "resumed" }
             ),
             Event::Stopping { graceful } => format!(
-                "{} stopping ({})",
-                stamp(t0),
-                if graceful {
+                "{stamp} stopping ({})",
+                if *graceful {
                     "running trials finish"
                 } else {
                     "running trials are stopped"
                 }
             ),
             Event::StudyFinished { reason, .. } => {
-                let b = best
+                let b = self
+                    .best
                     .map(|(n, v)| format!("best {metric}={} at trial {n}", fmt_value(Some(v))))
                     .unwrap_or_else(|| "no complete trial".into());
-                format!("{} study finished: {reason}; {b}", stamp(t0))
+                format!("{stamp} study finished: {reason}; {b}")
             }
-        };
-        let _ = writeln!(out, "{line}");
-        let _ = out.flush();
+        })
     }
-    let _ = Duration::ZERO;
+}
+
+/// Writes one line per event on standard output until the sender closes.
+pub async fn print_lines(
+    mut rx: mpsc::UnboundedReceiver<Event>,
+    direction: Direction,
+    metric: String,
+) {
+    use std::io::Write;
+    let t0 = Instant::now();
+    let mut printer = Printer::new(direction, metric);
+    let mut out = std::io::stdout();
+    while let Some(ev) = rx.recv().await {
+        if let Some(line) = printer.line(&ev, t0.elapsed()) {
+            let _ = writeln!(out, "{line}");
+            let _ = out.flush();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use super::*;
+    use crate::space::{ParamValue, Params};
+    use crate::trial::{Placement, Ran, TrialNumber, TrialStatus};
+
+    fn finished(n: u64, status: TrialStatus) -> Event {
+        let mut p = Params::new();
+        p.insert("lr".into(), ParamValue::Float(0.01));
+        Event::TrialFinished {
+            slot: 0,
+            trial: Trial::unstored(TrialNumber(n), p, status),
+            at: SystemTime::UNIX_EPOCH,
+        }
+    }
+
+    fn ran(secs: u64) -> Ran {
+        Ran::span(
+            Placement::default(),
+            SystemTime::UNIX_EPOCH,
+            Duration::from_secs(secs),
+        )
+    }
+
+    #[test]
+    fn finished_trials_get_a_line_with_their_value_duration_and_the_best_so_far() {
+        let mut p = Printer::new(Direction::Minimize, "loss".into());
+        let t = Duration::from_secs(3725);
+        let a = p
+            .line(
+                &finished(
+                    0,
+                    TrialStatus::Complete {
+                        value: 0.5,
+                        ran: ran(2),
+                    },
+                ),
+                t,
+            )
+            .expect("a line");
+        assert_eq!(
+            a,
+            "[01:02:05] trial 0 complete in 2.0s: loss=0.5 (best 0.5 at trial 0)"
+        );
+        let b = p
+            .line(
+                &finished(
+                    1,
+                    TrialStatus::Complete {
+                        value: 0.7,
+                        ran: ran(1),
+                    },
+                ),
+                t,
+            )
+            .expect("a line");
+        assert!(b.ends_with("loss=0.7 (best 0.5 at trial 0)"), "{b}");
+        let f = p
+            .line(
+                &finished(
+                    2,
+                    TrialStatus::Failed {
+                        reason: "exited with status 1".into(),
+                        log_tail: Some("Traceback".into()),
+                        interrupted: false,
+                        ran: ran(1),
+                    },
+                ),
+                t,
+            )
+            .expect("a line");
+        assert!(
+            f.ends_with("trial 2 failed in 1.0s: exited with status 1"),
+            "{f}"
+        );
+        let end = p
+            .line(
+                &Event::StudyFinished {
+                    reason: "the trial budget is spent".into(),
+                    at: SystemTime::UNIX_EPOCH,
+                },
+                t,
+            )
+            .expect("a line");
+        assert!(end.ends_with("best loss=0.5 at trial 0"), "{end}");
+    }
+
+    #[test]
+    fn reports_get_no_line() {
+        let mut p = Printer::new(Direction::Maximize, "acc".into());
+        let ev = Event::TrialReported {
+            number: TrialNumber(0),
+            slot: 0,
+            report: crate::trial::Report {
+                step: 1,
+                metrics: Default::default(),
+            },
+        };
+        assert_eq!(p.line(&ev, Duration::ZERO), None);
+    }
 }

@@ -12,7 +12,7 @@ pub mod replay;
 use std::time::{Duration, SystemTime};
 
 use crate::space::Params;
-use crate::trial::{Direction, Report, TrialNumber, TrialState};
+use crate::trial::{Direction, Report, Trial, TrialNumber};
 
 /// The slot of a trial whose slot the event source does not know (a replay, for a trial of a
 /// worker process it does not count as live; a resumed study's best trial's old reports).
@@ -35,25 +35,12 @@ pub struct StudyInfo {
     pub storage: String,
 }
 
-/// A finished trial as events carry it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TrialSummary {
-    pub number: TrialNumber,
-    pub state: TrialState,
-    pub value: Option<f64>,
-    pub params: Params,
-    pub error: Option<String>,
-    pub duration: Option<Duration>,
-    /// The trial's log files.
-    pub logs: Vec<String>,
-}
-
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     /// The study opened; `existing` are its trials already finished (resume).
     StudyStarted {
         info: StudyInfo,
-        existing: Vec<TrialSummary>,
+        existing: Vec<Trial>,
         at: SystemTime,
     },
     TrialStarted {
@@ -68,9 +55,10 @@ pub enum Event {
         slot: usize,
         report: Report,
     },
+    /// A trial ended: the whole trial as stored, its log files among it.
     TrialFinished {
         slot: usize,
-        trial: TrialSummary,
+        trial: Trial,
         at: SystemTime,
     },
     /// Scheduling of new trials paused or resumed.
@@ -103,11 +91,11 @@ pub enum Control {
 
 /// What changes a view of the study besides keys: events, and what only a replay of the
 /// database learns.
+// Updates travel one at a time through a channel, so boxing the large variant saves nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Update {
     Event(Event),
-    /// A trial's log files (events do not carry them).
-    Logs(TrialNumber, Vec<String>),
     /// A message for the footer (a failed poll, say).
     Notice(String),
 }

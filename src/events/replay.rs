@@ -13,12 +13,12 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 
-use super::{Event, NO_SLOT, StudyInfo, TrialSummary, Update};
+use super::{Event, NO_SLOT, StudyInfo, Update};
 use crate::spec::{self, Overrides};
 use crate::storage::host::{hostname, process_alive};
-use crate::storage::watch::{WatchTrial, WatchWorker};
+use crate::storage::watch::WatchWorker;
 use crate::storage::{SqliteStorage, Storage, StorageError, StudyRow};
-use crate::trial::{Report, TrialNumber, TrialState};
+use crate::trial::{Report, Trial, TrialNumber, TrialState};
 
 /// How often the database is polled.
 pub const POLL: Duration = Duration::from_secs(1);
@@ -163,10 +163,11 @@ impl Poller {
         }
     }
 
-    fn global_slot(&self, t: &WatchTrial) -> Option<usize> {
+    fn global_slot(&self, t: &Trial) -> Option<usize> {
         let run = self.run.as_ref()?;
-        let base = run.slot_base.get(&t.worker_id?)?;
-        Some(base + t.slot?)
+        let at = t.status.placement()?;
+        let base = run.slot_base.get(&at.worker?.0)?;
+        Some(base + at.slot?)
     }
 
     /// Ends the run in the UI: no live worker process is left, or the budget is spent.
@@ -207,7 +208,7 @@ impl Poller {
             .map(|(id, _, _)| *id)
             .collect();
         let mut trials = self.storage.watch_trials(&changed)?;
-        trials.sort_by_key(|t| (t.finished_at, t.number));
+        trials.sort_by_key(|t| (t.status.finished(), t.number));
 
         let run_before = self.run.clone();
         let run_now = self.live_run(now);
@@ -233,7 +234,7 @@ impl Poller {
             let mut existing = Vec::new();
             let mut rest = Vec::new();
             for t in trials {
-                if t.state.is_finished() && t.finished_at.is_none_or(|f| f < started_at) {
+                if t.state().is_finished() && t.status.finished().is_none_or(|f| f < started_at) {
                     existing.push(t);
                 } else {
                     rest.push(t);
@@ -251,18 +252,14 @@ impl Poller {
             }));
             out.push(Update::Event(Event::StudyStarted {
                 info: self.info(slots),
-                existing: existing.iter().map(summary).collect(),
+                existing: existing.clone(),
                 at: started_at,
             }));
             for t in &existing {
-                if let Some(f) = t.finished_at {
+                if let Some(f) = t.status.finished() {
                     self.last_finish = Some(self.last_finish.map_or(f, |l| l.max(f)));
                 }
-                self.known
-                    .insert(t.trial_id, (TrialNumber(t.number), t.state, None));
-                if !t.logs.is_empty() {
-                    out.push(Update::Logs(TrialNumber(t.number), t.logs.clone()));
-                }
+                self.known.insert(t.id.0, (t.number, t.state(), None));
             }
             self.emit_trials(&rest, out, now);
             if run_now.is_none() {
@@ -303,62 +300,37 @@ impl Poller {
         Ok(())
     }
 
-    fn emit_trials(&mut self, trials: &[WatchTrial], out: &mut Vec<Update>, now: SystemTime) {
+    fn emit_trials(&mut self, trials: &[Trial], out: &mut Vec<Update>, now: SystemTime) {
         for t in trials {
-            if let Some(f) = t.finished_at {
+            let state = t.state();
+            if let Some(f) = t.status.finished() {
                 self.last_finish = Some(self.last_finish.map_or(f, |l| l.max(f)));
             }
-            let number = TrialNumber(t.number);
             let slot = self.global_slot(t);
-            let was = self.known.get(&t.trial_id).map(|k| k.1);
-            if t.state == TrialState::Running || (was.is_none() && t.state.is_finished()) {
-                if let Some(s) = slot.filter(|_| t.state == TrialState::Running) {
-                    out.push(Update::Event(Event::TrialStarted {
-                        number,
-                        slot: s,
-                        device: t.device.clone().unwrap_or_default(),
-                        params: t.params.clone(),
-                        at: t.started_at.unwrap_or(now),
-                    }));
-                } else if t.state == TrialState::Running {
-                    // Running on a worker the poller does not count as live (its heartbeat is
-                    // late): shown in the table, not on a slot.
-                    out.push(Update::Event(Event::TrialStarted {
-                        number,
-                        slot: NO_SLOT,
-                        device: t.device.clone().unwrap_or_default(),
-                        params: t.params.clone(),
-                        at: t.started_at.unwrap_or(now),
-                    }));
-                }
-            }
-            if t.state.is_finished() {
-                out.push(Update::Event(Event::TrialFinished {
+            if state == TrialState::Running {
+                // A trial running on a worker the poller does not count as live (its
+                // heartbeat is late) is shown in the table, not on a slot.
+                out.push(Update::Event(Event::TrialStarted {
+                    number: t.number,
                     slot: slot.unwrap_or(NO_SLOT),
-                    trial: summary(t),
-                    at: t.finished_at.unwrap_or(now),
+                    device: t
+                        .status
+                        .placement()
+                        .and_then(|p| p.device.clone())
+                        .unwrap_or_default(),
+                    params: t.params.clone(),
+                    at: t.status.started().unwrap_or(now),
                 }));
             }
-            if !t.logs.is_empty() {
-                out.push(Update::Logs(number, t.logs.clone()));
+            if state.is_finished() {
+                out.push(Update::Event(Event::TrialFinished {
+                    slot: slot.unwrap_or(NO_SLOT),
+                    trial: t.clone(),
+                    at: t.status.finished().unwrap_or(now),
+                }));
             }
-            self.known.insert(t.trial_id, (number, t.state, slot));
+            self.known.insert(t.id.0, (t.number, state, slot));
         }
-    }
-}
-
-fn summary(t: &WatchTrial) -> TrialSummary {
-    TrialSummary {
-        logs: Vec::new(),
-        number: TrialNumber(t.number),
-        state: t.state,
-        value: t.value,
-        params: t.params.clone(),
-        error: t.error.clone(),
-        duration: t
-            .started_at
-            .zip(t.finished_at)
-            .and_then(|(a, b)| b.duration_since(a).ok()),
     }
 }
 
@@ -578,7 +550,11 @@ mod tests {
         w.finish(b, TrialState::Complete, Some(0.3));
         let d = w.start(1, 0.05);
         let n = poll_into(&mut p, &mut ui);
-        assert_eq!(n, 4, "a report, a finish with its logs, a start");
+        assert_eq!(n, 3, "a report, a finish (carrying its logs), a start");
+        assert_eq!(
+            ui.trial(TrialNumber(1)).map(|t| t.logs.clone()),
+            Some(vec!["/runs/w/stdout.log".to_string()])
+        );
         assert_eq!(ui.best, Some(TrialNumber(1)));
         assert_eq!(ui.slots[0].trial, None);
         assert_eq!(ui.slots[1].trial, Some(TrialNumber(3)));

@@ -7,11 +7,11 @@
 //! of storage stops the study, and then cleanly (running trials are stopped first).
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::SystemTime;
 
 use tokio::sync::{mpsc, watch};
 
-pub use crate::events::{Control, Event, NO_SLOT, StudyInfo, TrialSummary};
+pub use crate::events::{Control, Event, NO_SLOT, StudyInfo};
 
 use crate::engine::{Decision, Engine, EngineSpec, Finish};
 use crate::pruner::Pruner;
@@ -37,7 +37,6 @@ struct Busy {
     number: TrialNumber,
     stop: watch::Sender<StopRequest>,
     stop_kind: Option<StopKind>,
-    started: Instant,
 }
 
 impl Busy {
@@ -93,19 +92,6 @@ pub struct Scheduler {
     events: mpsc::UnboundedSender<Event>,
 }
 
-/// A trial as the events carry it.
-fn summary_of(t: &Trial) -> TrialSummary {
-    TrialSummary {
-        number: t.number,
-        state: t.state(),
-        value: t.value(),
-        params: t.params.clone(),
-        error: t.status.error(),
-        duration: t.duration(SystemTime::now()),
-        logs: t.logs.iter().map(|p| p.display().to_string()).collect(),
-    }
-}
-
 impl Scheduler {
     /// Opens (or creates) the study in `storage`.
     pub fn open(
@@ -159,11 +145,10 @@ impl Scheduler {
             ));
         }
         let (storage, row) = (self.engine.storage(), self.engine.study());
-        let existing: Vec<TrialSummary> = storage
+        let existing: Vec<Trial> = storage
             .trials(row, None)?
-            .iter()
+            .into_iter()
             .filter(|t| t.state().is_finished())
-            .map(summary_of)
             .collect();
         let best = storage.best(row)?;
         let best_reports = match best {
@@ -444,7 +429,6 @@ impl Scheduler {
             number: trial.number,
             stop: stop_tx,
             stop_kind: None,
-            started: Instant::now(),
         }))
     }
 
@@ -490,13 +474,8 @@ impl Scheduler {
             },
         };
         let trial = self.engine.finish(b.id, finish, &result.logs)?;
-        let mut summary = summary_of(&trial);
-        summary.duration = Some(b.started.elapsed());
-        self.emit(Event::TrialFinished {
-            slot,
-            trial: summary,
-            at: SystemTime::now(),
-        });
+        let at = trial.status.finished().unwrap_or_else(SystemTime::now);
+        self.emit(Event::TrialFinished { slot, trial, at });
         Ok(())
     }
 }

@@ -1117,20 +1117,20 @@ impl Storage for SqliteStorage {
 
 /// A trial's state as its columns hold it, before it becomes a [`TrialStatus`]: the one
 /// mapping from Optuna's rows (and tune's) to the lifecycle.
-struct StoredStatus {
-    state: TrialState,
-    value: Option<f64>,
-    error: Option<String>,
-    log_tail: Option<String>,
-    pruned_step: Option<u64>,
-    interrupted: bool,
-    at: Placement,
-    started: Option<std::time::SystemTime>,
-    finished: Option<std::time::SystemTime>,
+pub(super) struct StoredStatus {
+    pub state: TrialState,
+    pub value: Option<f64>,
+    pub error: Option<String>,
+    pub log_tail: Option<String>,
+    pub pruned_step: Option<u64>,
+    pub interrupted: bool,
+    pub at: Placement,
+    pub started: Option<std::time::SystemTime>,
+    pub finished: Option<std::time::SystemTime>,
 }
 
 impl StoredStatus {
-    fn into_status(self) -> TrialStatus {
+    pub(super) fn into_status(self) -> TrialStatus {
         let ran = Ran {
             at: self.at.clone(),
             started: self.started,

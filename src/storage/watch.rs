@@ -6,30 +6,15 @@
 //! a reader never blocks a writer, so the running study's writes never wait on `watch`.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use rusqlite::{OptionalExtension, params};
 
+use super::sqlite::StoredStatus;
 use super::{DATETIME_FORMAT, SqliteStorage, StorageError, StudyRow};
 use crate::space::{ParamValue, Params};
-use crate::trial::TrialState;
-
-/// A trial as `watch` shows it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WatchTrial {
-    pub trial_id: i64,
-    pub number: u64,
-    pub state: TrialState,
-    pub value: Option<f64>,
-    pub params: Params,
-    pub started_at: Option<SystemTime>,
-    pub finished_at: Option<SystemTime>,
-    pub error: Option<String>,
-    pub device: Option<String>,
-    pub worker_id: Option<i64>,
-    pub slot: Option<usize>,
-    pub logs: Vec<String>,
-}
+use crate::trial::{Placement, Trial, TrialId, TrialNumber, TrialState, WorkerId};
 
 /// One stored report, with its id (reports only ever append, so the id is a cursor).
 #[derive(Debug, Clone, PartialEq)]
@@ -113,7 +98,7 @@ impl SqliteStorage {
     }
 
     /// The trials with these ids, whole (params decoded as the user wrote them).
-    pub fn watch_trials(&self, ids: &[i64]) -> Result<Vec<WatchTrial>, StorageError> {
+    pub fn watch_trials(&self, ids: &[i64]) -> Result<Vec<Trial>, StorageError> {
         let mut out = Vec::with_capacity(ids.len());
         // `->` keeps a categorical choice's JSON type (json_extract would turn `true` into 1).
         // Chunks keep each statement under SQLite's variable limit.
@@ -122,6 +107,7 @@ impl SqliteStorage {
             let sql = format!(
                 "SELECT t.trial_id, t.number, t.state, v.value, v.value_type, t.datetime_start,
                         t.datetime_complete, x.error, x.device, x.worker_id, x.slot, x.logs_json,
+                        x.log_tail, x.pruned_step, COALESCE(x.interrupted, 0), w.host, x.trial_dir,
                         (SELECT json_group_object(p.param_name,
                             CASE json_extract(p.distribution_json, '$.name')
                               WHEN 'CategoricalDistribution'
@@ -132,6 +118,7 @@ impl SqliteStorage {
                  FROM trials t
                  LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0
                  LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
+                 LEFT JOIN tune_workers w ON w.worker_id = x.worker_id
                  WHERE t.trial_id IN ({marks})"
             );
             let mut stmt = self
@@ -147,22 +134,34 @@ impl SqliteStorage {
                     let start: Option<String> = r.get(5)?;
                     let end: Option<String> = r.get(6)?;
                     let logs: Option<String> = r.get(11)?;
-                    let params: Option<String> = r.get(12)?;
-                    Ok(WatchTrial {
-                        trial_id: r.get(0)?,
-                        number: r.get::<_, i64>(1)?.max(0) as u64,
+                    let trial_dir: Option<String> = r.get(16)?;
+                    let params: Option<String> = r.get(17)?;
+                    let status = StoredStatus {
                         state: TrialState::from_optuna(&state).unwrap_or(TrialState::Failed),
                         value,
-                        params: params.as_deref().map(decode_params).unwrap_or_default(),
-                        started_at: start.as_deref().and_then(parse_time),
-                        finished_at: end.as_deref().and_then(parse_time),
                         error: r.get(7)?,
-                        device: r.get(8)?,
-                        worker_id: r.get(9)?,
-                        slot: r.get::<_, Option<i64>>(10)?.map(|s| s.max(0) as usize),
+                        log_tail: r.get(12)?,
+                        pruned_step: r.get::<_, Option<i64>>(13)?.map(|s| s.max(0) as u64),
+                        interrupted: r.get::<_, i64>(14)? != 0,
+                        at: Placement {
+                            worker: r.get::<_, Option<i64>>(9)?.map(WorkerId),
+                            slot: r.get::<_, Option<i64>>(10)?.map(|s| s.max(0) as usize),
+                            device: r.get(8)?,
+                            host: r.get(15)?,
+                        },
+                        started: start.as_deref().and_then(parse_time),
+                        finished: end.as_deref().and_then(parse_time),
+                    };
+                    Ok(Trial {
+                        id: TrialId(r.get(0)?),
+                        number: TrialNumber(r.get::<_, i64>(1)?.max(0) as u64),
+                        params: params.as_deref().map(decode_params).unwrap_or_default(),
+                        status: status.into_status(),
+                        trial_dir: trial_dir.map(PathBuf::from),
                         logs: logs
                             .and_then(|l| serde_json::from_str(&l).ok())
                             .unwrap_or_default(),
+                        metrics: BTreeMap::new(),
                     })
                 })
                 .map_err(|e| self.watch_err(e))?;

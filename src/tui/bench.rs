@@ -9,9 +9,11 @@ use ratatui::backend::TestBackend;
 
 use super::state::{Mode, UiState};
 use super::view;
-use crate::scheduler::{Event, StudyInfo, TrialSummary};
+use crate::events::{Event, StudyInfo};
 use crate::space::{ParamValue, Params};
-use crate::trial::{Direction, Report, TrialNumber, TrialState};
+use crate::trial::{
+    Direction, Placement, Ran, Report, Trial, TrialNumber, TrialState, TrialStatus,
+};
 
 /// The fixtures' epoch: a fixed instant, so elapsed times in snapshots never move.
 pub fn t0() -> SystemTime {
@@ -101,6 +103,26 @@ fn outcome(n: u64) -> (TrialState, u64) {
 
 /// The events of a study with `finished` trials done and `running` trials on their slots
 /// (`running <= slots`), each running trial `epochs_in` epochs in; trials take 60 s each.
+/// Trial `n` finished in `state` (complete or pruned with `value`; failed with an out-of-memory
+/// error and the last lines of its standard error).
+pub fn finished_trial(n: u64, state: TrialState, value: f64, ran: Ran) -> Trial {
+    let status = match state {
+        TrialState::Complete => TrialStatus::Complete { value, ran },
+        TrialState::Pruned => TrialStatus::Pruned {
+            value: Some(value),
+            step: None,
+            ran,
+        },
+        _ => TrialStatus::Failed {
+            reason: "exit status 1: CUDA out of memory".into(),
+            log_tail: Some("RuntimeError: tried to allocate 2.00 GiB".into()),
+            interrupted: false,
+            ran,
+        },
+    };
+    Trial::unstored(TrialNumber(n), params(n), status)
+}
+
 pub fn study_events(
     finished: u64,
     running: u64,
@@ -135,18 +157,12 @@ pub fn study_events(
         let took = trial_time * epochs as u32 / 10;
         ev.push(Event::TrialFinished {
             slot,
-            trial: TrialSummary {
-                logs: Vec::new(),
-                number: TrialNumber(n),
+            trial: finished_trial(
+                n,
                 state,
-                value: (state != TrialState::Failed).then(|| val_loss(n, epochs)),
-                params: params(n),
-                error: (state == TrialState::Failed).then(|| {
-                    "exit status 1: CUDA out of memory\nRuntimeError: tried to allocate 2.00 GiB"
-                        .to_string()
-                }),
-                duration: Some(took),
-            },
+                val_loss(n, epochs),
+                Ran::span(Placement::default(), start, took),
+            ),
             at: start + took,
         });
     }
@@ -226,15 +242,16 @@ pub fn apply_ms(state: &UiState, reps: u32) -> f64 {
             },
             Event::TrialFinished {
                 slot: 0,
-                trial: TrialSummary {
-                    logs: Vec::new(),
-                    number: TrialNumber(n),
-                    state: TrialState::Complete,
-                    value: Some(val_loss(n, 10)),
-                    params: params(n),
-                    error: None,
-                    duration: Some(Duration::from_secs(60)),
-                },
+                trial: finished_trial(
+                    n,
+                    TrialState::Complete,
+                    val_loss(n, 10),
+                    Ran::span(
+                        Placement::default(),
+                        s.now - Duration::from_secs(60),
+                        Duration::from_secs(60),
+                    ),
+                ),
                 at: s.now,
             },
         ];

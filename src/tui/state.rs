@@ -9,10 +9,10 @@ use std::time::{Duration, SystemTime};
 
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use crate::events::{Control, Event, StudyInfo, TrialSummary};
+use crate::events::{Control, Event, StudyInfo};
 pub use crate::events::{NO_SLOT, Update};
 use crate::space::{ParamValue, Params};
-use crate::trial::{Direction, Report, TrialNumber, TrialState};
+use crate::trial::{Direction, Report, Trial, TrialNumber, TrialState};
 
 /// Metric keys the built-in trainer reports besides the objective; shown where present.
 pub mod keys {
@@ -476,7 +476,6 @@ impl UiState {
         for u in updates {
             match u {
                 Update::Event(ev) => reorder |= self.apply_quiet(ev),
-                Update::Logs(n, logs) => self.set_logs(*n, logs.clone()),
                 Update::Notice(m) => self.notice = Some(m.clone()),
             }
         }
@@ -501,7 +500,7 @@ impl UiState {
                 self.started_at = Some(*at);
                 self.finished = None;
                 for t in existing {
-                    self.upsert_summary(t, None);
+                    self.upsert_trial(t, None);
                 }
                 self.finished_before = self.counts.finished();
                 self.recompute_best();
@@ -549,7 +548,7 @@ impl UiState {
                 self.table.sort == STEP_COLUMN
             }
             Event::TrialFinished { slot, trial, at } => {
-                self.upsert_summary(trial, Some(*at));
+                self.upsert_trial(trial, Some(*at));
                 if let Some(s) = self.slots.get_mut(*slot)
                     && s.trial == Some(trial.number)
                 {
@@ -585,12 +584,6 @@ impl UiState {
     }
 
     /// Attaches log paths to a trial (the `watch` poller reads them from the database).
-    pub fn set_logs(&mut self, n: TrialNumber, logs: Vec<String>) {
-        if let Some(&i) = self.index.get(&n) {
-            self.trials[i].logs = logs;
-        }
-    }
-
     fn row_index(&mut self, n: TrialNumber, state: TrialState) -> usize {
         if let Some(&i) = self.index.get(&n) {
             return i;
@@ -611,22 +604,24 @@ impl UiState {
         }
     }
 
-    fn upsert_summary(&mut self, t: &TrialSummary, at: Option<SystemTime>) {
-        let i = self.row_index(t.number, t.state);
-        self.set_state(i, t.state);
+    fn upsert_trial(&mut self, t: &Trial, at: Option<SystemTime>) {
+        let state = t.state();
+        let i = self.row_index(t.number, state);
+        self.set_state(i, state);
         let was_best = self.best == Some(t.number);
         let row = &mut self.trials[i];
-        row.value = t.value;
+        row.value = t.value();
         row.params = t.params.clone();
-        row.error = t.error.clone();
-        row.duration = t.duration;
+        row.error = t.status.error();
+        let duration = t.duration(at.unwrap_or(self.now));
+        row.duration = duration;
         if !t.logs.is_empty() {
-            row.logs = t.logs.clone();
+            row.logs = t.logs.iter().map(|p| p.display().to_string()).collect();
         }
-        if t.state.is_finished() {
-            row.finished_at = at.or(row.finished_at);
+        if state.is_finished() {
+            row.finished_at = at.or(t.status.finished()).or(row.finished_at);
             if row.started_at.is_none()
-                && let (Some(end), Some(d)) = (row.finished_at, t.duration)
+                && let (Some(end), Some(d)) = (row.finished_at, duration)
             {
                 row.started_at = end.checked_sub(d);
             }

@@ -11,8 +11,10 @@ use ratatui::style::Color;
 use super::bench::{self, infallible, info, params, report, state_with, t0};
 use super::state::{Action, Column, Filter, Mode, Overlay, Screen, UiState};
 use super::view;
-use crate::scheduler::{Control, Event, TrialSummary};
-use crate::trial::{Direction, Report, TrialNumber, TrialState};
+use crate::scheduler::{Control, Event};
+use crate::trial::{
+    Direction, Placement, Ran, Report, Trial, TrialNumber, TrialState, TrialStatus,
+};
 
 fn key(c: char) -> KeyEvent {
     KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE)
@@ -40,16 +42,31 @@ fn finished(state: &mut UiState, reason: &str) {
     });
 }
 
-fn summary(n: u64, state: TrialState, value: Option<f64>) -> TrialSummary {
-    TrialSummary {
-        logs: Vec::new(),
-        number: TrialNumber(n),
-        state,
-        value,
-        params: params(n),
-        error: None,
-        duration: Some(Duration::from_secs(10)),
-    }
+/// Trial `n` finished in `state` with `value`, after 10 s.
+fn summary(n: u64, state: TrialState, value: Option<f64>) -> Trial {
+    failed_with(n, state, value, "exited with status 1")
+}
+
+fn failed_with(n: u64, state: TrialState, value: Option<f64>, reason: &str) -> Trial {
+    let ran = Ran::span(Placement::default(), t0(), Duration::from_secs(10));
+    let status = match state {
+        TrialState::Complete => TrialStatus::Complete {
+            value: value.unwrap_or(f64::NAN),
+            ran,
+        },
+        TrialState::Pruned => TrialStatus::Pruned {
+            value,
+            step: None,
+            ran,
+        },
+        _ => TrialStatus::Failed {
+            reason: reason.into(),
+            log_tail: None,
+            interrupted: false,
+            ran,
+        },
+    };
+    Trial::unstored(TrialNumber(n), params(n), status)
 }
 
 fn started(n: u64, slot: usize) -> Event {
@@ -607,20 +624,16 @@ fn the_summary_line_names_the_counts_and_the_best_trial() {
 #[test]
 fn a_long_traceback_keeps_its_first_and_last_lines_and_the_log_paths_on_screen() {
     let mut s = fresh(Direction::Minimize, None);
-    let mut t = summary(0, TrialState::Failed, None);
     let mut err = vec!["exited with status 1".to_string()];
     err.extend((0..30).map(|i| format!("  frame {i}")));
     err.push("FileNotFoundError: digits.csv.gz".into());
-    t.error = Some(err.join("\n"));
+    let mut t = failed_with(0, TrialState::Failed, None, &err.join("\n"));
+    t.logs = vec!["/runs/0/stderr.log".into()];
     s.apply(&Event::TrialFinished {
         slot: 0,
         trial: t,
         at: t0(),
     });
-    s.apply_all(&[super::state::Update::Logs(
-        TrialNumber(0),
-        vec!["/runs/0/stderr.log".into()],
-    )]);
     s.handle_key(code(KeyCode::Enter));
     let text = screen(&s, 80, 24);
     for want in [
