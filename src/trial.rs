@@ -318,6 +318,29 @@ impl TrialStatus {
         )
     }
 
+    /// A finished status of kind `state`: complete with `value` (NaN when there is none),
+    /// pruned with `value`, or failed for `reason` (any other kind). For fixtures and tests
+    /// that script a study's trials.
+    pub fn ended(state: TrialState, value: Option<f64>, reason: &str, ran: Ran) -> TrialStatus {
+        match state {
+            TrialState::Complete => TrialStatus::Complete {
+                value: value.unwrap_or(f64::NAN),
+                ran,
+            },
+            TrialState::Pruned => TrialStatus::Pruned {
+                value,
+                step: None,
+                ran,
+            },
+            _ => TrialStatus::Failed {
+                reason: reason.into(),
+                log_tail: None,
+                interrupted: false,
+                ran,
+            },
+        }
+    }
+
     /// The same finished state, stamped with where and when it ran.
     pub fn with_ran(mut self, new: Ran) -> TrialStatus {
         if let TrialStatus::Complete { ran, .. }

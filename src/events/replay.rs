@@ -472,24 +472,8 @@ mod tests {
         }
 
         fn finish(&mut self, id: TrialId, state: TrialState, value: Option<f64>) {
-            let ran = crate::trial::Ran::default();
-            let status = match state {
-                TrialState::Complete => TrialStatus::Complete {
-                    value: value.expect("a complete trial has a value"),
-                    ran,
-                },
-                TrialState::Pruned => TrialStatus::Pruned {
-                    value,
-                    step: None,
-                    ran,
-                },
-                _ => TrialStatus::Failed {
-                    reason: "exit status 1".into(),
-                    log_tail: None,
-                    interrupted: false,
-                    ran,
-                },
-            };
+            let status =
+                TrialStatus::ended(state, value, "exit status 1", crate::trial::Ran::default());
             self.s
                 .finish_trial(id, &status, &[PathBuf::from("/runs/w/stdout.log")])
                 .expect("finish");

@@ -102,12 +102,7 @@ impl Data {
                 study,
                 trial: Trial {
                     id,
-                    number,
-                    params,
-                    status,
-                    trial_dir: None,
-                    logs: Vec::new(),
-                    metrics: BTreeMap::new(),
+                    ..Trial::unstored(number, params, status)
                 },
                 reports: Vec::new(),
                 fixed: false,

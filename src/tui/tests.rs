@@ -49,23 +49,7 @@ fn summary(n: u64, state: TrialState, value: Option<f64>) -> Trial {
 
 fn failed_with(n: u64, state: TrialState, value: Option<f64>, reason: &str) -> Trial {
     let ran = Ran::span(Placement::default(), t0(), Duration::from_secs(10));
-    let status = match state {
-        TrialState::Complete => TrialStatus::Complete {
-            value: value.unwrap_or(f64::NAN),
-            ran,
-        },
-        TrialState::Pruned => TrialStatus::Pruned {
-            value,
-            step: None,
-            ran,
-        },
-        _ => TrialStatus::Failed {
-            reason: reason.into(),
-            log_tail: None,
-            interrupted: false,
-            ran,
-        },
-    };
+    let status = TrialStatus::ended(state, value, reason, ran);
     Trial::unstored(TrialNumber(n), params(n), status)
 }
 
