@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod bench_overhead;
 pub mod bench_pruning;
+pub mod builtin;
 pub mod cli;
 pub mod commands;
 pub mod devices;

@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::{mpsc, watch};
+use tune::builtin::{BuiltinTrial, parse_builtin};
 use tune::runner::worker::WorkerRunner;
 use tune::runner::{RunEnd, StopRequest, TrialJob, TrialRunner};
 use tune::sampler::{self, AskContext, SamplerKind};
 use tune::space::{Params, Space};
-use tune::train::{BuiltinTrial, parse_builtin};
 use tune::trial::{Direction, TrialNumber};
 
 fn studies() -> Vec<PathBuf> {
@@ -60,7 +60,7 @@ fn every_builtin_study_file_passes_the_trainers_checks() {
         if std::fs::read_to_string(&p)
             .expect("readable")
             .contains("fashion-mnist")
-            && !Path::new(tune::train::FASHION_MNIST_DIR).exists()
+            && !Path::new(tune::builtin::FASHION_MNIST_DIR).exists()
         {
             continue;
         }
@@ -168,7 +168,7 @@ async fn the_digits_study_runs_to_completion_on_two_workers() {
 /// installed; `scripts/setup.sh` installs it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_quickstart_study_completes_and_beats_its_median_trial() {
-    if !Path::new(tune::train::FASHION_MNIST_DIR).exists() {
+    if !Path::new(tune::builtin::FASHION_MNIST_DIR).exists() {
         eprintln!("skipped: Fashion-MNIST is not installed (run scripts/setup.sh)");
         return;
     }

@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
+use tune::builtin::{BuiltinTrial, parse_builtin};
 use tune::runner::worker::WorkerRunner;
 use tune::runner::{RunEnd, RunResult, StopRequest, TrialJob, TrialRunner};
 use tune::space::{ParamValue, Params, Space};
-use tune::train::{BuiltinTrial, parse_builtin};
 use tune::trial::{Report, TrialNumber};
 
 fn trial(extra: &str) -> BuiltinTrial {

@@ -32,9 +32,10 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
 
 use super::{ReportSender, RunEnd, RunFuture, RunResult, StopRequest, TrialJob, TrialRunner};
+use crate::builtin::BuiltinTrial;
 use crate::space::Params;
 use crate::train::data::DataCache;
-use crate::train::{BuiltinTrial, TrainError, TrainEvent};
+use crate::train::{TrainError, TrainEvent};
 use crate::trial::Report;
 
 /// A message to the worker.
@@ -490,7 +491,7 @@ pub fn worker_main(device: &str) -> ExitCode {
                 &trial,
                 &params,
                 d,
-                crate::train::trial_seed(seed, number),
+                crate::builtin::trial_seed(seed, number),
                 &stop,
                 &mut cache,
                 &mut |e| {

@@ -15,9 +15,12 @@ use std::time::Instant;
 
 use tch::Device;
 
-use super::data::{self, DataSpec, DeviceCache, Loader, Source};
+use super::data::{self, Loader};
 use super::fit::Session;
-use super::{Amp, Hyper, LrScaling, ModelKind, OptimizerKind, ScheduleKind};
+use crate::builtin::{
+    Amp, DataSpec, DeviceCache, FASHION_MNIST_DIR, Hyper, LrScaling, ModelKind, OptimizerKind,
+    ScheduleKind, Source,
+};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -291,7 +294,7 @@ impl Drop for Python {
 /// Runs the benchmark and prints a table.
 pub fn run(o: &BenchOptions) -> Result<(), String> {
     tch::set_num_threads(1);
-    let fashion = Path::new(super::FASHION_MNIST_DIR);
+    let fashion = Path::new(FASHION_MNIST_DIR);
     let (source, data_arg, data_name) = if fashion.join("train-images-idx3-ubyte.gz").is_file() {
         (
             Source::FashionMnist {

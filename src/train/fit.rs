@@ -12,7 +12,8 @@ use tch::{Device, Kind, Tensor};
 use super::data::{self, Batch, DataCache, Loader, Task};
 use super::precision::{Autocast, GradScaler};
 use super::schedule::Schedule;
-use super::{Amp, BuiltinTrial, Hyper, ModelKind, models, optim};
+use super::{models, optim};
+use crate::builtin::{Amp, BuiltinTrial, Hyper, ModelKind};
 use crate::space::Params;
 use crate::trial::Report;
 
@@ -438,24 +439,24 @@ fn device_index(d: Device) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::builtin::parse_builtin;
     use crate::space::{ParamValue, Space};
-    use crate::train::parse_builtin;
     use std::path::Path;
 
     fn hyper(amp: Amp) -> Hyper {
         Hyper {
             model: ModelKind::Mlp,
             lr: 0.1,
-            optimizer: super::super::OptimizerKind::Sgd,
+            optimizer: crate::builtin::OptimizerKind::Sgd,
             momentum: 0.0,
             nesterov: false,
             weight_decay: 0.0,
             batch_size: 8,
             accumulation: 1,
             amp,
-            schedule: super::super::ScheduleKind::Constant,
+            schedule: crate::builtin::ScheduleKind::Constant,
             warmup: 0.0,
-            lr_scaling: super::super::LrScaling::None,
+            lr_scaling: crate::builtin::LrScaling::None,
             reference_batch: 256,
             clip_grad: 0.0,
             epochs: Some(1),

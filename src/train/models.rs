@@ -6,7 +6,7 @@ use tch::nn::{self, ModuleT};
 use tch::{Kind, Tensor};
 
 use super::data::Task;
-use super::{Hyper, ModelKind};
+use crate::builtin::{Hyper, ModelKind};
 
 /// Builds the model of `h` for a data set with this task and sample shape, its parameters
 /// under `vs`.

@@ -8,7 +8,7 @@ use std::os::raw::c_int;
 
 use tch::{Device, Kind, Tensor};
 
-use super::Amp;
+use crate::builtin::Amp;
 
 unsafe extern "C" {
     fn tune_autocast_enter(

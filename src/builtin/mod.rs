@@ -1,0 +1,998 @@
+//! The builtin trial as a study states it: the `[trial] kind = "builtin"` table checked once
+//! into a [`BuiltinTrial`], and its knobs resolved against a trial's params into a [`Hyper`].
+//!
+//! What belongs here: the study keys of a builtin trial and their validation ([`parse_builtin`]),
+//! the knob table and defaults, the `[trial.data]` table ([`DataSpec`]), the concrete
+//! hyperparameters of one trial ([`Hyper`]) and its seed ([`trial_seed`]). It is plain typed
+//! serde, so the orchestrator checks a builtin study and sends it to a worker without linking
+//! libtorch. What does not: anything that trains (models, data loading, precision, the training
+//! loop), which is the `tune-train` crate, the only one that links libtorch; processes and the
+//! protocol between orchestrator and worker (`runner`); scheduling; storage.
+//!
+//! # The rule for knobs
+//! Every knob (learning rate, optimizer, batch size, model width, …) is set in exactly one
+//! place: in the `[trial]` / `[trial.model]` table (fixed for the study), or as a `[space]`
+//! parameter of the same name (searched). Both is an error; neither takes the knob's default,
+//! and a knob without a default (`lr`) must be given. A searched categorical knob must offer
+//! only choices the trainer supports, and a searched numeric knob must stay in its range: both
+//! are checked before any trial starts. A `[space]` parameter that is no knob is an error too,
+//! since the trainer would silently ignore it.
+//!
+//! # Study keys
+//! ```toml
+//! [trial]
+//! kind = "builtin"
+//! epochs = 3                # training length (a knob: may be searched); and/or
+//! time_budget = "90s"       # training time per trial: the run ends at whichever comes first
+//! timeout = "10m"           # wall-clock limit: past it the trial fails ("timed out after …")
+//! report_every = 0          # report every N optimizer steps; 0 = at the end of each epoch
+//! # Training knobs (fixed here, or searched as a [space] parameter of the same name):
+//! lr = 1e-3                 # required; the peak of the schedule
+//! optimizer = "adamw"       # sgd | adam | adamw | rmsprop
+//! momentum = 0.9            # sgd and rmsprop
+//! nesterov = false          # sgd (needs momentum > 0)
+//! weight_decay = 0.0        # L2 for sgd/adam/rmsprop, decoupled for adamw
+//! batch_size = 128          # samples per forward pass
+//! accumulation = 1          # micro-batches per optimizer step (effective batch = product)
+//! amp = "off"               # off | bf16 | fp16 (autocast; fp16 with dynamic loss scaling)
+//! schedule = "constant"     # constant | cosine | onecycle
+//! warmup = 0.0              # fraction of training spent warming up (onecycle: its rise)
+//! lr_scaling = "none"       # none | linear | sqrt, against reference_batch
+//! reference_batch = 256
+//! clip_grad = 0.0           # max global gradient norm; 0 = no clipping
+//!
+//! [trial.model]
+//! kind = "mlp"              # mlp | cnn | resnet | transformer (fixed)
+//! width = 128               # knobs: units / base channels / model dimension
+//! depth = 2                 # hidden layers / conv blocks / blocks per stage / layers
+//! dropout = 0.0
+//! heads = 4                 # transformer only
+//! context = 64              # transformer only: tokens per window
+//!
+//! [trial.data]
+//! dataset = "digits"        # digits | fashion-mnist | gpl3-text | text | npy | safetensors
+//! dir = "…"                 # fashion-mnist: default /usr/share/datasets/fashion-mnist
+//! path = "…"                # text, safetensors (relative to the study file)
+//! x = "x.npy"               # npy: inputs (N, …) and integer labels (N)
+//! y = "y.npy"
+//! x_key = "x"               # safetensors tensor names
+//! y_key = "y"
+//! validation = 0.1          # held-out fraction (digits, text, user data; Fashion-MNIST
+//!                           # validates on its own 10 000 test images)
+//! limit = 10000             # at most this many training samples (tokens for text)
+//! normalize = true          # standardise with the training split's mean and std
+//! device_cache = "auto"     # auto | always | never: keep the training set on the device
+//! max_device_mb = 2048      # auto: the largest training set copied whole (user arrays
+//!                           # beyond it stay memory-mapped and are streamed) or kept on a GPU
+//! prefetch = 4              # batches the loader thread prepares ahead when streaming
+//! ```
+
+pub mod data;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::space::{ParamKind, ParamValue, Params, Space};
+
+pub use data::{DataSpec, DeviceCache, Source};
+
+/// The model families of `[trial.model] kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelKind {
+    Mlp,
+    Cnn,
+    Resnet,
+    Transformer,
+}
+
+impl ModelKind {
+    fn parse(s: &str) -> Option<ModelKind> {
+        Some(match s {
+            "mlp" => ModelKind::Mlp,
+            "cnn" => ModelKind::Cnn,
+            "resnet" => ModelKind::Resnet,
+            "transformer" => ModelKind::Transformer,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModelKind::Mlp => "mlp",
+            ModelKind::Cnn => "cnn",
+            ModelKind::Resnet => "resnet",
+            ModelKind::Transformer => "transformer",
+        }
+    }
+}
+
+/// Where a knob's value comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Knob {
+    /// Set in the `[trial]` table (or its default): the same for every trial.
+    Fixed(ParamValue),
+    /// A `[space]` parameter of this name; when the parameter is inactive (a condition), the
+    /// knob's default applies.
+    Searched,
+}
+
+/// The validated `[trial]` table of a builtin study. Sent to the worker as JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BuiltinTrial {
+    pub model: ModelKind,
+    pub data: DataSpec,
+    /// Every knob that applies to this model, by name, with where its value comes from.
+    pub knobs: BTreeMap<String, Knob>,
+    /// Training time per trial; training ends at the end of `epochs` or of this, the first.
+    pub time_budget: Option<Duration>,
+    /// Report every this many optimizer steps; 0 reports once per epoch.
+    pub report_every: u64,
+    /// `[trial] timeout`: the wall-clock limit of one trial (the scheduler puts it in
+    /// `TrialJob::timeout`); unlike `time_budget` it fails the trial.
+    pub timeout: Option<Duration>,
+}
+
+/// The type and range of one knob.
+#[derive(Debug, Clone, Copy)]
+enum KnobType {
+    /// A float strictly above 0.
+    Positive,
+    /// A float at or above 0.
+    NonNegative,
+    /// A float in [0, 1).
+    Fraction,
+    /// An integer at or above this.
+    IntAtLeast(i64),
+    Bool,
+    Choice(&'static [&'static str]),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Section {
+    Trial,
+    Model,
+}
+
+struct KnobSpec {
+    name: &'static str,
+    section: Section,
+    ty: KnobType,
+    /// The model kinds that use it (`None`: all).
+    models: Option<&'static [ModelKind]>,
+}
+
+pub const OPTIMIZERS: &[&str] = &["sgd", "adam", "adamw", "rmsprop"];
+pub const AMP_MODES: &[&str] = &["off", "bf16", "fp16"];
+pub const SCHEDULES: &[&str] = &["constant", "cosine", "onecycle"];
+pub const LR_SCALINGS: &[&str] = &["none", "linear", "sqrt"];
+
+const KNOBS: &[KnobSpec] = &[
+    KnobSpec {
+        name: "lr",
+        section: Section::Trial,
+        ty: KnobType::Positive,
+        models: None,
+    },
+    KnobSpec {
+        name: "optimizer",
+        section: Section::Trial,
+        ty: KnobType::Choice(OPTIMIZERS),
+        models: None,
+    },
+    KnobSpec {
+        name: "momentum",
+        section: Section::Trial,
+        ty: KnobType::Fraction,
+        models: None,
+    },
+    KnobSpec {
+        name: "nesterov",
+        section: Section::Trial,
+        ty: KnobType::Bool,
+        models: None,
+    },
+    KnobSpec {
+        name: "weight_decay",
+        section: Section::Trial,
+        ty: KnobType::NonNegative,
+        models: None,
+    },
+    KnobSpec {
+        name: "batch_size",
+        section: Section::Trial,
+        ty: KnobType::IntAtLeast(1),
+        models: None,
+    },
+    KnobSpec {
+        name: "accumulation",
+        section: Section::Trial,
+        ty: KnobType::IntAtLeast(1),
+        models: None,
+    },
+    KnobSpec {
+        name: "amp",
+        section: Section::Trial,
+        ty: KnobType::Choice(AMP_MODES),
+        models: None,
+    },
+    KnobSpec {
+        name: "schedule",
+        section: Section::Trial,
+        ty: KnobType::Choice(SCHEDULES),
+        models: None,
+    },
+    KnobSpec {
+        name: "warmup",
+        section: Section::Trial,
+        ty: KnobType::Fraction,
+        models: None,
+    },
+    KnobSpec {
+        name: "lr_scaling",
+        section: Section::Trial,
+        ty: KnobType::Choice(LR_SCALINGS),
+        models: None,
+    },
+    KnobSpec {
+        name: "reference_batch",
+        section: Section::Trial,
+        ty: KnobType::IntAtLeast(1),
+        models: None,
+    },
+    KnobSpec {
+        name: "clip_grad",
+        section: Section::Trial,
+        ty: KnobType::NonNegative,
+        models: None,
+    },
+    KnobSpec {
+        name: "epochs",
+        section: Section::Trial,
+        ty: KnobType::IntAtLeast(1),
+        models: None,
+    },
+    KnobSpec {
+        name: "width",
+        section: Section::Model,
+        ty: KnobType::IntAtLeast(1),
+        models: None,
+    },
+    KnobSpec {
+        name: "depth",
+        section: Section::Model,
+        ty: KnobType::IntAtLeast(1),
+        models: None,
+    },
+    KnobSpec {
+        name: "dropout",
+        section: Section::Model,
+        ty: KnobType::Fraction,
+        models: None,
+    },
+    KnobSpec {
+        name: "heads",
+        section: Section::Model,
+        ty: KnobType::IntAtLeast(1),
+        models: Some(&[ModelKind::Transformer]),
+    },
+    KnobSpec {
+        name: "context",
+        section: Section::Model,
+        ty: KnobType::IntAtLeast(2),
+        models: Some(&[ModelKind::Transformer]),
+    },
+];
+
+/// The default of a knob for a model kind; `None` where the knob must be given.
+fn knob_default(name: &str, model: ModelKind) -> Option<ParamValue> {
+    use ParamValue::{Bool, Float, Int, Str};
+    Some(match name {
+        "optimizer" => Str("adamw".into()),
+        "momentum" => Float(0.9),
+        "nesterov" => Bool(false),
+        "weight_decay" => Float(0.0),
+        "batch_size" => Int(128),
+        "accumulation" => Int(1),
+        "amp" => Str("off".into()),
+        "schedule" => Str("constant".into()),
+        "warmup" => Float(0.0),
+        "lr_scaling" => Str("none".into()),
+        "reference_batch" => Int(256),
+        "clip_grad" => Float(0.0),
+        "width" => Int(match model {
+            ModelKind::Mlp => 128,
+            ModelKind::Cnn => 32,
+            ModelKind::Resnet => 16,
+            ModelKind::Transformer => 128,
+        }),
+        "depth" => Int(match model {
+            ModelKind::Resnet => 1,
+            _ => 2,
+        }),
+        "dropout" => Float(0.0),
+        "heads" => Int(4),
+        "context" => Int(64),
+        // `lr` has no sensible default across optimizers; `epochs` may be left out when a
+        // time budget is given (checked in `parse_builtin`).
+        _ => return None,
+    })
+}
+
+impl KnobType {
+    /// Checks one value; the message says what is wrong.
+    fn check(self, v: &ParamValue) -> Result<(), String> {
+        match self {
+            KnobType::Positive | KnobType::NonNegative | KnobType::Fraction => {
+                let Some(x) = v.as_f64() else {
+                    return Err(format!("must be a number, not {v}"));
+                };
+                let ok = match self {
+                    KnobType::Positive => x > 0.0 && x.is_finite(),
+                    KnobType::NonNegative => x >= 0.0 && x.is_finite(),
+                    _ => (0.0..1.0).contains(&x),
+                };
+                if ok {
+                    Ok(())
+                } else {
+                    Err(format!("must be {}, not {x}", self.describe()))
+                }
+            }
+            KnobType::IntAtLeast(min) => match v {
+                ParamValue::Int(i) if *i >= min => Ok(()),
+                ParamValue::Int(i) => Err(format!("must be an integer >= {min}, not {i}")),
+                _ => Err(format!("must be an integer >= {min}, not {v}")),
+            },
+            KnobType::Bool => match v {
+                ParamValue::Bool(_) => Ok(()),
+                _ => Err(format!("must be true or false, not {v}")),
+            },
+            KnobType::Choice(choices) => match v {
+                ParamValue::Str(s) if choices.contains(&s.as_str()) => Ok(()),
+                _ => Err(format!("must be one of {}, not {v}", choices.join(", "))),
+            },
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            KnobType::Positive => "a number > 0".into(),
+            KnobType::NonNegative => "a number >= 0".into(),
+            KnobType::Fraction => "a number in [0, 1)".into(),
+            KnobType::IntAtLeast(m) => format!("an integer >= {m}"),
+            KnobType::Bool => "true or false".into(),
+            KnobType::Choice(c) => format!("one of {}", c.join(", ")),
+        }
+    }
+
+    /// Checks that every value a searched parameter can take is valid for this knob.
+    fn check_param(self, kind: &ParamKind) -> Result<(), String> {
+        match (self, kind) {
+            (_, ParamKind::Categorical { choices }) => {
+                for c in choices {
+                    // Integer knobs searched as a categorical of integers are fine; floats
+                    // listed as choices of a float knob too.
+                    let c = match (self, c) {
+                        (
+                            KnobType::Positive | KnobType::NonNegative | KnobType::Fraction,
+                            ParamValue::Int(i),
+                        ) => ParamValue::Float(*i as f64),
+                        _ => c.clone(),
+                    };
+                    self.check(&c).map_err(|e| format!("choice {c}: {e}"))?;
+                }
+                Ok(())
+            }
+            (
+                KnobType::Positive | KnobType::NonNegative | KnobType::Fraction,
+                ParamKind::Float { low, high, .. },
+            ) => {
+                self.check(&ParamValue::Float(*low))
+                    .map_err(|e| format!("low: {e}"))?;
+                // The high end of a fraction is exclusive for the knob but inclusive for
+                // the space: a space reaching 1.0 may sample it.
+                self.check(&ParamValue::Float(*high))
+                    .map_err(|e| format!("high: {e}"))
+            }
+            (
+                KnobType::Positive | KnobType::NonNegative | KnobType::Fraction,
+                ParamKind::Int { low, high, .. },
+            ) => {
+                self.check(&ParamValue::Float(*low as f64))
+                    .map_err(|e| format!("low: {e}"))?;
+                self.check(&ParamValue::Float(*high as f64))
+                    .map_err(|e| format!("high: {e}"))
+            }
+            (KnobType::IntAtLeast(_), ParamKind::Int { low, .. }) => self
+                .check(&ParamValue::Int(*low))
+                .map_err(|e| format!("low: {e}")),
+            (ty, _) => Err(format!(
+                "is {} here, so its parameter must be {}",
+                ty.describe(),
+                match ty {
+                    KnobType::IntAtLeast(_) => "an int or a categorical of integers",
+                    KnobType::Bool => "a categorical of true/false",
+                    KnobType::Choice(_) => "a categorical of strings",
+                    _ => "a float, an int or a categorical of numbers",
+                }
+            )),
+        }
+    }
+}
+
+/// Parses and checks the `[trial]` table of a builtin study. See the module documentation for
+/// the rule of knobs; user data paths are resolved against `study_dir`.
+pub fn parse_builtin(
+    table: &toml::Table,
+    space: &Space,
+    study_dir: &Path,
+) -> Result<BuiltinTrial, String> {
+    let model_table = match table.get("model") {
+        Some(toml::Value::Table(t)) => t.clone(),
+        Some(other) => {
+            return Err(format!(
+                "trial.model: must be a table, not {}",
+                other.type_str()
+            ));
+        }
+        None => return Err("trial.model: missing (a table with `kind = \"mlp\"` etc.)".into()),
+    };
+    let model = match model_table.get("kind") {
+        Some(toml::Value::String(s)) => ModelKind::parse(s).ok_or_else(|| {
+            format!("trial.model.kind: must be one of mlp, cnn, resnet, transformer, not {s:?}")
+        })?,
+        Some(other) => {
+            return Err(format!(
+                "trial.model.kind: must be a string, not {}",
+                other.type_str()
+            ));
+        }
+        None => return Err("trial.model.kind: missing (mlp, cnn, resnet or transformer)".into()),
+    };
+    let data = match table.get("data") {
+        Some(toml::Value::Table(t)) => DataSpec::parse(t, study_dir)?,
+        Some(other) => {
+            return Err(format!(
+                "trial.data: must be a table, not {}",
+                other.type_str()
+            ));
+        }
+        None => {
+            return Err("trial.data: missing (a table with `dataset = \"digits\"` etc.)".into());
+        }
+    };
+    data.check_model(model)?;
+
+    let mut time_budget = None;
+    let mut timeout = None;
+    let mut report_every = 0;
+    for (key, value) in table {
+        match key.as_str() {
+            "kind" | "model" | "data" => {}
+            "time_budget" | "timeout" => {
+                let s = value.as_str().ok_or_else(|| {
+                    format!("trial.{key}: must be a duration string such as \"90s\" or \"5m\"")
+                })?;
+                let d = humantime::parse_duration(s)
+                    .map_err(|e| format!("trial.{key}: {s:?} is not a duration: {e}"))?;
+                if d.is_zero() {
+                    return Err(format!("trial.{key}: must be longer than zero"));
+                }
+                if key == "timeout" {
+                    timeout = Some(d);
+                } else {
+                    time_budget = Some(d);
+                }
+            }
+            "report_every" => match value.as_integer() {
+                Some(n) if n >= 0 => report_every = n as u64,
+                _ => {
+                    return Err(format!(
+                        "trial.report_every: must be an integer >= 0 (steps; 0 = every epoch), not {value}"
+                    ));
+                }
+            },
+            k if KNOBS
+                .iter()
+                .any(|s| s.name == k && s.section == Section::Trial) => {}
+            k if KNOBS.iter().any(|s| s.name == k) => {
+                return Err(format!(
+                    "trial.{k}: a model knob; set it in [trial.model] (or search it in [space])"
+                ));
+            }
+            k => {
+                return Err(format!(
+                    "trial.{k}: unknown key (known: time_budget, timeout, report_every, model, data, {})",
+                    KNOBS
+                        .iter()
+                        .filter(|s| s.section == Section::Trial)
+                        .map(|s| s.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        }
+    }
+    for key in model_table.keys() {
+        if key == "kind" {
+            continue;
+        }
+        match KNOBS.iter().find(|s| s.name == key) {
+            Some(s) if s.section == Section::Model => {
+                if let Some(models) = s.models
+                    && !models.contains(&model)
+                {
+                    return Err(format!(
+                        "trial.model.{key}: not used by model kind {}",
+                        model.as_str()
+                    ));
+                }
+            }
+            Some(_) => {
+                return Err(format!(
+                    "trial.model.{key}: a training knob; set it in [trial] (or search it in [space])"
+                ));
+            }
+            None => {
+                return Err(format!(
+                    "trial.model.{key}: unknown key (known: kind, width, depth, dropout{})",
+                    if model == ModelKind::Transformer {
+                        ", heads, context"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+        }
+    }
+
+    let mut knobs = BTreeMap::new();
+    for spec in KNOBS {
+        if let Some(models) = spec.models
+            && !models.contains(&model)
+        {
+            if space.get(spec.name).is_some() {
+                return Err(format!(
+                    "space.{}: not used by model kind {}",
+                    spec.name,
+                    model.as_str()
+                ));
+            }
+            continue;
+        }
+        let (section_table, path) = match spec.section {
+            Section::Trial => (table, format!("trial.{}", spec.name)),
+            Section::Model => (&model_table, format!("trial.model.{}", spec.name)),
+        };
+        let fixed = section_table.get(spec.name);
+        let searched = space.get(spec.name);
+        let knob = match (fixed, searched) {
+            (Some(_), Some(_)) => {
+                return Err(format!(
+                    "{path}: set here and searched in [space] as well; keep one"
+                ));
+            }
+            (Some(v), None) => {
+                let v = toml_param(v)
+                    .ok_or_else(|| format!("{path}: must be {}, not {v}", spec.ty.describe()))?;
+                let v = widen(spec.ty, v);
+                spec.ty.check(&v).map_err(|e| format!("{path}: {e}"))?;
+                Knob::Fixed(v)
+            }
+            (None, Some(p)) => {
+                spec.ty
+                    .check_param(&p.kind)
+                    .map_err(|e| format!("space.{}: {e}", spec.name))?;
+                if !p.when.is_empty() && knob_default(spec.name, model).is_none() {
+                    return Err(format!(
+                        "space.{}: has a condition, but {path} has no default to use when the condition is false",
+                        spec.name
+                    ));
+                }
+                Knob::Searched
+            }
+            (None, None) => match knob_default(spec.name, model) {
+                Some(v) => Knob::Fixed(v),
+                None if spec.name == "epochs" => {
+                    if time_budget.is_none() {
+                        return Err(
+                            "trial.epochs: missing; give epochs, a time_budget, or both".into()
+                        );
+                    }
+                    continue;
+                }
+                None => {
+                    return Err(format!(
+                        "{path}: missing (set it here or search it in [space])"
+                    ));
+                }
+            },
+        };
+        knobs.insert(spec.name.to_string(), knob);
+    }
+    for p in space.params() {
+        if !knobs.contains_key(&p.name) {
+            return Err(format!(
+                "space.{}: not a knob of the builtin trainer for model kind {} (knobs: {})",
+                p.name,
+                model.as_str(),
+                knobs.keys().cloned().collect::<Vec<_>>().join(", ")
+            ));
+        }
+    }
+    let trial = BuiltinTrial {
+        model,
+        data,
+        knobs,
+        time_budget,
+        report_every,
+        timeout,
+    };
+    // A fixed combination that can never work is a study error, not a failure of each trial.
+    if let (Some(Knob::Fixed(w)), Some(Knob::Fixed(h))) =
+        (trial.knobs.get("width"), trial.knobs.get("heads"))
+        && let (ParamValue::Int(w), ParamValue::Int(h)) = (w, h)
+        && w % h != 0
+    {
+        return Err(format!(
+            "trial.model.width: {w} is not a multiple of trial.model.heads = {h}"
+        ));
+    }
+    Ok(trial)
+}
+
+fn toml_param(v: &toml::Value) -> Option<ParamValue> {
+    match v {
+        toml::Value::Boolean(b) => Some(ParamValue::Bool(*b)),
+        toml::Value::Integer(i) => Some(ParamValue::Int(*i)),
+        toml::Value::Float(f) => Some(ParamValue::Float(*f)),
+        toml::Value::String(s) => Some(ParamValue::Str(s.clone())),
+        _ => None,
+    }
+}
+
+/// `lr = 1` means 1.0: float knobs accept integers.
+fn widen(ty: KnobType, v: ParamValue) -> ParamValue {
+    match (ty, v) {
+        (KnobType::Positive | KnobType::NonNegative | KnobType::Fraction, ParamValue::Int(i)) => {
+            ParamValue::Float(i as f64)
+        }
+        (_, v) => v,
+    }
+}
+
+/// The optimizer of a trial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OptimizerKind {
+    Sgd,
+    Adam,
+    Adamw,
+    Rmsprop,
+}
+
+/// Precision of the forward pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Amp {
+    Off,
+    Bf16,
+    Fp16,
+}
+
+impl fmt::Display for Amp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Amp::Off => "off",
+            Amp::Bf16 => "bf16",
+            Amp::Fp16 => "fp16",
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScheduleKind {
+    Constant,
+    Cosine,
+    Onecycle,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LrScaling {
+    None,
+    Linear,
+    Sqrt,
+}
+
+/// The concrete hyperparameters of one trial: the knobs resolved against its params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hyper {
+    pub model: ModelKind,
+    /// The learning rate as given, before `lr_scaling`; see [`Hyper::peak_lr`].
+    pub lr: f64,
+    pub optimizer: OptimizerKind,
+    pub momentum: f64,
+    pub nesterov: bool,
+    pub weight_decay: f64,
+    /// Samples per forward pass (micro-batch).
+    pub batch_size: i64,
+    /// Micro-batches per optimizer step.
+    pub accumulation: i64,
+    pub amp: Amp,
+    pub schedule: ScheduleKind,
+    pub warmup: f64,
+    pub lr_scaling: LrScaling,
+    pub reference_batch: i64,
+    /// Max global gradient norm; 0 = no clipping.
+    pub clip_grad: f64,
+    pub epochs: Option<i64>,
+    pub time_budget: Option<Duration>,
+    pub report_every: u64,
+    pub width: i64,
+    pub depth: i64,
+    pub dropout: f64,
+    pub heads: i64,
+    pub context: i64,
+}
+
+impl Hyper {
+    /// Samples per optimizer step: the one place the effective batch is computed.
+    pub fn effective_batch(&self) -> i64 {
+        self.batch_size * self.accumulation
+    }
+
+    /// The peak learning rate after `lr_scaling` against `reference_batch`.
+    pub fn peak_lr(&self) -> f64 {
+        let ratio = self.effective_batch() as f64 / self.reference_batch as f64;
+        match self.lr_scaling {
+            LrScaling::None => self.lr,
+            LrScaling::Linear => self.lr * ratio,
+            LrScaling::Sqrt => self.lr * ratio.sqrt(),
+        }
+    }
+}
+
+impl BuiltinTrial {
+    /// The value of one knob for a trial with these params.
+    fn value(&self, name: &str, params: &Params) -> Result<Option<ParamValue>, String> {
+        match self.knobs.get(name) {
+            Some(Knob::Fixed(v)) => Ok(Some(v.clone())),
+            Some(Knob::Searched) => match params.get(name) {
+                Some(v) => Ok(Some(v.clone())),
+                None => Ok(knob_default(name, self.model)),
+            },
+            None => Ok(None),
+        }
+    }
+
+    /// Resolves every knob against a trial's params. Params come from the space that
+    /// `parse_builtin` checked, so an error here means a param outside it (e.g. enqueued by
+    /// hand); the trial then fails with this message.
+    pub fn resolve(&self, params: &Params) -> Result<Hyper, String> {
+        let get = |name: &str| -> Result<ParamValue, String> {
+            let v = self
+                .value(name, params)?
+                .ok_or_else(|| format!("knob `{name}` has no value"))?;
+            let spec = KNOBS
+                .iter()
+                .find(|s| s.name == name)
+                .ok_or_else(|| format!("knob `{name}` is unknown"))?;
+            let v = widen(spec.ty, v);
+            spec.ty
+                .check(&v)
+                .map_err(|e| format!("param `{name}`: {e}"))?;
+            Ok(v)
+        };
+        let f = |name: &str| -> Result<f64, String> {
+            get(name)?
+                .as_f64()
+                .ok_or_else(|| format!("param `{name}` is not a number"))
+        };
+        let i = |name: &str| -> Result<i64, String> {
+            match get(name)? {
+                ParamValue::Int(i) => Ok(i),
+                v => Err(format!("param `{name}` is not an integer: {v}")),
+            }
+        };
+        let s = |name: &str| -> Result<String, String> {
+            match get(name)? {
+                ParamValue::Str(s) => Ok(s),
+                v => Err(format!("param `{name}` is not a string: {v}")),
+            }
+        };
+        let b = |name: &str| -> Result<bool, String> {
+            match get(name)? {
+                ParamValue::Bool(b) => Ok(b),
+                v => Err(format!("param `{name}` is not a boolean: {v}")),
+            }
+        };
+        let optimizer = match s("optimizer")?.as_str() {
+            "sgd" => OptimizerKind::Sgd,
+            "adam" => OptimizerKind::Adam,
+            "adamw" => OptimizerKind::Adamw,
+            _ => OptimizerKind::Rmsprop,
+        };
+        let amp = match s("amp")?.as_str() {
+            "bf16" => Amp::Bf16,
+            "fp16" => Amp::Fp16,
+            _ => Amp::Off,
+        };
+        let schedule = match s("schedule")?.as_str() {
+            "cosine" => ScheduleKind::Cosine,
+            "onecycle" => ScheduleKind::Onecycle,
+            _ => ScheduleKind::Constant,
+        };
+        let lr_scaling = match s("lr_scaling")?.as_str() {
+            "linear" => LrScaling::Linear,
+            "sqrt" => LrScaling::Sqrt,
+            _ => LrScaling::None,
+        };
+        let epochs = match self.value("epochs", params)? {
+            Some(_) => Some(i("epochs")?),
+            None => None,
+        };
+        let transformer = self.model == ModelKind::Transformer;
+        let hyper = Hyper {
+            model: self.model,
+            lr: f("lr")?,
+            optimizer,
+            momentum: f("momentum")?,
+            nesterov: b("nesterov")?,
+            weight_decay: f("weight_decay")?,
+            batch_size: i("batch_size")?,
+            accumulation: i("accumulation")?,
+            amp,
+            schedule,
+            warmup: f("warmup")?,
+            lr_scaling,
+            reference_batch: i("reference_batch")?,
+            clip_grad: f("clip_grad")?,
+            epochs,
+            time_budget: self.time_budget,
+            report_every: self.report_every,
+            width: i("width")?,
+            depth: i("depth")?,
+            dropout: f("dropout")?,
+            heads: if transformer { i("heads")? } else { 1 },
+            context: if transformer { i("context")? } else { 1 },
+        };
+        if transformer && hyper.width % hyper.heads != 0 {
+            return Err(format!(
+                "width {} is not a multiple of heads {}",
+                hyper.width, hyper.heads
+            ));
+        }
+        Ok(hyper)
+    }
+}
+
+/// The seed of one trial: the study seed mixed with the trial number (splitmix64), so trials
+/// differ from each other and a study seed reproduces all of them.
+pub fn trial_seed(study_seed: u64, number: u64) -> u64 {
+    fn mix(mut z: u64) -> u64 {
+        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    // libtorch takes an i64 seed; keep it non-negative so it round-trips.
+    mix(study_seed ^ mix(number)) >> 1
+}
+
+/// The default location of the Debian package's Fashion-MNIST.
+pub const FASHION_MNIST_DIR: &str = "/usr/share/datasets/fashion-mnist";
+
+/// Resolves a user path against the study directory.
+fn resolve_path(study_dir: &Path, p: &str) -> PathBuf {
+    let p = PathBuf::from(p);
+    if p.is_absolute() {
+        p
+    } else {
+        study_dir.join(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn space(src: &str) -> Space {
+        let t: toml::Table = toml::from_str(src).expect("test space parses");
+        Space::from_toml(&t).expect("test space is valid")
+    }
+
+    fn table(src: &str) -> toml::Table {
+        toml::from_str(src).expect("test table parses")
+    }
+
+    const BASE: &str = r#"
+        kind = "builtin"
+        epochs = 2
+        [model]
+        kind = "mlp"
+        [data]
+        dataset = "digits"
+    "#;
+
+    #[test]
+    fn a_knob_searched_in_the_space_takes_the_trials_param() {
+        let s = space(r#"lr = { type = "float", low = 1e-4, high = 1e-1, log = true }"#);
+        let t = parse_builtin(&table(BASE), &s, Path::new(".")).expect("valid");
+        assert_eq!(t.knobs["lr"], Knob::Searched);
+        let mut p = Params::new();
+        p.insert("lr".into(), ParamValue::Float(0.01));
+        let h = t.resolve(&p).expect("resolves");
+        assert_eq!(h.lr, 0.01);
+        assert_eq!(h.batch_size, 128);
+        assert_eq!(h.epochs, Some(2));
+    }
+
+    #[test]
+    fn a_knob_both_fixed_and_searched_is_an_error_naming_it() {
+        let s = space(r#"width = { type = "int", low = 8, high = 64 }"#);
+        let src =
+            format!("lr = 0.1\n{BASE}").replace("kind = \"mlp\"", "kind = \"mlp\"\nwidth = 32");
+        let e = parse_builtin(&table(&src), &s, Path::new(".")).expect_err("both");
+        assert!(e.starts_with("trial.model.width"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_learning_rate_is_an_error() {
+        let s = space(r#"width = { type = "int", low = 8, high = 64 }"#);
+        let e = parse_builtin(&table(BASE), &s, Path::new(".")).expect_err("no lr");
+        assert!(e.starts_with("trial.lr: missing"), "{e}");
+    }
+
+    #[test]
+    fn unsupported_optimizer_choices_are_rejected_before_any_trial() {
+        let s = space(
+            r#"lr = { type = "float", low = 1e-4, high = 1e-1 }
+               optimizer = { type = "categorical", choices = ["adam", "lion"] }"#,
+        );
+        let e = parse_builtin(&table(BASE), &s, Path::new(".")).expect_err("lion");
+        assert!(e.starts_with("space.optimizer"), "{e}");
+        assert!(e.contains("lion"), "{e}");
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_with_their_path() {
+        let s = space(r#"lr = { type = "float", low = 1e-4, high = 1e-1 }"#);
+        let src = BASE.replace("[model]\n", "[model]\n        widht = 3\n");
+        let e = parse_builtin(&table(&src), &s, Path::new(".")).expect_err("typo");
+        assert!(e.starts_with("trial.model.widht"), "{e}");
+        let src = format!("lrr = 1.0\n{BASE}");
+        let e = parse_builtin(&table(&src), &s, Path::new(".")).expect_err("typo");
+        assert!(e.starts_with("trial.lrr"), "{e}");
+    }
+
+    #[test]
+    fn a_space_parameter_that_is_no_knob_is_an_error() {
+        let s = space(
+            r#"lr = { type = "float", low = 1e-4, high = 1e-1 }
+               heads = { type = "int", low = 1, high = 4 }"#,
+        );
+        let e = parse_builtin(&table(BASE), &s, Path::new(".")).expect_err("heads on mlp");
+        assert!(e.starts_with("space.heads"), "{e}");
+    }
+
+    #[test]
+    fn linear_lr_scaling_uses_the_effective_batch() {
+        let s = space(r#"batch_size = { type = "int", low = 16, high = 512 }"#);
+        let src = format!(
+            "lr = 0.1\naccumulation = 2\nlr_scaling = \"linear\"\nreference_batch = 128\n{BASE}"
+        );
+        let t = parse_builtin(&table(&src), &s, Path::new(".")).expect("valid");
+        let mut p = Params::new();
+        p.insert("batch_size".into(), ParamValue::Int(128));
+        let h = t.resolve(&p).expect("resolves");
+        assert_eq!(h.effective_batch(), 256);
+        assert!((h.peak_lr() - 0.2).abs() < 1e-12);
+    }
+}
