@@ -1,22 +1,11 @@
-//! The builtin trainer's runner: one long-lived worker process per slot (`tune worker
+//! The builtin trainer's runner: one long-lived worker process per slot (`tune-worker worker
 //! --device D`), spawned on the slot's first trial, reused from trial to trial so libtorch
 //! starts once, and replaced when it dies. libtorch lives only in the worker: a crash there
 //! (a signal, an abort in C++) fails that trial and never the orchestrator.
 //!
-//! # Protocol (JSON lines)
-//! Orchestrator → worker, on the worker's stdin:
-//! - `{"type":"job","number":N,"seed":S,"params":{…},"trial":{…BuiltinTrial…},"log":"…"}`
-//! - `{"type":"stop"}`: end the running trial at the next step boundary.
-//!
-//! Worker → orchestrator, on the worker's stdout (its only use: the worker moves whatever
-//! libtorch prints to stdout onto stderr, which goes to the trial's log file):
-//! - `{"type":"report","step":N,"metrics":{"val_loss":0.4,…}}` (a non-finite metric is
-//!   `null`, read back as NaN)
-//! - `{"type":"end","status":"finished"|"stopped"|"failed","reason":"…"}`
-//!
-//! The worker exits when its stdin closes, so it never outlives the orchestrator.
+//! The messages both ends exchange are in [`super::protocol`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -26,55 +15,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
 
+use super::protocol::{EndStatus, FromWorker, ToWorker};
 use super::{ReportSender, RunEnd, RunFuture, RunResult, StopRequest, TrialJob, TrialRunner};
 use crate::builtin::BuiltinTrial;
-use crate::space::Params;
 use crate::train::data::DataCache;
 use crate::train::{TrainError, TrainEvent};
 use crate::trial::Report;
-
-/// A message to the worker.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "lowercase")]
-enum ToWorker {
-    Job {
-        number: u64,
-        seed: u64,
-        params: Params,
-        trial: Box<BuiltinTrial>,
-        /// The trial's log file: the worker sends its stderr there while the trial runs.
-        log: PathBuf,
-    },
-    Stop,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum EndStatus {
-    Finished,
-    Stopped,
-    Failed,
-}
-
-/// A message from the worker.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "lowercase")]
-enum FromWorker {
-    Report {
-        step: u64,
-        metrics: BTreeMap<String, Option<f64>>,
-    },
-    End {
-        status: EndStatus,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        reason: Option<String>,
-    },
-}
 
 /// How long a worker may take to stop a trial once asked, before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(20);
