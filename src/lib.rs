@@ -17,6 +17,5 @@ pub mod space;
 pub mod spec;
 pub mod storage;
 pub mod study;
-pub mod train;
 pub mod trial;
 pub mod tui;

@@ -1,5 +1,5 @@
 //! The built-in libtorch trainer: the training run a worker process performs for one trial of a
-//! builtin study, from the [`BuiltinTrial`](crate::builtin::BuiltinTrial) the orchestrator
+//! builtin study, from the [`BuiltinTrial`](tune::builtin::BuiltinTrial) the orchestrator
 //! checked and the trial's params.
 //!
 //! What belongs here: everything that needs libtorch: models, data loading and batching, mixed
@@ -24,6 +24,7 @@ pub mod models;
 pub mod optim;
 pub mod precision;
 pub mod schedule;
+pub mod worker;
 
 pub use fit::{TrainError, TrainEvent, train};
 

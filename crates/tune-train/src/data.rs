@@ -24,10 +24,10 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use tch::{Device, Kind, Tensor};
 
-use crate::builtin::data::{DataSpec, DeviceCache, Source};
+use tune::builtin::data::{DataSpec, DeviceCache, Source};
 
-const DIGITS_CSV_GZ: &[u8] = include_bytes!("../../datasets/digits.csv.gz");
-const GPL3_TEXT: &[u8] = include_bytes!("../../datasets/gpl-3.0.txt");
+const DIGITS_CSV_GZ: &[u8] = include_bytes!("../../../datasets/digits.csv.gz");
+const GPL3_TEXT: &[u8] = include_bytes!("../../../datasets/gpl-3.0.txt");
 
 /// What a data set asks of a model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1069,7 +1069,7 @@ mod tests {
 
     #[test]
     fn digits_load_with_a_fixed_split() {
-        let _rng = crate::train::torch_rng_lock();
+        let _rng = crate::torch_rng_lock();
         let ds = load(&spec(Source::Digits)).expect("digits load");
         assert_eq!(ds.train.len() + ds.val.len(), 1797);
         assert_eq!(ds.val.len(), 359);
@@ -1103,7 +1103,7 @@ mod tests {
 
     #[test]
     fn npy_arrays_are_mapped_split_and_streamed_when_told_not_to_cache() {
-        let _rng = crate::train::torch_rng_lock();
+        let _rng = crate::torch_rng_lock();
         let tmp = tempfile::tempdir().expect("temp dir");
         let dir = tmp.path();
         let n = 100usize;
@@ -1136,7 +1136,7 @@ mod tests {
 
     #[test]
     fn safetensors_inputs_and_labels_are_read_by_name() {
-        let _rng = crate::train::torch_rng_lock();
+        let _rng = crate::torch_rng_lock();
         let tmp = tempfile::tempdir().expect("temp dir");
         let dir = tmp.path();
         let n = 50usize;

@@ -18,8 +18,13 @@ use tune::sampler::{self, AskContext, SamplerKind};
 use tune::space::{Params, Space};
 use tune::trial::{Direction, TrialNumber};
 
+/// The repository's `studies/`: this crate sits two levels below the repository root.
+fn studies_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../studies")
+}
+
 fn studies() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("studies");
+    let dir = studies_dir();
     let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("studies/ exists")
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -157,7 +162,7 @@ async fn run_study(path: &Path, dir: &Path) -> (Vec<f64>, f64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_digits_study_runs_to_completion_on_two_workers() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("studies/digits-mlp.toml");
+    let path = studies_dir().join("digits-mlp.toml");
     let (values, _) = run_study(&path, dir.path()).await;
     assert_eq!(values.len(), 6);
     assert!(values.iter().all(|v| v.is_finite()), "{values:?}");
@@ -173,7 +178,7 @@ async fn the_quickstart_study_completes_and_beats_its_median_trial() {
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("studies/quickstart.toml");
+    let path = studies_dir().join("quickstart.toml");
     let (values, secs) = run_study(&path, dir.path()).await;
     let mut finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
     finite.sort_by(f64::total_cmp);

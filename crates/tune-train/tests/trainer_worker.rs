@@ -1,5 +1,5 @@
-//! The builtin trainer's worker processes, driven through `WorkerRunner` with the real `tune`
-//! binary: reuse across trials, a crash that fails only its trial, pruning, timeouts and
+//! The builtin trainer's worker processes, driven through `WorkerRunner` with the real
+//! `tune-worker` binary: reuse across trials, a crash that fails only its trial, pruning, timeouts and
 //! divergence. Digits and tiny models keep each test to a few seconds.
 
 use std::path::{Path, PathBuf};
