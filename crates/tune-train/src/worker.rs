@@ -123,7 +123,7 @@ pub fn worker_main(device: &str) -> ExitCode {
                     format!("{device_name}: libtorch sees no CUDA device")
                 } else {
                     format!(
-                        "{device_name} is not available to this build (CUDA needs `--features cuda` and a CUDA libtorch)"
+                        "{device_name} is not available to this build (CUDA needs `--features tune-train/cuda` and a CUDA libtorch)"
                     )
                 }))
             }
