@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Installs what `tune` needs beyond Rust and Python, into the repository itself:
-#   .libtorch/  a CPU-only libtorch 2.13.0 (what tch 0.26 expects), from PyPI's torch wheel
-#               without its CUDA libraries except the two libtorch_cpu.so links against.
+# Installs what `tune` needs beyond Rust and Python, into the repository itself. `tune` alone
+# (command trials, queries, the UI) needs none of it but the quickstart's data; libtorch is
+# only for the builtin trainer (`tune-worker`, crates/tune-train), so it comes on request:
+#   .libtorch/  (with --libtorch) a CPU-only libtorch 2.13.0 (what tch 0.26 expects), from
+#               PyPI's torch wheel without its CUDA libraries except the two libtorch_cpu.so
+#               links against.
 #   .venv/      (with --python-tests) a Python with optuna, for the Optuna-compatibility test.
-#   .venv/bench (with --bench) what the .libtorch tree needs to be imported as the `torch` Python
-#               package for the trainer benchmark: torch's pure-Python dependencies, numpy, and
-#               the CUDA libraries that torch/_C links against (never used on a CPU, but the
-#               dynamic loader insists on them). About 3 GB.
+#   .venv/bench (with --bench, which implies --libtorch) what the .libtorch tree needs to be
+#               imported as the `torch` Python package for the trainer benchmark: torch's
+#               pure-Python dependencies, numpy, and the CUDA libraries that torch/_C links
+#               against (never used on a CPU, but the dynamic loader insists on them). About 3 GB.
 #   tmux        (with --python-tests) for the end-to-end test of the live UI.
 #   /usr/share/datasets/fashion-mnist  Debian's dataset-fashion-mnist, the quickstart's data.
 # Idempotent: a second run checks the stamps and returns at once.
@@ -18,7 +21,17 @@ CUDART_VERSION=13.0.96        # the versions torch 2.13.0 pins through cuda-tool
 CUPTI_VERSION=13.0.85
 PY=${PYTHON:-python3}
 
-if [ ! -f .libtorch/.stamp-$TORCH_VERSION ]; then
+WANT_LIBTORCH=no WANT_PYTHON_TESTS=no WANT_BENCH=no
+for arg in "$@"; do
+  case "$arg" in
+    --libtorch) WANT_LIBTORCH=yes ;;
+    --python-tests) WANT_PYTHON_TESTS=yes ;;
+    --bench) WANT_BENCH=yes WANT_LIBTORCH=yes ;;
+    *) echo "usage: scripts/setup.sh [--libtorch] [--python-tests] [--bench]" >&2; exit 2 ;;
+  esac
+done
+
+if [ "$WANT_LIBTORCH" = yes ] && [ ! -f .libtorch/.stamp-$TORCH_VERSION ]; then
   echo "setup: installing CPU libtorch $TORCH_VERSION into .libtorch (about 1.2 GB)" >&2
   rm -rf .libtorch
   # The wheel is cp311; ask for it explicitly so a different local Python still gets it.
@@ -28,14 +41,14 @@ if [ ! -f .libtorch/.stamp-$TORCH_VERSION ]; then
   touch .libtorch/.stamp-$TORCH_VERSION
 fi
 
-if [ "${1:-}" = "--python-tests" ] && [ ! -f .venv/.stamp-optuna ]; then
+if [ "$WANT_PYTHON_TESTS" = yes ] && [ ! -f .venv/.stamp-optuna ]; then
   echo "setup: creating .venv with optuna and numpy for the compatibility tests" >&2
   "$PY" -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check "optuna>=4,<6" numpy
   touch .venv/.stamp-optuna
 fi
 
-if [ "${1:-}" = "--python-tests" ] && ! command -v tmux >/dev/null 2>&1; then
+if [ "$WANT_PYTHON_TESTS" = yes ] && ! command -v tmux >/dev/null 2>&1; then
   echo "setup: installing tmux (Debian package) for the live UI's end-to-end test" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get install -y -q tmux >/dev/null 2>&1 ||
@@ -55,19 +68,17 @@ if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   fi
 fi
 
-for arg in "$@"; do
-  if [ "$arg" = "--bench" ] && [ ! -f .venv/bench/.stamp-$TORCH_VERSION ]; then
-    echo "setup: installing the benchmark's Python side into .venv/bench (about 3 GB)" >&2
-    mkdir -p .venv/bench
-    # The versions torch 2.13.0 pins (nccl: its 2.29.7 is not on the index for this platform;
-    # any libnccl.so.2 satisfies the loader, and nothing calls it on a CPU). --no-deps keeps
-    # torch itself (already in .libtorch) and triton out.
-    "$PY" -m pip install --quiet --disable-pip-version-check --no-deps --target .venv/bench \
-      --python-version 3.11 --only-binary=:all: --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
-      "nvidia-cudnn-cu13==9.20.0.48" "nvidia-cusparselt-cu13==0.8.1" "nvidia-nccl-cu13==2.32.3" "nvidia-nvshmem-cu13==3.4.5" \
-      "nvidia-cublas==13.1.1.3" "nvidia-cufft==12.0.0.61" "nvidia-cufile==1.15.1.6" "nvidia-curand==10.4.0.35" \
-      "nvidia-cusparse==12.6.3.3" "nvidia-nvjitlink==13.0.88" "nvidia-cuda-nvrtc==13.0.88" \
-      "numpy<3" "filelock" "typing-extensions>=4.10" "sympy>=1.13.3" "networkx>=2.5.1" "jinja2" "markupsafe" "mpmath" "fsspec>=0.8.5" "setuptools>=77.0.3"
-    touch .venv/bench/.stamp-$TORCH_VERSION
-  fi
-done
+if [ "$WANT_BENCH" = yes ] && [ ! -f .venv/bench/.stamp-$TORCH_VERSION ]; then
+  echo "setup: installing the benchmark's Python side into .venv/bench (about 3 GB)" >&2
+  mkdir -p .venv/bench
+  # The versions torch 2.13.0 pins (nccl: its 2.29.7 is not on the index for this platform;
+  # any libnccl.so.2 satisfies the loader, and nothing calls it on a CPU). --no-deps keeps
+  # torch itself (already in .libtorch) and triton out.
+  "$PY" -m pip install --quiet --disable-pip-version-check --no-deps --target .venv/bench \
+    --python-version 3.11 --only-binary=:all: --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
+    "nvidia-cudnn-cu13==9.20.0.48" "nvidia-cusparselt-cu13==0.8.1" "nvidia-nccl-cu13==2.32.3" "nvidia-nvshmem-cu13==3.4.5" \
+    "nvidia-cublas==13.1.1.3" "nvidia-cufft==12.0.0.61" "nvidia-cufile==1.15.1.6" "nvidia-curand==10.4.0.35" \
+    "nvidia-cusparse==12.6.3.3" "nvidia-nvjitlink==13.0.88" "nvidia-cuda-nvrtc==13.0.88" \
+    "numpy<3" "filelock" "typing-extensions>=4.10" "sympy>=1.13.3" "networkx>=2.5.1" "jinja2" "markupsafe" "mpmath" "fsspec>=0.8.5" "setuptools>=77.0.3"
+  touch .venv/bench/.stamp-$TORCH_VERSION
+fi

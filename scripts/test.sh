@@ -1,11 +1,25 @@
 #!/usr/bin/env bash
-# Runs every test of tune on a fresh machine (Rust and Python present, nothing else):
-# installs libtorch and the test tools, builds, and runs the whole suite.
+# Runs every test of tune on a fresh machine (Rust and Python present, nothing else), in the
+# order that proves the orchestrator needs no libtorch:
+#   1. the test tools and data (no libtorch), then `tune` alone: `cargo build -p tune` and
+#      `cargo test -p tune`, with LIBTORCH pointing nowhere;
+#   2. libtorch, then the whole workspace: `cargo build --workspace` (which builds `tune-worker`
+#      beside `tune`) and the trainer's tests, `cargo test --workspace --exclude tune`.
 #   ./scripts/test.sh            # everything
-#   ./scripts/test.sh space::    # extra arguments go to `cargo test` (a filter)
+#   ./scripts/test.sh space::    # extra arguments go to both `cargo test` runs (a filter)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh --python-tests
+
+# .cargo/config.toml points LIBTORCH at .libtorch for the trainer's build, but cargo's [env]
+# never overrides a variable that is already set: with this one, anything in `tune` that
+# reached for libtorch (torch-sys's build script) would fail here instead of finding it.
+LIBTORCH=/nonexistent/libtorch cargo build -p tune --quiet
+LIBTORCH=/nonexistent/libtorch cargo test -p tune --no-fail-fast "$@" 2>&1
+
+./scripts/setup.sh --libtorch
 export LIBTORCH="$PWD/.libtorch/torch"
-cargo build --bins --quiet
-cargo test --no-fail-fast "$@" 2>&1
+# The trainer's CLI test runs target/debug/tune, which `cargo test -p tune-train` does not
+# build: this build does, and tune-worker beside it.
+cargo build --workspace --quiet
+cargo test --workspace --exclude tune --no-fail-fast "$@" 2>&1

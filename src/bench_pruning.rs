@@ -332,12 +332,12 @@ fn mean(v: impl Iterator<Item = f64>) -> f64 {
 
 pub fn run(a: &PruningArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(
-        Path::new(crate::train::FASHION_MNIST_DIR)
+        Path::new(crate::builtin::FASHION_MNIST_DIR)
             .join("train-images-idx3-ubyte.gz")
             .is_file(),
         "Fashion-MNIST is not installed in {} (run scripts/setup.sh, which installs the Debian \
          package dataset-fashion-mnist); the pruning benchmark trains on it",
-        crate::train::FASHION_MNIST_DIR
+        crate::builtin::FASHION_MNIST_DIR
     );
     anyhow::ensure!(!a.seeds.is_empty(), "--seeds: give at least one seed");
     anyhow::ensure!(a.trials >= 1, "--trials must be at least 1");

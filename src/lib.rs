@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod bench_overhead;
 pub mod bench_pruning;
+pub mod builtin;
 pub mod cli;
 pub mod commands;
 pub mod devices;
@@ -19,6 +20,5 @@ pub mod space;
 pub mod spec;
 pub mod storage;
 pub mod study;
-pub mod train;
 pub mod trial;
 pub mod tui;

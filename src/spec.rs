@@ -255,7 +255,7 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
             TrialSpec::Command(command(raw_cmd, &space, &dir).map_err(err)?)
         }
         "builtin" => {
-            let b = crate::train::parse_builtin(&raw.trial, &space, &dir).map_err(err)?;
+            let b = crate::builtin::parse_builtin(&raw.trial, &space, &dir).map_err(err)?;
             TrialSpec::Builtin(Box::new(b))
         }
         other => {
@@ -349,11 +349,11 @@ fn parse_pruner(t: &toml::Table) -> Result<PrunerConfig, String> {
 
 /// The most epochs a builtin trial trains: the fixed `epochs`, or the upper bound of a
 /// searched one.
-fn builtin_epochs(b: &crate::train::BuiltinTrial, space: &Space) -> Option<u64> {
+fn builtin_epochs(b: &crate::builtin::BuiltinTrial, space: &Space) -> Option<u64> {
     match b.knobs.get("epochs")? {
-        crate::train::Knob::Fixed(ParamValue::Int(n)) => u64::try_from(*n).ok(),
-        crate::train::Knob::Fixed(_) => None,
-        crate::train::Knob::Searched => match &space.get("epochs")?.kind {
+        crate::builtin::Knob::Fixed(ParamValue::Int(n)) => u64::try_from(*n).ok(),
+        crate::builtin::Knob::Fixed(_) => None,
+        crate::builtin::Knob::Searched => match &space.get("epochs")?.kind {
             crate::space::ParamKind::Int { high, .. } => u64::try_from(*high).ok(),
             crate::space::ParamKind::Categorical { choices } => choices
                 .iter()

@@ -14,7 +14,7 @@ use crate::trial::Direction;
 pub enum TrialSpec {
     Command(CommandSpec),
     /// `[trial] kind = "builtin"`: the libtorch trainer in `tune-worker` processes.
-    Builtin(Box<crate::train::BuiltinTrial>),
+    Builtin(Box<crate::builtin::BuiltinTrial>),
 }
 
 impl TrialSpec {

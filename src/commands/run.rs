@@ -95,14 +95,17 @@ async fn run_async(study: crate::study::Study, ui: bool) -> anyhow::Result<ExitC
     Ok(ExitCode::SUCCESS)
 }
 
-/// The `tune-worker` binary that hosts libtorch: installed beside `tune`.
+/// The `tune-worker` binary that hosts libtorch: installed beside `tune`. It is built only with
+/// the whole workspace (it links libtorch; `tune` alone does not), so a missing one is a set-up
+/// mistake, reported as bad input before any trial starts.
 pub fn worker_exe() -> anyhow::Result<std::path::PathBuf> {
     let exe = std::env::current_exe()?;
     let worker = exe.with_file_name("tune-worker");
-    anyhow::ensure!(
-        worker.exists(),
-        "{} not found: builtin trials run in `tune-worker` processes, installed beside `tune` (cargo build builds both)",
-        worker.display()
-    );
+    if !worker.is_file() {
+        return Err(super::bad(format!(
+            "builtin trials need `tune-worker` beside `tune` (it hosts the libtorch trainer), but {} does not exist; build both with `./scripts/setup.sh --libtorch && cargo build --release --workspace` (command trials need neither)",
+            worker.display()
+        )));
+    }
     Ok(worker)
 }

@@ -10,3 +10,4 @@ mod queries;
 mod recovery;
 mod shared_db;
 mod studies;
+mod without_worker;

@@ -1,10 +1,13 @@
-//! The built-in libtorch trainer: a study's `[trial] kind = "builtin"` table, checked once into
-//! a [`BuiltinTrial`], and the training run a worker process performs for one trial.
+//! The builtin trial as a study states it: the `[trial] kind = "builtin"` table checked once
+//! into a [`BuiltinTrial`], and its knobs resolved against a trial's params into a [`Hyper`].
 //!
 //! What belongs here: the study keys of a builtin trial and their validation ([`parse_builtin`]),
-//! turning a trial's params into concrete hyperparameters ([`Hyper`]), models, data, mixed
-//! precision, optimizers, schedules and the training loop. What does not: processes and the
-//! protocol between orchestrator and worker (`runner::worker`), scheduling, storage.
+//! the knob table and defaults, the `[trial.data]` table ([`DataSpec`]), the concrete
+//! hyperparameters of one trial ([`Hyper`]) and its seed ([`trial_seed`]). It is plain typed
+//! serde, so the orchestrator checks a builtin study and sends it to a worker without linking
+//! libtorch. What does not: anything that trains (models, data loading, precision, the training
+//! loop), which is the `tune-train` crate, the only one that links libtorch; processes and the
+//! protocol between orchestrator and worker (`runner`); scheduling; storage.
 //!
 //! # The rule for knobs
 //! Every knob (learning rate, optimizer, batch size, model width, …) is set in exactly one
@@ -63,24 +66,8 @@
 //!                           # beyond it stay memory-mapped and are streamed) or kept on a GPU
 //! prefetch = 4              # batches the loader thread prepares ahead when streaming
 //! ```
-//!
-//! # Reported metrics
-//! Each report's `step` is the number of optimizer steps taken so far; its metrics:
-//! `epoch` (fractional), `train_loss` (mean over the steps since the last report), `val_loss`,
-//! `val_acc` (accuracy, or next-token accuracy for a language model), `samples_per_s`
-//! (training samples per second of training time since the last report, evaluation
-//! excluded), `data_wait` (fraction of that training time spent waiting for a batch), `lr`
-//! (the learning rate of the last step), `skipped_steps` (fp16 steps skipped for non-finite
-//! gradients) and `peak_mem_mb` (the worker's peak resident memory on CPU; absent on CUDA,
-//! where tch offers no allocator statistics).
 
-pub mod bench;
 pub mod data;
-pub mod fit;
-pub mod models;
-pub mod optim;
-pub mod precision;
-pub mod schedule;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -91,8 +78,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::space::{ParamKind, ParamValue, Params, Space};
 
-pub use data::DataSpec;
-pub use fit::{TrainError, TrainEvent, train};
+pub use data::{DataSpec, DeviceCache, Source};
 
 /// The model families of `[trial.model] kind`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -898,14 +884,6 @@ pub fn trial_seed(study_seed: u64, number: u64) -> u64 {
     }
     // libtorch takes an i64 seed; keep it non-negative so it round-trips.
     mix(study_seed ^ mix(number)) >> 1
-}
-
-/// Serialises the unit tests that seed or draw from libtorch's global generator: tests run
-/// on parallel threads of one process, which a worker never does.
-#[cfg(test)]
-pub(crate) fn torch_rng_lock() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The default location of the Debian package's Fashion-MNIST.

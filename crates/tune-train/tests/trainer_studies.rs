@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::{mpsc, watch};
+use tune::builtin::{BuiltinTrial, parse_builtin};
 use tune::engine::{Engine, EngineSpec, Finish};
 use tune::pruner::PrunerConfig;
 use tune::runner::worker::WorkerRunner;
@@ -18,11 +19,15 @@ use tune::runner::{RunEnd, StopRequest, TrialJob, TrialRunner};
 use tune::sampler::{self, SamplerKind};
 use tune::space::Space;
 use tune::storage::MemoryStorage;
-use tune::train::{BuiltinTrial, parse_builtin};
 use tune::trial::Direction;
 
+/// The repository's `studies/`: this crate sits two levels below the repository root.
+fn studies_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../studies")
+}
+
 fn studies() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("studies");
+    let dir = studies_dir();
     let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("studies/ exists")
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -63,7 +68,7 @@ fn every_builtin_study_file_passes_the_trainers_checks() {
         if std::fs::read_to_string(&p)
             .expect("readable")
             .contains("fashion-mnist")
-            && !Path::new(tune::train::FASHION_MNIST_DIR).exists()
+            && !Path::new(tune::builtin::FASHION_MNIST_DIR).exists()
         {
             continue;
         }
@@ -168,7 +173,7 @@ async fn run_study(path: &Path, dir: &Path) -> (Vec<f64>, f64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_digits_study_runs_to_completion_on_two_workers() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("studies/digits-mlp.toml");
+    let path = studies_dir().join("digits-mlp.toml");
     let (values, _) = run_study(&path, dir.path()).await;
     assert_eq!(values.len(), 6);
     assert!(values.iter().all(|v| v.is_finite()), "{values:?}");
@@ -179,12 +184,12 @@ async fn the_digits_study_runs_to_completion_on_two_workers() {
 /// installed; `scripts/setup.sh` installs it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_quickstart_study_completes_and_beats_its_median_trial() {
-    if !Path::new(tune::train::FASHION_MNIST_DIR).exists() {
+    if !Path::new(tune::builtin::FASHION_MNIST_DIR).exists() {
         eprintln!("skipped: Fashion-MNIST is not installed (run scripts/setup.sh)");
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("studies/quickstart.toml");
+    let path = studies_dir().join("quickstart.toml");
     let (values, secs) = run_study(&path, dir.path()).await;
     let mut finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
     finite.sort_by(f64::total_cmp);

@@ -3,7 +3,7 @@
 
 use tch::nn;
 
-use super::{Hyper, OptimizerKind};
+use tune::builtin::{Hyper, OptimizerKind};
 
 /// Builds the optimizer of `h` over the variables of `vs`, at learning rate `lr`.
 pub fn build(vs: &nn::VarStore, h: &Hyper, lr: f64) -> Result<nn::Optimizer, String> {

@@ -12,9 +12,10 @@ use tch::{Device, Kind, Tensor};
 use super::data::{self, Batch, DataCache, Loader, Task};
 use super::precision::{Autocast, GradScaler};
 use super::schedule::Schedule;
-use super::{Amp, BuiltinTrial, Hyper, ModelKind, models, optim};
-use crate::space::Params;
-use crate::trial::Report;
+use super::{models, optim};
+use tune::builtin::{Amp, BuiltinTrial, Hyper, ModelKind};
+use tune::space::Params;
+use tune::trial::Report;
 
 /// How a training run ends other than by finishing its budget.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -438,24 +439,24 @@ fn device_index(d: Device) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::space::{ParamValue, Space};
-    use crate::train::parse_builtin;
     use std::path::Path;
+    use tune::builtin::parse_builtin;
+    use tune::space::{ParamValue, Space};
 
     fn hyper(amp: Amp) -> Hyper {
         Hyper {
             model: ModelKind::Mlp,
             lr: 0.1,
-            optimizer: super::super::OptimizerKind::Sgd,
+            optimizer: tune::builtin::OptimizerKind::Sgd,
             momentum: 0.0,
             nesterov: false,
             weight_decay: 0.0,
             batch_size: 8,
             accumulation: 1,
             amp,
-            schedule: super::super::ScheduleKind::Constant,
+            schedule: tune::builtin::ScheduleKind::Constant,
             warmup: 0.0,
-            lr_scaling: super::super::LrScaling::None,
+            lr_scaling: tune::builtin::LrScaling::None,
             reference_batch: 256,
             clip_grad: 0.0,
             epochs: Some(1),
@@ -478,7 +479,7 @@ mod tests {
 
     #[test]
     fn accumulating_k_batches_of_b_gives_the_gradient_of_one_batch_of_k_times_b() {
-        let _rng = crate::train::torch_rng_lock();
+        let _rng = crate::torch_rng_lock();
         let task = Task::Classify { classes: 10 };
         tch::manual_seed(7);
         let x = Tensor::randn([32, 64], (Kind::Float, Device::Cpu));
@@ -554,7 +555,7 @@ mod tests {
 
     #[test]
     fn an_mlp_learns_digits_and_reports_every_epoch() {
-        let _rng = crate::train::torch_rng_lock();
+        let _rng = crate::torch_rng_lock();
         let t = digits_trial(
             "batch_size = 32",
             r#"lr = { type = "float", low = 1e-4, high = 1e-1, log = true }"#,
@@ -574,7 +575,7 @@ mod tests {
 
     #[test]
     fn the_same_seed_and_params_give_the_same_result_on_cpu() {
-        let _rng = crate::train::torch_rng_lock();
+        let _rng = crate::torch_rng_lock();
         let t = digits_trial(
             "lr = 0.01\noptimizer = \"sgd\"",
             r#"batch_size = { type = "int", low = 16, high = 64 }"#,
@@ -589,7 +590,7 @@ mod tests {
 
     #[test]
     fn a_diverging_learning_rate_ends_as_diverged() {
-        let _rng = crate::train::torch_rng_lock();
+        let _rng = crate::torch_rng_lock();
         let t = digits_trial(
             "optimizer = \"sgd\"\nmomentum = 0.9",
             r#"lr = { type = "float", low = 1e-4, high = 1e9, log = true }"#,
@@ -610,7 +611,7 @@ mod tests {
 
     #[test]
     fn bf16_and_fp16_trials_train_on_the_cpu() {
-        let _rng = crate::train::torch_rng_lock();
+        let _rng = crate::torch_rng_lock();
         for amp in ["bf16", "fp16"] {
             let t = digits_trial(
                 &format!("amp = \"{amp}\"\nbatch_size = 256"),
@@ -626,7 +627,7 @@ mod tests {
 
     #[test]
     fn a_stop_request_ends_the_run_at_a_step_boundary() {
-        let _rng = crate::train::torch_rng_lock();
+        let _rng = crate::torch_rng_lock();
         let t = digits_trial(
             "",
             r#"lr = { type = "float", low = 1e-4, high = 1e-1, log = true }"#,
@@ -648,7 +649,7 @@ mod tests {
 
     #[test]
     fn the_cnn_and_the_resnet_learn_digits() {
-        let _rng = crate::train::torch_rng_lock();
+        let _rng = crate::torch_rng_lock();
         for model in ["kind = \"cnn\"\nwidth = 8", "kind = \"resnet\"\nwidth = 4"] {
             let t = trial_from(
                 &format!(
@@ -667,7 +668,7 @@ mod tests {
 
     #[test]
     fn the_transformer_learns_bytes_of_real_text_within_its_time_budget() {
-        let _rng = crate::train::torch_rng_lock();
+        let _rng = crate::torch_rng_lock();
         let t = trial_from(
             "time_budget = \"3s\"\nreport_every = 20\nbatch_size = 16\noptimizer = \"adamw\"\namp = \"bf16\"\nschedule = \"cosine\"\n[model]\nkind = \"transformer\"\nwidth = 32\ndepth = 1\nheads = 2\ncontext = 32\n[data]\ndataset = \"gpl3-text\"\n",
             r#"lr = { type = "float", low = 1e-4, high = 1e-1, log = true }"#,
@@ -690,7 +691,7 @@ mod tests {
 
     #[test]
     fn a_data_set_that_may_not_stay_on_the_device_is_streamed_by_the_loader_thread() {
-        let _rng = crate::train::torch_rng_lock();
+        let _rng = crate::torch_rng_lock();
         let tmp = tempfile::tempdir().expect("temp dir");
         let dir = tmp.path();
         let n = 600usize;
@@ -743,7 +744,7 @@ mod tests {
 
     #[test]
     fn a_model_too_large_for_memory_fails_as_out_of_device_memory() {
-        let _rng = crate::train::torch_rng_lock();
+        let _rng = crate::torch_rng_lock();
         // 2^36 × 64 floats = 16 TiB: the allocator refuses at once, nothing is touched.
         let t = trial_from(
             "epochs = 1\n[model]\nkind = \"mlp\"\ndepth = 1\n[data]\ndataset = \"digits\"\n",

@@ -1,19 +1,26 @@
-//! Bakes libtorch's directory into the binary's rpath, and compiles the autocast shim.
+//! Bakes libtorch's directory into the rpath of this crate's executables, and compiles the
+//! autocast shim.
 //!
-//! torch-sys links libtorch but adds no rpath, so without this the binary dies at start
+//! torch-sys links libtorch but adds no rpath, so without this `tune-worker` dies at start
 //! with "libtorch_cpu.so: cannot open shared object file" unless the user sets
 //! LD_LIBRARY_PATH. Because torch-sys declares `links = "tch"`, its `libtorch_lib`
 //! metadata reaches only direct dependents (as DEP_TCH_LIBTORCH_LIB): that is why
 //! `torch-sys` is a direct dependency of this crate.
 //!
+//! Link arguments a build script prints apply to its own package's targets only, never to a
+//! package that depends on it, and `tune` does not even depend on this crate: nothing here
+//! reaches the `tune` binary. The rpath goes to every executable of this crate (`tune-worker`,
+//! and the unit tests, integration tests and benchmark that link the trainer and would not
+//! start without it); the CUDA arguments go to `tune-worker` alone (see below).
+//!
 //! `tch::autocast` is CUDA-only (shared/notes/platform.md); CPU autocast needs libtorch's own
-//! C++ API, so a few lines of C++ (`src/train/autocast_shim.cpp`) are compiled against the
+//! C++ API, so a few lines of C++ (`src/autocast_shim.cpp`) are compiled against the
 //! headers that sit beside that library directory.
 use std::path::PathBuf;
 
 fn main() {
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
-    println!("cargo:rerun-if-changed=src/train/autocast_shim.cpp");
+    println!("cargo:rerun-if-changed=src/autocast_shim.cpp");
     let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") else {
         panic!("torch-sys did not say where libtorch is (DEP_TCH_LIBTORCH_LIB unset)");
     };
@@ -26,7 +33,7 @@ fn main() {
     let include = root.join("include");
     cc::Build::new()
         .cpp(true)
-        .file("src/train/autocast_shim.cpp")
+        .file("src/autocast_shim.cpp")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
         .flag("-std=c++17")
@@ -40,11 +47,17 @@ fn main() {
     println!("cargo:rustc-link-lib=dylib=torch_cpu");
 
     // Opt-in: keep libtorch_cuda in the link although no symbol of it is named (tch-rs #980,
-    // #907), so that CUDA is found at run time. Needs the full CUDA libtorch.
+    // #907), so that CUDA is found at run time. Needs the full CUDA libtorch. Only the worker
+    // trains on a GPU, so only `tune-worker` gets these: the tests and the in-process benchmark
+    // run on the CPU, and `tune bench trainer` measures through `tune-worker bench`.
     if std::env::var_os("CARGO_FEATURE_CUDA").is_some() {
-        println!("cargo:rustc-link-arg=-Wl,--no-as-needed");
-        println!("cargo:rustc-link-arg=-ltorch");
-        println!("cargo:rustc-link-arg=-ltorch_cuda");
-        println!("cargo:rustc-link-arg=-Wl,--as-needed");
+        for arg in [
+            "-Wl,--no-as-needed",
+            "-ltorch",
+            "-ltorch_cuda",
+            "-Wl,--as-needed",
+        ] {
+            println!("cargo:rustc-link-arg-bin=tune-worker={arg}");
+        }
     }
 }

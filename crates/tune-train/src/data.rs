@@ -1,8 +1,9 @@
-//! Data for the builtin trainer: the `[trial.data]` table, loading real data sets (vendored,
-//! installed, or the user's own `.npy` / `.safetensors` files), the train/validation split,
-//! normalisation, and the two ways batches reach the model: a data set that fits is put on the
-//! device once and batches are index selections there; one that does not is streamed by a
-//! background loader thread with prefetch, pinned host memory and non-blocking copies.
+//! Data for the builtin trainer: loading real data sets (vendored, installed, or the user's own
+//! `.npy` / `.safetensors` files), the train/validation split, normalisation, and the two ways
+//! batches reach the model: a data set that fits is put on the device once and batches are
+//! index selections there; one that does not is streamed by a background loader thread with
+//! prefetch, pinned host memory and non-blocking copies. The `[trial.data]` table these follow
+//! is checked by the orchestrator (`builtin::data`), not here.
 //!
 //! User arrays are memory-mapped, never read whole: a small one is copied into a tensor once,
 //! a large one stays mapped and the loader gathers each batch's rows from the mapping.
@@ -21,244 +22,12 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
-use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
-use super::ModelKind;
+use tune::builtin::data::{DataSpec, DeviceCache, Source};
 
-const DIGITS_CSV_GZ: &[u8] = include_bytes!("../../datasets/digits.csv.gz");
-const GPL3_TEXT: &[u8] = include_bytes!("../../datasets/gpl-3.0.txt");
-
-/// Where a study's data come from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case", tag = "dataset")]
-pub enum Source {
-    /// scikit-learn's 1 797 8×8 digits, vendored (tests).
-    Digits,
-    /// Fashion-MNIST IDX files (Debian's `dataset-fashion-mnist`), 60 000 + 10 000 28×28.
-    FashionMnist { dir: PathBuf },
-    /// The GPL-3 text, vendored, as byte tokens (the Transformer's tests).
-    Gpl3Text,
-    /// A UTF-8 (or any) text file of the user's, as byte tokens.
-    Text { path: PathBuf },
-    /// Two `.npy` files: inputs (N, …) and integer labels (N).
-    Npy { x: PathBuf, y: PathBuf },
-    /// One `.safetensors` file holding inputs and integer labels under two names.
-    Safetensors {
-        path: PathBuf,
-        x_key: String,
-        y_key: String,
-    },
-}
-
-/// When the data go onto the device whole.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DeviceCache {
-    /// When the training inputs take at most `max_device_mb`.
-    Auto,
-    Always,
-    Never,
-}
-
-/// The validated `[trial.data]` table.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DataSpec {
-    pub source: Source,
-    /// The fraction held out for validation when the source has no split of its own.
-    pub validation: f64,
-    /// Use at most this many training samples (tokens for text).
-    pub limit: Option<u64>,
-    /// Standardise inputs with the training split's mean and std.
-    pub normalize: bool,
-    pub device_cache: DeviceCache,
-    pub max_device_mb: u64,
-    /// Batches the loader thread prepares ahead.
-    pub prefetch: usize,
-}
-
-impl DataSpec {
-    pub(super) fn parse(t: &toml::Table, study_dir: &Path) -> Result<DataSpec, String> {
-        const KEYS: &[&str] = &[
-            "dataset",
-            "path",
-            "x",
-            "y",
-            "x_key",
-            "y_key",
-            "dir",
-            "validation",
-            "limit",
-            "normalize",
-            "device_cache",
-            "max_device_mb",
-            "prefetch",
-        ];
-        for k in t.keys() {
-            if !KEYS.contains(&k.as_str()) {
-                return Err(format!(
-                    "trial.data.{k}: unknown key (known: {})",
-                    KEYS.join(", ")
-                ));
-            }
-        }
-        let string = |k: &str| -> Result<Option<String>, String> {
-            match t.get(k) {
-                None => Ok(None),
-                Some(toml::Value::String(s)) => Ok(Some(s.clone())),
-                Some(v) => Err(format!(
-                    "trial.data.{k}: must be a string, not {}",
-                    v.type_str()
-                )),
-            }
-        };
-        let need = |k: &str, what: &str| -> Result<String, String> {
-            string(k)?.ok_or_else(|| format!("trial.data.{k}: missing ({what})"))
-        };
-        let file = |k: &str, what: &str| -> Result<PathBuf, String> {
-            let p = super::resolve_path(study_dir, &need(k, what)?);
-            if !p.is_file() {
-                return Err(format!(
-                    "trial.data.{k}: {} is not a readable file",
-                    p.display()
-                ));
-            }
-            Ok(p)
-        };
-        let dataset = need(
-            "dataset",
-            "digits, fashion-mnist, gpl3-text, text, npy or safetensors",
-        )?;
-        let only = |allowed: &[&str]| -> Result<(), String> {
-            for k in ["path", "x", "y", "x_key", "y_key", "dir"] {
-                if t.contains_key(k) && !allowed.contains(&k) {
-                    return Err(format!("trial.data.{k}: not used by dataset {dataset:?}"));
-                }
-            }
-            Ok(())
-        };
-        let source = match dataset.as_str() {
-            "digits" => {
-                only(&[])?;
-                Source::Digits
-            }
-            "fashion-mnist" => {
-                only(&["dir"])?;
-                let dir = string("dir")?
-                    .map(|d| super::resolve_path(study_dir, &d))
-                    .unwrap_or_else(|| PathBuf::from(super::FASHION_MNIST_DIR));
-                // Checked when the study starts, so a missing install is one clear error and
-                // not one failed trial after another.
-                if !dir.join("train-images-idx3-ubyte.gz").is_file() {
-                    return Err(format!(
-                        "trial.data.dataset: fashion-mnist is not installed in {} (run scripts/setup.sh, which installs the Debian package dataset-fashion-mnist)",
-                        dir.display()
-                    ));
-                }
-                Source::FashionMnist { dir }
-            }
-            "gpl3-text" => {
-                only(&[])?;
-                Source::Gpl3Text
-            }
-            "text" => {
-                only(&["path"])?;
-                Source::Text {
-                    path: file("path", "the text file")?,
-                }
-            }
-            "npy" => {
-                only(&["x", "y"])?;
-                Source::Npy {
-                    x: file("x", "the inputs' .npy file")?,
-                    y: file("y", "the labels' .npy file")?,
-                }
-            }
-            "safetensors" => {
-                only(&["path", "x_key", "y_key"])?;
-                Source::Safetensors {
-                    path: file("path", "the .safetensors file")?,
-                    x_key: string("x_key")?.unwrap_or_else(|| "x".into()),
-                    y_key: string("y_key")?.unwrap_or_else(|| "y".into()),
-                }
-            }
-            other => {
-                return Err(format!(
-                    "trial.data.dataset: unknown dataset {other:?} (digits, fashion-mnist, gpl3-text, text, npy, safetensors)"
-                ));
-            }
-        };
-        let validation = match t.get("validation") {
-            None => 0.1,
-            Some(v) => match v.as_float().or_else(|| v.as_integer().map(|i| i as f64)) {
-                Some(f) if f > 0.0 && f < 1.0 => f,
-                _ => {
-                    return Err(format!(
-                        "trial.data.validation: must be a fraction in (0, 1), not {v}"
-                    ));
-                }
-            },
-        };
-        let positive = |k: &str| -> Result<Option<u64>, String> {
-            match t.get(k) {
-                None => Ok(None),
-                Some(v) => match v.as_integer() {
-                    Some(i) if i > 0 => Ok(Some(i as u64)),
-                    _ => Err(format!("trial.data.{k}: must be an integer > 0, not {v}")),
-                },
-            }
-        };
-        let normalize = match t.get("normalize") {
-            None => true,
-            Some(v) => v
-                .as_bool()
-                .ok_or_else(|| format!("trial.data.normalize: must be true or false, not {v}"))?,
-        };
-        let device_cache = match string("device_cache")?.as_deref() {
-            None | Some("auto") => DeviceCache::Auto,
-            Some("always") => DeviceCache::Always,
-            Some("never") => DeviceCache::Never,
-            Some(o) => {
-                return Err(format!(
-                    "trial.data.device_cache: must be auto, always or never, not {o:?}"
-                ));
-            }
-        };
-        Ok(DataSpec {
-            source,
-            validation,
-            limit: positive("limit")?,
-            normalize,
-            device_cache,
-            max_device_mb: positive("max_device_mb")?.unwrap_or(2048),
-            prefetch: positive("prefetch")?.unwrap_or(4) as usize,
-        })
-    }
-
-    /// Image models need images; the Transformer needs tokens.
-    pub(super) fn check_model(&self, model: ModelKind) -> Result<(), String> {
-        let text = matches!(self.source, Source::Gpl3Text | Source::Text { .. });
-        match (model, text) {
-            (ModelKind::Transformer, false) => Err(
-                "trial.data.dataset: the transformer is a language model; use gpl3-text or text"
-                    .into(),
-            ),
-            (m, true) if m != ModelKind::Transformer => Err(format!(
-                "trial.data.dataset: a text dataset needs model kind transformer, not {}",
-                m.as_str()
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    /// The key under which a worker keeps a loaded data set between trials.
-    fn cache_key(&self) -> String {
-        format!(
-            "{:?}|{}|{:?}|{}",
-            self.source, self.validation, self.limit, self.normalize
-        )
-    }
-}
+const DIGITS_CSV_GZ: &[u8] = include_bytes!("../../../datasets/digits.csv.gz");
+const GPL3_TEXT: &[u8] = include_bytes!("../../../datasets/gpl-3.0.txt");
 
 /// What a data set asks of a model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -861,7 +630,7 @@ impl DataCache {
     }
 
     pub fn get(&mut self, spec: &DataSpec) -> Result<Rc<Dataset>, DataError> {
-        let key = spec.cache_key();
+        let key = cache_key(spec);
         if let Some(d) = self.sets.get(&key) {
             return Ok(d.clone());
         }
@@ -871,6 +640,14 @@ impl DataCache {
         self.sets.insert(key, d.clone());
         Ok(d)
     }
+}
+
+/// The key under which a worker keeps a loaded data set between trials.
+fn cache_key(spec: &DataSpec) -> String {
+    format!(
+        "{:?}|{}|{:?}|{}",
+        spec.source, spec.validation, spec.limit, spec.normalize
+    )
 }
 
 /// One training batch on the device.
@@ -1292,7 +1069,7 @@ mod tests {
 
     #[test]
     fn digits_load_with_a_fixed_split() {
-        let _rng = crate::train::torch_rng_lock();
+        let _rng = crate::torch_rng_lock();
         let ds = load(&spec(Source::Digits)).expect("digits load");
         assert_eq!(ds.train.len() + ds.val.len(), 1797);
         assert_eq!(ds.val.len(), 359);
@@ -1326,7 +1103,7 @@ mod tests {
 
     #[test]
     fn npy_arrays_are_mapped_split_and_streamed_when_told_not_to_cache() {
-        let _rng = crate::train::torch_rng_lock();
+        let _rng = crate::torch_rng_lock();
         let tmp = tempfile::tempdir().expect("temp dir");
         let dir = tmp.path();
         let n = 100usize;
@@ -1359,7 +1136,7 @@ mod tests {
 
     #[test]
     fn safetensors_inputs_and_labels_are_read_by_name() {
-        let _rng = crate::train::torch_rng_lock();
+        let _rng = crate::torch_rng_lock();
         let tmp = tempfile::tempdir().expect("temp dir");
         let dir = tmp.path();
         let n = 50usize;

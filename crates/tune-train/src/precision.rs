@@ -8,7 +8,7 @@ use std::os::raw::c_int;
 
 use tch::{Device, Kind, Tensor};
 
-use super::Amp;
+use tune::builtin::Amp;
 
 unsafe extern "C" {
     fn tune_autocast_enter(
@@ -150,7 +150,7 @@ mod tests {
 
     #[test]
     fn bf16_autocast_really_computes_in_bf16_on_the_cpu() {
-        let _rng = crate::train::torch_rng_lock();
+        let _rng = crate::torch_rng_lock();
         let a = Tensor::randn([4, 8], (Kind::Float, Device::Cpu));
         let w = Tensor::randn([3, 8], (Kind::Float, Device::Cpu));
         {
@@ -165,7 +165,7 @@ mod tests {
 
     #[test]
     fn loss_scaling_skips_a_step_with_overflowing_gradients_and_backs_off() {
-        let _rng = crate::train::torch_rng_lock();
+        let _rng = crate::torch_rng_lock();
         let p = Tensor::ones([3], (Kind::Float, Device::Cpu)).set_requires_grad(true);
         let mut scaler = GradScaler::new(Device::Cpu, 65536.0);
         // A gradient of 1e35 times the scale overflows f32 to inf.

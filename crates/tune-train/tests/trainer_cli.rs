@@ -1,9 +1,32 @@
 //! Builtin studies through the real CLI (`tune run`): a worker killed mid-trial fails that
 //! trial with its cause, and the study goes on to finish its budget.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// The `tune` binary: `TUNE_TEST_BIN`, else the one in this test's target directory
+/// (`target/debug/deps/trainer_cli-…` → `target/debug/tune`). Cargo sets `CARGO_BIN_EXE_tune`
+/// only for the `tune` package's own tests and does not build `tune` for this package's, so
+/// `cargo build -p tune` (or `--workspace`) must come first, as `scripts/test.sh` does; `tune`
+/// then finds the `tune-worker` this test run built beside it.
+fn tune_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("TUNE_TEST_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("the test knows its own path");
+    let tune = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("a test runs from target/<profile>/deps")
+        .join("tune");
+    assert!(
+        tune.is_file(),
+        "{} not found: build it first (cargo build -p tune, or cargo build --workspace)",
+        tune.display()
+    );
+    tune
+}
 
 /// The pids of the children of `pid` (Linux: /proc/PID/task/*/children).
 fn children(pid: u32) -> Vec<i32> {
@@ -54,7 +77,7 @@ dataset = "digits"
 "#,
     )
     .expect("write study");
-    let tune = Command::new(env!("CARGO_BIN_EXE_tune"))
+    let tune = Command::new(tune_bin())
         .args(["--db"])
         .arg(dir.path().join("t.db"))
         .args(["run", "--no-tui"])

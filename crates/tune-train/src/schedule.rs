@@ -9,7 +9,7 @@
 
 use std::f64::consts::PI;
 
-use super::ScheduleKind;
+use tune::builtin::ScheduleKind;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Schedule {

@@ -15,9 +15,12 @@ use std::time::Instant;
 
 use tch::Device;
 
-use super::data::{self, DataSpec, DeviceCache, Loader, Source};
+use super::data::{self, Loader};
 use super::fit::Session;
-use super::{Amp, Hyper, LrScaling, ModelKind, OptimizerKind, ScheduleKind};
+use tune::builtin::{
+    Amp, DataSpec, DeviceCache, FASHION_MNIST_DIR, Hyper, LrScaling, ModelKind, OptimizerKind,
+    ScheduleKind, Source,
+};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -186,16 +189,19 @@ fn thread_cpu_secs() -> f64 {
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
-/// Where `benches/torch_baseline.py` and `.venv/bench` are: `TUNE_REPO`, else the current
-/// directory when it is a checkout (the usual case: run from the repository root), else the
-/// checkout this binary was built from.
+/// The PyTorch side's script, relative to the repository root.
+const BASELINE_SCRIPT: &str = "crates/tune-train/benches/torch_baseline.py";
+
+/// Where [`BASELINE_SCRIPT`] and `.venv/bench` are: `TUNE_REPO`, else the current directory
+/// when it is a checkout (the usual case: run from the repository root), else the checkout
+/// this binary was built from (this crate sits two levels below its root).
 fn repo_root() -> PathBuf {
     if let Some(d) = std::env::var_os("TUNE_REPO") {
         return PathBuf::from(d);
     }
     match std::env::current_dir() {
-        Ok(d) if d.join("benches/torch_baseline.py").is_file() => d,
-        _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")),
+        Ok(d) if d.join(BASELINE_SCRIPT).is_file() => d,
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."),
     }
 }
 
@@ -226,7 +232,7 @@ impl Python {
             })
             .unwrap_or_default();
         let mut child = Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()))
-            .arg(root.join("benches/torch_baseline.py"))
+            .arg(root.join(BASELINE_SCRIPT))
             .args(["--data", data_arg])
             .args(["--batch", &o.batch.to_string()])
             .args(["--steps", &o.steps.to_string()])
@@ -291,7 +297,7 @@ impl Drop for Python {
 /// Runs the benchmark and prints a table.
 pub fn run(o: &BenchOptions) -> Result<(), String> {
     tch::set_num_threads(1);
-    let fashion = Path::new(super::FASHION_MNIST_DIR);
+    let fashion = Path::new(FASHION_MNIST_DIR);
     let (source, data_arg, data_name) = if fashion.join("train-images-idx3-ubyte.gz").is_file() {
         (
             Source::FashionMnist {

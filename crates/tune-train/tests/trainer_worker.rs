@@ -1,15 +1,15 @@
-//! The builtin trainer's worker processes, driven through `WorkerRunner` with the real `tune`
-//! binary: reuse across trials, a crash that fails only its trial, pruning, timeouts and
+//! The builtin trainer's worker processes, driven through `WorkerRunner` with the real
+//! `tune-worker` binary: reuse across trials, a crash that fails only its trial, pruning, timeouts and
 //! divergence. Digits and tiny models keep each test to a few seconds.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
+use tune::builtin::{BuiltinTrial, parse_builtin};
 use tune::runner::worker::WorkerRunner;
 use tune::runner::{RunEnd, RunResult, StopRequest, TrialJob, TrialRunner};
 use tune::space::{ParamValue, Params, Space};
-use tune::train::{BuiltinTrial, parse_builtin};
 use tune::trial::{Report, TrialNumber};
 
 fn trial(extra: &str) -> BuiltinTrial {

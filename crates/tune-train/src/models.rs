@@ -6,7 +6,7 @@ use tch::nn::{self, ModuleT};
 use tch::{Kind, Tensor};
 
 use super::data::Task;
-use super::{Hyper, ModelKind};
+use tune::builtin::{Hyper, ModelKind};
 
 /// Builds the model of `h` for a data set with this task and sample shape, its parameters
 /// under `vs`.
@@ -358,7 +358,7 @@ mod tests {
 
     #[test]
     fn channels_last_keeps_values_and_shape_and_gives_nhwc_strides_even_with_one_channel() {
-        let _rng = crate::train::torch_rng_lock();
+        let _rng = crate::torch_rng_lock();
         for c in [1, 3] {
             let x = Tensor::randn([2, c, 4, 5], (Kind::Float, Device::Cpu));
             let y = channels_last(&x);

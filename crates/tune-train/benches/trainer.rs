@@ -1,12 +1,12 @@
-//! `cargo bench --bench trainer`: tune's trainer against PyTorch eager on the same model, data
-//! and batch (see `tune::train::bench`). Arguments after `--` are the same as for
-//! `tune bench trainer`.
+//! `cargo bench -p tune-train --bench trainer`: tune's trainer against PyTorch eager on the
+//! same model, data and batch (see `tune_train::bench`). Arguments after `--` are the same as
+//! for `tune bench trainer`.
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| a != "--bench")
         .collect();
-    match tune::train::bench::run(&tune::train::bench::BenchOptions::from_args(&args)) {
+    match tune_train::bench::run(&tune_train::bench::BenchOptions::from_args(&args)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("bench trainer: {e}");

@@ -2,9 +2,9 @@
 with the same batch, optimizer and precision as tune's trainer, and prints one JSON line per
 configuration: {"model", "amp", "samples_per_s", "steps", "batch"}.
 
-Run by the benchmark itself (src/train/bench.rs), with the repository's .libtorch tree as
-the `torch` package (same torch 2.13.0 as tch links):
-  PYTHONPATH=.libtorch:.venv/bench python3 benches/torch_baseline.py --data DIR ...
+Run by the benchmark itself (crates/tune-train/src/bench.rs), with the repository's .libtorch
+tree as the `torch` package (same torch 2.13.0 as tch links):
+  PYTHONPATH=.libtorch:.venv/bench python3 crates/tune-train/benches/torch_baseline.py --data DIR ...
 """
 import argparse
 import gzip

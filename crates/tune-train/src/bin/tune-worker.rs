@@ -1,9 +1,10 @@
 //! `tune-worker`: the process that hosts libtorch.
 //!
-//! The orchestrator (`tune`) never loads libtorch: its shared libraries take half a second to
-//! load, which every query would pay, and a crash inside libtorch must not take the study down.
-//! `tune` starts one long-lived `tune-worker worker --device D` per slot and talks to it over
-//! JSON lines (see `tune::runner::worker`); `tune bench trainer` runs `tune-worker bench …`.
+//! The orchestrator (`tune`) never links libtorch: its shared libraries take half a second to
+//! load, which every query would pay, a crash inside libtorch must not take the study down, and
+//! users of command trials should not need it at all. `tune` starts one long-lived
+//! `tune-worker worker --device D` per slot and talks to it over JSON lines (see
+//! `tune::runner::protocol`); `tune bench trainer` runs `tune-worker bench …`.
 
 use std::process::ExitCode;
 
@@ -19,11 +20,11 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            tune::runner::worker::worker_main(&device)
+            tune_train::worker::worker_main(&device)
         }
         Some("bench") => {
-            let opts = tune::train::bench::BenchOptions::from_args(&args[2..]);
-            match tune::train::bench::run(&opts) {
+            let opts = tune_train::bench::BenchOptions::from_args(&args[2..]);
+            match tune_train::bench::run(&opts) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("tune bench trainer: {e}");

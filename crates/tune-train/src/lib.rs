@@ -1,0 +1,37 @@
+//! The built-in libtorch trainer: the training run a worker process performs for one trial of a
+//! builtin study, from the [`BuiltinTrial`](tune::builtin::BuiltinTrial) the orchestrator
+//! checked and the trial's params.
+//!
+//! What belongs here: everything that needs libtorch: models, data loading and batching, mixed
+//! precision, optimizers, schedules and the training loop. What does not: the study keys of a
+//! builtin trial and their validation (`builtin`), processes and the protocol between
+//! orchestrator and worker (`runner`), scheduling, storage.
+//!
+//! # Reported metrics
+//! Each report's `step` is the number of optimizer steps taken so far; its metrics:
+//! `epoch` (fractional), `train_loss` (mean over the steps since the last report), `val_loss`,
+//! `val_acc` (accuracy, or next-token accuracy for a language model), `samples_per_s`
+//! (training samples per second of training time since the last report, evaluation
+//! excluded), `data_wait` (fraction of that training time spent waiting for a batch), `lr`
+//! (the learning rate of the last step), `skipped_steps` (fp16 steps skipped for non-finite
+//! gradients) and `peak_mem_mb` (the worker's peak resident memory on CPU; absent on CUDA,
+//! where tch offers no allocator statistics).
+
+pub mod bench;
+pub mod data;
+pub mod fit;
+pub mod models;
+pub mod optim;
+pub mod precision;
+pub mod schedule;
+pub mod worker;
+
+pub use fit::{TrainError, TrainEvent, train};
+
+/// Serialises the unit tests that seed or draw from libtorch's global generator: tests run
+/// on parallel threads of one process, which a worker never does.
+#[cfg(test)]
+pub(crate) fn torch_rng_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}

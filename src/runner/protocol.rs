@@ -1,0 +1,98 @@
+//! The protocol between the orchestrator and a `tune-worker` process: the one definition both
+//! ends use (`runner::worker::WorkerRunner` on the orchestrator's side, the worker's main loop
+//! in the `tune-train` crate on the other), so neither can drift from the other.
+//!
+//! What belongs here: the messages and their encoding. What does not: spawning, timeouts and
+//! the trial's end (`runner::worker`), training (`tune-train`).
+//!
+//! # JSON lines
+//! Orchestrator → worker, on the worker's stdin:
+//! - `{"type":"job","number":N,"seed":S,"params":{…},"trial":{…BuiltinTrial…},"log":"…"}`
+//! - `{"type":"stop"}`: end the running trial at the next step boundary.
+//!
+//! Worker → orchestrator, on the worker's stdout (its only use: the worker moves whatever
+//! libtorch prints to stdout onto stderr, which goes to the trial's log file):
+//! - `{"type":"report","step":N,"metrics":{"val_loss":0.4,…}}` (a non-finite metric is
+//!   `null`, read back as NaN)
+//! - `{"type":"end","status":"finished"|"stopped"|"failed","reason":"…"}`
+//!
+//! The worker exits when its stdin closes, so it never outlives the orchestrator.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::builtin::BuiltinTrial;
+use crate::space::Params;
+
+/// A message to the worker.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum ToWorker {
+    Job {
+        number: u64,
+        /// The study seed; the worker mixes in the trial number (`builtin::trial_seed`).
+        seed: u64,
+        params: Params,
+        trial: Box<BuiltinTrial>,
+        /// The trial's log file: the worker sends its stderr there while the trial runs.
+        log: PathBuf,
+    },
+    Stop,
+}
+
+/// How the worker ended a trial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EndStatus {
+    Finished,
+    Stopped,
+    Failed,
+}
+
+/// A message from the worker.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum FromWorker {
+    Report {
+        step: u64,
+        /// `None` stands for a non-finite value, which JSON cannot carry.
+        metrics: BTreeMap<String, Option<f64>>,
+    },
+    End {
+        status: EndStatus,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_read_back_as_the_protocol_documents_them() {
+        let stop: ToWorker = serde_json::from_str(r#"{"type":"stop"}"#).expect("stop parses");
+        assert!(matches!(stop, ToWorker::Stop));
+        let line = serde_json::to_string(&FromWorker::Report {
+            step: 3,
+            metrics: [("val_loss".to_string(), None)].into_iter().collect(),
+        })
+        .expect("encodes");
+        assert_eq!(
+            line,
+            r#"{"type":"report","step":3,"metrics":{"val_loss":null}}"#
+        );
+        let end: FromWorker =
+            serde_json::from_str(r#"{"type":"end","status":"failed","reason":"diverged"}"#)
+                .expect("end parses");
+        assert!(matches!(
+            end,
+            FromWorker::End {
+                status: EndStatus::Failed,
+                reason: Some(ref r),
+            } if r == "diverged"
+        ));
+    }
+}
