@@ -403,7 +403,17 @@ impl Trial {
     /// What samplers learn from this trial, when it is finished and not interrupted (its
     /// rerun stands for it). `curve` is the objective's intermediate values by step.
     pub fn to_finished(&self, curve: Vec<(u64, f64)>) -> Option<FinishedTrial> {
-        let outcome = match &self.status {
+        Some(FinishedTrial {
+            number: self.number,
+            params: self.params.clone(),
+            outcome: self.outcome(&curve)?,
+            curve,
+        })
+    }
+
+    /// How it ended, as samplers see it: `None` while it runs, and for an interrupted trial.
+    pub fn outcome(&self, curve: &[(u64, f64)]) -> Option<Outcome> {
+        Some(match &self.status {
             TrialStatus::Queued | TrialStatus::Running { .. } => return None,
             TrialStatus::Failed {
                 interrupted: true, ..
@@ -416,12 +426,6 @@ impl Trial {
                 value: value.or_else(|| curve.last().map(|c| c.1)),
                 step: step.or_else(|| curve.last().map(|c| c.0)),
             },
-        };
-        Some(FinishedTrial {
-            number: self.number,
-            params: self.params.clone(),
-            outcome,
-            curve,
         })
     }
 

@@ -336,24 +336,27 @@ impl Storage for Data {
     }
 
     fn history(&self, study: &StudyRow, space: &Space) -> Result<History, StorageError> {
-        let trials: Vec<Trial> = self.of_study(study).map(|s| s.trial.clone()).collect();
-        Ok(super::history_of(trials, space, |id| {
-            self.trials
-                .get(&id)
-                .map(|s| {
-                    s.reports
-                        .iter()
-                        .filter(|r| !r.is_final)
-                        .filter_map(|r| {
-                            r.report
-                                .metrics
-                                .get(&study.metric)
-                                .map(|v| (r.report.step, *v))
-                        })
-                        .collect()
-                })
-                .unwrap_or_default()
-        }))
+        Ok(super::history_of(
+            self.of_study(study).map(|s| &s.trial),
+            space,
+            |id| {
+                self.trials
+                    .get(&id)
+                    .map(|s| {
+                        s.reports
+                            .iter()
+                            .filter(|r| !r.is_final)
+                            .filter_map(|r| {
+                                r.report
+                                    .metrics
+                                    .get(&study.metric)
+                                    .map(|v| (r.report.step, *v))
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            },
+        ))
     }
 
     fn reports(&self, study: &StudyRow) -> Result<BTreeMap<u64, Vec<Report>>, StorageError> {

@@ -227,23 +227,37 @@ pub(crate) fn metrics_from_json(json: &str) -> BTreeMap<String, f64> {
 
 /// Builds the samplers' [`History`] from a study's trials; `curve` gives the objective's
 /// intermediate values of a trial. The one place that decides what samplers learn from.
-pub(crate) fn history_of(
-    trials: Vec<Trial>,
+pub(crate) fn history_of<'a>(
+    trials: impl IntoIterator<Item = &'a Trial>,
     space: &Space,
     mut curve: impl FnMut(TrialId) -> Vec<(u64, f64)>,
 ) -> History {
     let mut h = History::default();
-    for mut t in trials {
-        t.params.retain(|k, _| space.get(k).is_some());
+    // Only the params and the outcome are copied: this runs on every ask.
+    let in_space = |t: &Trial| -> Params {
+        t.params
+            .iter()
+            .filter(|(k, _)| space.get(k).is_some())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    for t in trials {
         match t.status {
             TrialStatus::Queued | TrialStatus::Running { .. } => {
-                if !t.params.is_empty() {
-                    h.pending.push(t.params);
+                let params = in_space(t);
+                if !params.is_empty() {
+                    h.pending.push(params);
                 }
             }
             _ => {
-                if let Some(f) = t.to_finished(curve(t.id)) {
-                    h.finished.push(f);
+                let c = curve(t.id);
+                if let Some(outcome) = t.outcome(&c) {
+                    h.finished.push(FinishedTrial {
+                        number: t.number,
+                        params: in_space(t),
+                        outcome,
+                        curve: c,
+                    });
                 }
             }
         }

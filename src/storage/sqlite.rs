@@ -1001,7 +1001,7 @@ impl Storage for SqliteStorage {
     fn history(&self, study: &StudyRow, space: &Space) -> Result<History, StorageError> {
         let trials = self.trials(study, None)?;
         let mut curves = self.curves(study)?;
-        Ok(super::history_of(trials, space, |id| {
+        Ok(super::history_of(&trials, space, |id| {
             curves.remove(&id.0).unwrap_or_default()
         }))
     }
