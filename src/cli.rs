@@ -40,9 +40,9 @@ pub enum Command {
     Enqueue(EnqueueArgs),
     /// Drive the optimizer from another program over JSON lines (shared/spec/ask-tell.md).
     AskTell(AskTellArgs),
-    /// Benchmarks that print ratios against a baseline measured in the same run.
-    #[command(subcommand)]
-    Bench(BenchCommand),
+    /// Benchmarks that print ratios against a baseline measured in the same run (the
+    /// `tune-bench` binary installed beside `tune`; `tune bench --help` lists them).
+    Bench(BenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -164,109 +164,17 @@ pub struct AskTellArgs {
     pub study: Option<String>,
 }
 
-#[derive(Debug, Subcommand)]
-pub enum BenchCommand {
-    /// The orchestrator's own overhead: trials/s with trials that do nothing, the latency from
-    /// a slot freeing to the next trial's process starting, and query times on 10 000 trials.
-    Overhead(OverheadArgs),
-    /// The optimizers on the benchmark problems of `shared/bench/`: mean simple regret and the
-    /// normalised score (100 = optimum, 0 = random search's median, measured in the same run)
-    /// at each budget, sequential and with trials pending, and the median ms per ask.
-    Optimizers(OptimizersArgs),
-    /// The built-in trainer against PyTorch eager (the same torch 2.13.0) on the same model,
-    /// data and batch: samples/s of each and the ratio, fp32 and bf16. Arguments go to
-    /// `tune-worker bench` (e.g. `--steps 200 --models mlp,cnn --amp off,bf16`).
-    Trainer(TrainerBenchArgs),
-    /// Pruning on a quickstart-shaped study (issue 5): `asha` against `none` with the same
-    /// trials (best val_loss and epoch-compute of each) and with the same epoch-compute (best
-    /// val_loss of each), per seed and the mean.
-    Pruning(PruningArgs),
-}
-
+/// `tune bench ARGS…`: everything after `bench` goes unread to the `tune-bench` binary, which
+/// owns the benchmarks' flags and help; clap must not answer `--help` itself here, or
+/// `tune bench optimizers --help` would show this pass-through instead of the benchmark's flags.
 #[derive(Debug, Args)]
-pub struct PruningArgs {
-    /// Study seeds; each runs the whole comparison.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
-    pub seeds: Vec<u64>,
-    /// Trials of the same-trials comparison (both `none` and `asha`).
-    #[arg(long, default_value_t = 16)]
-    pub trials: u64,
-    /// Epochs of a full trial.
-    #[arg(long, default_value_t = 9)]
-    pub epochs: u64,
-    /// Training images used (of Fashion-MNIST's 60 000; validation is always its 10 000).
-    #[arg(long, default_value_t = 10_000)]
-    pub limit: u64,
-    /// Report (and evaluate) every this many optimizer steps, so that rungs can sit inside
-    /// an epoch.
-    #[arg(long, default_value_t = 13)]
-    pub report_every: u64,
-    /// ASHA's first rung, in epochs.
-    #[arg(long, default_value_t = 1.0 / 3.0)]
-    pub min_resource: f64,
-    /// ASHA's reduction factor η.
-    #[arg(long, default_value_t = 3.0)]
-    pub reduction_factor: f64,
-    /// The sampler of every study (`random` gives both pruners the very same configurations).
-    #[arg(long, default_value = "random")]
-    pub sampler: String,
-    /// Worker slots.
-    #[arg(long, default_value_t = 2)]
-    pub workers: usize,
-    /// Keep the temp dir with the study files and databases (its path is printed).
-    #[arg(long)]
-    pub keep: bool,
-}
-
-#[derive(Debug, Args)]
-pub struct TrainerBenchArgs {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    pub args: Vec<String>,
-}
-
-#[derive(Debug, Args)]
-pub struct OptimizersArgs {
-    /// Seeds per sampler, problem and mode.
-    #[arg(long, default_value_t = 10)]
-    pub seeds: u64,
-    /// Seeds of the random-search reference.
-    #[arg(long, default_value_t = 50)]
-    pub random_seeds: u64,
-    /// Problems (comma list): names, `public` (the default), `extra` or `all`.
-    #[arg(long, value_delimiter = ',')]
-    pub problems: Vec<String>,
-    /// Budgets (trials) at which regret and score are reported.
-    #[arg(long, value_delimiter = ',', default_value = "10,25,50")]
-    pub budgets: Vec<usize>,
-    /// Samplers to compare.
-    #[arg(long, value_delimiter = ',', default_value = "random,tpe,gp,auto")]
-    pub samplers: Vec<String>,
-    /// Outstanding asks: 1 is sequential.
-    #[arg(long, value_delimiter = ',', default_value = "1,4")]
-    pub q: Vec<usize>,
-    /// Trial counts at which the median ms per ask is reported (`none` to skip).
-    #[arg(long, value_delimiter = ',', default_value = "25,50,100,200")]
-    pub timing_at: Vec<String>,
-    /// Seeds of the timing runs.
-    #[arg(long, default_value_t = 1)]
-    pub timing_seeds: u64,
-    /// Trials of the initial design (default: each sampler's own).
-    #[arg(long)]
-    pub n_startup: Option<usize>,
-}
-
-#[derive(Debug, Args)]
-pub struct OverheadArgs {
-    /// Trials in the throughput study.
-    #[arg(long, default_value_t = 200)]
-    pub trials: u64,
-    /// Worker slots.
-    #[arg(long, default_value_t = 4)]
-    pub workers: usize,
-    /// Trials in the query study.
-    #[arg(long, default_value_t = 10_000)]
-    pub query_trials: u64,
-    /// Repetitions of each query.
-    #[arg(long, default_value_t = 10)]
-    pub repeat: usize,
+#[command(disable_help_flag = true)]
+pub struct BenchArgs {
+    /// The benchmark and its flags (`tune bench --help` lists them).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "BENCHMARK ARGS"
+    )]
+    pub args: Vec<std::ffi::OsString>,
 }

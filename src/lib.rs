@@ -1,10 +1,10 @@
 //! `tune`: a hyperparameter-tuning orchestrator.
 //!
 //! Data flows one way: spec → study → scheduler → (sampler, runner, storage) → events → UI.
+//!
+//! Benchmarks are not here: they live in the `tune-bench` crate (`crates/tune-bench`), which
+//! depends on this one and never the other way round; `tune bench` only hands over to it.
 
-pub mod bench;
-pub mod bench_overhead;
-pub mod bench_pruning;
 pub mod builtin;
 pub mod cli;
 pub mod commands;

@@ -1,86 +1,40 @@
-//! `tune bench …`: benchmarks that print ratios against a baseline measured in the same run.
+//! `tune bench …`: hands over to the `tune-bench` binary installed beside `tune`, which owns
+//! every benchmark, its flags and its help. Nothing here knows a benchmark: the orchestrator
+//! does not link benchmark code (issue 9), and `tune-bench` depends on this crate, not the
+//! other way round.
 
-use std::process::ExitCode;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
 
-use crate::bench::OptimizerBenchOptions;
-use crate::cli::{BenchCommand, OptimizersArgs};
-use crate::sampler::SamplerKind;
+use crate::cli::BenchArgs;
 
-pub fn bench(cmd: &BenchCommand) -> anyhow::Result<ExitCode> {
-    match cmd {
-        BenchCommand::Overhead(a) => crate::bench_overhead::run(a),
-        BenchCommand::Optimizers(a) => {
-            crate::bench::run_optimizers(&optimizer_options(a)?)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        BenchCommand::Pruning(a) => crate::bench_pruning::run(a),
-        BenchCommand::Trainer(a) => {
-            // libtorch lives in tune-worker only; the benchmark runs there.
-            let status =
-                ends_with_bench(&mut std::process::Command::new(super::run::worker_exe()?))
-                    .arg("bench")
-                    .args(&a.args)
-                    .status()?;
-            Ok(if status.success() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            })
-        }
-    }
+/// The benchmarks' binary, looked for beside the running `tune` as `tune-worker` is.
+pub const BENCH_EXE: &str = "tune-bench";
+
+/// Replaces this process with `tune-bench ARGS…`: same process id, same terminal, signals and
+/// exit status, so a `kill` or Ctrl-C reaches the benchmark itself and no `tune` is left in
+/// between to orphan it. Returns only when `tune-bench` cannot be started.
+pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
+    let exe = bench_exe(&std::env::current_exe()?)?;
+    let err = Command::new(&exe)
+        // `tune-bench` names itself after argv[0] in its usage lines: they then read as the
+        // command the user typed (`tune bench optimizers [OPTIONS]`).
+        .arg0("tune bench")
+        .args(&a.args)
+        .exec();
+    Err(anyhow::Error::new(err).context(format!("starting {}", exe.display())))
 }
 
-/// Makes a child of a benchmark end with it: when the benchmark is killed (a `kill PID`, a
-/// supervisor's SIGTERM), the child gets SIGTERM too instead of running on as an orphan. A
-/// `tune run` child takes it as its first Ctrl-C: no new trials, the running ones finish, every
-/// state recorded. Ctrl-C at a terminal already reaches the whole process group.
-///
-/// Linux sends the signal when the *thread* that spawned the child ends, so only the main
-/// thread, which lives as long as the benchmark, may spawn through this.
-pub(crate) fn ends_with_bench(cmd: &mut std::process::Command) -> &mut std::process::Command {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the forked child before exec and calls only prctl(2), which
-    // is async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
-                .map_err(std::io::Error::from)
-        })
-    }
-}
-
-fn optimizer_options(a: &OptimizersArgs) -> anyhow::Result<OptimizerBenchOptions> {
-    let samplers = a
-        .samplers
-        .iter()
-        .map(|n| {
-            SamplerKind::parse(n).ok_or_else(|| {
-                anyhow::anyhow!(
-                    "unknown sampler `{n}` (one of {})",
-                    SamplerKind::NAMES.join(", ")
-                )
-            })
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let timing_at =
-        a.timing_at
-            .iter()
-            .filter(|t| t.as_str() != "none" && !t.is_empty())
-            .map(|t| {
-                t.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| {
-                    anyhow::anyhow!("--timing-at: `{t}` is not a positive trial count")
-                })
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-    Ok(OptimizerBenchOptions {
-        seeds: a.seeds,
-        random_seeds: a.random_seeds,
-        problems: a.problems.clone(),
-        budgets: a.budgets.clone(),
-        samplers,
-        q: a.q.clone(),
-        timing_at,
-        timing_seeds: a.timing_seeds,
-        n_startup: a.n_startup,
-    })
+/// `tune-bench` beside `tune_exe`, or an error that says how to build it.
+fn bench_exe(tune_exe: &Path) -> anyhow::Result<PathBuf> {
+    let exe = tune_exe.with_file_name(BENCH_EXE);
+    anyhow::ensure!(
+        exe.exists(),
+        "{} not found: the benchmarks are their own binary, installed beside `tune`; build it \
+         with `cargo build -p tune-bench` (or `cargo build --workspace`, with `--release` for \
+         figures)",
+        exe.display()
+    );
+    Ok(exe)
 }

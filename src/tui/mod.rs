@@ -6,7 +6,10 @@
 //! changed in the database into the same events.
 //! The line output for pipes is not here: callers check [`stdout_is_terminal`] first.
 
-pub mod bench;
+// Deterministic study states: for tests here and, with the feature, for `tune-bench`'s render
+// benchmark; never in the shipped binary.
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
 pub mod state;
 pub mod terminal;
 pub mod view;

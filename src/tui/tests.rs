@@ -8,7 +8,7 @@ use ratatui::backend::TestBackend;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::style::Color;
 
-use super::bench::{self, infallible, info, params, report, state_with, t0};
+use super::fixtures::{self, infallible, info, params, report, state_with, t0};
 use super::state::{Action, Column, Filter, Mode, Overlay, Screen, UiState};
 use super::view;
 use crate::scheduler::{Control, Event};
@@ -144,7 +144,7 @@ fn reports_build_the_objective_curve_and_keep_the_latest_metrics() {
     let t = s.trial(TrialNumber(0)).expect("trial 0 started");
     assert_eq!(t.curve.len(), 3);
     assert_eq!(t.n_reports, 3);
-    assert_eq!(t.latest(), Some(bench::val_loss(0, 3)));
+    assert_eq!(t.latest(), Some(fixtures::val_loss(0, 3)));
     assert_eq!(t.progress(), Some((3.0, 10.0, "ep")));
 }
 
@@ -429,7 +429,7 @@ fn q_leaves_at_once_when_the_study_has_finished() {
 
 #[test]
 fn watch_mode_never_steers_and_q_leaves() {
-    let (events, now) = bench::study_events(10, 2, 2, None);
+    let (events, now) = fixtures::study_events(10, 2, 2, None);
     let mut s = UiState::new(Mode::Watch, false, now);
     events.iter().for_each(|e| s.apply(e));
     assert_eq!(s.handle_key(key('p')), None);
@@ -584,7 +584,7 @@ fn snapshot_quit_dialog_80x24() {
 
 #[test]
 fn snapshot_watch_with_eight_slots_80x24() {
-    let (events, now) = bench::study_events(60, 8, 8, Some(200));
+    let (events, now) = fixtures::study_events(60, 8, 8, Some(200));
     let mut s = UiState::new(Mode::Watch, false, now);
     events.iter().for_each(|e| s.apply(e));
     insta::assert_snapshot!(screen(&s, 80, 24));

@@ -3,6 +3,7 @@
 
 mod ask_tell;
 mod bad_input;
+mod bench;
 mod command_trials;
 mod common;
 mod optuna_compat;

@@ -1,14 +1,15 @@
-//! Deterministic study states for snapshot tests and the render benchmark: the same events a
-//! real study sends, made up from a fixed formula so every run draws the same screen.
+//! Deterministic study states for the UI's snapshot tests and for the render benchmark of
+//! `tune-bench`: the same events a real study sends, made up from a fixed formula so every run
+//! draws the same screen.
+//!
+//! Test code only: compiled for this crate's tests and, through the `fixtures` feature, for
+//! `tune-bench`; the `tune` binary never carries it. What belongs here is pure data (no clock
+//! reads, no timing, no files): the benchmark's timing and its database live in `tune-bench`.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant, SystemTime};
-
-use ratatui::Terminal;
-use ratatui::backend::TestBackend;
+use std::time::{Duration, SystemTime};
 
 use super::state::{Mode, UiState};
-use super::view;
 use crate::events::{Event, StudyInfo};
 use crate::space::{ParamValue, Params};
 use crate::trial::{
@@ -199,90 +200,10 @@ pub fn state_with(finished: u64, running: u64, slots: usize, budget: Option<u64>
     s
 }
 
-/// Renders `state` into a `width`×`height` test terminal `frames` times and returns the
-/// mean milliseconds per frame (the whole draw: layout, widgets, buffer diff).
-pub fn render_ms(state: &UiState, width: u16, height: u16, frames: u32) -> f64 {
-    let mut term = infallible(Terminal::new(TestBackend::new(width, height)));
-    infallible(term.draw(|f| view::render(f, state)));
-    let start = Instant::now();
-    for _ in 0..frames {
-        infallible(term.draw(|f| view::render(f, state)));
-    }
-    start.elapsed().as_secs_f64() * 1000.0 / frames.max(1) as f64
-}
-
-/// Unwraps what the test backend cannot fail to do.
+/// Unwraps what ratatui's `TestBackend` cannot fail to do (its error type is `Infallible`).
 pub fn infallible<T>(r: Result<T, std::convert::Infallible>) -> T {
     match r {
         Ok(v) => v,
         Err(e) => match e {},
     }
-}
-
-/// Mean milliseconds to fold one trial's start, report and finish into `state` (the table
-/// sorts again on the finish): the per-event cost the UI pays while a big study runs.
-pub fn apply_ms(state: &UiState, reps: u32) -> f64 {
-    let mut s = state.clone();
-    let first = s.trials.len() as u64;
-    let start = Instant::now();
-    for k in 0..u64::from(reps) {
-        let n = first + k;
-        let events = [
-            Event::TrialStarted {
-                number: TrialNumber(n),
-                slot: 0,
-                device: "cpu".into(),
-                params: params(n),
-                at: s.now,
-            },
-            Event::TrialReported {
-                number: TrialNumber(n),
-                slot: 0,
-                report: report(n, 1),
-            },
-            Event::TrialFinished {
-                slot: 0,
-                trial: finished_trial(
-                    n,
-                    TrialState::Complete,
-                    val_loss(n, 10),
-                    Ran::span(
-                        Placement::default(),
-                        s.now - Duration::from_secs(60),
-                        Duration::from_secs(60),
-                    ),
-                ),
-                at: s.now,
-            },
-        ];
-        for e in &events {
-            s.apply(e);
-        }
-    }
-    start.elapsed().as_secs_f64() * 1000.0 / f64::from(reps.max(1))
-}
-
-/// The render benchmark: 10 000 trials, 8 running, at 80×24, 160×48 and 250×70, sorted by
-/// number and by value. Prints ms/frame, and the cost of one trial's events.
-pub fn run_render_bench(frames: u32) -> Vec<(String, f64)> {
-    let mut out = Vec::new();
-    let mut state = state_with(10_000, 8, 8, Some(20_000));
-    for sort in ["number", "value"] {
-        if sort == "value" {
-            state.sort_by(2);
-        }
-        for (w, h) in [(80u16, 24u16), (160, 48), (250, 70)] {
-            let ms = render_ms(&state, w, h, frames);
-            println!(
-                "tui render: 10000 trials, {w}x{h}, sorted by {sort}: {ms:.3} ms/frame ({frames} frames)"
-            );
-            out.push((format!("render {w}x{h} by {sort}"), ms));
-        }
-        let ms = apply_ms(&state, 200);
-        println!(
-            "tui events: one trial (start, report, finish) into 10000, sorted by {sort}: {ms:.3} ms"
-        );
-        out.push((format!("events by {sort}"), ms));
-    }
-    out
 }

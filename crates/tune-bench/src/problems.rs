@@ -2,7 +2,7 @@
 //! optima exactly as published) and a few extra ones of the same kinds, kept apart so that the
 //! optimizer is not tuned to the public four alone.
 
-use crate::space::{ParamValue, Params, Space};
+use tune::space::{ParamValue, Params, Space};
 
 /// One minimisation problem with a known (or numerically found) optimum.
 pub struct Problem {

@@ -11,12 +11,12 @@
 
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::cli::OverheadArgs;
-use crate::space::{ParamValue, Params, Space};
-use crate::storage::{ClaimRequest, NewStudy, SqliteStorage, Storage};
-use crate::trial::{Direction, Ran, Report, TrialStatus};
+use tune::space::{ParamValue, Params, Space};
+use tune::storage::{ClaimRequest, NewStudy, SqliteStorage, Storage};
+use tune::trial::{Direction, Ran, Report, TrialStatus};
 
 fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
@@ -35,7 +35,7 @@ fn quantile(v: &mut [f64], q: f64) -> f64 {
 }
 
 pub fn run(a: &OverheadArgs) -> anyhow::Result<ExitCode> {
-    let exe = std::env::current_exe()?;
+    let exe = crate::process::tune_exe()?;
     let dir = tempfile::Builder::new().prefix("tune-bench-").tempdir()?;
     println!(
         "tune bench overhead: {} trials on {} slots; queries on {} trials",
@@ -93,7 +93,7 @@ command = ["sh", "-c", '''printf 'tune: {{"v": %s, "t": %s}}\n' {{x}} $(date +%s
         ),
     )?;
     let t0 = Instant::now();
-    let st = crate::commands::bench::ends_with_bench(&mut Command::new(&exe))
+    let st = crate::process::ends_with_bench(&mut Command::new(&exe))
         .args(["run", "--no-tui"])
         .arg(&study)
         .stdout(Stdio::null())
@@ -122,7 +122,7 @@ command = ["sh", "-c", '''printf 'tune: {{"v": %s, "t": %s}}\n' {{x}} $(date +%s
         for w in rows.windows(2) {
             if w[0].0 == w[1].0
                 && let (Some(end), Some(t)) = (
-                    chrono::NaiveDateTime::parse_from_str(&w[0].1, crate::storage::DATETIME_FORMAT)
+                    chrono::NaiveDateTime::parse_from_str(&w[0].1, tune::storage::DATETIME_FORMAT)
                         .ok(),
                     w[1].2,
                 )
@@ -253,6 +253,5 @@ fn fill_query_study(path: &Path, n: u64) -> anyhow::Result<()> {
             &[],
         )?;
     }
-    let _ = Duration::ZERO;
     Ok(())
 }

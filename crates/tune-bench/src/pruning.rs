@@ -23,10 +23,10 @@ use std::time::Instant;
 use anyhow::Context;
 
 use crate::cli::PruningArgs;
-use crate::pruner::{AshaConfig, PrunerConfig};
-use crate::sampler::SamplerKind;
-use crate::storage::SqliteStorage;
-use crate::trial::TrialState;
+use tune::pruner::{AshaConfig, PrunerConfig};
+use tune::sampler::SamplerKind;
+use tune::storage::SqliteStorage;
+use tune::trial::TrialState;
 
 /// Same trials: ASHA's best may be at most this much worse than `none`'s, relatively.
 pub const MAX_LOSS_GAP: f64 = 0.02;
@@ -240,7 +240,7 @@ fn run_study(exe: &Path, root: &Path, label: &str, toml_text: &str) -> anyhow::R
     let study = dir.join("study.toml");
     std::fs::write(&study, toml_text)?;
     let t0 = Instant::now();
-    let out = crate::commands::bench::ends_with_bench(&mut Command::new(exe))
+    let out = crate::process::ends_with_bench(&mut Command::new(exe))
         .args(["run", "--no-tui"])
         .arg(&study)
         .current_dir(&dir)
@@ -332,12 +332,12 @@ fn mean(v: impl Iterator<Item = f64>) -> f64 {
 
 pub fn run(a: &PruningArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(
-        Path::new(crate::builtin::FASHION_MNIST_DIR)
+        Path::new(tune::builtin::FASHION_MNIST_DIR)
             .join("train-images-idx3-ubyte.gz")
             .is_file(),
         "Fashion-MNIST is not installed in {} (run scripts/setup.sh, which installs the Debian \
          package dataset-fashion-mnist); the pruning benchmark trains on it",
-        crate::builtin::FASHION_MNIST_DIR
+        tune::builtin::FASHION_MNIST_DIR
     );
     anyhow::ensure!(!a.seeds.is_empty(), "--seeds: give at least one seed");
     anyhow::ensure!(a.trials >= 1, "--trials must be at least 1");
@@ -362,8 +362,8 @@ pub fn run(a: &PruningArgs) -> anyhow::Result<ExitCode> {
     .check()
     .map_err(|e| anyhow::anyhow!("{e} (from --min-resource, --reduction-factor, --epochs)"))?;
 
-    let exe = std::env::current_exe()?;
-    super::commands::run::worker_exe()?;
+    let exe = crate::process::tune_exe()?;
+    tune::commands::run::worker_exe()?;
     let root = tempfile::Builder::new()
         .prefix("tune-bench-pruning-")
         .tempdir()?;
@@ -665,7 +665,7 @@ mod tests {
         };
         for arm in [Arm::None, Arm::Asha] {
             let path = dir.path().join("study.toml");
-            match crate::spec::parse(&path, &study_toml(&a, arm, 1, 4), &Default::default()) {
+            match tune::spec::parse(&path, &study_toml(&a, arm, 1, 4), &Default::default()) {
                 Ok(study) => {
                     assert_eq!(study.trials, Some(4));
                     assert_eq!(study.sampler, SamplerKind::Random);

@@ -13,13 +13,14 @@ use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use super::problems::{Problem, problems};
-use crate::engine::{Engine, EngineSpec, Finish};
-use crate::pruner::PrunerConfig;
-use crate::sampler::{SamplerKind, SamplerOptions, build_with};
-use crate::space::Params;
-use crate::storage::MemoryStorage;
-use crate::trial::{Direction, TrialId};
+use crate::cli::OptimizersArgs;
+use crate::problems::{Problem, problems};
+use tune::engine::{Engine, EngineSpec, Finish};
+use tune::pruner::PrunerConfig;
+use tune::sampler::{SamplerKind, SamplerOptions, build_with};
+use tune::space::Params;
+use tune::storage::MemoryStorage;
+use tune::trial::{Direction, TrialId};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -38,6 +39,46 @@ pub struct OptimizerBenchOptions {
     pub timing_at: Vec<usize>,
     pub timing_seeds: u64,
     pub n_startup: Option<usize>,
+}
+
+impl OptimizerBenchOptions {
+    /// Checks the command line's names and counts into options: a sampler by its name, trial
+    /// counts for `--timing-at` (`none`, or nothing, for no timing runs).
+    pub fn from_args(a: &OptimizersArgs) -> anyhow::Result<OptimizerBenchOptions> {
+        let samplers = a
+            .samplers
+            .iter()
+            .map(|n| {
+                SamplerKind::parse(n).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "unknown sampler `{n}` (one of {})",
+                        SamplerKind::NAMES.join(", ")
+                    )
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let timing_at = a
+            .timing_at
+            .iter()
+            .filter(|t| t.as_str() != "none" && !t.is_empty())
+            .map(|t| {
+                t.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| {
+                    anyhow::anyhow!("--timing-at: `{t}` is not a positive trial count")
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(OptimizerBenchOptions {
+            seeds: a.seeds,
+            random_seeds: a.random_seeds,
+            problems: a.problems.clone(),
+            budgets: a.budgets.clone(),
+            samplers,
+            q: a.q.clone(),
+            timing_at,
+            timing_seeds: a.timing_seeds,
+            n_startup: a.n_startup,
+        })
+    }
 }
 
 impl Default for OptimizerBenchOptions {
@@ -114,7 +155,7 @@ pub fn run_one(
         Box::new(MemoryStorage::new()),
         &spec,
         build_with(kind, opts),
-        crate::pruner::build(&pruner),
+        tune::pruner::build(&pruner),
     )?;
     let mut pending: VecDeque<(TrialId, Params)> = VecDeque::new();
     let mut best = Vec::with_capacity(budget);
@@ -466,6 +507,45 @@ mod tests {
         assert_eq!(score(1.0, 1.0, 3.0), 100.0);
         assert_eq!(score(3.0, 1.0, 3.0), 0.0);
         assert_eq!(score(100.0, 1.0, 3.0), -100.0);
+    }
+
+    fn args(extra: &[&str]) -> OptimizersArgs {
+        use clap::Parser;
+        let cli = crate::cli::Cli::try_parse_from(
+            ["tune-bench", "optimizers"].iter().chain(extra.iter()),
+        )
+        .expect("the flags parse");
+        match cli.command {
+            crate::cli::BenchCommand::Optimizers(a) => a,
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_command_lines_defaults_are_the_options_defaults() {
+        let from_cli = OptimizerBenchOptions::from_args(&args(&[])).expect("defaults are valid");
+        let default = OptimizerBenchOptions::default();
+        assert_eq!(from_cli.seeds, default.seeds);
+        assert_eq!(from_cli.random_seeds, default.random_seeds);
+        assert_eq!(from_cli.problems, default.problems);
+        assert_eq!(from_cli.budgets, default.budgets);
+        assert_eq!(from_cli.samplers, default.samplers);
+        assert_eq!(from_cli.q, default.q);
+        assert_eq!(from_cli.timing_at, default.timing_at);
+        assert_eq!(from_cli.timing_seeds, default.timing_seeds);
+        assert_eq!(from_cli.n_startup, default.n_startup);
+    }
+
+    #[test]
+    fn timing_at_none_means_no_timing_runs_and_bad_names_are_refused() {
+        let o = OptimizerBenchOptions::from_args(&args(&["--timing-at", "none"])).expect("valid");
+        assert!(o.timing_at.is_empty());
+        let e = OptimizerBenchOptions::from_args(&args(&["--samplers", "tpe,nope"]))
+            .expect_err("an unknown sampler");
+        assert!(e.to_string().contains("unknown sampler `nope`"), "{e}");
+        let e = OptimizerBenchOptions::from_args(&args(&["--timing-at", "0"]))
+            .expect_err("zero trials");
+        assert!(e.to_string().contains("--timing-at"), "{e}");
     }
 
     #[test]

@@ -1,0 +1,40 @@
+//! `tune-bench`: the benchmarks of `tune`, each printing ratios against a baseline measured in
+//! the same run (`BENCHMARKS.md` has the figures and the commands).
+//!
+//! What belongs here: benchmark problems, harnesses, their accounting and tables, and the
+//! fixtures' timing. What does not: anything `tune` itself needs. This crate depends on `tune`
+//! (with its `fixtures` feature) and `tune` never imports from it; `tune bench ARGS…` only
+//! runs this crate's binary. The trainer benchmark needs libtorch and lives with the trainer;
+//! `trainer` here hands over to `tune-worker bench`.
+//!
+//! The harnesses report failures with `anyhow`, as `tune`'s commands do: each is the body of
+//! one subcommand, and its errors end up printed at the binary's edge, never matched on.
+
+pub mod cli;
+pub mod optimizers;
+pub mod overhead;
+pub mod problems;
+pub mod process;
+pub mod pruning;
+pub mod trainer;
+pub mod tui;
+
+pub use optimizers::OptimizerBenchOptions;
+
+use std::process::ExitCode;
+
+use cli::BenchCommand;
+
+/// Runs one benchmark as the command line asked.
+pub fn run(cmd: &BenchCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        BenchCommand::Overhead(a) => overhead::run(a),
+        BenchCommand::Optimizers(a) => {
+            optimizers::run(&OptimizerBenchOptions::from_args(a)?)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCommand::Pruning(a) => pruning::run(a),
+        BenchCommand::Trainer(a) => trainer::run(a),
+        BenchCommand::Tui(a) => tui::run(a),
+    }
+}
