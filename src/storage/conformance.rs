@@ -6,24 +6,37 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::sqlite::fixtures::{params, space};
-use super::{ClaimRequest, MemoryStorage, NewStudy, SqliteStorage, Storage, StudyRow};
+use super::{
+    ClaimRequest, MemoryStorage, NewStudy, PostgresStorage, SqliteStorage, Storage, StorageUrl,
+    StudyRow,
+};
 use crate::space::Params;
 use crate::trial::{
     Direction, Outcome, Placement, Ran, Report, Trial, TrialState, TrialStatus, WorkerId,
 };
 
-/// Every backend, fresh. The temp dir lives as long as the storage.
-fn backends() -> Vec<(&'static str, Box<dyn Storage>, tempfile::TempDir)> {
+/// What keeps a backend's database alive (a temp dir, a server) as long as the storage.
+type KeepAlive = Box<dyn std::any::Any>;
+
+/// Every backend, fresh: memory, SQLite and PostgreSQL (a fresh database on a shared
+/// ephemeral server, which stops when the last test using it drops it).
+fn backends() -> Vec<(&'static str, Box<dyn Storage>, KeepAlive)> {
     let dir = tempfile::tempdir().expect("temp dir");
     let sqlite = SqliteStorage::open(&dir.path().join("t.db")).expect("sqlite opens");
-    vec![
-        (
-            "memory",
-            Box::new(MemoryStorage::new()),
-            tempfile::tempdir().expect("temp dir"),
-        ),
-        ("sqlite", Box::new(sqlite), dir),
-    ]
+    let mut out: Vec<(&'static str, Box<dyn Storage>, KeepAlive)> = vec![
+        ("memory", Box::new(MemoryStorage::new()), Box::new(())),
+        ("sqlite", Box::new(sqlite), Box::new(dir)),
+    ];
+    if let Some((server, url)) = super::test_server::shared_db() {
+        let StorageUrl::Postgres(u) =
+            StorageUrl::parse(&url, std::path::Path::new("/")).expect("url")
+        else {
+            panic!("not a PostgreSQL URL: {url}")
+        };
+        let pg = PostgresStorage::open(&u).expect("postgres opens");
+        out.push(("postgres", Box::new(pg), Box::new(server)));
+    }
+    out
 }
 
 fn study(s: &mut dyn Storage, direction: Direction, metric: &str) -> StudyRow {
@@ -296,5 +309,46 @@ fn enqueued_params_run_first_and_are_known_as_fixed() {
             params(0.3),
             "{name}: a queued trial proposes nothing"
         );
+    }
+}
+
+#[test]
+fn a_late_result_for_a_trial_declared_interrupted_is_fenced_off() {
+    for (name, mut s, _dir) in backends() {
+        let study = study(s.as_mut(), Direction::Minimize, "loss");
+        let w = s.register_worker(&study, &["cpu".into()]).expect("worker");
+        let t = claim(s.as_mut(), &study, w, Some(1), &params(0.2)).expect("a trial");
+        // Another process declares it interrupted (its worker went silent) and queues it again.
+        s.finish_trial(t.id, &failed("interrupted", true), &[])
+            .expect("interrupt");
+        // The cut-off worker comes back with a report and a result: both refused.
+        let late = Report {
+            step: 1,
+            metrics: BTreeMap::from([("loss".to_string(), 0.1)]),
+        };
+        let e = s.add_report(t.id, 0, &late, false, "loss").unwrap_err();
+        assert!(
+            matches!(e, super::StorageError::Fenced { .. }),
+            "{name}: {e}"
+        );
+        let done = TrialStatus::Complete {
+            value: 0.1,
+            ran: Ran::default(),
+        };
+        let e = s.finish_trial(t.id, &done, &[]).unwrap_err();
+        assert!(
+            matches!(e, super::StorageError::Fenced { .. }),
+            "{name}: {e}"
+        );
+        // Nothing counted twice: the budget of one is still free for the rerun.
+        assert_eq!(s.counted(&study).expect("counted"), 0, "{name}");
+        assert!(s.best(&study).expect("best").is_none(), "{name}");
+        let rerun = claim(s.as_mut(), &study, w, Some(1), &params(0.9)).expect("the rerun");
+        assert_eq!(rerun.params, params(0.2), "{name}");
+        s.finish_trial(rerun.id, &done, &[])
+            .expect("the rerun ends");
+        assert_eq!(s.counted(&study).expect("counted"), 1, "{name}");
+        let first = s.trial(&study, t.number.0).expect("read").expect("first");
+        assert!(first.status.interrupted(), "{name}: stays interrupted");
     }
 }

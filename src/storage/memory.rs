@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use super::{
-    ClaimRequest, History, NewStudy, Propose, Storage, StorageError, StoredReport, StudyRow,
-    StudySummary,
+    ClaimRequest, History, NewStudy, Propose, Storage, StorageError, StoredReport, StoredStudyFile,
+    StudyRow, StudySummary,
 };
 use crate::space::{Params, Space};
 use crate::trial::{
@@ -22,6 +22,7 @@ struct Study {
     row: StudyRow,
     /// Trial ids in number order.
     trials: Vec<TrialId>,
+    file: StoredStudyFile,
 }
 
 struct Stored {
@@ -160,6 +161,10 @@ impl Storage for Data {
         self.studies.push(Study {
             row: row.clone(),
             trials: Vec::new(),
+            file: StoredStudyFile {
+                path: new.file.map(|p| p.display().to_string()),
+                text: new.source.map(str::to_string),
+            },
         });
         Ok(row)
     }
@@ -297,7 +302,14 @@ impl Storage for Data {
         is_final: bool,
         _metric: &str,
     ) -> Result<(), StorageError> {
+        let location = self.location();
         let s = self.stored_mut(trial)?;
+        if !matches!(s.trial.status, TrialStatus::Running { .. }) {
+            return Err(StorageError::Fenced {
+                path: PathBuf::from(location),
+                trial: trial.0,
+            });
+        }
         s.trial.metrics = report.metrics.clone();
         s.reports.push(StoredReport {
             report: report.clone(),
@@ -313,10 +325,17 @@ impl Storage for Data {
         status: &TrialStatus,
         logs: &[PathBuf],
     ) -> Result<(), StorageError> {
+        let location = self.location();
         let s = self.stored_mut(trial)?;
+        // Only a running trial may end (see `StorageError::Fenced`).
         let (at, started) = match &s.trial.status {
             TrialStatus::Running { at, started } => (at.clone(), *started),
-            _ => (Placement::default(), None),
+            _ => {
+                return Err(StorageError::Fenced {
+                    path: PathBuf::from(location),
+                    trial: trial.0,
+                });
+            }
         };
         let ran = Ran {
             at,
@@ -425,6 +444,18 @@ impl Storage for Data {
         }
         Ok(best)
     }
+
+    fn study_file(&self, study: &StudyRow) -> Result<StoredStudyFile, StorageError> {
+        Ok(self
+            .studies
+            .iter()
+            .find(|s| s.row.id == study.id)
+            .map(|s| s.file.clone())
+            .unwrap_or(StoredStudyFile {
+                path: None,
+                text: None,
+            }))
+    }
 }
 
 /// Every call takes the lock once, so each is one transaction, as the trait asks.
@@ -525,5 +556,8 @@ impl Storage for MemoryStorage {
     }
     fn best(&self, study: &StudyRow) -> Result<Option<(u64, f64)>, StorageError> {
         self.data().best(study)
+    }
+    fn study_file(&self, study: &StudyRow) -> Result<StoredStudyFile, StorageError> {
+        self.data().study_file(study)
     }
 }

@@ -10,13 +10,36 @@
 mod conformance;
 pub mod host;
 mod memory;
+mod postgres;
 mod sqlite;
 #[cfg(test)]
 pub(crate) use sqlite::fixtures as sqlite_fixtures;
+#[cfg(test)]
+pub(crate) mod test_server;
+pub mod url;
 pub mod watch;
 
 pub use memory::MemoryStorage;
+pub use postgres::PostgresStorage;
 pub use sqlite::SqliteStorage;
+pub use url::{PgUrl, StorageUrl, UrlError};
+
+/// Opens the storage at `url` for a run: creates the database (a SQLite file) or the schema
+/// (on a server) when they are missing, and brings an older schema up to date.
+pub fn open(url: &StorageUrl) -> Result<Box<dyn Storage>, StorageError> {
+    Ok(match url {
+        StorageUrl::Sqlite(p) => Box::new(SqliteStorage::open(p)?),
+        StorageUrl::Postgres(u) => Box::new(PostgresStorage::open(u)?),
+    })
+}
+
+/// Opens the storage at `url` for reading only; nothing is created or migrated.
+pub fn open_read(url: &StorageUrl) -> Result<Box<dyn Storage>, StorageError> {
+    Ok(match url {
+        StorageUrl::Sqlite(p) => Box::new(SqliteStorage::open_read_only(p)?),
+        StorageUrl::Postgres(u) => Box::new(PostgresStorage::open_read_only(u)?),
+    })
+}
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -211,6 +234,17 @@ pub trait Storage: Send {
     /// The best complete trial's number and value (finite values only; the lower number
     /// wins a tie).
     fn best(&self, study: &StudyRow) -> Result<Option<(u64, f64)>, StorageError>;
+
+    /// The study file the study was created from, as stored with it (`tune worker` runs a
+    /// study from this alone).
+    fn study_file(&self, study: &StudyRow) -> Result<StoredStudyFile, StorageError>;
+}
+
+/// The study file as `tune_studies` keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredStudyFile {
+    pub path: Option<String>,
+    pub text: Option<String>,
 }
 
 /// A report's metrics back from their stored JSON. A non-finite metric is stored as `null`
@@ -315,6 +349,17 @@ pub enum StorageError {
     Conflict { path: PathBuf, message: String },
     #[error("{path}: no study named `{name}`")]
     NoStudy { path: PathBuf, name: String },
+    /// A database server's fault: unreachable, refused, or an error it reported. `location`
+    /// never carries a password.
+    #[error("{location}: {message}")]
+    Server { location: String, message: String },
+    /// A result for a trial that is no longer running: another process declared it
+    /// interrupted (its worker was cut off) and queued it again. The result is discarded so
+    /// that it neither overwrites the rerun nor counts twice.
+    #[error(
+        "{path}: trial (id {trial}) was declared interrupted by another process while this one was cut off; its result is discarded"
+    )]
+    Fenced { path: PathBuf, trial: i64 },
 }
 
 /// Optuna's `DATETIME` text form (naive UTC, microseconds).

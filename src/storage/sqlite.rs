@@ -98,7 +98,7 @@ fn value_type(v: f64) -> &'static str {
 /// the study file (so that queries work on any database); a study has few distinct
 /// distributions, so whole-study reads parse each once (a study has few distinct ones, so
 /// whole-study reads parse each once).
-fn decode_with(internal: f64, d: &serde_json::Value) -> Option<ParamValue> {
+pub(super) fn decode_with(internal: f64, d: &serde_json::Value) -> Option<ParamValue> {
     match d.get("name")?.as_str()? {
         "CategoricalDistribution" => {
             let choices = d.get("attributes")?.get("choices")?.as_array()?;
@@ -923,7 +923,15 @@ impl Storage for SqliteStorage {
         metric: &str,
     ) -> Result<(), StorageError> {
         let json = serde_json::to_string(&report.metrics).unwrap_or_else(|_| "{}".into());
-        self.write(|tx| {
+        let fenced = self.write(|tx| {
+            let running: i64 = tx.query_row(
+                "SELECT COUNT(*) FROM trials WHERE trial_id = ?1 AND state = 'RUNNING'",
+                [trial_id.0],
+                |r| r.get(0),
+            )?;
+            if running == 0 {
+                return Ok(true);
+            }
             tx.execute(
                 "INSERT INTO tune_reports (trial_id, seq, step, is_final, metrics_json, reported_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -938,8 +946,15 @@ impl Storage for SqliteStorage {
                     params![trial_id.0, report.step as i64, v.is_finite().then_some(*v), value_type(*v)],
                 )?;
             }
-            Ok(())
-        })
+            Ok(false)
+        })?;
+        if fenced {
+            return Err(StorageError::Fenced {
+                path: self.path.clone(),
+                trial: trial_id.0,
+            });
+        }
+        Ok(())
     }
 
     fn finish_trial(
@@ -973,7 +988,16 @@ impl Storage for SqliteStorage {
         };
         let state = status.state();
         let value = status.value();
-        self.write(|tx| {
+        let fenced = self.write(|tx| {
+            // Fencing: only a running trial may end; see `StorageError::Fenced`.
+            let running: i64 = tx.query_row(
+                "SELECT COUNT(*) FROM trials WHERE trial_id = ?1 AND state = 'RUNNING'",
+                [trial_id],
+                |r| r.get(0),
+            )?;
+            if running == 0 {
+                return Ok(true);
+            }
             finish_in(tx, trial_id, state, value)?;
             tx.execute(
                 "INSERT INTO tune_trials (trial_id, error, log_tail, logs_json, pruned_step, interrupted)
@@ -992,8 +1016,24 @@ impl Storage for SqliteStorage {
                 )?;
                 requeue(tx, study_id, trial_id, number)?;
             }
-            Ok(())
-        })
+            Ok(false)
+        })?;
+        if fenced {
+            return Err(StorageError::Fenced {
+                path: self.path.clone(),
+                trial: trial_id,
+            });
+        }
+        Ok(())
+    }
+
+    fn study_file(&self, study: &StudyRow) -> Result<super::StoredStudyFile, StorageError> {
+        Ok(self
+            .watch_study_file(study)?
+            .unwrap_or(super::StoredStudyFile {
+                path: None,
+                text: None,
+            }))
     }
 
     /// Everything samplers and pruners learn from: finished trials (interrupted ones left out,

@@ -36,12 +36,7 @@ pub struct WatchWorker {
     pub devices: Vec<String>,
 }
 
-/// The study file as `tune_studies` keeps it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StoredStudyFile {
-    pub path: Option<String>,
-    pub text: Option<String>,
-}
+pub use super::StoredStudyFile;
 
 /// Parses Optuna's naive-UTC `DATETIME` text.
 pub fn parse_time(text: &str) -> Option<SystemTime> {

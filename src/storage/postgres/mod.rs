@@ -1,0 +1,1342 @@
+//! The PostgreSQL implementation of storage: one study shared by processes on many machines.
+//!
+//! The schema is Optuna's, exactly as Optuna creates it on PostgreSQL (enum types included),
+//! plus tune's tables (`migrations/postgres/`), so `optuna.load_study` reads a tune study.
+//! Everything that hands something out is coordinated by the database alone:
+//! - trial numbers are given out under the study's transaction-scoped advisory lock, so they
+//!   are unique, and at most one process proposes for a study at a time (the second sees the
+//!   first's proposal as pending);
+//! - a queued trial is claimed under the same lock (and `FOR UPDATE SKIP LOCKED`), exactly once;
+//! - a result is accepted only while its trial is still running: a worker that was cut off and
+//!   declared gone cannot overwrite the rerun of its trial or count twice (fencing).
+//!
+//! The client is async (`tokio-postgres`). Its connection is driven by a one-thread runtime
+//! owned by the storage, and the synchronous [`Storage`] methods wait on the client's futures,
+//! so the same storage works on the scheduler's executor, on plain threads and in tests.
+//! One connection per storage: a process holds at most two (the study and a watcher).
+
+mod connect;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use chrono::NaiveDateTime;
+use tokio_postgres::{Client, GenericClient, Row};
+
+use self::connect::PgFault;
+use super::host::{hostname, process_alive};
+use super::sqlite::{StoredStatus, decode_with};
+use super::url::PgUrl;
+use super::{
+    ClaimRequest, History, NewStudy, Propose, Storage, StorageError, StoredReport, StoredStudyFile,
+    StudyRow, StudySummary,
+};
+use crate::space::{Params, Space};
+use crate::trial::{
+    Direction, Placement, Report, Trial, TrialId, TrialNumber, TrialState, TrialStatus, WorkerId,
+};
+
+/// The migrations, in order; `tune_schema_version` records how many were applied.
+const MIGRATIONS: &[&str] = &[
+    include_str!("../../../migrations/postgres/0001_optuna_schema.sql"),
+    include_str!("../../../migrations/postgres/0002_tune_tables.sql"),
+];
+
+/// The first key of every advisory lock tune takes ("tu"), so tune's locks never collide with
+/// another application's on the same server. The second key is the study id (0: migrations).
+const LOCK_CLASS: i32 = 0x7475;
+
+/// Now on the server's clock, as Optuna's naive-UTC timestamps. One clock for every machine:
+/// heartbeats and their grace are compared on the server, so machines' clocks may disagree.
+const NOW: &str = "(clock_timestamp() AT TIME ZONE 'UTC')";
+
+/// How long a process keeps trying to reach a server it has lost before it gives up (and
+/// stops its study); `TUNE_DB_RETRY_SECS` changes it.
+const DEFAULT_RETRY: Duration = Duration::from_secs(120);
+
+/// Waits for a client future. The connection itself runs on the storage's own runtime, so the
+/// future only waits for its answer: no runtime is needed on this thread.
+fn wait<F: std::future::Future>(f: F) -> F::Output {
+    futures::executor::block_on(f)
+}
+
+type PgResult<T> = Result<T, tokio_postgres::Error>;
+
+pub struct PostgresStorage {
+    url: PgUrl,
+    rt: tokio::runtime::Runtime,
+    /// `RefCell`: reads through `&self` reconnect too (the trait is `Send`, not `Sync`).
+    client: std::cell::RefCell<Option<Client>>,
+    retry_for: Duration,
+}
+
+impl PostgresStorage {
+    /// Connects and brings the schema up to date (several processes migrating a fresh
+    /// database at once: one migrates, the others wait for it and find the work done).
+    pub fn open(url: &PgUrl) -> Result<PostgresStorage, StorageError> {
+        let mut s = Self::connect_only(url)?;
+        s.migrate()?;
+        Ok(s)
+    }
+
+    /// Connects for reading: the schema must be there already and not newer than this tune.
+    pub fn open_read_only(url: &PgUrl) -> Result<PostgresStorage, StorageError> {
+        let s = Self::connect_only(url)?;
+        let version = s.run(|c| schema_version(c))?;
+        let known = MIGRATIONS.len() as i64;
+        if version > known {
+            return Err(s.too_new(version));
+        }
+        if version < known {
+            return Err(StorageError::Server {
+                location: s.location(),
+                message: format!(
+                    "the database has no tune schema (version {version} of {known}); `tune run` with this URL creates it"
+                ),
+            });
+        }
+        Ok(s)
+    }
+
+    fn connect_only(url: &PgUrl) -> Result<PostgresStorage, StorageError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("tune-postgres")
+            .enable_all()
+            .build()
+            .map_err(|e| StorageError::Server {
+                location: url.to_string(),
+                message: format!("cannot start the database client's runtime: {e}"),
+            })?;
+        let retry_for = std::env::var("TUNE_DB_RETRY_SECS")
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+            .map_or(DEFAULT_RETRY, Duration::from_secs);
+        // A first connection that fails is reported at once (a wrong host or password is
+        // better told now than after minutes), except while the server is starting up.
+        let started = Instant::now();
+        let client = loop {
+            match connect::connect(&rt, url) {
+                Ok(c) => break c,
+                Err(PgFault::Transient(m))
+                    if m.contains("starting up") && started.elapsed() < Duration::from_secs(30) =>
+                {
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                Err(f) => {
+                    return Err(StorageError::Server {
+                        location: url.to_string(),
+                        message: f.message().to_string(),
+                    });
+                }
+            }
+        };
+        Ok(PostgresStorage {
+            url: url.clone(),
+            rt,
+            client: std::cell::RefCell::new(Some(client)),
+            retry_for,
+        })
+    }
+
+    fn too_new(&self, found: i64) -> StorageError {
+        StorageError::TooNew {
+            path: PathBuf::from(self.location()),
+            found,
+            known: MIGRATIONS.len() as i64,
+        }
+    }
+
+    /// Runs `f` on the connection; when the server is lost (restarted, unreachable, the link
+    /// cut), reconnects with backoff and runs it again, for at most `TUNE_DB_RETRY_SECS`. Each
+    /// `f` is one transaction, so running it again after a lost connection is safe: the server
+    /// rolled the first attempt back.
+    pub(crate) fn run<T>(
+        &self,
+        mut f: impl FnMut(&mut Client) -> PgResult<T>,
+    ) -> Result<T, StorageError> {
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(100);
+        let mut told = false;
+        loop {
+            let mut slot = self.client.borrow_mut();
+            if slot.as_ref().is_none_or(Client::is_closed) {
+                *slot = None;
+                match connect::connect(&self.rt, &self.url) {
+                    Ok(c) => {
+                        if told {
+                            eprintln!("tune: reconnected to {}", self.url);
+                        }
+                        *slot = Some(c);
+                    }
+                    Err(PgFault::Transient(m)) if started.elapsed() < self.retry_for => {
+                        if !told {
+                            eprintln!(
+                                "tune: lost the database ({m}); retrying for up to {} s",
+                                self.retry_for.as_secs()
+                            );
+                            told = true;
+                        }
+                        drop(slot);
+                        std::thread::sleep(pause);
+                        pause = (pause * 2).min(Duration::from_secs(5));
+                        continue;
+                    }
+                    Err(f) => return Err(self.gave_up(f, started)),
+                }
+            }
+            let client = slot.as_mut().expect("connected just above");
+            match f(client) {
+                Ok(v) => return Ok(v),
+                Err(e) => match connect::classify(&self.url, &e) {
+                    PgFault::Transient(m) if started.elapsed() < self.retry_for => {
+                        if !told {
+                            eprintln!(
+                                "tune: lost the database ({m}); retrying for up to {} s",
+                                self.retry_for.as_secs()
+                            );
+                            told = true;
+                        }
+                        // A session the server ended is gone; a serialization failure keeps it.
+                        if client.is_closed() || e.as_db_error().is_none() {
+                            *slot = None;
+                        }
+                        drop(slot);
+                        std::thread::sleep(pause);
+                        pause = (pause * 2).min(Duration::from_secs(5));
+                    }
+                    fault => return Err(self.gave_up(fault, started)),
+                },
+            }
+        }
+    }
+
+    fn gave_up(&self, fault: PgFault, started: Instant) -> StorageError {
+        let message = match fault {
+            PgFault::Transient(m) => format!(
+                "{m} (gave up after {:.0} s; TUNE_DB_RETRY_SECS sets how long to keep trying)",
+                started.elapsed().as_secs_f64()
+            ),
+            PgFault::Refused(m) => m,
+        };
+        StorageError::Server {
+            location: self.location(),
+            message,
+        }
+    }
+
+    /// Applies the migrations the database lacks, in one transaction under an advisory lock.
+    /// A database that Optuna created (its tables without tune's) starts from migration 2.
+    fn migrate(&mut self) -> Result<(), StorageError> {
+        let known = MIGRATIONS.len() as i64;
+        let version = self.run(|c| schema_version(c))?;
+        if version > known {
+            return Err(self.too_new(version));
+        }
+        if version == known {
+            return Ok(());
+        }
+        let location = self.location();
+        let outcome = self.run(|c| {
+            let tx = wait(c.transaction())?;
+            wait(tx.execute("SELECT pg_advisory_xact_lock($1, 0)", &[&LOCK_CLASS]))?;
+            wait(tx.batch_execute(
+                "CREATE TABLE IF NOT EXISTS tune_schema_version (version INTEGER NOT NULL)",
+            ))?;
+            let mut version = schema_version(&tx)?;
+            if version > known {
+                return Ok(Err(version));
+            }
+            if version == 0 {
+                let optuna: bool =
+                    wait(tx.query_one("SELECT to_regclass('public.studies') IS NOT NULL", &[]))?
+                        .get(0);
+                if optuna {
+                    version = 1;
+                }
+            }
+            for sql in MIGRATIONS.iter().skip(version as usize) {
+                wait(tx.batch_execute(sql))?;
+            }
+            wait(tx.execute("DELETE FROM tune_schema_version", &[]))?;
+            wait(tx.execute(
+                "INSERT INTO tune_schema_version (version) VALUES ($1)",
+                &[&(known as i32)],
+            ))?;
+            wait(tx.commit())?;
+            Ok(Ok(()))
+        });
+        match outcome {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(found)) => Err(self.too_new(found)),
+            Err(StorageError::Server { message, .. }) => Err(StorageError::Migration {
+                path: PathBuf::from(location),
+                message,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The URL, without its password.
+    pub fn url(&self) -> &PgUrl {
+        &self.url
+    }
+}
+
+/// The applied migrations: 0 on an empty database.
+fn schema_version(c: &impl GenericClient) -> PgResult<i64> {
+    let row = wait(c.query_one(
+        "SELECT to_regclass('public.tune_schema_version') IS NOT NULL",
+        &[],
+    ))?;
+    if !row.get::<_, bool>(0) {
+        return Ok(0);
+    }
+    let v = wait(c.query_opt("SELECT version FROM tune_schema_version LIMIT 1", &[]))?;
+    Ok(v.map_or(0, |r| r.get::<_, i32>(0) as i64))
+}
+
+fn to_system(t: Option<NaiveDateTime>) -> Option<SystemTime> {
+    let micros = u64::try_from(t?.and_utc().timestamp_micros()).ok()?;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_micros(micros))
+}
+
+fn direction_of(text: Option<&str>) -> Direction {
+    if text == Some("MAXIMIZE") {
+        Direction::Maximize
+    } else {
+        Direction::Minimize
+    }
+}
+
+fn value_type(v: f64) -> &'static str {
+    if v.is_nan() {
+        "NAN"
+    } else if v == f64::INFINITY {
+        "INF_POS"
+    } else if v == f64::NEG_INFINITY {
+        "INF_NEG"
+    } else {
+        "FINITE"
+    }
+}
+
+fn id32(id: i64) -> i32 {
+    // Optuna's ids are `integer` on PostgreSQL; tune never makes one beyond that range.
+    i32::try_from(id).unwrap_or(i32::MAX)
+}
+
+/// Trials counted by the budget: ended on their own, or running now.
+const TAKEN: &str =
+    "SELECT COUNT(*) FROM trials t LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
+     WHERE t.study_id = $1 AND (t.state IN ('COMPLETE', 'PRUNED', 'RUNNING')
+           OR (t.state = 'FAIL' AND COALESCE(x.interrupted, 0) = 0))";
+
+fn find_study(c: &impl GenericClient, name: &str) -> PgResult<Option<StudyRow>> {
+    Ok(wait(c.query_opt(
+        "SELECT s.study_id, s.study_name, d.direction::text, COALESCE(t.metric, 'value')
+         FROM studies s
+         LEFT JOIN study_directions d ON d.study_id = s.study_id AND d.objective = 0
+         LEFT JOIN tune_studies t ON t.study_id = s.study_id
+         WHERE s.study_name = $1",
+        &[&name],
+    ))?
+    .map(|r| StudyRow {
+        id: r.get::<_, i32>(0) as i64,
+        name: r.get(1),
+        direction: direction_of(r.get::<_, Option<&str>>(2)),
+        metric: r.get(3),
+    }))
+}
+
+/// The trials of a study (one by number, or all of one state, or all), with their params.
+fn query_trials(
+    c: &impl GenericClient,
+    study: i64,
+    state: Option<TrialState>,
+    number: Option<u64>,
+) -> PgResult<Vec<Trial>> {
+    let study = id32(study);
+    let state = state.map(|s| s.optuna());
+    let number = number.map(|n| n as i32);
+    let rows = wait(c.query(
+        "SELECT t.trial_id, t.number, t.state::text, v.value, v.value_type::text,
+                t.datetime_start, t.datetime_complete,
+                x.error, x.device, x.trial_dir, x.logs_json, x.log_tail, x.pruned_step,
+                COALESCE(x.interrupted, 0),
+                (SELECT metrics_json FROM tune_reports r WHERE r.trial_id = t.trial_id ORDER BY seq DESC LIMIT 1),
+                x.worker_id, x.slot, w.host
+         FROM trials t
+         LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0
+         LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
+         LEFT JOIN tune_workers w ON w.worker_id = x.worker_id
+         WHERE t.study_id = $1 AND ($2::text IS NULL OR t.state::text = $2)
+               AND ($3::int IS NULL OR t.number = $3)
+         ORDER BY t.number",
+        &[&study, &state, &number],
+    ))?;
+    let mut trials: Vec<Trial> = rows.iter().map(trial_of_row).collect();
+    let prows = wait(c.query(
+        "SELECT p.trial_id, p.param_name, p.param_value, p.distribution_json
+         FROM trial_params p JOIN trials t ON t.trial_id = p.trial_id
+         WHERE t.study_id = $1 AND ($2::int IS NULL OR t.number = $2)",
+        &[&study, &number],
+    ))?;
+    let mut by_id: HashMap<i64, Params> = HashMap::new();
+    let mut dists: HashMap<String, serde_json::Value> = HashMap::new();
+    for r in prows {
+        let id = r.get::<_, i32>(0) as i64;
+        let name: String = r.get(1);
+        let v: Option<f64> = r.get(2);
+        let text: String = r.get::<_, Option<String>>(3).unwrap_or_default();
+        let d = dists
+            .entry(text)
+            .or_insert_with_key(|t| serde_json::from_str(t).unwrap_or(serde_json::Value::Null));
+        if let Some(val) = decode_with(v.unwrap_or(f64::NAN), d) {
+            by_id.entry(id).or_default().insert(name, val);
+        }
+    }
+    for t in &mut trials {
+        if let Some(p) = by_id.remove(&t.id.0) {
+            t.params = p;
+        }
+    }
+    Ok(trials)
+}
+
+fn trial_of_row(r: &Row) -> Trial {
+    let state: String = r.get(2);
+    let value: Option<f64> = r.get(3);
+    let vtype: Option<String> = r.get(4);
+    let logs: Option<String> = r.get(10);
+    let metrics: Option<String> = r.get(14);
+    let at = Placement {
+        worker: r.get::<_, Option<i64>>(15).map(WorkerId),
+        slot: r.get::<_, Option<i32>>(16).map(|s| s.max(0) as usize),
+        device: r.get(8),
+        host: r.get(17),
+    };
+    let status = StoredStatus {
+        state: TrialState::from_optuna(&state).unwrap_or(TrialState::Failed),
+        value: super::sqlite::stored_value(value, vtype.as_deref()),
+        error: r.get(7),
+        log_tail: r.get(11),
+        pruned_step: r.get::<_, Option<i64>>(12).map(|s| s.max(0) as u64),
+        interrupted: r.get::<_, i32>(13) != 0,
+        at,
+        started: to_system(r.get(5)),
+        finished: to_system(r.get(6)),
+    };
+    Trial {
+        id: TrialId(r.get::<_, i32>(0) as i64),
+        number: TrialNumber(r.get::<_, i32>(1) as u64),
+        params: Params::new(),
+        status: status.into_status(),
+        trial_dir: r.get::<_, Option<String>>(9).map(PathBuf::from),
+        logs: logs
+            .and_then(|l| serde_json::from_str::<Vec<PathBuf>>(&l).ok())
+            .unwrap_or_default(),
+        metrics: metrics
+            .map(|m| super::metrics_from_json(&m))
+            .unwrap_or_default(),
+    }
+}
+
+/// The objective's intermediate values of every trial of the study, by trial id.
+fn curves(c: &impl GenericClient, study: i64) -> PgResult<BTreeMap<i64, Vec<(u64, f64)>>> {
+    let rows = wait(c.query(
+        "SELECT i.trial_id, i.step, i.intermediate_value, i.intermediate_value_type::text
+         FROM trial_intermediate_values i JOIN trials t ON t.trial_id = i.trial_id
+         WHERE t.study_id = $1 ORDER BY i.trial_id, i.step",
+        &[&id32(study)],
+    ))?;
+    let mut out: BTreeMap<i64, Vec<(u64, f64)>> = BTreeMap::new();
+    for r in rows {
+        let v: Option<f64> = r.get(2);
+        let ty: String = r.get(3);
+        let v = match ty.as_str() {
+            "INF_POS" => f64::INFINITY,
+            "INF_NEG" => f64::NEG_INFINITY,
+            "NAN" => f64::NAN,
+            _ => v.unwrap_or(f64::NAN),
+        };
+        out.entry(r.get::<_, i32>(0) as i64)
+            .or_default()
+            .push((r.get::<_, i32>(1).max(0) as u64, v));
+    }
+    Ok(out)
+}
+
+fn history(c: &impl GenericClient, study: i64, space: &Space) -> PgResult<History> {
+    let trials = query_trials(c, study, None, None)?;
+    let mut curves = curves(c, study)?;
+    Ok(super::history_of(&trials, space, |id| {
+        curves.remove(&id.0).unwrap_or_default()
+    }))
+}
+
+/// A new trial of the study with the next number (the caller holds the study's lock).
+fn insert_trial(c: &impl GenericClient, study: i32, state: &str) -> PgResult<(i32, i32)> {
+    let r = wait(c.query_one(
+        &format!(
+            "INSERT INTO trials (number, study_id, state, datetime_start) VALUES (
+                (SELECT COALESCE(MAX(number), -1) + 1 FROM trials WHERE study_id = $1), $1, $2::text::trialstate,
+                CASE WHEN $2 = 'RUNNING' THEN {NOW} END)
+             RETURNING trial_id, number"
+        ),
+        &[&study, &state],
+    ))?;
+    Ok((r.get(0), r.get(1)))
+}
+
+fn insert_params(
+    c: &impl GenericClient,
+    trial_id: i32,
+    space: &Space,
+    params: &Params,
+) -> PgResult<()> {
+    for p in space.params() {
+        if let Some(v) = params.get(&p.name) {
+            wait(c.execute(
+                "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json)
+                 VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (trial_id, param_name) DO UPDATE SET param_value = excluded.param_value,
+                    distribution_json = excluded.distribution_json",
+                &[
+                    &trial_id,
+                    &p.name,
+                    &p.to_internal(v),
+                    &p.optuna_distribution_json().to_string(),
+                ],
+            ))?;
+        }
+    }
+    Ok(())
+}
+
+/// Queues the params of interrupted trial `trial_id` (number `number`) again.
+fn requeue(c: &impl GenericClient, study: i32, trial_id: i32, number: i32) -> PgResult<()> {
+    let (new_id, _) = insert_trial(c, study, "WAITING")?;
+    wait(c.execute(
+        "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json)
+         SELECT $1, param_name, param_value, distribution_json FROM trial_params WHERE trial_id = $2",
+        &[&new_id, &trial_id],
+    ))?;
+    wait(c.execute(
+        "INSERT INTO tune_trials (trial_id, retry_of) VALUES ($1, $2)",
+        &[&new_id, &(number as i64)],
+    ))?;
+    Ok(())
+}
+
+fn lock_study(c: &impl GenericClient, study: i32) -> PgResult<()> {
+    wait(c.execute(
+        "SELECT pg_advisory_xact_lock($1, $2)",
+        &[&LOCK_CLASS, &study],
+    ))?;
+    Ok(())
+}
+
+/// Tells watchers that the study changed (`tune watch` listens instead of re-reading).
+fn notify(c: &impl GenericClient, study: i32) -> PgResult<()> {
+    wait(c.execute("SELECT pg_notify('tune_study', $1)", &[&study.to_string()]))?;
+    Ok(())
+}
+
+/// What a claim found, inside its transaction.
+enum Claim {
+    Queued(i32),
+    New(i32),
+    Full,
+}
+
+impl Storage for PostgresStorage {
+    fn location(&self) -> String {
+        self.url.to_string()
+    }
+
+    fn find_study(&self, name: &str) -> Result<Option<StudyRow>, StorageError> {
+        // Reads through a shared reference cannot reconnect; they report the fault instead,
+        // and the next write (which can) reconnects.
+        self.run(|c| find_study(c, name))
+    }
+
+    fn create_or_load_study(&mut self, new: &NewStudy<'_>) -> Result<StudyRow, StorageError> {
+        if let Some(s) = self.run(|c| find_study(c, new.name))? {
+            return super::check_same(&self.location(), s, new);
+        }
+        let dir = match new.direction {
+            Direction::Minimize => "MINIMIZE",
+            Direction::Maximize => "MAXIMIZE",
+        };
+        let file = new.file.map(|p| p.display().to_string());
+        self.run(|c| {
+            let tx = wait(c.transaction())?;
+            // Serialises creators of the same name: the second finds the first's study.
+            wait(tx.execute(
+                "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+                &[&LOCK_CLASS, &new.name],
+            ))?;
+            if find_study(&tx, new.name)?.is_none() {
+                let id: i32 = wait(tx.query_one(
+                    "INSERT INTO studies (study_name) VALUES ($1) RETURNING study_id",
+                    &[&new.name],
+                ))?
+                .get(0);
+                wait(tx.execute(
+                    "INSERT INTO study_directions (direction, study_id, objective)
+                     VALUES ($1::text::studydirection, $2, 0)",
+                    &[&dir, &id],
+                ))?;
+                wait(tx.execute(
+                    &format!(
+                        "INSERT INTO tune_studies (study_id, metric, study_file, config_toml, created_at)
+                         VALUES ($1, $2, $3, $4, {NOW})"
+                    ),
+                    &[&id, &new.metric, &file, &new.source],
+                ))?;
+            }
+            wait(tx.commit())
+        })?;
+        let s = self
+            .run(|c| find_study(c, new.name))?
+            .ok_or_else(|| StorageError::NoStudy {
+                path: PathBuf::from(self.location()),
+                name: new.name.to_string(),
+            })?;
+        super::check_same(&self.location(), s, new)
+    }
+
+    fn list_studies(&self) -> Result<Vec<StudySummary>, StorageError> {
+        let rows = self.run(|c| {
+            wait(c.query(
+            "SELECT s.study_id, s.study_name, d.direction::text, COALESCE(ts.metric, 'value'),
+                COUNT(t.trial_id),
+                COUNT(*) FILTER (WHERE t.state = 'WAITING'), COUNT(*) FILTER (WHERE t.state = 'RUNNING'),
+                COUNT(*) FILTER (WHERE t.state = 'COMPLETE'), COUNT(*) FILTER (WHERE t.state = 'PRUNED'),
+                COUNT(*) FILTER (WHERE t.state = 'FAIL')
+             FROM studies s
+             LEFT JOIN study_directions d ON d.study_id = s.study_id AND d.objective = 0
+             LEFT JOIN tune_studies ts ON ts.study_id = s.study_id
+             LEFT JOIN trials t ON t.study_id = s.study_id
+             GROUP BY s.study_id, s.study_name, d.direction, ts.metric ORDER BY s.study_id",
+            &[],
+        ))
+        })?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let n = |i: usize| r.get::<_, i64>(i) as u64;
+            let row = StudyRow {
+                id: r.get::<_, i32>(0) as i64,
+                name: r.get(1),
+                direction: direction_of(r.get::<_, Option<&str>>(2)),
+                metric: r.get(3),
+            };
+            let best = self.best(&row)?;
+            out.push(StudySummary {
+                name: row.name.clone(),
+                direction: row.direction,
+                metric: row.metric.clone(),
+                trials: n(4),
+                queued: n(5),
+                running: n(6),
+                complete: n(7),
+                pruned: n(8),
+                failed: n(9),
+                best_value: best.map(|b| b.1),
+                best_trial: best.map(|b| b.0),
+            });
+        }
+        Ok(out)
+    }
+
+    fn register_worker(
+        &mut self,
+        study: &StudyRow,
+        devices: &[String],
+    ) -> Result<WorkerId, StorageError> {
+        let host = hostname();
+        let pid = std::process::id() as i64;
+        let devices = serde_json::to_string(devices).unwrap_or_else(|_| "[]".into());
+        let sid = id32(study.id);
+        let id = self.run(|c| {
+            let tx = wait(c.transaction())?;
+            let id: i64 = wait(tx.query_one(
+                &format!(
+                    "INSERT INTO tune_workers (study_id, host, pid, started_at, heartbeat, devices_json)
+                     VALUES ($1, $2, $3, {NOW}, {NOW}, $4) RETURNING worker_id"
+                ),
+                &[&sid, &host, &pid, &devices],
+            ))?
+            .get(0);
+            notify(&tx, sid)?;
+            wait(tx.commit())?;
+            Ok(id)
+        })?;
+        Ok(WorkerId(id))
+    }
+
+    fn heartbeat(&mut self, worker: WorkerId, trials: &[TrialId]) -> Result<(), StorageError> {
+        let ids: Vec<i32> = trials.iter().map(|t| id32(t.0)).collect();
+        self.run(|c| {
+            let tx = wait(c.transaction())?;
+            wait(tx.execute(
+                &format!("UPDATE tune_workers SET heartbeat = {NOW} WHERE worker_id = $1"),
+                &[&worker.0],
+            ))?;
+            // Only trials still running: a trial already declared interrupted stays so.
+            wait(tx.execute(
+                &format!(
+                    "INSERT INTO trial_heartbeats (trial_id, heartbeat)
+                     SELECT trial_id, {NOW} FROM trials WHERE trial_id = ANY($1) AND state = 'RUNNING'
+                     ON CONFLICT (trial_id) DO UPDATE SET heartbeat = excluded.heartbeat"
+                ),
+                &[&ids],
+            ))?;
+            wait(tx.commit())
+        })
+    }
+
+    fn recover_interrupted(
+        &mut self,
+        study: &StudyRow,
+        grace: Duration,
+    ) -> Result<Vec<u64>, StorageError> {
+        let here = hostname();
+        let me = std::process::id() as i64;
+        let sid = id32(study.id);
+        let grace_s = grace.as_secs_f64();
+        self.run(|c| {
+            // Candidates first, without a lock: most heartbeats find none.
+            let rows = wait(c.query(
+                &format!(
+                    "SELECT t.trial_id, w.host, w.pid,
+                        COALESCE(h.heartbeat, w.heartbeat, t.datetime_start) < {NOW} - make_interval(secs => $2)
+                     FROM trials t
+                     LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
+                     LEFT JOIN tune_workers w ON w.worker_id = x.worker_id
+                     LEFT JOIN trial_heartbeats h ON h.trial_id = t.trial_id
+                     WHERE t.study_id = $1 AND t.state = 'RUNNING'"
+                ),
+                &[&sid, &grace_s],
+            ))?;
+            let gone: Vec<i32> = rows
+                .iter()
+                .filter(|r| {
+                    let host: Option<String> = r.get(1);
+                    let pid: Option<i64> = r.get(2);
+                    let stale: Option<bool> = r.get(3);
+                    let dead_here = host.as_deref() == Some(here.as_str())
+                        && pid.is_some_and(|p| p != me && !process_alive(p));
+                    stale.unwrap_or(true) || dead_here
+                })
+                .map(|r| r.get(0))
+                .collect();
+            if gone.is_empty() {
+                return Ok(Vec::new());
+            }
+            let tx = wait(c.transaction())?;
+            lock_study(&tx, sid)?;
+            let mut out = Vec::new();
+            for id in gone {
+                // Still running? Another process may have recovered it meanwhile, or its
+                // owner finished it.
+                let Some(r) = wait(tx.query_opt(
+                    "SELECT number FROM trials WHERE trial_id = $1 AND state = 'RUNNING' FOR UPDATE",
+                    &[&id],
+                ))?
+                else {
+                    continue;
+                };
+                let number: i32 = r.get(0);
+                wait(tx.execute(
+                    &format!(
+                        "UPDATE trials SET state = 'FAIL', datetime_complete = {NOW} WHERE trial_id = $1"
+                    ),
+                    &[&id],
+                ))?;
+                wait(tx.execute("DELETE FROM trial_heartbeats WHERE trial_id = $1", &[&id]))?;
+                wait(tx.execute(
+                    "INSERT INTO tune_trials (trial_id, error, interrupted) VALUES ($1, $2, 1)
+                     ON CONFLICT (trial_id) DO UPDATE SET error = excluded.error, interrupted = 1",
+                    &[&id, &"interrupted: its worker stopped answering"],
+                ))?;
+                requeue(&tx, sid, id, number)?;
+                out.push(number as u64);
+            }
+            if !out.is_empty() {
+                notify(&tx, sid)?;
+            }
+            wait(tx.commit())?;
+            Ok(out)
+        })
+    }
+
+    fn claim(
+        &mut self,
+        study: &StudyRow,
+        req: &ClaimRequest<'_>,
+        propose: &mut Propose<'_>,
+    ) -> Result<Option<Trial>, StorageError> {
+        let sid = id32(study.id);
+        let worker = req.worker.0;
+        let slot = req.slot as i32;
+        let device = req.device.to_string();
+        let budget = req.budget;
+        let space = req.space;
+        let claimed = self.run(|c| {
+            let tx = wait(c.transaction())?;
+            lock_study(&tx, sid)?;
+            let taken: i64 = wait(tx.query_one(TAKEN, &[&sid]))?.get(0);
+            if budget.is_some_and(|b| taken as u64 >= b) {
+                wait(tx.commit())?;
+                return Ok(Claim::Full);
+            }
+            let queued = wait(tx.query_opt(
+                "SELECT trial_id FROM trials WHERE study_id = $1 AND state = 'WAITING'
+                 ORDER BY number LIMIT 1 FOR UPDATE SKIP LOCKED",
+                &[&sid],
+            ))?;
+            let claim = if let Some(r) = queued {
+                let id: i32 = r.get(0);
+                wait(tx.execute(
+                    &format!(
+                        "UPDATE trials SET state = 'RUNNING', datetime_start = {NOW} WHERE trial_id = $1"
+                    ),
+                    &[&id],
+                ))?;
+                Claim::Queued(id)
+            } else {
+                let (id, number) = insert_trial(&tx, sid, "RUNNING")?;
+                // The proposal happens inside the transaction, under the study's lock: a
+                // second process asking now waits, then sees this trial as pending.
+                let h = history(&tx, study.id, space)?;
+                let params = propose(&h, TrialNumber(number as u64));
+                insert_params(&tx, id, space, &params)?;
+                Claim::New(id)
+            };
+            let id = match claim {
+                Claim::Queued(id) | Claim::New(id) => id,
+                Claim::Full => unreachable!("returned above"),
+            };
+            wait(tx.execute(
+                "INSERT INTO tune_trials (trial_id, worker_id, slot, device) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (trial_id) DO UPDATE SET worker_id = excluded.worker_id,
+                    slot = excluded.slot, device = excluded.device",
+                &[&id, &worker, &slot, &device],
+            ))?;
+            wait(tx.execute(
+                &format!(
+                    "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES ($1, {NOW})
+                     ON CONFLICT (trial_id) DO UPDATE SET heartbeat = excluded.heartbeat"
+                ),
+                &[&id],
+            ))?;
+            notify(&tx, sid)?;
+            wait(tx.commit())?;
+            Ok(claim)
+        })?;
+        let id = match claimed {
+            Claim::Full => return Ok(None),
+            Claim::Queued(id) | Claim::New(id) => id,
+        };
+        let number: i32 = self.run(|c| {
+            Ok(wait(c.query_one("SELECT number FROM trials WHERE trial_id = $1", &[&id]))?.get(0))
+        })?;
+        let trial = self
+            .run(|c| query_trials(c, study.id, None, Some(number as u64)))?
+            .into_iter()
+            .next();
+        trial.map(Some).ok_or_else(|| StorageError::Conflict {
+            path: PathBuf::from(self.location()),
+            message: format!("claimed trial {number} vanished"),
+        })
+    }
+
+    fn set_trial_dir(&mut self, trial: TrialId, dir: &Path) -> Result<(), StorageError> {
+        let d = dir.display().to_string();
+        let id = id32(trial.0);
+        self.run(|c| {
+            wait(c.execute(
+                "UPDATE tune_trials SET trial_dir = $1 WHERE trial_id = $2",
+                &[&d, &id],
+            ))?;
+            Ok(())
+        })
+    }
+
+    fn enqueue(
+        &mut self,
+        study: &StudyRow,
+        space: &Space,
+        params: &Params,
+    ) -> Result<TrialNumber, StorageError> {
+        let sid = id32(study.id);
+        let json = serde_json::to_string(params).unwrap_or_else(|_| "{}".into());
+        self.run(|c| {
+            let tx = wait(c.transaction())?;
+            lock_study(&tx, sid)?;
+            let (id, number) = insert_trial(&tx, sid, "WAITING")?;
+            insert_params(&tx, id, space, params)?;
+            wait(tx.execute(
+                "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES ($1, 'fixed_params', $2)",
+                &[&id, &json],
+            ))?;
+            notify(&tx, sid)?;
+            wait(tx.commit())?;
+            Ok(TrialNumber(number as u64))
+        })
+    }
+
+    fn has_fixed_params(&self, study: &StudyRow, params: &Params) -> Result<bool, StorageError> {
+        let json = serde_json::to_string(params).unwrap_or_default();
+        let n: i64 = self
+            .run(|c| {
+                wait(c.query_one(
+            "SELECT COUNT(*) FROM trial_system_attributes a JOIN trials t ON t.trial_id = a.trial_id
+             WHERE t.study_id = $1 AND a.key = 'fixed_params' AND a.value_json = $2",
+            &[&id32(study.id), &json],
+        ))
+            })?
+            .get(0);
+        Ok(n > 0)
+    }
+
+    fn add_report(
+        &mut self,
+        trial: TrialId,
+        seq: u64,
+        report: &Report,
+        is_final: bool,
+        metric: &str,
+    ) -> Result<(), StorageError> {
+        let json = serde_json::to_string(&report.metrics).unwrap_or_else(|_| "{}".into());
+        let id = id32(trial.0);
+        let objective = (!is_final)
+            .then(|| report.metrics.get(metric).copied())
+            .flatten();
+        let step = report.step as i64;
+        let fenced = self.run(|c| {
+            let tx = wait(c.transaction())?;
+            // Only a running trial takes reports: one declared interrupted belongs to its rerun.
+            let Some(r) = wait(tx.query_opt(
+                "SELECT study_id FROM trials WHERE trial_id = $1 AND state = 'RUNNING' FOR SHARE",
+                &[&id],
+            ))?
+            else {
+                wait(tx.rollback())?;
+                return Ok(true);
+            };
+            let sid: i32 = r.get(0);
+            wait(tx.execute(
+                &format!(
+                    "INSERT INTO tune_reports (trial_id, seq, step, is_final, metrics_json, reported_at)
+                     VALUES ($1, $2, $3, $4, $5, {NOW})
+                     ON CONFLICT (trial_id, seq) DO NOTHING"
+                ),
+                &[&id, &(seq as i64), &step, &i32::from(is_final), &json],
+            ))?;
+            if let Some(v) = objective {
+                let step32 = i32::try_from(step).unwrap_or(i32::MAX);
+                wait(tx.execute(
+                    "INSERT INTO trial_intermediate_values (trial_id, step, intermediate_value, intermediate_value_type)
+                     VALUES ($1, $2, $3, $4::text::trialintermediatevaluetype)
+                     ON CONFLICT (trial_id, step) DO UPDATE SET intermediate_value = excluded.intermediate_value,
+                        intermediate_value_type = excluded.intermediate_value_type",
+                    &[&id, &step32, &v.is_finite().then_some(v), &value_type(v)],
+                ))?;
+            }
+            notify(&tx, sid)?;
+            wait(tx.commit())?;
+            Ok(false)
+        })?;
+        if fenced {
+            return Err(self.fenced(trial));
+        }
+        Ok(())
+    }
+
+    fn finish_trial(
+        &mut self,
+        trial: TrialId,
+        status: &TrialStatus,
+        logs: &[PathBuf],
+    ) -> Result<(), StorageError> {
+        let id = id32(trial.0);
+        let logs = serde_json::to_string(
+            &logs
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>(),
+        )
+        .unwrap_or_else(|_| "[]".into());
+        let (error, log_tail, pruned_step, interrupted) = match status {
+            TrialStatus::Failed {
+                reason,
+                log_tail,
+                interrupted,
+                ..
+            } => (Some(reason.clone()), log_tail.clone(), None, *interrupted),
+            TrialStatus::Pruned { step, .. } => (None, None, step.map(|s| s as i64), false),
+            _ => (None, None, None, false),
+        };
+        let state = status.state().optuna();
+        let value = status.value();
+        let fenced = self.run(|c| {
+            let tx = wait(c.transaction())?;
+            // Fencing: only a trial that is still running may end. One that another process
+            // declared interrupted (its worker was cut off) has a rerun; a late result from
+            // the first run must neither overwrite it nor count twice.
+            let Some(r) = wait(tx.query_opt(
+                "SELECT study_id, number FROM trials WHERE trial_id = $1 AND state = 'RUNNING' FOR UPDATE",
+                &[&id],
+            ))?
+            else {
+                wait(tx.rollback())?;
+                return Ok(true);
+            };
+            let (sid, number): (i32, i32) = (r.get(0), r.get(1));
+            wait(tx.execute(
+                &format!(
+                    "UPDATE trials SET state = $1::text::trialstate, datetime_complete = {NOW} WHERE trial_id = $2"
+                ),
+                &[&state, &id],
+            ))?;
+            wait(tx.execute("DELETE FROM trial_heartbeats WHERE trial_id = $1", &[&id]))?;
+            if let Some(v) = value
+                && (state == "COMPLETE" || state == "PRUNED")
+            {
+                wait(tx.execute(
+                    "INSERT INTO trial_values (trial_id, objective, value, value_type)
+                     VALUES ($1, 0, $2, $3::text::trialvaluetype)
+                     ON CONFLICT (trial_id, objective) DO UPDATE SET value = excluded.value,
+                        value_type = excluded.value_type",
+                    // Optuna's trial_values have no NaN type; a NaN objective is a failure
+                    // upstream, and is stored as a finite NULL if it ever gets here.
+                    &[&id, &v.is_finite().then_some(v), &value_type(v).replace("NAN", "FINITE")],
+                ))?;
+            }
+            wait(tx.execute(
+                "INSERT INTO tune_trials (trial_id, error, log_tail, logs_json, pruned_step, interrupted)
+                 VALUES ($1, $2, $3, $4, $5, $6)
+                 ON CONFLICT (trial_id) DO UPDATE SET error = excluded.error, log_tail = excluded.log_tail,
+                    logs_json = excluded.logs_json, pruned_step = excluded.pruned_step,
+                    interrupted = excluded.interrupted",
+                &[&id, &error, &log_tail, &logs, &pruned_step, &i32::from(interrupted)],
+            ))?;
+            if interrupted {
+                lock_study(&tx, sid)?;
+                requeue(&tx, sid, id, number)?;
+            }
+            notify(&tx, sid)?;
+            wait(tx.commit())?;
+            Ok(false)
+        })?;
+        if fenced {
+            return Err(self.fenced(trial));
+        }
+        Ok(())
+    }
+
+    fn history(&self, study: &StudyRow, space: &Space) -> Result<History, StorageError> {
+        self.run(|c| history(c, study.id, space))
+    }
+
+    fn reports(&self, study: &StudyRow) -> Result<BTreeMap<u64, Vec<Report>>, StorageError> {
+        let rows = self.run(|c| {
+            wait(c.query(
+                "SELECT t.number, r.step, r.metrics_json FROM tune_reports r JOIN trials t ON t.trial_id = r.trial_id
+                 WHERE t.study_id = $1 AND r.is_final = 0 ORDER BY t.number, r.seq",
+                &[&id32(study.id)],
+            ))
+        })?;
+        let mut out: BTreeMap<u64, Vec<Report>> = BTreeMap::new();
+        for r in rows {
+            let json: String = r.get(2);
+            out.entry(r.get::<_, i32>(0) as u64)
+                .or_default()
+                .push(Report {
+                    step: r.get::<_, Option<i64>>(1).unwrap_or(0).max(0) as u64,
+                    metrics: super::metrics_from_json(&json),
+                });
+        }
+        Ok(out)
+    }
+
+    fn trial_reports(&self, trial: TrialId) -> Result<Vec<StoredReport>, StorageError> {
+        let rows = self.run(|c| {
+            wait(c.query(
+            "SELECT step, metrics_json, is_final, reported_at FROM tune_reports WHERE trial_id = $1 ORDER BY seq",
+            &[&id32(trial.0)],
+        ))
+        })?;
+        Ok(rows
+            .iter()
+            .map(|r| StoredReport {
+                report: Report {
+                    step: r.get::<_, Option<i64>>(0).unwrap_or(0).max(0) as u64,
+                    metrics: super::metrics_from_json(r.get(1)),
+                },
+                is_final: r.get::<_, i32>(2) != 0,
+                at: to_system(r.get(3)),
+            })
+            .collect())
+    }
+
+    fn trials(
+        &self,
+        study: &StudyRow,
+        state: Option<TrialState>,
+    ) -> Result<Vec<Trial>, StorageError> {
+        self.run(|c| query_trials(c, study.id, state, None))
+    }
+
+    fn trial(&self, study: &StudyRow, number: u64) -> Result<Option<Trial>, StorageError> {
+        Ok(self
+            .run(|c| query_trials(c, study.id, None, Some(number)))?
+            .into_iter()
+            .next())
+    }
+
+    fn counted(&self, study: &StudyRow) -> Result<u64, StorageError> {
+        let n: i64 = self
+            .run(|c| {
+                wait(c.query_one(
+            "SELECT COUNT(*) FROM trials t LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
+             WHERE t.study_id = $1 AND (t.state IN ('COMPLETE', 'PRUNED')
+                   OR (t.state = 'FAIL' AND COALESCE(x.interrupted, 0) = 0))",
+            &[&id32(study.id)],
+        ))
+            })?
+            .get(0);
+        Ok(n as u64)
+    }
+
+    fn count_state(&self, study: &StudyRow, state: TrialState) -> Result<u64, StorageError> {
+        let n: i64 = self
+            .run(|c| {
+                wait(c.query_one(
+                    "SELECT COUNT(*) FROM trials WHERE study_id = $1 AND state::text = $2",
+                    &[&id32(study.id), &state.optuna()],
+                ))
+            })?
+            .get(0);
+        Ok(n as u64)
+    }
+
+    fn best(&self, study: &StudyRow) -> Result<Option<(u64, f64)>, StorageError> {
+        let order = match study.direction {
+            Direction::Minimize => "ASC",
+            Direction::Maximize => "DESC",
+        };
+        let r = self.run(|c| {
+            wait(c.query_opt(
+            &format!(
+                "SELECT t.number, v.value FROM trials t JOIN trial_values v ON v.trial_id = t.trial_id
+                 WHERE t.study_id = $1 AND t.state = 'COMPLETE' AND v.value_type = 'FINITE'
+                 ORDER BY v.value {order}, t.number ASC LIMIT 1"
+            ),
+            &[&id32(study.id)],
+        ))
+        })?;
+        Ok(r.map(|r| (r.get::<_, i32>(0) as u64, r.get::<_, f64>(1))))
+    }
+
+    fn study_file(&self, study: &StudyRow) -> Result<StoredStudyFile, StorageError> {
+        let r = self.run(|c| {
+            wait(c.query_opt(
+                "SELECT study_file, config_toml FROM tune_studies WHERE study_id = $1",
+                &[&id32(study.id)],
+            ))
+        })?;
+        Ok(r.map_or(
+            StoredStudyFile {
+                path: None,
+                text: None,
+            },
+            |r| StoredStudyFile {
+                path: r.get(0),
+                text: r.get(1),
+            },
+        ))
+    }
+}
+
+impl PostgresStorage {
+    fn fenced(&self, trial: TrialId) -> StorageError {
+        StorageError::Fenced {
+            path: PathBuf::from(self.location()),
+            trial: trial.0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::StorageUrl;
+    use crate::storage::sqlite::fixtures::{params, space};
+    use crate::storage::test_server::shared_db;
+
+    fn open(url: &str) -> PostgresStorage {
+        let StorageUrl::Postgres(u) = StorageUrl::parse(url, Path::new("/")).expect("url") else {
+            panic!("not postgres")
+        };
+        PostgresStorage::open(&u).expect("opens")
+    }
+
+    #[test]
+    fn processes_claiming_at_once_get_each_number_once_and_stop_at_the_budget() {
+        let Some((_server, url)) = shared_db() else {
+            return;
+        };
+        let budget = 40;
+        let handles: Vec<_> = (0..4)
+            .map(|i| {
+                let url = url.clone();
+                std::thread::spawn(move || {
+                    // Each thread is a process of its own: its own connection, migrating the
+                    // fresh database at the same moment as the others.
+                    let mut s = open(&url);
+                    let study = s
+                        .create_or_load_study(&NewStudy {
+                            name: "race",
+                            direction: Direction::Minimize,
+                            metric: "loss",
+                            file: None,
+                            source: None,
+                        })
+                        .expect("study");
+                    let w = s.register_worker(&study, &["cpu".into()]).expect("worker");
+                    let sp = space();
+                    let mut got = Vec::new();
+                    loop {
+                        let req = ClaimRequest {
+                            worker: w,
+                            budget: Some(budget),
+                            slot: i,
+                            device: "cpu",
+                            space: &sp,
+                        };
+                        let mut pending_seen = 0;
+                        let claimed = s
+                            .claim(&study, &req, &mut |h, _| {
+                                pending_seen = h.pending.len();
+                                params(0.01 * (i + 1) as f64)
+                            })
+                            .expect("claim");
+                        let Some(t) = claimed else { break };
+                        got.push(t.number.0);
+                        let done = TrialStatus::Complete {
+                            value: t.number.0 as f64,
+                            ran: Default::default(),
+                        };
+                        s.finish_trial(t.id, &done, &[]).expect("finish");
+                    }
+                    got
+                })
+            })
+            .collect();
+        let mut all: Vec<u64> = handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("thread"))
+            .collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..budget).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_database_with_a_newer_schema_is_refused_before_anything_is_written() {
+        let Some((_server, url)) = shared_db() else {
+            return;
+        };
+        let s = open(&url);
+        s.run(|c| wait(c.execute("UPDATE tune_schema_version SET version = 99", &[])))
+            .expect("bump");
+        let StorageUrl::Postgres(u) = StorageUrl::parse(&url, Path::new("/")).expect("url") else {
+            panic!()
+        };
+        let e = PostgresStorage::open(&u).err().expect("refused");
+        assert!(matches!(e, StorageError::TooNew { found: 99, .. }), "{e}");
+        assert!(
+            !e.to_string()
+                .contains(crate::storage::test_server::PASSWORD)
+        );
+        let e = PostgresStorage::open_read_only(&u).err().expect("refused");
+        assert!(matches!(e, StorageError::TooNew { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_wrong_password_and_a_missing_database_are_told_apart_without_the_password() {
+        let Some((server, _url)) = shared_db() else {
+            return;
+        };
+        let bad = format!(
+            "postgresql://postgres:wrong-pw@127.0.0.1:{}/postgres",
+            server.port()
+        );
+        let StorageUrl::Postgres(u) = StorageUrl::parse(&bad, Path::new("/")).expect("url") else {
+            panic!()
+        };
+        let m = PostgresStorage::open(&u)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(m.contains("password authentication failed"), "{m}");
+        assert!(!m.contains("wrong-pw"), "{m}");
+        let missing = format!(
+            "postgresql://postgres:{}@127.0.0.1:{}/nosuchdb",
+            crate::storage::test_server::PASSWORD,
+            server.port()
+        );
+        let StorageUrl::Postgres(u) = StorageUrl::parse(&missing, Path::new("/")).expect("url")
+        else {
+            panic!()
+        };
+        let m = PostgresStorage::open(&u)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(m.contains("database `nosuchdb` does not exist"), "{m}");
+        assert!(!m.contains(crate::storage::test_server::PASSWORD), "{m}");
+    }
+
+    #[test]
+    fn a_restarted_server_is_reconnected_to_and_the_study_goes_on() {
+        // A server of its own: restarting the shared one would disturb other tests.
+        let Some(server) = crate::storage::test_server::pg_or_skip() else {
+            return;
+        };
+        let url = server.create_db("restart");
+        let mut s = open(&url);
+        let study = s
+            .create_or_load_study(&NewStudy {
+                name: "r",
+                direction: Direction::Minimize,
+                metric: "loss",
+                file: None,
+                source: None,
+            })
+            .expect("study");
+        server.restart().expect("restart");
+        // The old session is gone; the next call reconnects and succeeds.
+        let w = s
+            .register_worker(&study, &["cpu".into()])
+            .expect("after restart");
+        let sp = space();
+        let req = ClaimRequest {
+            worker: w,
+            budget: None,
+            slot: 0,
+            device: "cpu",
+            space: &sp,
+        };
+        let t = s
+            .claim(&study, &req, &mut |_, _| params(0.1))
+            .expect("claim")
+            .expect("a trial");
+        assert_eq!(t.number.0, 0);
+        assert_eq!(s.trials(&study, None).expect("read").len(), 1);
+    }
+}

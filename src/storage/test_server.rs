@@ -1,0 +1,174 @@
+//! An ephemeral PostgreSQL server for tests: its own cluster in a temporary directory, on a
+//! free port, run as the `postgres` user (root cannot run it), stopped when dropped.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+const BIN: &str = "/usr/lib/postgresql/15/bin";
+pub const PASSWORD: &str = "tune-test-pw";
+
+pub struct PgServer {
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+fn run_as_postgres(args: &[&str]) -> Result<String, String> {
+    let out = Command::new("runuser")
+        .args(["-u", "postgres", "--"])
+        .args(args)
+        .output()
+        .map_err(|e| format!("runuser: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn free_port() -> Result<u16, String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+impl PgServer {
+    pub fn start() -> Result<PgServer, String> {
+        if !PathBuf::from(BIN).join("pg_ctl").exists() {
+            return Err(format!("no PostgreSQL 15 in {BIN}"));
+        }
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let data = dir.path().join("data");
+        Command::new("chown")
+            .args(["postgres", &dir.path().display().to_string()])
+            .status()
+            .map_err(|e| e.to_string())?;
+        let pwfile = dir.path().join("pw");
+        std::fs::write(&pwfile, PASSWORD).map_err(|e| e.to_string())?;
+        Command::new("chown")
+            .args(["postgres", &pwfile.display().to_string()])
+            .status()
+            .map_err(|e| e.to_string())?;
+        run_as_postgres(&[
+            &format!("{BIN}/initdb"),
+            "-D",
+            &data.display().to_string(),
+            "-U",
+            "postgres",
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+            &format!("--pwfile={}", pwfile.display()),
+        ])?;
+        let mut last = String::new();
+        for _ in 0..5 {
+            let port = free_port()?;
+            let r = run_as_postgres(&[
+                &format!("{BIN}/pg_ctl"),
+                "-D",
+                &data.display().to_string(),
+                "-l",
+                &dir.path().join("log").display().to_string(),
+                "-o",
+                &format!(
+                    "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off",
+                    dir.path().display()
+                ),
+                "-w",
+                "start",
+            ]);
+            match r {
+                Ok(_) => return Ok(PgServer { dir, port }),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A fresh database, and its URL (user `postgres` with the password).
+    pub fn create_db(&self, name: &str) -> String {
+        run_as_postgres(&[
+            &format!("{BIN}/createdb"),
+            "-h",
+            &self.dir.path().display().to_string(),
+            "-p",
+            &self.port.to_string(),
+            name,
+        ])
+        .expect("createdb");
+        format!(
+            "postgresql://postgres:{PASSWORD}@127.0.0.1:{}/{name}",
+            self.port
+        )
+    }
+
+    fn ctl(&self, what: &[&str]) -> Result<String, String> {
+        let data = self.dir.path().join("data").display().to_string();
+        let mut args = vec![format!("{BIN}/pg_ctl"), "-D".into(), data];
+        args.extend(what.iter().map(|s| s.to_string()));
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        run_as_postgres(&refs)
+    }
+
+    pub fn restart(&self) -> Result<(), String> {
+        // With its log file named again: without `-l` the new server would keep this call's
+        // output pipe open, and waiting for it would never end.
+        let log = self.dir.path().join("log").display().to_string();
+        self.ctl(&["-m", "fast", "-l", &log, "-w", "restart"])
+            .map(|_| ())
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        let _ = self.ctl(&["-m", "immediate", "stop"]);
+    }
+}
+
+/// A server, or `None` with a `skipped:` line where none can start; in CI (or with
+/// `TUNE_REQUIRE_PG=1`) a server that cannot start fails the test instead.
+pub fn pg_or_skip() -> Option<PgServer> {
+    match PgServer::start() {
+        Ok(s) => Some(s),
+        Err(e) => {
+            if std::env::var_os("CI").is_some()
+                || std::env::var("TUNE_REQUIRE_PG").as_deref() == Ok("1")
+            {
+                panic!("PostgreSQL is required here but could not start: {e}");
+            }
+            eprintln!("skipped: PostgreSQL could not start: {e}");
+            None
+        }
+    }
+}
+
+/// A fresh database on a server shared by the tests running now (started by the first, stopped
+/// when the last drops its handle), or `None` as [`pg_or_skip`] says.
+pub fn shared_db() -> Option<(std::sync::Arc<PgServer>, String)> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex, Weak};
+    static SERVER: Mutex<Weak<PgServer>> = Mutex::new(Weak::new());
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let server = {
+        let mut slot = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+        match slot.upgrade() {
+            Some(s) => s,
+            None => {
+                let s = Arc::new(pg_or_skip()?);
+                *slot = Arc::downgrade(&s);
+                s
+            }
+        }
+    };
+    let name = format!(
+        "t{}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    );
+    let url = server.create_db(&name);
+    Some((server, url))
+}

@@ -1,0 +1,439 @@
+//! Where a study lives, as written in `[study] storage`, `--db` or `TUNE_DB`: a SQLite file
+//! (a path, or Optuna's `sqlite:///path`) or a PostgreSQL server (`postgresql://…`,
+//! `postgres://…`). Parsing only checks; nothing is opened or created here, so a bad URL is
+//! refused before anything is written. A password is kept apart from everything that prints:
+//! `Display` never shows it.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// A checked storage location.
+#[derive(Clone, PartialEq, Eq)]
+pub enum StorageUrl {
+    Sqlite(PathBuf),
+    Postgres(PgUrl),
+}
+
+/// How a PostgreSQL connection uses TLS (libpq's `sslmode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SslMode {
+    Disable,
+    /// TLS when the server offers it, without checking its certificate (libpq's default).
+    Prefer,
+    /// TLS or no connection, without checking the certificate.
+    Require,
+    /// TLS with a certificate signed by a trusted authority.
+    VerifyCa,
+    /// TLS with a trusted certificate that names the host.
+    VerifyFull,
+}
+
+impl SslMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        }
+    }
+}
+
+/// A PostgreSQL server and database.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PgUrl {
+    pub user: String,
+    /// From the URL, or later from `PGPASSWORD` / `~/.pgpass` ([`PgUrl::password`]).
+    password: Option<String>,
+    /// A host name or address, or a directory holding the server's Unix socket.
+    pub host: String,
+    pub port: u16,
+    pub dbname: String,
+    pub sslmode: SslMode,
+    /// A file of trusted root certificates (PEM) for `verify-ca`/`verify-full`.
+    pub sslrootcert: Option<PathBuf>,
+    pub connect_timeout: Option<std::time::Duration>,
+    pub application_name: Option<String>,
+}
+
+/// A storage location that cannot be used; the message never contains a password.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("storage `{shown}`: {message}")]
+pub struct UrlError {
+    pub shown: String,
+    pub message: String,
+}
+
+/// The query parameters a `postgresql://` URL may carry.
+const PG_PARAMS: &[&str] = &[
+    "sslmode",
+    "sslrootcert",
+    "host",
+    "port",
+    "user",
+    "dbname",
+    "password",
+    "connect_timeout",
+    "application_name",
+];
+
+impl StorageUrl {
+    /// Parses a location. `base` is the directory a relative file path is relative to (the
+    /// study file's, or the working directory for `--db`).
+    pub fn parse(text: &str, base: &Path) -> Result<StorageUrl, UrlError> {
+        let err = |message: String| UrlError {
+            shown: redact(text),
+            message,
+        };
+        let lower = text.to_ascii_lowercase();
+        if lower.starts_with("postgresql://") || lower.starts_with("postgres://") {
+            return PgUrl::parse(text).map(StorageUrl::Postgres).map_err(err);
+        }
+        if let Some(rest) = lower.strip_prefix("sqlite:") {
+            // SQLAlchemy's spelling: three slashes then a relative path, four for an
+            // absolute one (`sqlite:////abs/x.db`).
+            let Some(path) = rest.strip_prefix("///") else {
+                return Err(err(
+                    "a SQLite URL is `sqlite:///relative/path.db` or `sqlite:////absolute/path.db`"
+                        .into(),
+                ));
+            };
+            if path.is_empty() {
+                return Err(err("the SQLite URL names no file".into()));
+            }
+            // The original spelling of the path (the lower-cased copy only found the scheme).
+            let path = &text[text.len() - path.len()..];
+            return Ok(StorageUrl::Sqlite(base.join(path)));
+        }
+        if let Some((scheme, _)) = text.split_once("://") {
+            return Err(err(format!(
+                "`{scheme}://` is not a storage tune knows; use a file path, `sqlite:///PATH` or `postgresql://USER@HOST:PORT/DBNAME`"
+            )));
+        }
+        if text.trim().is_empty() {
+            return Err(err("the storage is empty; name a file or a URL".into()));
+        }
+        Ok(StorageUrl::Sqlite(base.join(text)))
+    }
+
+    /// The SQLite file, when it is one.
+    pub fn as_sqlite(&self) -> Option<&Path> {
+        match self {
+            StorageUrl::Sqlite(p) => Some(p),
+            StorageUrl::Postgres(_) => None,
+        }
+    }
+
+    pub fn is_server(&self) -> bool {
+        matches!(self, StorageUrl::Postgres(_))
+    }
+}
+
+impl fmt::Display for StorageUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StorageUrl::Sqlite(p) => write!(f, "{}", p.display()),
+            StorageUrl::Postgres(u) => write!(f, "{u}"),
+        }
+    }
+}
+
+impl fmt::Debug for StorageUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "StorageUrl({self})")
+    }
+}
+
+impl PgUrl {
+    fn parse(text: &str) -> Result<PgUrl, String> {
+        let url = url::Url::parse(text).map_err(|e| format!("not a valid URL: {e}"))?;
+        let dec = |s: &str| -> Result<String, String> {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8()
+                .map(|c| c.into_owned())
+                .map_err(|_| "the URL has an invalid percent-encoding".to_string())
+        };
+        let mut u = PgUrl {
+            user: dec(url.username())?,
+            password: url.password().map(dec).transpose()?,
+            host: url
+                .host_str()
+                .map(|h| h.trim_start_matches('[').trim_end_matches(']').to_string())
+                .unwrap_or_default(),
+            port: url.port().unwrap_or(5432),
+            dbname: dec(url.path().trim_start_matches('/'))?,
+            sslmode: SslMode::Prefer,
+            sslrootcert: None,
+            connect_timeout: None,
+            application_name: None,
+        };
+        if u.dbname.contains('/') {
+            return Err(format!("`{}` is not a database name", u.dbname));
+        }
+        for (k, v) in url.query_pairs() {
+            let v = v.into_owned();
+            match k.as_ref() {
+                "sslmode" => {
+                    u.sslmode = match v.as_str() {
+                        "disable" => SslMode::Disable,
+                        "allow" | "prefer" => SslMode::Prefer,
+                        "require" => SslMode::Require,
+                        "verify-ca" => SslMode::VerifyCa,
+                        "verify-full" => SslMode::VerifyFull,
+                        other => {
+                            return Err(format!(
+                                "sslmode `{other}` is not one of disable, allow, prefer, require, verify-ca, verify-full"
+                            ));
+                        }
+                    }
+                }
+                "sslrootcert" => u.sslrootcert = Some(PathBuf::from(v)),
+                "host" => u.host = v,
+                "port" => {
+                    u.port = v
+                        .parse()
+                        .map_err(|_| format!("port `{v}` is not a port number"))?
+                }
+                "user" => u.user = v,
+                "dbname" => u.dbname = v,
+                "password" => u.password = Some(v),
+                "connect_timeout" => {
+                    let s: u64 = v.parse().map_err(|_| {
+                        format!("connect_timeout `{v}` is not a whole number of seconds")
+                    })?;
+                    u.connect_timeout = Some(std::time::Duration::from_secs(s));
+                }
+                "application_name" => u.application_name = Some(v),
+                other => {
+                    return Err(format!(
+                        "unknown parameter `{other}`; tune knows {}",
+                        PG_PARAMS.join(", ")
+                    ));
+                }
+            }
+        }
+        if u.host.is_empty() {
+            u.host = std::env::var("PGHOST").unwrap_or_else(|_| "localhost".into());
+        }
+        if u.user.is_empty() {
+            u.user = std::env::var("PGUSER")
+                .ok()
+                .or_else(|| std::env::var("USER").ok())
+                .unwrap_or_else(|| "postgres".into());
+        }
+        if u.dbname.is_empty() {
+            return Err(
+                "the URL names no database: `postgresql://USER@HOST:PORT/DBNAME`".to_string(),
+            );
+        }
+        Ok(u)
+    }
+
+    /// The password: the URL's, else `PGPASSWORD`, else the first matching line of
+    /// `PGPASSFILE` or `~/.pgpass` (libpq's rules); `None` when there is none.
+    pub fn password(&self) -> Option<String> {
+        if let Some(p) = &self.password {
+            return Some(p.clone());
+        }
+        if let Ok(p) = std::env::var("PGPASSWORD") {
+            return Some(p);
+        }
+        let file = std::env::var_os("PGPASSFILE")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pgpass")))?;
+        let text = std::fs::read_to_string(file).ok()?;
+        pgpass_lookup(&text, &self.host, self.port, &self.dbname, &self.user)
+    }
+
+    /// Whether the host is a Unix socket directory rather than a network address.
+    pub fn is_socket(&self) -> bool {
+        self.host.starts_with('/')
+    }
+}
+
+impl fmt::Display for PgUrl {
+    /// The URL without its password (and with only the parameters that matter to a reader).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        if self.is_socket() {
+            write!(
+                f,
+                "postgresql://{}@/{}?host={}",
+                self.user, self.dbname, self.host
+            )?;
+        } else {
+            write!(
+                f,
+                "postgresql://{}@{host}:{}/{}",
+                self.user, self.port, self.dbname
+            )?;
+        }
+        if self.sslmode != SslMode::Prefer {
+            let sep = if self.is_socket() { '&' } else { '?' };
+            write!(f, "{sep}sslmode={}", self.sslmode.as_str())?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for PgUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PgUrl({self})")
+    }
+}
+
+/// A location for messages about a URL that did not parse: the password (between `:` and
+/// `@` of the authority, or a `password=` parameter) replaced by `***`.
+pub fn redact(text: &str) -> String {
+    let mut out = text.to_string();
+    if let Some(scheme_end) = out.find("://") {
+        let auth_start = scheme_end + 3;
+        let auth_end = out[auth_start..]
+            .find(['/', '?'])
+            .map_or(out.len(), |i| auth_start + i);
+        if let Some(at) = out[auth_start..auth_end].rfind('@') {
+            let userinfo = &out[auth_start..auth_start + at];
+            if let Some(colon) = userinfo.find(':') {
+                let from = auth_start + colon + 1;
+                let to = auth_start + at;
+                out.replace_range(from..to, "***");
+            }
+        }
+    }
+    if let Some(i) = out.find("password=") {
+        let from = i + "password=".len();
+        let to = out[from..].find('&').map_or(out.len(), |j| from + j);
+        out.replace_range(from..to, "***");
+    }
+    out
+}
+
+/// libpq's `.pgpass` format: `host:port:db:user:password`, `*` matches anything, `\:` and
+/// `\\` escape; the first matching line wins.
+fn pgpass_lookup(text: &str, host: &str, port: u16, db: &str, user: &str) -> Option<String> {
+    let port = port.to_string();
+    for line in text.lines() {
+        if line.trim_start().starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let mut fields = Vec::new();
+        let mut cur = String::new();
+        let mut chars = line.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some(n) = chars.next() {
+                        cur.push(n);
+                    }
+                }
+                ':' if fields.len() < 4 => fields.push(std::mem::take(&mut cur)),
+                c => cur.push(c),
+            }
+        }
+        fields.push(cur);
+        if fields.len() != 5 {
+            continue;
+        }
+        let ok = |pat: &str, v: &str| pat == "*" || pat == v;
+        let host_ok = ok(&fields[0], host)
+            || (fields[0] == "localhost" && (host.starts_with('/') || host == "127.0.0.1"));
+        if host_ok && ok(&fields[1], &port) && ok(&fields[2], db) && ok(&fields[3], user) {
+            return Some(fields[4].clone());
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    fn parse(s: &str) -> Result<StorageUrl, UrlError> {
+        StorageUrl::parse(s, Path::new("/base"))
+    }
+
+    #[rstest]
+    #[case("tune.db", "/base/tune.db")]
+    #[case("/abs/x.db", "/abs/x.db")]
+    #[case("sqlite:///rel/x.db", "/base/rel/x.db")]
+    #[case("sqlite:////abs/x.db", "/abs/x.db")]
+    #[case("sqlite:///Mixed/Case.db", "/base/Mixed/Case.db")]
+    fn file_paths_and_sqlite_urls_name_a_sqlite_file(#[case] text: &str, #[case] path: &str) {
+        assert_eq!(
+            parse(text).unwrap(),
+            StorageUrl::Sqlite(PathBuf::from(path))
+        );
+    }
+
+    #[test]
+    fn a_postgresql_url_keeps_every_part_and_never_shows_its_password() {
+        let u = parse("postgresql://alice:s%40cret@db.example:6543/tune?sslmode=verify-full&application_name=x")
+            .unwrap();
+        let StorageUrl::Postgres(pg) = &u else {
+            panic!("not postgres")
+        };
+        assert_eq!(pg.user, "alice");
+        assert_eq!(pg.password().as_deref(), Some("s@cret"));
+        assert_eq!((pg.host.as_str(), pg.port), ("db.example", 6543));
+        assert_eq!(pg.dbname, "tune");
+        assert_eq!(pg.sslmode, SslMode::VerifyFull);
+        let shown = u.to_string();
+        assert_eq!(
+            shown,
+            "postgresql://alice@db.example:6543/tune?sslmode=verify-full"
+        );
+        assert!(!format!("{u:?}").contains("cret"));
+    }
+
+    #[test]
+    fn postgres_scheme_and_default_port_are_accepted() {
+        let StorageUrl::Postgres(pg) = parse("postgres://bob@localhost/tune").unwrap() else {
+            panic!()
+        };
+        assert_eq!((pg.port, pg.sslmode), (5432, SslMode::Prefer));
+    }
+
+    #[rstest]
+    #[case("mysql://u:pw@h/db", "is not a storage tune knows")]
+    #[case("postgresql://u:pw@h/db?sslmode=sometimes", "sslmode `sometimes`")]
+    #[case("postgresql://u:pw@h:notaport/db", "not a valid URL")]
+    #[case("postgresql://u:pw@h/", "names no database")]
+    #[case("postgresql://u:pw@h/db?colour=blue", "unknown parameter `colour`")]
+    #[case("sqlite://x.db", "sqlite:///relative")]
+    #[case("", "empty")]
+    fn bad_urls_are_refused_without_showing_the_password(#[case] text: &str, #[case] why: &str) {
+        let e = parse(text).unwrap_err();
+        let m = e.to_string();
+        assert!(m.contains(why), "{m}");
+        assert!(!m.contains(":pw@"), "{m}");
+    }
+
+    #[test]
+    fn redact_hides_passwords_in_the_authority_and_in_parameters() {
+        assert_eq!(
+            redact("postgresql://u:secret@h:5/db?password=x&sslmode=require"),
+            "postgresql://u:***@h:5/db?password=***&sslmode=require"
+        );
+        assert_eq!(redact("/a/b.db"), "/a/b.db");
+    }
+
+    #[test]
+    fn pgpass_lines_match_with_wildcards_and_escapes() {
+        let text = "# comment\nother:5432:*:u:no\ndb.host:*:tune:u:p\\:w\n*:*:*:*:fallback\n";
+        assert_eq!(
+            pgpass_lookup(text, "db.host", 6000, "tune", "u").as_deref(),
+            Some("p:w")
+        );
+        assert_eq!(
+            pgpass_lookup(text, "elsewhere", 1, "x", "y").as_deref(),
+            Some("fallback")
+        );
+        assert_eq!(pgpass_lookup("a:1:b:c:d\n", "z", 1, "b", "c"), None);
+    }
+}
