@@ -14,9 +14,18 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
                   `tune STUDY.toml` is the same as `tune run STUDY.toml`."
 )]
 pub struct Cli {
-    /// The SQLite database (overrides `[study] storage`; also from TUNE_DB).
-    #[arg(long, global = true, env = "TUNE_DB", value_name = "PATH")]
-    pub db: Option<PathBuf>,
+    /// Where studies live (overrides `[study] storage`; also from TUNE_DB): a SQLite file
+    /// (`tune.db`, `sqlite:///tune.db`) or a PostgreSQL server
+    /// (`postgresql://USER@HOST:PORT/DBNAME?sslmode=require`; keep the password in TUNE_DB,
+    /// PGPASSWORD or ~/.pgpass rather than on the command line).
+    #[arg(
+        long,
+        global = true,
+        env = "TUNE_DB",
+        value_name = "PATH|URL",
+        hide_env_values = true
+    )]
+    pub db: Option<String>,
 
     #[command(subcommand)]
     pub command: Command,
@@ -43,6 +52,60 @@ pub enum Command {
     /// Benchmarks that print ratios against a baseline measured in the same run (the
     /// `tune-bench` binary installed beside `tune`; `tune bench --help` lists them).
     Bench(BenchArgs),
+    /// Join a study from this machine: run its trials on this machine's devices, with the
+    /// study's definition read from the database (`tune run STUDY.toml --db URL` stores it).
+    #[command(after_help = "Examples:\n  \
+        export TUNE_DB='postgresql://tune@db.example:5432/tune?sslmode=require'\n  \
+        tune run study.toml --no-tui          # once, anywhere: stores the study\n  \
+        tune worker --study my-study --devices auto   # on every GPU machine")]
+    Worker(WorkerArgs),
+    /// Copy studies between databases (SQLite ⇄ PostgreSQL), trials, reports and all.
+    #[command(after_help = "Examples:\n  \
+        tune copy --from tune.db --to postgresql://tune@db.example/tune --study my-study\n  \
+        tune copy --from postgresql://tune@db.example/tune --to backup.db")]
+    Copy(CopyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// The study to join (its name in the database).
+    #[arg(long, value_name = "NAME")]
+    pub study: String,
+    /// How many trials to run at once on this machine (default: the study file's
+    /// `workers.count`).
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
+    /// This machine's devices for the slots: `auto`, or a comma-separated list such as
+    /// `cuda:0,cuda:1` or `cpu` (default: the study file's `workers.devices`).
+    #[arg(long, value_name = "LIST")]
+    pub devices: Option<String>,
+    /// Where this machine writes trial directories (default: the study file's `runs_dir`,
+    /// relative to --dir).
+    #[arg(long, value_name = "DIR")]
+    pub runs_dir: Option<PathBuf>,
+    /// The directory that stands for the study file's directory on this machine: commands run
+    /// there and relative paths resolve from it (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// How long to wait for a study that does not exist yet (e.g. `30s`, `10m`).
+    #[arg(long, value_name = "DURATION", default_value = "10m")]
+    pub wait: String,
+    /// Print one line per trial event instead of the live UI.
+    #[arg(long)]
+    pub no_tui: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CopyArgs {
+    /// The database to copy from: a SQLite file or `sqlite:///…`, or `postgresql://…`.
+    #[arg(long, value_name = "PATH|URL")]
+    pub from: String,
+    /// The database to copy into (created or migrated as needed).
+    #[arg(long, value_name = "PATH|URL")]
+    pub to: String,
+    /// Copy only this study (default: every study).
+    #[arg(long, value_name = "NAME")]
+    pub study: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -3,15 +3,18 @@
 
 use std::process::ExitCode;
 
+use std::path::Path;
+
 use clap::Parser;
 
 use tune::cli::{Cli, Command};
 use tune::commands::{self, BadInput};
+use tune::storage::StorageUrl;
 
 /// Subcommands, so that `tune STUDY.toml` can mean `tune run STUDY.toml`.
 const SUBCOMMANDS: &[&str] = &[
     "run", "studies", "trials", "best", "show", "enqueue", "ask-tell", "bench", "help", "worker",
-    "watch",
+    "watch", "copy",
 ];
 
 fn main() -> ExitCode {
@@ -43,17 +46,27 @@ fn main() -> ExitCode {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
-    let db = cli.db.clone();
+    // A bad `--db`/TUNE_DB is refused before any command opens or writes anything.
+    let db = match cli.db.as_ref().map(|d| StorageUrl::parse(d, Path::new(""))) {
+        None => None,
+        Some(Ok(url)) => Some(url),
+        Some(Err(e)) => {
+            eprintln!("error: --db (or TUNE_DB): {e}");
+            return ExitCode::from(2);
+        }
+    };
     let result = match cli.command {
-        Command::Run(a) => commands::run::run(&a, db.as_deref()),
-        Command::Studies(a) => commands::query::studies(&a, db.as_deref()),
-        Command::Trials(a) => commands::query::trials(&a, db.as_deref()),
-        Command::Best(a) => commands::query::best(&a, db.as_deref()),
-        Command::Show(a) => commands::query::show(&a, db.as_deref()),
-        Command::Watch(a) => commands::watch::watch(&a, db.as_deref()),
-        Command::Enqueue(a) => commands::enqueue::enqueue(&a, db.as_deref()),
-        Command::AskTell(a) => commands::ask_tell::ask_tell(&a, db.as_deref()),
+        Command::Run(a) => commands::run::run(&a, db.as_ref()),
+        Command::Studies(a) => commands::query::studies(&a, db.as_ref()),
+        Command::Trials(a) => commands::query::trials(&a, db.as_ref()),
+        Command::Best(a) => commands::query::best(&a, db.as_ref()),
+        Command::Show(a) => commands::query::show(&a, db.as_ref()),
+        Command::Watch(a) => commands::watch::watch(&a, db.as_ref()),
+        Command::Enqueue(a) => commands::enqueue::enqueue(&a, db.as_ref()),
+        Command::AskTell(a) => commands::ask_tell::ask_tell(&a, db.as_ref()),
         Command::Bench(b) => commands::bench::bench(&b),
+        Command::Worker(a) => commands::worker::worker(&a, db.as_ref()),
+        Command::Copy(a) => commands::copy::copy(&a),
     };
     match result {
         Ok(code) => code,

@@ -96,7 +96,7 @@ struct RawCommandTrial {
 /// Overrides from the command line, applied before checking.
 #[derive(Debug, Default, Clone)]
 pub struct Overrides {
-    pub db: Option<PathBuf>,
+    pub db: Option<crate::storage::StorageUrl>,
 }
 
 /// Reads and checks a study file.
@@ -181,8 +181,9 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
     };
     let storage = match (&overrides.db, &s.storage) {
         (Some(db), _) => db.clone(),
-        (None, Some(p)) => dir.join(p),
-        (None, None) => dir.join("tune.db"),
+        (None, Some(p)) => crate::storage::StorageUrl::parse(p, &dir)
+            .map_err(|e| err(format!("key `study.storage`: {e}")))?,
+        (None, None) => crate::storage::StorageUrl::Sqlite(dir.join("tune.db")),
     };
     let heartbeat = s
         .heartbeat
@@ -575,8 +576,9 @@ opt = "adam"
         assert_eq!(s.name, "demo");
         assert_eq!(s.slots, ["cpu", "cpu"]);
         assert_eq!(s.trials, Some(4));
-        assert!(s.storage.is_absolute(), "{}", s.storage.display());
-        assert!(s.storage.ends_with("studies/tune.db"));
+        let db = s.storage.as_sqlite().expect("a SQLite file");
+        assert!(db.is_absolute(), "{}", db.display());
+        assert!(db.ends_with("studies/tune.db"));
         assert_eq!(s.enqueue.len(), 1);
         let TrialSpec::Command(c) = &s.trial else {
             panic!("a command study")

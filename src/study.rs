@@ -55,7 +55,7 @@ pub struct Study {
     pub trials: Option<u64>,
     pub timeout: Option<Duration>,
     pub seed: u64,
-    pub storage: PathBuf,
+    pub storage: crate::storage::StorageUrl,
     pub space: Space,
     pub sampler: SamplerKind,
     pub sampler_options: SamplerOptions,

@@ -15,7 +15,7 @@ use crate::engine::{Engine, EngineSpec, Finish};
 use crate::pruner::PrunerConfig;
 use crate::sampler::SamplerKind;
 use crate::space::Space;
-use crate::storage::{MemoryStorage, SqliteStorage, Storage};
+use crate::storage::{MemoryStorage, Storage, StorageUrl};
 use crate::trial::{Direction, TrialId, TrialState};
 
 /// Reads the `[space]` table of a file (or a file that is only the table's keys).
@@ -212,7 +212,7 @@ impl AskTell {
     }
 }
 
-pub fn ask_tell(args: &AskTellArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
+pub fn ask_tell(args: &AskTellArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> {
     let space = read_space(&args.space)?;
     let kind = SamplerKind::parse(&args.sampler).ok_or_else(|| {
         bad(format!(
@@ -231,8 +231,8 @@ pub fn ask_tell(args: &AskTellArgs, db: Option<&Path>) -> anyhow::Result<ExitCod
         }
     };
     let mut at = match (db, &args.study) {
-        (Some(path), Some(name)) => AskTell::open(
-            Box::new(SqliteStorage::open(path)?),
+        (Some(url), Some(name)) => AskTell::open(
+            crate::storage::open(url).map_err(super::storage_fault)?,
             name,
             space,
             kind,

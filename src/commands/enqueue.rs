@@ -1,14 +1,13 @@
 //! `tune enqueue STUDY.toml --params JSON`: queue a trial with fixed params.
 
-use std::path::Path;
 use std::process::ExitCode;
 
 use super::{bad, load_study};
 use crate::cli::EnqueueArgs;
 use crate::space::{ParamValue, Params};
-use crate::storage::{NewStudy, SqliteStorage, Storage};
+use crate::storage::{NewStudy, StorageUrl};
 
-pub fn enqueue(args: &EnqueueArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
+pub fn enqueue(args: &EnqueueArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> {
     let study = load_study(&args.study, db)?;
     let v: serde_json::Value = serde_json::from_str(&args.params)
         .map_err(|e| bad(format!("--params: not a JSON object: {e}")))?;
@@ -31,7 +30,8 @@ pub fn enqueue(args: &EnqueueArgs, db: Option<&Path>) -> anyhow::Result<ExitCode
         .space
         .validate(&params)
         .map_err(|e| bad(format!("--params: {e}")))?;
-    let mut storage = SqliteStorage::open(&study.storage)?;
+    let mut storage =
+        crate::storage::open(&study.storage).map_err(|e| super::storage_error(&study.file, e))?;
     let row = storage
         .create_or_load_study(&NewStudy {
             name: &study.name,

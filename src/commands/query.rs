@@ -11,7 +11,7 @@ use super::{bad, fmt_params, fmt_value, open_study};
 use crate::cli::{
     BestArgs, Format, ListFormat, ShowArgs, SortKey, StateFilter, StudiesArgs, StudyRef, TrialsArgs,
 };
-use crate::storage::{Storage, StudyRow};
+use crate::storage::{StorageUrl, StudyRow};
 use crate::trial::{Trial, TrialState, TrialStatus};
 
 fn table() -> Table {
@@ -23,11 +23,8 @@ fn print_json(v: &serde_json::Value) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn studies(args: &StudiesArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
-    let path = db
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("tune.db"));
-    let storage = super::open_read(&path)?;
+pub fn studies(args: &StudiesArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> {
+    let storage = super::open_read(&super::default_storage(db))?;
     let list = storage.list_studies()?;
     match args.format {
         ListFormat::Json => print_json(&serde_json::to_value(&list)?)?,
@@ -82,8 +79,8 @@ fn by_value(study: &StudyRow, a: &Trial, b: &Trial) -> Ordering {
     }
 }
 
-pub fn trials(args: &TrialsArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
-    let (storage, study) = open_study(&args.study, db)?;
+pub fn trials(args: &TrialsArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> {
+    let (storage, study, _) = open_study(&args.study, db)?;
     let state = match args.state {
         StateFilter::All => None,
         StateFilter::Queued => Some(TrialState::Queued),
@@ -186,8 +183,8 @@ fn duration_s(t: &Trial) -> Option<f64> {
     t.to_json()["duration_s"].as_f64()
 }
 
-pub fn best(args: &BestArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
-    let (storage, study) = open_study(&args.study, db)?;
+pub fn best(args: &BestArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> {
+    let (storage, study, _) = open_study(&args.study, db)?;
     let Some((n, _)) = storage.best(&study)? else {
         eprintln!("tune: study `{}` has no complete trial yet", study.name);
         return Ok(ExitCode::from(1));
@@ -217,7 +214,7 @@ pub fn best(args: &BestArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn show(args: &ShowArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
+pub fn show(args: &ShowArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> {
     let mut number = None;
     let mut file = None;
     for a in &args.args {
@@ -232,7 +229,7 @@ pub fn show(args: &ShowArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
         study_file: file,
         name: args.name.clone(),
     };
-    let (storage, study) = open_study(&r, db)?;
+    let (storage, study, _) = open_study(&r, db)?;
     let row = storage
         .trial(&study, number)?
         .ok_or_else(|| bad(format!("study `{}` has no trial {number}", study.name)))?;

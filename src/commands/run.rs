@@ -1,6 +1,6 @@
 //! `tune run STUDY.toml`: create or resume the study and run it to its budget.
 
-use std::path::Path;
+use crate::storage::StorageUrl;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -14,17 +14,34 @@ use crate::runner::worker::WorkerRunner;
 use crate::scheduler::{Control, Scheduler};
 use crate::study::TrialSpec;
 
-pub fn run(args: &RunArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
+pub fn run(args: &RunArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> {
     let study = load_study(&args.study, db)?;
+    let ui = !args.no_tui && crate::tui::stdout_is_terminal();
+    let file = study.file.clone();
+    let storage =
+        crate::storage::open(&study.storage).map_err(|e| super::storage_error(&file, e))?;
+    run_study(study, storage, ui)
+}
+
+/// Runs a checked study on `storage` until its budget is spent, its timeout passes or the
+/// user stops it (`tune run` and `tune worker`).
+pub fn run_study(
+    study: crate::study::Study,
+    storage: Box<dyn crate::storage::Storage>,
+    ui: bool,
+) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let ui = !args.no_tui && crate::tui::stdout_is_terminal();
-    rt.block_on(run_async(study, ui))
+    rt.block_on(run_async(study, storage, ui))
 }
 
-async fn run_async(study: crate::study::Study, ui: bool) -> anyhow::Result<ExitCode> {
+async fn run_async(
+    study: crate::study::Study,
+    storage: Box<dyn crate::storage::Storage>,
+    ui: bool,
+) -> anyhow::Result<ExitCode> {
     let runner: Arc<dyn TrialRunner> = match &study.trial {
         TrialSpec::Command(c) => Arc::new(CommandRunner::new(c.clone())),
         TrialSpec::Builtin(b) => Arc::new(WorkerRunner::new((**b).clone(), worker_exe()?)),
@@ -36,9 +53,7 @@ async fn run_async(study: crate::study::Study, ui: bool) -> anyhow::Result<ExitC
     let direction = study.direction;
     let metric = study.metric.clone();
     let file = study.file.clone();
-    let storage = crate::storage::SqliteStorage::open(&study.storage)
-        .map_err(|e| super::storage_error(&file, e))?;
-    let scheduler = Scheduler::open(study, Box::new(storage), sampler, pruner, runner, etx)
+    let scheduler = Scheduler::open(study, storage, sampler, pruner, runner, etx)
         .map_err(|e| super::storage_error(&file, e))?;
 
     // Ctrl-C (or SIGTERM) once: stop asking for trials and let the running ones finish;

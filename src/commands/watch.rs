@@ -1,7 +1,7 @@
 //! `tune watch`: follow a study that another process runs, read from its database only.
 //! On a terminal, the live UI; otherwise one line per trial event, like `tune run`.
 
-use std::path::Path;
+use crate::storage::StorageUrl;
 use std::process::ExitCode;
 
 use tokio::sync::mpsc;
@@ -12,9 +12,8 @@ use crate::events::replay::{Poller, spawn_poller};
 use crate::events::{Event, Update};
 use crate::tui::{self, Mode, Options, UiState};
 
-pub fn watch(args: &WatchArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
-    let (storage, row) = open_study(&args.study, db)?;
-    let path = storage.path().to_path_buf();
+pub fn watch(args: &WatchArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> {
+    let (storage, row, path) = open_study(&args.study, db)?;
     drop(storage);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -49,7 +48,7 @@ pub fn watch(args: &WatchArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
 }
 
 /// The live UI on `study` in the database `db`, read-only, until the user leaves.
-async fn watch_ui(db: &Path, study: &str, color: bool) -> anyhow::Result<UiState> {
+async fn watch_ui(db: &StorageUrl, study: &str, color: bool) -> anyhow::Result<UiState> {
     let rx = spawn_poller(Poller::open(db, study)?);
     let state = tui::terminal::run_updates(
         rx,

@@ -8,7 +8,7 @@
 //! `data_version` says nothing was committed since the last poll, it reads nothing at all.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
@@ -17,7 +17,8 @@ use super::{Event, NO_SLOT, StudyInfo, Update};
 use crate::spec::{self, Overrides};
 use crate::storage::host::{hostname, process_alive};
 use crate::storage::watch::WatchWorker;
-use crate::storage::{SqliteStorage, Storage, StorageError, StudyRow};
+use crate::storage::watch::{WatchSource, open_watch};
+use crate::storage::{Storage, StorageError, StorageUrl, StudyRow};
 use crate::trial::{Report, Trial, TrialNumber, TrialState};
 
 /// How often the database is polled.
@@ -46,7 +47,7 @@ struct Run {
 
 /// Reads a study's changes from its database and turns them into events.
 pub struct Poller {
-    storage: SqliteStorage,
+    storage: Box<dyn WatchSource>,
     study: StudyRow,
     settings: Settings,
     data_version: Option<i64>,
@@ -64,10 +65,10 @@ pub struct Poller {
 
 impl Poller {
     /// Opens the database read-only and finds the study.
-    pub fn open(db: &Path, study: &str) -> Result<Poller, StorageError> {
-        let storage = SqliteStorage::open_read_only(db)?;
-        let row = storage.study(study)?;
-        let settings = settings_of(&storage, &row)?;
+    pub fn open(db: &StorageUrl, study: &str) -> Result<Poller, StorageError> {
+        let storage = open_watch(db)?;
+        let row = storage.storage().study(study)?;
+        let settings = settings_of(storage.storage(), &row)?;
         Ok(Poller {
             storage,
             study: row,
@@ -85,28 +86,20 @@ impl Poller {
 
     /// One poll: the updates since the last one (on the first, the whole study).
     pub fn poll(&mut self, now: SystemTime) -> Result<Vec<Update>, StorageError> {
-        let dv = self.storage.watch_data_version()?;
+        let dv = self.storage.change_marker()?;
         let changed = self.data_version != Some(dv);
         self.data_version = Some(dv);
         let mut out = Vec::new();
         if changed {
             // One read transaction: the states, the trials and the reports are one snapshot,
-            // so no report can name a trial this poll has not seen. A read transaction in WAL
-            // mode takes no lock that a writer waits on.
-            let sql_err = |e| StorageError::Sqlite {
-                path: self.storage.path().to_path_buf(),
-                source: e,
-            };
-            self.storage
-                .connection()
-                .execute_batch("BEGIN DEFERRED")
-                .map_err(sql_err)?;
+            // so no report can name a trial this poll has not seen.
+            self.storage.begin_snapshot()?;
             let read = self.storage.watch_workers(&self.study).and_then(|w| {
                 self.workers = w;
                 self.read_changes(now, &mut out)
             });
             // Ends the read transaction (there is nothing to commit), on error too.
-            let _ = self.storage.connection().execute_batch("ROLLBACK");
+            self.storage.end_snapshot();
             read?;
         } else {
             // Nothing committed; only the passing of time can end a run (a dead process).
@@ -159,7 +152,7 @@ impl Poller {
             budget: self.settings.budget,
             timeout: self.settings.timeout,
             slots,
-            storage: self.storage.path().display().to_string(),
+            storage: self.storage.storage().location(),
         }
     }
 
@@ -334,7 +327,7 @@ impl Poller {
     }
 }
 
-fn settings_of(storage: &SqliteStorage, study: &StudyRow) -> Result<Settings, StorageError> {
+fn settings_of(storage: &dyn Storage, study: &StudyRow) -> Result<Settings, StorageError> {
     let unknown = Settings {
         sampler: "?".into(),
         pruner: "?".into(),
@@ -342,9 +335,7 @@ fn settings_of(storage: &SqliteStorage, study: &StudyRow) -> Result<Settings, St
         timeout: None,
         grace: Duration::from_secs(30),
     };
-    let Some(stored) = storage.watch_study_file(study)? else {
-        return Ok(unknown);
-    };
+    let stored = storage.study_file(study)?;
     let Some(text) = stored.text else {
         return Ok(unknown);
     };
@@ -500,7 +491,7 @@ mod tests {
         let c = w.start(1, 0.2);
         w.finish(c, TrialState::Failed, None);
 
-        let mut p = Poller::open(&db, "w").expect("opens read-only");
+        let mut p = Poller::open(&StorageUrl::Sqlite(db.clone()), "w").expect("opens read-only");
         let mut ui = UiState::new(Mode::Watch, false, SystemTime::now());
         poll_into(&mut p, &mut ui);
         assert_eq!(
@@ -553,7 +544,7 @@ mod tests {
         let mut w = Writer::new(&db);
         let a = w.start(0, 0.01);
         w.finish(a, TrialState::Complete, Some(0.5));
-        let mut p = Poller::open(&db, "w").expect("opens");
+        let mut p = Poller::open(&StorageUrl::Sqlite(db.clone()), "w").expect("opens");
         let mut ui = UiState::new(Mode::Watch, false, SystemTime::now());
         poll_into(&mut p, &mut ui);
         assert!(ui.finished.is_none());
@@ -574,7 +565,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = dir.path().join("t.db");
         let mut w = Writer::new(&db);
-        let mut p = Poller::open(&db, "w").expect("opens");
+        let mut p = Poller::open(&StorageUrl::Sqlite(db.clone()), "w").expect("opens");
         p.settings.budget = Some(2);
         let mut ui = UiState::new(Mode::Watch, false, SystemTime::now());
         poll_into(&mut p, &mut ui);
@@ -608,7 +599,7 @@ mod tests {
             let stop = stop.clone();
             let db = db.clone();
             std::thread::spawn(move || {
-                let mut p = Poller::open(&db, "w").expect("opens");
+                let mut p = Poller::open(&StorageUrl::Sqlite(db.clone()), "w").expect("opens");
                 let mut polls = 0;
                 while !stop.load(Ordering::Relaxed) {
                     p.poll(SystemTime::now()).expect("polls");
@@ -632,7 +623,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = dir.path().join("t.db");
         let _w = Writer::new(&db);
-        let mut p = Poller::open(&db, "w").expect("opens");
+        let mut p = Poller::open(&StorageUrl::Sqlite(db.clone()), "w").expect("opens");
         let mut ui = UiState::new(Mode::Watch, false, SystemTime::now());
         poll_into(&mut p, &mut ui);
         assert!(
@@ -654,7 +645,7 @@ mod tests {
         let mut w = Writer::new(&db);
         let a = w.start(1, 0.01);
         w.report(a, 1, 0.9);
-        let mut p = Poller::open(&db, "w").expect("opens");
+        let mut p = Poller::open(&StorageUrl::Sqlite(db.clone()), "w").expect("opens");
         let mut ui = UiState::new(Mode::Watch, false, SystemTime::now());
         // An hour later: the worker's heartbeat is long silent.
         ui.apply_all(

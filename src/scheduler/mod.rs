@@ -165,7 +165,7 @@ impl Scheduler {
                 budget: self.study.trials,
                 timeout: self.study.timeout,
                 slots: self.study.slots.clone(),
-                storage: self.study.storage.display().to_string(),
+                storage: self.study.storage.to_string(),
             },
             existing,
             at: SystemTime::now(),
@@ -443,7 +443,21 @@ impl Scheduler {
         };
         let mut shown = report.clone();
         shown.metrics.remove(FINAL_KEY);
-        let decision = self.engine.report(b.id, report)?;
+        let decision = match self.engine.report(b.id, report) {
+            Err(StorageError::Fenced { .. }) => {
+                // Another process declared this trial interrupted while this one could not
+                // reach the database, and its params run again elsewhere: stop this run.
+                tracing_line(&format!(
+                    "trial {} was taken over by another process while this one was cut off from the database; stopping it here",
+                    b.number
+                ));
+                if b.stop_kind.is_none() {
+                    b.stop(StopKind::Interrupt);
+                }
+                return Ok(());
+            }
+            other => other?,
+        };
         self.emit(Event::TrialReported {
             number: b.number,
             slot,
@@ -473,7 +487,18 @@ impl Scheduler {
                 log_tail: None,
             },
         };
-        let trial = self.engine.finish(b.id, finish, &result.logs)?;
+        let trial = match self.engine.finish(b.id, finish, &result.logs) {
+            Err(StorageError::Fenced { .. }) => {
+                // Fencing: the trial was declared interrupted and queued again while this
+                // process was cut off; its result must not overwrite the rerun or count twice.
+                tracing_line(&format!(
+                    "trial {} ended here after another process had taken it over; its result is discarded (its rerun counts)",
+                    b.number
+                ));
+                return Ok(());
+            }
+            other => other?,
+        };
         let at = trial.status.finished().unwrap_or_else(SystemTime::now);
         self.emit(Event::TrialFinished { slot, trial, at });
         Ok(())

@@ -10,10 +10,11 @@
 mod conformance;
 pub mod host;
 mod memory;
-mod postgres;
+pub(crate) mod postgres;
 mod sqlite;
 #[cfg(test)]
 pub(crate) use sqlite::fixtures as sqlite_fixtures;
+pub mod copy;
 #[cfg(test)]
 pub(crate) mod test_server;
 pub mod url;

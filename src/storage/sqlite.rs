@@ -269,7 +269,7 @@ impl SqliteStorage {
 
     /// Runs `f` in a `BEGIN IMMEDIATE` transaction: the write lock is taken up front, where the
     /// busy timeout applies, instead of failing on upgrade from a read lock.
-    fn write<T>(
+    pub(in crate::storage) fn write<T>(
         &mut self,
         f: impl FnOnce(&Transaction<'_>) -> rusqlite::Result<T>,
     ) -> Result<T, StorageError> {
@@ -1029,7 +1029,19 @@ impl Storage for SqliteStorage {
 
     fn study_file(&self, study: &StudyRow) -> Result<super::StoredStudyFile, StorageError> {
         Ok(self
-            .watch_study_file(study)?
+            .conn
+            .query_row(
+                "SELECT study_file, config_toml FROM tune_studies WHERE study_id = ?1",
+                [study.id],
+                |r| {
+                    Ok(super::StoredStudyFile {
+                        path: r.get(0)?,
+                        text: r.get(1)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(|e| self.err(e))?
             .unwrap_or(super::StoredStudyFile {
                 path: None,
                 text: None,

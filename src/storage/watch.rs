@@ -9,10 +9,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use rusqlite::{OptionalExtension, params};
+use rusqlite::params;
 
 use super::sqlite::StoredStatus;
-use super::{DATETIME_FORMAT, SqliteStorage, StorageError, StudyRow};
+use super::{DATETIME_FORMAT, SqliteStorage, Storage, StorageError, StudyRow};
 use crate::space::{ParamValue, Params};
 use crate::trial::{Placement, Trial, TrialId, TrialNumber, TrialState, WorkerId};
 
@@ -37,6 +37,74 @@ pub struct WatchWorker {
 }
 
 pub use super::StoredStudyFile;
+
+/// The reads of `tune watch`, on any backend that a study lives in.
+pub trait WatchSource: Send {
+    /// The storage itself, for the ordinary reads (the study, its stored study file).
+    fn storage(&self) -> &dyn Storage;
+    /// A number that changes whenever something may have been committed since the last call
+    /// (an equal number means there is nothing new to read).
+    fn change_marker(&self) -> Result<i64, StorageError>;
+    /// Starts a read-only snapshot: the reads until [`WatchSource::end_snapshot`] see one
+    /// state of the study.
+    fn begin_snapshot(&self) -> Result<(), StorageError>;
+    /// Ends the snapshot (nothing to commit); safe to call after an error.
+    fn end_snapshot(&self);
+    /// Every trial's id, number and state: the cheap scan that finds what changed.
+    fn watch_states(&self, study: &StudyRow) -> Result<Vec<(i64, u64, TrialState)>, StorageError>;
+    /// The trials with these ids, whole.
+    fn watch_trials(&self, ids: &[i64]) -> Result<Vec<Trial>, StorageError>;
+    /// The study's intermediate reports stored after report `after`, in order.
+    fn watch_reports_after(
+        &self,
+        study: &StudyRow,
+        after: i64,
+    ) -> Result<Vec<WatchReport>, StorageError>;
+    /// The study's worker processes, oldest first.
+    fn watch_workers(&self, study: &StudyRow) -> Result<Vec<WatchWorker>, StorageError>;
+}
+
+/// Opens the storage at `url` for watching, read-only.
+pub fn open_watch(url: &super::StorageUrl) -> Result<Box<dyn WatchSource>, StorageError> {
+    Ok(match url {
+        super::StorageUrl::Sqlite(p) => Box::new(SqliteStorage::open_read_only(p)?),
+        super::StorageUrl::Postgres(u) => Box::new(super::PostgresStorage::open_read_only(u)?),
+    })
+}
+
+impl WatchSource for SqliteStorage {
+    fn storage(&self) -> &dyn Storage {
+        self
+    }
+    fn change_marker(&self) -> Result<i64, StorageError> {
+        self.watch_data_version()
+    }
+    fn begin_snapshot(&self) -> Result<(), StorageError> {
+        // A read transaction in WAL mode takes no lock that a writer waits on.
+        self.connection()
+            .execute_batch("BEGIN DEFERRED")
+            .map_err(|e| self.watch_err(e))
+    }
+    fn end_snapshot(&self) {
+        let _ = self.connection().execute_batch("ROLLBACK");
+    }
+    fn watch_states(&self, study: &StudyRow) -> Result<Vec<(i64, u64, TrialState)>, StorageError> {
+        SqliteStorage::watch_states(self, study)
+    }
+    fn watch_trials(&self, ids: &[i64]) -> Result<Vec<Trial>, StorageError> {
+        SqliteStorage::watch_trials(self, ids)
+    }
+    fn watch_reports_after(
+        &self,
+        study: &StudyRow,
+        after: i64,
+    ) -> Result<Vec<WatchReport>, StorageError> {
+        SqliteStorage::watch_reports_after(self, study, after)
+    }
+    fn watch_workers(&self, study: &StudyRow) -> Result<Vec<WatchWorker>, StorageError> {
+        SqliteStorage::watch_workers(self, study)
+    }
+}
 
 /// Parses Optuna's naive-UTC `DATETIME` text.
 pub fn parse_time(text: &str) -> Option<SystemTime> {
@@ -230,26 +298,6 @@ impl SqliteStorage {
             })
             .map_err(|e| self.watch_err(e))?;
         rows.collect::<Result<Vec<_>, _>>()
-            .map_err(|e| self.watch_err(e))
-    }
-
-    /// The study file's path and text as stored when the study was created.
-    pub fn watch_study_file(
-        &self,
-        study: &StudyRow,
-    ) -> Result<Option<StoredStudyFile>, StorageError> {
-        self.connection()
-            .query_row(
-                "SELECT study_file, config_toml FROM tune_studies WHERE study_id = ?1",
-                [study.id],
-                |r| {
-                    Ok(StoredStudyFile {
-                        path: r.get(0)?,
-                        text: r.get(1)?,
-                    })
-                },
-            )
-            .optional()
             .map_err(|e| self.watch_err(e))
     }
 }

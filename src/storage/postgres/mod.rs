@@ -16,6 +16,7 @@
 //! One connection per storage: a process holds at most two (the study and a watcher).
 
 mod connect;
+mod watch;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -45,7 +46,7 @@ const MIGRATIONS: &[&str] = &[
 
 /// The first key of every advisory lock tune takes ("tu"), so tune's locks never collide with
 /// another application's on the same server. The second key is the study id (0: migrations).
-const LOCK_CLASS: i32 = 0x7475;
+pub(crate) const LOCK_CLASS: i32 = 0x7475;
 
 /// Now on the server's clock, as Optuna's naive-UTC timestamps. One clock for every machine:
 /// heartbeats and their grace are compared on the server, so machines' clocks may disagree.
@@ -57,7 +58,7 @@ const DEFAULT_RETRY: Duration = Duration::from_secs(120);
 
 /// Waits for a client future. The connection itself runs on the storage's own runtime, so the
 /// future only waits for its answer: no runtime is needed on this thread.
-fn wait<F: std::future::Future>(f: F) -> F::Output {
+pub(crate) fn wait<F: std::future::Future>(f: F) -> F::Output {
     futures::executor::block_on(f)
 }
 
@@ -65,10 +66,14 @@ type PgResult<T> = Result<T, tokio_postgres::Error>;
 
 pub struct PostgresStorage {
     url: PgUrl,
-    rt: tokio::runtime::Runtime,
+    /// `Option` only so that `Drop` can shut it down without waiting (see there).
+    rt: Option<tokio::runtime::Runtime>,
     /// `RefCell`: reads through `&self` reconnect too (the trait is `Send`, not `Sync`).
     client: std::cell::RefCell<Option<Client>>,
     retry_for: Duration,
+    /// Set once a call gave up on the server: later calls (a study stopping its trials and
+    /// recording them) try once each instead of waiting out the whole retry time again.
+    gave_up: std::cell::Cell<bool>,
 }
 
 impl PostgresStorage {
@@ -134,9 +139,10 @@ impl PostgresStorage {
         };
         Ok(PostgresStorage {
             url: url.clone(),
-            rt,
+            rt: Some(rt),
             client: std::cell::RefCell::new(Some(client)),
             retry_for,
+            gave_up: std::cell::Cell::new(false),
         })
     }
 
@@ -163,14 +169,14 @@ impl PostgresStorage {
             let mut slot = self.client.borrow_mut();
             if slot.as_ref().is_none_or(Client::is_closed) {
                 *slot = None;
-                match connect::connect(&self.rt, &self.url) {
+                match connect::connect(self.rt(), &self.url) {
                     Ok(c) => {
                         if told {
                             eprintln!("tune: reconnected to {}", self.url);
                         }
                         *slot = Some(c);
                     }
-                    Err(PgFault::Transient(m)) if started.elapsed() < self.retry_for => {
+                    Err(PgFault::Transient(m)) if started.elapsed() < self.retry_window() => {
                         if !told {
                             eprintln!(
                                 "tune: lost the database ({m}); retrying for up to {} s",
@@ -190,7 +196,7 @@ impl PostgresStorage {
             match f(client) {
                 Ok(v) => return Ok(v),
                 Err(e) => match connect::classify(&self.url, &e) {
-                    PgFault::Transient(m) if started.elapsed() < self.retry_for => {
+                    PgFault::Transient(m) if started.elapsed() < self.retry_window() => {
                         if !told {
                             eprintln!(
                                 "tune: lost the database ({m}); retrying for up to {} s",
@@ -212,12 +218,23 @@ impl PostgresStorage {
         }
     }
 
+    fn retry_window(&self) -> Duration {
+        if self.gave_up.get() {
+            Duration::ZERO
+        } else {
+            self.retry_for
+        }
+    }
+
     fn gave_up(&self, fault: PgFault, started: Instant) -> StorageError {
         let message = match fault {
-            PgFault::Transient(m) => format!(
-                "{m} (gave up after {:.0} s; TUNE_DB_RETRY_SECS sets how long to keep trying)",
-                started.elapsed().as_secs_f64()
-            ),
+            PgFault::Transient(m) => {
+                self.gave_up.set(true);
+                format!(
+                    "{m} (gave up after {:.0} s; TUNE_DB_RETRY_SECS sets how long to keep trying)",
+                    started.elapsed().as_secs_f64()
+                )
+            }
             PgFault::Refused(m) => m,
         };
         StorageError::Server {
@@ -278,9 +295,24 @@ impl PostgresStorage {
         }
     }
 
+    fn rt(&self) -> &tokio::runtime::Runtime {
+        self.rt.as_ref().expect("the runtime lives until drop")
+    }
+
     /// The URL, without its password.
     pub fn url(&self) -> &PgUrl {
         &self.url
+    }
+}
+
+impl Drop for PostgresStorage {
+    /// A storage may be dropped on an async executor (the scheduler's), where a runtime must
+    /// not block to shut down: the connection task is simply stopped.
+    fn drop(&mut self) {
+        self.client.get_mut().take();
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
     }
 }
 
@@ -322,7 +354,7 @@ fn value_type(v: f64) -> &'static str {
     }
 }
 
-fn id32(id: i64) -> i32 {
+pub(crate) fn id32(id: i64) -> i32 {
     // Optuna's ids are `integer` on PostgreSQL; tune never makes one beyond that range.
     i32::try_from(id).unwrap_or(i32::MAX)
 }
@@ -357,9 +389,21 @@ fn query_trials(
     state: Option<TrialState>,
     number: Option<u64>,
 ) -> PgResult<Vec<Trial>> {
-    let study = id32(study);
+    query_trials_where(c, Some(study), state, number, None)
+}
+
+/// [`query_trials`] with every filter: of a study (or of any), a state, a number, trial ids.
+fn query_trials_where(
+    c: &impl GenericClient,
+    study: Option<i64>,
+    state: Option<TrialState>,
+    number: Option<u64>,
+    ids: Option<&[i32]>,
+) -> PgResult<Vec<Trial>> {
+    let study = study.map(id32);
     let state = state.map(|s| s.optuna());
     let number = number.map(|n| n as i32);
+    let ids: Option<Vec<i32>> = ids.map(<[i32]>::to_vec);
     let rows = wait(c.query(
         "SELECT t.trial_id, t.number, t.state::text, v.value, v.value_type::text,
                 t.datetime_start, t.datetime_complete,
@@ -371,17 +415,18 @@ fn query_trials(
          LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0
          LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
          LEFT JOIN tune_workers w ON w.worker_id = x.worker_id
-         WHERE t.study_id = $1 AND ($2::text IS NULL OR t.state::text = $2)
-               AND ($3::int IS NULL OR t.number = $3)
+         WHERE ($1::int IS NULL OR t.study_id = $1) AND ($2::text IS NULL OR t.state::text = $2)
+               AND ($3::int IS NULL OR t.number = $3) AND ($4::int[] IS NULL OR t.trial_id = ANY($4))
          ORDER BY t.number",
-        &[&study, &state, &number],
+        &[&study, &state, &number, &ids],
     ))?;
     let mut trials: Vec<Trial> = rows.iter().map(trial_of_row).collect();
     let prows = wait(c.query(
         "SELECT p.trial_id, p.param_name, p.param_value, p.distribution_json
          FROM trial_params p JOIN trials t ON t.trial_id = p.trial_id
-         WHERE t.study_id = $1 AND ($2::int IS NULL OR t.number = $2)",
-        &[&study, &number],
+         WHERE ($1::int IS NULL OR t.study_id = $1) AND ($2::int IS NULL OR t.number = $2)
+               AND ($3::int[] IS NULL OR t.trial_id = ANY($3))",
+        &[&study, &number, &ids],
     ))?;
     let mut by_id: HashMap<i64, Params> = HashMap::new();
     let mut dists: HashMap<String, serde_json::Value> = HashMap::new();
@@ -538,12 +583,6 @@ fn lock_study(c: &impl GenericClient, study: i32) -> PgResult<()> {
     Ok(())
 }
 
-/// Tells watchers that the study changed (`tune watch` listens instead of re-reading).
-fn notify(c: &impl GenericClient, study: i32) -> PgResult<()> {
-    wait(c.execute("SELECT pg_notify('tune_study', $1)", &[&study.to_string()]))?;
-    Ok(())
-}
-
 /// What a claim found, inside its transaction.
 enum Claim {
     Queued(i32),
@@ -670,7 +709,6 @@ impl Storage for PostgresStorage {
                 &[&sid, &host, &pid, &devices],
             ))?
             .get(0);
-            notify(&tx, sid)?;
             wait(tx.commit())?;
             Ok(id)
         })?;
@@ -765,9 +803,6 @@ impl Storage for PostgresStorage {
                 requeue(&tx, sid, id, number)?;
                 out.push(number as u64);
             }
-            if !out.is_empty() {
-                notify(&tx, sid)?;
-            }
             wait(tx.commit())?;
             Ok(out)
         })
@@ -833,7 +868,6 @@ impl Storage for PostgresStorage {
                 ),
                 &[&id],
             ))?;
-            notify(&tx, sid)?;
             wait(tx.commit())?;
             Ok(claim)
         })?;
@@ -883,7 +917,6 @@ impl Storage for PostgresStorage {
                 "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES ($1, 'fixed_params', $2)",
                 &[&id, &json],
             ))?;
-            notify(&tx, sid)?;
             wait(tx.commit())?;
             Ok(TrialNumber(number as u64))
         })
@@ -920,15 +953,15 @@ impl Storage for PostgresStorage {
         let fenced = self.run(|c| {
             let tx = wait(c.transaction())?;
             // Only a running trial takes reports: one declared interrupted belongs to its rerun.
-            let Some(r) = wait(tx.query_opt(
-                "SELECT study_id FROM trials WHERE trial_id = $1 AND state = 'RUNNING' FOR SHARE",
+            if wait(tx.query_opt(
+                "SELECT 1 FROM trials WHERE trial_id = $1 AND state = 'RUNNING' FOR SHARE",
                 &[&id],
             ))?
-            else {
+            .is_none()
+            {
                 wait(tx.rollback())?;
                 return Ok(true);
-            };
-            let sid: i32 = r.get(0);
+            }
             wait(tx.execute(
                 &format!(
                     "INSERT INTO tune_reports (trial_id, seq, step, is_final, metrics_json, reported_at)
@@ -947,7 +980,6 @@ impl Storage for PostgresStorage {
                     &[&id, &step32, &v.is_finite().then_some(v), &value_type(v)],
                 ))?;
             }
-            notify(&tx, sid)?;
             wait(tx.commit())?;
             Ok(false)
         })?;
@@ -1029,7 +1061,6 @@ impl Storage for PostgresStorage {
                 lock_study(&tx, sid)?;
                 requeue(&tx, sid, id, number)?;
             }
-            notify(&tx, sid)?;
             wait(tx.commit())?;
             Ok(false)
         })?;

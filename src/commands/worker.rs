@@ -1,0 +1,157 @@
+//! `tune worker --db URL --study NAME`: join a study from any machine. The study's definition
+//! (space, sampler, pruner, trial command or builtin config) comes from the database, where the
+//! first `tune run STUDY.toml --db URL` stored it, so a worker machine needs only the binary,
+//! the user's code and data. The slots' devices are this machine's own.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use super::{bad, storage_fault};
+use crate::cli::WorkerArgs;
+use crate::spec::{self, Overrides};
+use crate::storage::{Storage, StorageUrl, StudyRow};
+
+/// How often a worker looks for a study that does not exist yet.
+const LOOK_EVERY: Duration = Duration::from_secs(2);
+
+pub fn worker(args: &WorkerArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> {
+    let url = db.ok_or_else(|| {
+        bad("tune worker needs the database that holds the study: --db URL (or TUNE_DB)")
+    })?;
+    let wait = humantime::parse_duration(&args.wait)
+        .map_err(|e| bad(format!("--wait: `{}` is not a duration: {e}", args.wait)))?;
+    let storage = crate::storage::open(url).map_err(storage_fault)?;
+    let row = wait_for_study(storage.as_ref(), &args.study, url, wait)?;
+    let stored = storage.study_file(&row).map_err(storage_fault)?;
+    let Some(text) = stored.text else {
+        return Err(bad(format!(
+            "{url}: study `{}` has no stored study file (it was not created by `tune run`), so a worker cannot know how to run its trials",
+            args.study
+        )));
+    };
+    let dir = match &args.dir {
+        Some(d) => d.clone(),
+        None => std::env::current_dir()?,
+    };
+    let name = stored
+        .path
+        .as_deref()
+        .and_then(|p| Path::new(p).file_name().map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("study.toml"));
+    let file = dir.join(name);
+    let text = with_workers(&text, args.count, args.devices.as_deref())
+        .map_err(|e| bad(format!("{}: {e}", file.display())))?;
+    let mut study = spec::parse(
+        &file,
+        &text,
+        &Overrides {
+            db: Some(url.clone()),
+        },
+    )
+    .map_err(|e| bad(format!("the study stored in {url}: {e}")))?;
+    if study.name != row.name {
+        return Err(bad(format!(
+            "{url}: the study file stored with `{}` names study `{}`",
+            row.name, study.name
+        )));
+    }
+    if let Some(r) = &args.runs_dir {
+        study.runs_dir = std::env::current_dir()?.join(r);
+    }
+    eprintln!(
+        "tune worker: joining study `{}` in {url} with {} slot(s) on {}",
+        study.name,
+        study.slots.len(),
+        study.slots.join(", ")
+    );
+    let ui = !args.no_tui && crate::tui::stdout_is_terminal();
+    super::run::run_study(study, storage, ui)
+}
+
+/// The study, once it exists: a worker may be started before `tune run` creates it.
+fn wait_for_study(
+    storage: &dyn Storage,
+    name: &str,
+    url: &StorageUrl,
+    wait: Duration,
+) -> anyhow::Result<StudyRow> {
+    let deadline = Instant::now() + wait;
+    let mut told = false;
+    loop {
+        if let Some(row) = storage.find_study(name).map_err(storage_fault)? {
+            return Ok(row);
+        }
+        if Instant::now() >= deadline {
+            return Err(bad(format!(
+                "{url}: no study named `{name}` (waited {}); create it with `tune run STUDY.toml --db URL`",
+                humantime::format_duration(wait)
+            )));
+        }
+        if !told {
+            eprintln!(
+                "tune worker: waiting for study `{name}` to appear in {url} (up to {})",
+                humantime::format_duration(wait)
+            );
+            told = true;
+        }
+        std::thread::sleep(LOOK_EVERY.min(deadline.saturating_duration_since(Instant::now())));
+    }
+}
+
+/// The stored study file with this machine's `[workers]`: `count` and `devices` from the
+/// command line replace the file's, so the spec checks them like any study file's.
+fn with_workers(text: &str, count: Option<u64>, devices: Option<&str>) -> Result<String, String> {
+    if count.is_none() && devices.is_none() {
+        return Ok(text.to_string());
+    }
+    let mut doc: toml::Table =
+        toml::from_str(text).map_err(|e| format!("the stored study file does not parse: {e}"))?;
+    let workers = doc
+        .entry("workers")
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    let Some(workers) = workers.as_table_mut() else {
+        return Err("`workers` is not a table".into());
+    };
+    if let Some(n) = count {
+        let n = i64::try_from(n).map_err(|_| format!("--count {n} is too large"))?;
+        workers.insert("count".into(), toml::Value::Integer(n));
+    }
+    if let Some(d) = devices {
+        let value = if d.trim() == "auto" {
+            toml::Value::String("auto".into())
+        } else {
+            toml::Value::Array(
+                d.split(',')
+                    .map(|s| toml::Value::String(s.trim().to_string()))
+                    .collect(),
+            )
+        };
+        workers.insert("devices".into(), value);
+    }
+    toml::to_string(&doc).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_workers;
+
+    #[test]
+    fn a_workers_count_and_devices_replace_the_stored_ones_and_keep_the_rest() {
+        let text = "[study]\nname = \"s\"\n[workers]\ncount = 2\ndevices = [\"cpu\"]\n";
+        let out = with_workers(text, Some(4), Some("cuda:0, cuda:1")).expect("edits");
+        let doc: toml::Table = toml::from_str(&out).expect("parses");
+        assert_eq!(doc["workers"]["count"].as_integer(), Some(4));
+        let devs: Vec<&str> = doc["workers"]["devices"]
+            .as_array()
+            .expect("list")
+            .iter()
+            .filter_map(|v| v.as_str())
+            .collect();
+        assert_eq!(devs, ["cuda:0", "cuda:1"]);
+        assert_eq!(doc["study"]["name"].as_str(), Some("s"));
+        assert_eq!(with_workers(text, None, None).expect("same"), text);
+        let auto = with_workers(text, None, Some("auto")).expect("auto");
+        assert!(auto.contains("devices = \"auto\""), "{auto}");
+    }
+}

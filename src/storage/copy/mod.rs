@@ -1,0 +1,110 @@
+//! `tune copy`: a whole study moved between databases (SQLite ⇄ PostgreSQL), like Optuna's
+//! `copy_study`, so a study started on a laptop continues on the team's server. A study is read
+//! into a [`StudyDump`] (every row of Optuna's tables and tune's, with times as stored), then
+//! written as a new study in the destination, where ids are its own but numbers, states,
+//! params, values, curves, reports, attributes and times are the source's.
+
+mod postgres;
+mod sqlite;
+
+use chrono::NaiveDateTime;
+
+use super::{StorageError, StorageUrl};
+use crate::trial::Direction;
+
+/// One study, whole.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StudyDump {
+    pub name: String,
+    pub direction: Direction,
+    pub metric: String,
+    pub study_file: Option<String>,
+    pub config_toml: Option<String>,
+    pub created_at: Option<NaiveDateTime>,
+    pub user_attrs: Vec<(String, Option<String>)>,
+    pub system_attrs: Vec<(String, Option<String>)>,
+    pub workers: Vec<WorkerDump>,
+    pub trials: Vec<TrialDump>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerDump {
+    /// The worker's id in the source, which trials refer to.
+    pub id: i64,
+    pub host: String,
+    pub pid: i64,
+    pub started_at: Option<NaiveDateTime>,
+    pub heartbeat: Option<NaiveDateTime>,
+    pub devices_json: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrialDump {
+    pub number: i64,
+    /// Optuna's state name (`COMPLETE`, `FAIL`, …).
+    pub state: String,
+    pub start: Option<NaiveDateTime>,
+    pub complete: Option<NaiveDateTime>,
+    /// Name, internal value, distribution JSON.
+    pub params: Vec<(String, Option<f64>, Option<String>)>,
+    /// Objective, value, value type.
+    pub values: Vec<(i64, Option<f64>, String)>,
+    /// Step, value, value type.
+    pub intermediate: Vec<(i64, Option<f64>, String)>,
+    pub user_attrs: Vec<(String, Option<String>)>,
+    pub system_attrs: Vec<(String, Option<String>)>,
+    pub heartbeat: Option<NaiveDateTime>,
+    pub tune: Option<TuneTrialDump>,
+    pub reports: Vec<ReportDump>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TuneTrialDump {
+    /// The source worker's id (see [`WorkerDump::id`]).
+    pub worker: Option<i64>,
+    pub slot: Option<i64>,
+    pub device: Option<String>,
+    pub trial_dir: Option<String>,
+    pub logs_json: Option<String>,
+    pub error: Option<String>,
+    pub log_tail: Option<String>,
+    pub interrupted: i64,
+    pub pruned_step: Option<i64>,
+    pub retry_of: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReportDump {
+    pub seq: i64,
+    pub step: Option<i64>,
+    pub is_final: i64,
+    pub metrics_json: String,
+    pub reported_at: Option<NaiveDateTime>,
+}
+
+/// A database that studies can be copied out of and into.
+pub trait Copyable {
+    /// The names of every study, oldest first.
+    fn study_names(&self) -> Result<Vec<String>, StorageError>;
+    fn export_study(&self, name: &str) -> Result<StudyDump, StorageError>;
+    /// Writes `dump` as a new study, in one transaction; a study of that name already there
+    /// is a [`StorageError::Conflict`] and nothing is written.
+    fn import_study(&mut self, dump: &StudyDump) -> Result<(), StorageError>;
+}
+
+/// Opens `url` for copying: `create` makes (and migrates) a missing destination.
+pub fn open_copyable(url: &StorageUrl, create: bool) -> Result<Box<dyn Copyable>, StorageError> {
+    Ok(match url {
+        StorageUrl::Sqlite(p) if create => Box::new(super::SqliteStorage::open(p)?),
+        StorageUrl::Sqlite(p) => Box::new(super::SqliteStorage::open_read_only(p)?),
+        StorageUrl::Postgres(u) if create => Box::new(super::PostgresStorage::open(u)?),
+        StorageUrl::Postgres(u) => Box::new(super::PostgresStorage::open_read_only(u)?),
+    })
+}
+
+pub(crate) fn direction_name(d: Direction) -> &'static str {
+    match d {
+        Direction::Minimize => "MINIMIZE",
+        Direction::Maximize => "MAXIMIZE",
+    }
+}
