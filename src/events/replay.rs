@@ -395,8 +395,10 @@ fn poll_loop(poller: &mut Poller, tx: &UnboundedSender<Update>) {
 
 #[cfg(test)]
 mod tests {
+    use crate::storage::SqliteStorage;
     use crate::tui::{Mode, UiState};
     use std::collections::BTreeMap;
+    use std::path::Path;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -15,8 +15,9 @@ mod sqlite;
 #[cfg(test)]
 pub(crate) use sqlite::fixtures as sqlite_fixtures;
 pub mod copy;
-#[cfg(test)]
-pub(crate) mod test_server;
+/// An ephemeral PostgreSQL server, for tests and the storage benchmark.
+#[cfg(any(test, feature = "fixtures"))]
+pub mod test_server;
 pub mod url;
 pub mod watch;
 

@@ -39,6 +39,61 @@ pub enum BenchCommand {
     /// three terminal sizes, sorted by number and by value; the cost of one trial's events; and
     /// `tune watch`'s poll times on a database of as many trials.
     Tui(TuiArgs),
+    /// One study on one PostgreSQL server shared by 1, 8, 32 and 64 processes × 4 slots (what
+    /// `tune worker` does to the database), against Optuna's RDBStorage on the same server with
+    /// as many processes and tune on one SQLite file: trials/s, p50/p95 ask-and-claim latency,
+    /// connections held, errors; with `--trial-ms 1000`, the orchestration overhead.
+    Storage(StorageArgs),
+    /// One process of `tune bench storage` (internal).
+    #[command(hide = true)]
+    StorageClient(StorageClientArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StorageArgs {
+    /// A PostgreSQL server to use (`postgresql://USER:PW@HOST:PORT`, no database: the benchmark
+    /// creates its own); default: a private one started for the run (needs Debian's
+    /// PostgreSQL 15 and root).
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Process counts to measure.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32,64")]
+    pub procs: Vec<usize>,
+    /// Seconds each measurement runs.
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+    /// How long each trial takes (0: no-op trials; 1000: the overhead measurement).
+    #[arg(long, default_value_t = 0)]
+    pub trial_ms: u64,
+    /// tune's sampler (`tpe` is what Optuna's default is).
+    #[arg(long, default_value = "tpe")]
+    pub sampler: String,
+    /// The Python with optuna and psycopg2 (`scripts/setup.sh --python-tests` makes .venv).
+    #[arg(long, default_value = ".venv/bin/python")]
+    pub python: String,
+    /// Skip Optuna's side.
+    #[arg(long)]
+    pub no_optuna: bool,
+    /// Skip tune on SQLite.
+    #[arg(long)]
+    pub no_sqlite: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StorageClientArgs {
+    #[arg(long)]
+    pub url: String,
+    #[arg(long)]
+    pub seconds: f64,
+    #[arg(long, default_value_t = 0)]
+    pub trial_ms: u64,
+    #[arg(long, default_value = "tpe")]
+    pub sampler: String,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Unix time at which to start, so all processes start together.
+    #[arg(long)]
+    pub start_at: f64,
 }
 
 #[derive(Debug, Args)]

@@ -16,6 +16,7 @@ pub mod overhead;
 pub mod problems;
 pub mod process;
 pub mod pruning;
+pub mod storage;
 pub mod trainer;
 pub mod tui;
 
@@ -36,5 +37,7 @@ pub fn run(cmd: &BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Pruning(a) => pruning::run(a),
         BenchCommand::Trainer(a) => trainer::run(a),
         BenchCommand::Tui(a) => tui::run(a),
+        BenchCommand::Storage(a) => storage::run(a),
+        BenchCommand::StorageClient(a) => storage::client(a),
     }
 }

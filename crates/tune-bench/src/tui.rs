@@ -157,7 +157,7 @@ pub fn watch_poll_ms(n: u64) -> anyhow::Result<[f64; 3]> {
         last = Some(trial.id);
     }
     let last = last.ok_or_else(|| anyhow::anyhow!("no trial written"))?;
-    let mut p = Poller::open(&db, "bench")?;
+    let mut p = Poller::open(&tune::storage::StorageUrl::Sqlite(db.clone()), "bench")?;
     let now = SystemTime::now();
     let t = Instant::now();
     let first = p.poll(now)?;

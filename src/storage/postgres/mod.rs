@@ -299,6 +299,22 @@ impl PostgresStorage {
         self.rt.as_ref().expect("the runtime lives until drop")
     }
 
+    /// A connection for administration (creating databases, counting sessions) by tools and
+    /// benchmarks: no schema is read or made.
+    pub fn connect_admin(url: &PgUrl) -> Result<PostgresStorage, StorageError> {
+        Self::connect_only(url)
+    }
+
+    /// Runs one statement outside any transaction (`CREATE DATABASE` cannot run in one).
+    pub fn admin(&self, sql: &str) -> Result<(), StorageError> {
+        self.run(|c| wait(c.batch_execute(sql)))
+    }
+
+    /// The first column of the first row of a query, as a count.
+    pub fn admin_count(&self, sql: &str) -> Result<i64, StorageError> {
+        self.run(|c| Ok(wait(c.query_one(sql, &[]))?.get::<_, i64>(0)))
+    }
+
     /// The URL, without its password.
     pub fn url(&self) -> &PgUrl {
         &self.url
