@@ -17,8 +17,55 @@ const SUBCOMMANDS: &[&str] = &[
     "watch", "copy",
 ];
 
+/// The command line as given, copied before a password in it was masked (see
+/// [`hide_passwords`]); `None` where the hook does not run (not glibc).
+static ARGS: std::sync::OnceLock<Vec<std::ffi::OsString>> = std::sync::OnceLock::new();
+
+/// Runs before `main` (glibc passes `argc`/`argv` to `.init_array` functions): copies the
+/// command line, then overwrites any password in it with `*`, in the process's own argument
+/// memory, which is what `ps` and `/proc/PID/cmdline` show. A `--db postgresql://u:PW@…`
+/// typed by hand is then visible to other users only for the instant before `main`.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[used]
+#[unsafe(link_section = ".init_array")]
+static HIDE_PASSWORDS: extern "C" fn(libc::c_int, *mut *mut libc::c_char, *mut *mut libc::c_char) =
+    hide_passwords;
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+extern "C" fn hide_passwords(
+    argc: libc::c_int,
+    argv: *mut *mut libc::c_char,
+    _envp: *mut *mut libc::c_char,
+) {
+    use std::os::unix::ffi::OsStringExt;
+    if argv.is_null() || argc <= 0 {
+        return;
+    }
+    let mut copy = Vec::with_capacity(argc as usize);
+    for i in 0..argc as usize {
+        // SAFETY: glibc passes `argc` valid, NUL-terminated C strings in `argv`.
+        let p = unsafe { *argv.add(i) };
+        if p.is_null() {
+            break;
+        }
+        // SAFETY: as above.
+        let bytes = unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes();
+        copy.push(std::ffi::OsString::from_vec(bytes.to_vec()));
+        for span in tune::storage::url::password_spans(bytes) {
+            for j in span {
+                // SAFETY: `j` is inside this argument's bytes, which the process owns.
+                unsafe { *p.add(j) = b'*' as libc::c_char };
+            }
+        }
+    }
+    let _ = ARGS.set(copy);
+}
+
 fn main() -> ExitCode {
-    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut args: Vec<std::ffi::OsString> = ARGS
+        .get()
+        .cloned()
+        .unwrap_or_else(|| std::env::args_os().collect());
     if let Some(first) = args.get(1).and_then(|a| a.to_str())
         && !first.starts_with('-')
         && !SUBCOMMANDS.contains(&first)

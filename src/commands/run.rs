@@ -17,6 +17,10 @@ use crate::study::TrialSpec;
 pub fn run(args: &RunArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> {
     let study = load_study(&args.study, db)?;
     let ui = !args.no_tui && crate::tui::stdout_is_terminal();
+    // A study that cannot run here is refused before its database is touched.
+    if matches!(study.trial, TrialSpec::Builtin(_)) {
+        worker_exe()?;
+    }
     let file = study.file.clone();
     let storage =
         crate::storage::open(&study.storage).map_err(|e| super::storage_error(&file, e))?;

@@ -313,6 +313,42 @@ pub fn redact(text: &str) -> String {
     out
 }
 
+/// Where passwords stand in a command-line argument that holds a URL: the byte ranges of
+/// `PW` in `scheme://user:PW@host` and in `password=PW`, for masking in place.
+pub fn password_spans(arg: &[u8]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let find = |hay: &[u8], needle: &[u8], from: usize| {
+        hay.get(from..)?
+            .windows(needle.len())
+            .position(|w| w == needle)
+            .map(|i| i + from)
+    };
+    if let Some(scheme_end) = find(arg, b"://", 0) {
+        let auth_start = scheme_end + 3;
+        let auth_end = arg[auth_start..]
+            .iter()
+            .position(|&b| b == b'/' || b == b'?')
+            .map_or(arg.len(), |i| auth_start + i);
+        let auth = &arg[auth_start..auth_end];
+        if let Some(at) = auth.iter().rposition(|&b| b == b'@')
+            && let Some(colon) = auth[..at].iter().position(|&b| b == b':')
+        {
+            out.push(auth_start + colon + 1..auth_start + at);
+        }
+    }
+    let mut from = 0;
+    while let Some(i) = find(arg, b"password=", from) {
+        let start = i + b"password=".len();
+        let end = arg[start..]
+            .iter()
+            .position(|&b| b == b'&')
+            .map_or(arg.len(), |j| start + j);
+        out.push(start..end);
+        from = end;
+    }
+    out
+}
+
 /// libpq's `.pgpass` format: `host:port:db:user:password`, `*` matches anything, `\:` and
 /// `\\` escape; the first matching line wins.
 fn pgpass_lookup(text: &str, host: &str, port: u16, db: &str, user: &str) -> Option<String> {
@@ -421,6 +457,23 @@ mod tests {
             "postgresql://u:***@h:5/db?password=***&sslmode=require"
         );
         assert_eq!(redact("/a/b.db"), "/a/b.db");
+    }
+
+    #[test]
+    fn password_spans_cover_exactly_the_passwords_of_an_argument() {
+        let arg = b"--db=postgresql://u:s3cr:t@h:5/db?password=x2&sslmode=require";
+        let mut masked = arg.to_vec();
+        for r in password_spans(arg) {
+            for i in r {
+                masked[i] = b'*';
+            }
+        }
+        assert_eq!(
+            String::from_utf8(masked).unwrap(),
+            "--db=postgresql://u:******@h:5/db?password=**&sslmode=require"
+        );
+        assert!(password_spans(b"tune.db").is_empty());
+        assert!(password_spans(b"postgresql://u@h/db").is_empty());
     }
 
     #[test]
