@@ -16,6 +16,7 @@ use crate::study::TrialSpec;
 
 pub fn run(args: &RunArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
     let study = load_study(&args.study, db)?;
+    check_devices(&study)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -27,7 +28,10 @@ pub fn run(args: &RunArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
 async fn run_async(study: crate::study::Study, ui: bool) -> anyhow::Result<ExitCode> {
     let runner: Arc<dyn TrialRunner> = match &study.trial {
         TrialSpec::Command(c) => Arc::new(CommandRunner::new(c.clone())),
-        TrialSpec::Builtin(b) => Arc::new(WorkerRunner::new((**b).clone(), worker_exe()?)),
+        TrialSpec::Builtin(b) => Arc::new(
+            WorkerRunner::new((**b).clone(), worker_exe()?)
+                .with_gpu_memory_fraction(study.gpu_memory_fraction),
+        ),
     };
     let sampler = crate::sampler::build_with(study.sampler, &study.sampler_options);
     let pruner = crate::pruner::build(&study.pruner);
@@ -93,6 +97,28 @@ async fn run_async(study: crate::study::Study, ui: bool) -> anyhow::Result<ExitC
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses, before any trial starts, slots whose device cannot run them: a builtin study on CUDA
+/// with a `tune-worker` built without CUDA, or a `cuda:N` this machine does not have. Asked
+/// here rather than in the spec: a query or `tune watch` of the same file may run anywhere.
+fn check_devices(study: &crate::study::Study) -> anyhow::Result<()> {
+    let file = study.file.display();
+    let on_cuda = study
+        .slots
+        .iter()
+        .any(|d| crate::devices::cuda_index(d).is_some());
+    if !on_cuda {
+        return Ok(());
+    }
+    if let TrialSpec::Builtin(_) = &study.trial {
+        let caps = crate::runner::worker::capabilities(&worker_exe()?)
+            .map_err(|e| super::bad(format!("{file}: {e}")))?;
+        crate::devices::check_worker(&study.slots, &caps)
+            .map_err(|e| super::bad(format!("{file}: {e}")))?;
+    }
+    crate::devices::check_slots(&study.slots, crate::devices::cuda_device_count())
+        .map_err(|e| super::bad(format!("{file}: {e}")))
 }
 
 /// The `tune-worker` binary that hosts libtorch: installed beside `tune`. It is built only with

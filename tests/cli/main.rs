@@ -6,6 +6,7 @@ mod bad_input;
 mod bench;
 mod command_trials;
 mod common;
+mod devices;
 mod optuna_compat;
 mod queries;
 mod recovery;
