@@ -168,3 +168,27 @@ fn a_worker_that_cannot_say_what_it_can_do_is_refused_saying_to_rebuild_it() {
     let out = run_in(&sb, &tune, &["--db", "t.db", "run", "b.toml", "--no-tui"]);
     refused(&sb, &out, &["--capabilities", "tune-worker"]);
 }
+
+/// The names of the shared libraries an executable asks the loader for sit in its dynamic
+/// string table; `tune`'s own text never spells these file names.
+const TORCH_LIBRARIES: &[&str] = &[
+    "libtorch_cpu.so",
+    "libtorch_cuda.so",
+    "libtorch.so",
+    "libc10.so",
+    "libc10_cuda.so",
+    "libcudart.so",
+];
+
+#[test]
+fn the_tune_binary_loads_neither_libtorch_nor_a_cuda_library() {
+    // `tune` must start in milliseconds, and on a machine without the CUDA libraries: only
+    // `tune-worker` links them (crates/tune-train/build.rs, per-binary link arguments).
+    let bytes = std::fs::read(tune_bin()).expect("read the tune binary");
+    for lib in TORCH_LIBRARIES {
+        assert!(
+            !bytes.windows(lib.len()).any(|w| w == lib.as_bytes()),
+            "tune names {lib}"
+        );
+    }
+}

@@ -161,3 +161,13 @@ fn a_builtin_study_on_cuda_with_this_cpu_worker_is_refused_before_any_trial() {
     assert!(err.contains("./scripts/setup.sh --cuda"), "{err}");
     assert!(!dir.path().join("t.db").exists(), "no trial started");
 }
+
+#[test]
+fn tune_worker_links_libtorch_cuda_exactly_when_built_with_cuda() {
+    // The counterpart of tune's test that `tune` names no libtorch: the same search finds
+    // the worker's libraries, so a `tune` that linked them would be caught.
+    let bytes = std::fs::read(env!("CARGO_BIN_EXE_tune-worker")).expect("read tune-worker");
+    let names = |lib: &str| bytes.windows(lib.len()).any(|w| w == lib.as_bytes());
+    assert!(names("libtorch_cpu.so"));
+    assert_eq!(names("libtorch_cuda.so"), cfg!(feature = "cuda"));
+}
