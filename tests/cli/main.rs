@@ -10,6 +10,7 @@ mod devices;
 mod optuna_compat;
 mod queries;
 mod recovery;
+mod setup_script;
 mod shared_db;
 mod studies;
 mod without_worker;
