@@ -21,7 +21,7 @@ use crate::data::DataCache;
 use crate::{TrainError, TrainEvent};
 
 /// Parses `cpu`, `cuda` or `cuda:N`.
-fn parse_device(s: &str) -> Option<tch::Device> {
+pub fn parse_device(s: &str) -> Option<tch::Device> {
     match s {
         "cpu" => Some(tch::Device::Cpu),
         "cuda" => Some(tch::Device::Cuda(0)),

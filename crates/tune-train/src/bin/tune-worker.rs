@@ -41,7 +41,13 @@ fn main() -> ExitCode {
             }
         }
         Some("bench") => {
-            let opts = tune_train::bench::BenchOptions::from_args(&args[2..]);
+            let opts = match tune_train::bench::BenchOptions::from_args(&args[2..]) {
+                Ok(o) => o,
+                Err(e) => {
+                    eprintln!("tune bench trainer: {e}");
+                    return ExitCode::from(2);
+                }
+            };
             match tune_train::bench::run(&opts) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -53,7 +59,7 @@ fn main() -> ExitCode {
         _ => {
             eprintln!(
                 "tune-worker hosts libtorch for tune; it is started by `tune run`.\n\
-                 usage: tune-worker worker [--device cpu|cuda:N]\n       tune-worker --capabilities\n       tune-worker bench [--steps N] [--models mlp,cnn] [--amp off,bf16]"
+                 usage: tune-worker worker [--device cpu|cuda:N]\n       tune-worker --capabilities\n       tune-worker bench [--device cpu|cuda:N] [--steps N] [--models mlp,cnn] [--amp off,bf16,fp16]"
             );
             ExitCode::from(2)
         }
