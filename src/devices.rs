@@ -49,6 +49,18 @@ pub fn check_slots(slots: &[String], visible: usize) -> Result<(), String> {
     ))
 }
 
+/// The slots of a builtin study whose devices came from `"auto"` when its `tune-worker` is
+/// built for the CPU only: the same number of slots, all on the CPU (`"auto"` means whatever
+/// can run here). `None` when the slots stand as they are.
+pub fn auto_on_cpu_worker(
+    slots: &[String],
+    auto: bool,
+    caps: &Capabilities,
+) -> Option<Vec<String>> {
+    let on_cuda = slots.iter().any(|d| cuda_index(d).is_some());
+    (auto && on_cuda && !caps.cuda).then(|| vec!["cpu".to_string(); slots.len()])
+}
+
 /// Refuses a builtin study with slots on CUDA when its `tune-worker` cannot train there: built
 /// without CUDA (every trial would fail with the same message), or a CUDA build whose libtorch
 /// sees fewer GPUs than the driver (a driver too old for its CUDA).
@@ -166,6 +178,26 @@ mod tests {
         assert!(check_worker(&slots(&["cuda:0", "cuda:0"]), &sees_one).is_ok());
         let e = check_worker(&slots(&["cuda:1"]), &sees_one).expect_err("sees one");
         assert!(e.contains("driver"), "{e}");
+    }
+
+    #[test]
+    fn auto_devices_fall_back_to_the_cpu_with_a_cpu_only_worker_and_only_then() {
+        let cpu_build = Capabilities {
+            cuda: false,
+            cuda_devices: 0,
+        };
+        let gpus = slots(&["cuda:0", "cuda:1"]);
+        assert_eq!(
+            auto_on_cpu_worker(&gpus, true, &cpu_build),
+            Some(slots(&["cpu", "cpu"]))
+        );
+        // Named devices are what the user asked for: refused, not moved.
+        assert_eq!(auto_on_cpu_worker(&gpus, false, &cpu_build), None);
+        let cuda_build = Capabilities {
+            cuda: true,
+            cuda_devices: 2,
+        };
+        assert_eq!(auto_on_cpu_worker(&gpus, true, &cuda_build), None);
     }
 
     #[test]

@@ -236,6 +236,11 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
     };
 
     let slots = workers(raw.workers.as_ref()).map_err(err)?;
+    let auto_devices = match raw.workers.as_ref().and_then(|w| w.devices.as_ref()) {
+        None => true,
+        Some(toml::Value::String(s)) => s == "auto",
+        Some(_) => false,
+    };
     let gpu_memory_fraction = memory_fraction(
         raw.workers.as_ref().and_then(|w| w.gpu_memory_fraction),
         &slots,
@@ -337,6 +342,7 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
         sampler_options,
         pruner,
         slots,
+        auto_devices,
         gpu_memory_fraction,
         trial,
         enqueue,
@@ -730,8 +736,15 @@ opt = "adam"
             .expect("valid");
         assert_eq!(s.slots, ["cuda:0", "cuda:0", "cuda:1", "cuda:1"]);
         assert_eq!(s.gpu_memory_fraction, None);
+        assert!(!s.auto_devices);
         let s = workers_of("[workers]\nslots_per_device = 3\ndevices = \"cpu\"").expect("valid");
         assert_eq!(s.slots, ["cpu", "cpu", "cpu"]);
+        assert!(
+            workers_of("[workers]\ndevices = \"auto\"")
+                .expect("valid")
+                .auto_devices
+        );
+        assert!(workers_of("").expect("valid").auto_devices);
     }
 
     #[test]

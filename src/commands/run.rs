@@ -15,8 +15,8 @@ use crate::scheduler::{Control, Scheduler};
 use crate::study::TrialSpec;
 
 pub fn run(args: &RunArgs, db: Option<&Path>) -> anyhow::Result<ExitCode> {
-    let study = load_study(&args.study, db)?;
-    check_devices(&study)?;
+    let mut study = load_study(&args.study, db)?;
+    check_devices(&mut study)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -102,8 +102,11 @@ async fn run_async(study: crate::study::Study, ui: bool) -> anyhow::Result<ExitC
 /// Refuses, before any trial starts, slots whose device cannot run them: a builtin study on CUDA
 /// with a `tune-worker` built without CUDA, or a `cuda:N` this machine does not have. Asked
 /// here rather than in the spec: a query or `tune watch` of the same file may run anywhere.
-fn check_devices(study: &crate::study::Study) -> anyhow::Result<()> {
-    let file = study.file.display();
+///
+/// `"auto"` means whatever can run here: with a `tune-worker` built for the CPU only, a
+/// builtin study's slots go to the CPU, with a notice saying how to use the GPUs.
+fn check_devices(study: &mut crate::study::Study) -> anyhow::Result<()> {
+    let file = study.file.display().to_string();
     let on_cuda = study
         .slots
         .iter()
@@ -114,6 +117,16 @@ fn check_devices(study: &crate::study::Study) -> anyhow::Result<()> {
     if let TrialSpec::Builtin(_) = &study.trial {
         let caps = crate::runner::worker::capabilities(&worker_exe()?)
             .map_err(|e| super::bad(format!("{file}: {e}")))?;
+        if let Some(cpu) =
+            crate::devices::auto_on_cpu_worker(&study.slots, study.auto_devices, &caps)
+        {
+            eprintln!(
+                "tune: devices = \"auto\" found GPUs, but this tune-worker is built for the CPU only: the {} slot(s) train on the CPU (./scripts/setup.sh --cuda builds it with CUDA)",
+                cpu.len()
+            );
+            study.slots = cpu;
+            return Ok(());
+        }
         crate::devices::check_worker(&study.slots, &caps)
             .map_err(|e| super::bad(format!("{file}: {e}")))?;
     }
