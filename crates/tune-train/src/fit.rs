@@ -404,6 +404,12 @@ fn train_inner(
             loss_steps = 0;
         }
     }
+    if device.is_cuda() && step > last_reported {
+        // The steps still queued on the GPU belong to this last interval's training time.
+        let t = Instant::now();
+        tch::Cuda::synchronize(device_index(device) as i64);
+        train_time += t.elapsed();
+    }
     if step > last_reported || step == 0 {
         // A time budget ended the run between reports: one last evaluation, so the final
         // value describes the final weights.
