@@ -58,11 +58,15 @@ fi
 # otherwise fail late, in the link, or worse at run time with missing symbols.
 LIBTORCH_DIR=$ROOT/.libtorch/torch
 if [ -n "$TORCH_PYTHON" ]; then
-  if ! info=$("$TORCH_PYTHON" -c 'import os, torch; print(torch.__version__); print(os.path.dirname(torch.__file__)); print(torch.version.cuda or "")' 2>&1); then
+  # stdout only: warnings that importing torch prints on stderr must not shift the lines.
+  err_file=$(mktemp)
+  if ! info=$("$TORCH_PYTHON" -c 'import os, torch; print(torch.__version__); print(os.path.dirname(torch.__file__)); print(torch.version.cuda or "")' 2>"$err_file"); then
     echo "setup: $TORCH_PYTHON cannot import torch:" >&2
-    echo "$info" | tail -3 >&2
+    tail -3 "$err_file" >&2
+    rm -f "$err_file"
     exit 2
   fi
+  rm -f "$err_file"
   found=$(echo "$info" | sed -n 1p)
   dir=$(echo "$info" | sed -n 2p)
   cuda=$(echo "$info" | sed -n 3p)
