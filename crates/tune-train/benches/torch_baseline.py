@@ -67,10 +67,45 @@ def cnn(shape, width, depth, classes):
     return nn.Sequential(*layers)
 
 
+class Block(nn.Module):
+    """tune's ResNet basic block (crates/tune-train/src/models.rs): two 3x3 convs with batch
+    norm, a 1x1 projection where the shape changes."""
+
+    def __init__(self, c_in, c_out, stride):
+        super().__init__()
+        self.c1 = nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False)
+        self.b1 = nn.BatchNorm2d(c_out)
+        self.c2 = nn.Conv2d(c_out, c_out, 3, stride=1, padding=1, bias=False)
+        self.b2 = nn.BatchNorm2d(c_out)
+        self.proj = None
+        if stride != 1 or c_in != c_out:
+            self.proj = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), nn.BatchNorm2d(c_out))
+
+    def forward(self, x):
+        y = self.b2(self.c2(F.relu(self.b1(self.c1(x)))))
+        skip = x if self.proj is None else self.proj(x)
+        return F.relu(y + skip)
+
+
+def resnet(shape, width, depth, classes):
+    """tune's CIFAR-style ResNet: a 3x3 stem, three stages of `depth` blocks (width, 2·width,
+    4·width; stride 2 into stages 2 and 3), global average pooling, a linear classifier."""
+    c = shape[0]
+    layers = [nn.Conv2d(c, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU()]
+    c_in = width
+    for stage in range(3):
+        c_out = width << stage
+        for i in range(depth):
+            layers.append(Block(c_in, c_out, 2 if stage > 0 and i == 0 else 1))
+            c_in = c_out
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c_in, classes)]
+    return nn.Sequential(*layers)
+
+
 def bench(x, y, model_kind, amp, width, depth, batch, warmup, steps, lr, channels_last=False, device="cpu"):
     torch.manual_seed(0)
     dev = torch.device(device)
-    build = mlp if model_kind == "mlp" else cnn
+    build = {"mlp": mlp, "cnn": cnn, "resnet": resnet}[model_kind]
     model = build(tuple(x.shape[1:]), width, depth, 10).to(dev)
     # The data sits on the device, as tune's does when it fits.
     x, y = x.to(dev), y.to(dev)
@@ -129,6 +164,7 @@ def main():
     ap.add_argument("--configs", default="", help="model:amp,model:amp,... (empty: read one per line on stdin)")
     ap.add_argument("--width", type=int, default=256)
     ap.add_argument("--cnn-width", type=int, default=32)
+    ap.add_argument("--resnet-width", type=int, default=16)
     ap.add_argument("--depth", type=int, default=2)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--warmup", type=int, default=20)
@@ -150,7 +186,7 @@ def main():
         if not cfg:
             continue
         model_kind, amp = cfg.split(":")
-        width = a.width if model_kind == "mlp" else a.cnn_width
+        width = {"mlp": a.width, "cnn": a.cnn_width, "resnet": a.resnet_width}[model_kind]
         runs = [
             bench(x, y, model_kind, amp, width, a.depth, a.batch, a.warmup, a.steps, a.lr, a.channels_last, a.device)
             for _ in range(1 if serving else a.repeat)

@@ -81,6 +81,7 @@ impl BenchOptions {
                             .filter_map(|m| match m {
                                 "mlp" => Some(ModelKind::Mlp),
                                 "cnn" => Some(ModelKind::Cnn),
+                                "resnet" => Some(ModelKind::Resnet),
                                 _ => None,
                             })
                             .collect();
@@ -135,7 +136,11 @@ fn hyper(model: ModelKind, amp: Amp, batch: i64) -> Hyper {
         epochs: None,
         time_budget: None,
         report_every: 0,
-        width: if model == ModelKind::Mlp { 256 } else { 32 },
+        width: match model {
+            ModelKind::Mlp => 256,
+            ModelKind::Resnet => 16,
+            _ => 32,
+        },
         depth: 2,
         dropout: 0.0,
         heads: 1,
@@ -388,7 +393,7 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         o.repeat
     );
     println!(
-        "models: mlp = 784-256-256-10 ReLU; cnn = conv3x3(32)+pool, conv3x3(64)+pool, linear (tune: channels-last; torch: {})",
+        "models: mlp = 784-256-256-10 ReLU; cnn = conv3x3(32)+pool, conv3x3(64)+pool, linear; resnet = CIFAR-style, width 16, 2 blocks a stage (conv models: tune channels-last; torch {})",
         if o.torch_channels_last {
             "channels-last"
         } else {
@@ -476,8 +481,16 @@ mod tests {
 
     #[test]
     fn the_device_and_fp16_are_read_from_the_arguments() {
-        let o = BenchOptions::from_args(&args(&["--device", "cuda:1", "--amp", "off,bf16,fp16"]))
-            .expect("valid");
+        let o = BenchOptions::from_args(&args(&[
+            "--device",
+            "cuda:1",
+            "--amp",
+            "off,bf16,fp16",
+            "--models",
+            "mlp,resnet",
+        ]))
+        .expect("valid");
+        assert_eq!(o.models, [ModelKind::Mlp, ModelKind::Resnet]);
         assert_eq!(o.device, Device::Cuda(1));
         assert_eq!(o.amps, [Amp::Off, Amp::Bf16, Amp::Fp16]);
         assert!(o.torch_channels_last, "eager's fastest layout by default");
