@@ -439,7 +439,12 @@ impl Scheduler {
             let (rtx, mut rrx) = mpsc::unbounded_channel();
             let fut = runner.run(job, rtx, stop_rx);
             tokio::pin!(fut);
-            let mut sample_tick = tokio::time::interval(GPU_SAMPLE_EVERY);
+            // The first sample a period in: one at the very start would catch the trial
+            // before its first kernel and pull its mean down.
+            let mut sample_tick = tokio::time::interval_at(
+                tokio::time::Instant::now() + GPU_SAMPLE_EVERY,
+                GPU_SAMPLE_EVERY,
+            );
             let mut usage: Option<GpuUsage> = None;
             // Reports and the end travel on one channel, so the end never overtakes a report.
             let result = loop {
