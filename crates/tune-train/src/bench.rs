@@ -82,6 +82,7 @@ impl BenchOptions {
                                 "mlp" => Some(ModelKind::Mlp),
                                 "cnn" => Some(ModelKind::Cnn),
                                 "resnet" => Some(ModelKind::Resnet),
+                                "transformer" => Some(ModelKind::Transformer),
                                 _ => None,
                             })
                             .collect();
@@ -117,6 +118,10 @@ impl BenchOptions {
     }
 }
 
+/// The Transformer's width, heads and context (its depth is 2, as every model's here); the
+/// Python side takes the same (`--tf-width`, `--tf-heads`, `--tf-context`).
+const TRANSFORMER: (i64, i64, i64) = (128, 4, 128);
+
 fn hyper(model: ModelKind, amp: Amp, batch: i64) -> Hyper {
     Hyper {
         model,
@@ -139,12 +144,13 @@ fn hyper(model: ModelKind, amp: Amp, batch: i64) -> Hyper {
         width: match model {
             ModelKind::Mlp => 256,
             ModelKind::Resnet => 16,
-            _ => 32,
+            ModelKind::Transformer => TRANSFORMER.0,
+            ModelKind::Cnn => 32,
         },
         depth: 2,
         dropout: 0.0,
-        heads: 1,
-        context: 1,
+        heads: TRANSFORMER.1,
+        context: TRANSFORMER.2,
     }
 }
 
@@ -159,7 +165,8 @@ fn tune_once(
     tch::manual_seed(0);
     let device = o.device;
     let mut s = Session::new(h, ds.task, &ds.sample_shape, device, h.lr)?;
-    let mut loader = Loader::new(ds, device, h.batch_size, None, spec, 0);
+    let context = (h.model == ModelKind::Transformer).then_some(h.context);
+    let mut loader = Loader::new(ds, device, h.batch_size, context, spec, 0);
     // As in a trial: reading the loss syncs the device, so on CUDA it is read every 16 steps.
     let check_every = if device.is_cuda() { 16 } else { 1 };
     let mut n = 0usize;
@@ -278,6 +285,11 @@ impl Python {
             .args(["--steps", &o.steps.to_string()])
             .args(["--warmup", &o.warmup.to_string()])
             .args(["--device", &device_arg(o.device)])
+            .arg("--text")
+            .arg(root.join("datasets/gpl-3.0.txt"))
+            .args(["--tf-width", &TRANSFORMER.0.to_string()])
+            .args(["--tf-heads", &TRANSFORMER.1.to_string()])
+            .args(["--tf-context", &TRANSFORMER.2.to_string()])
             .args(o.torch_channels_last.then_some("--channels-last"))
             .env(
                 "PYTHONPATH",
@@ -379,6 +391,16 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         prefetch: 4,
     };
     let ds = data::load(&spec).map_err(|e| e.to_string())?;
+    // The Transformer is a language model: the vendored GPL-3 text as bytes, on both sides.
+    let text_spec = DataSpec {
+        source: Source::Gpl3Text,
+        ..spec.clone()
+    };
+    let text = if o.models.contains(&ModelKind::Transformer) {
+        Some(data::load(&text_spec).map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
     let configs: Vec<(ModelKind, Amp)> = o
         .models
         .iter()
@@ -393,7 +415,7 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         o.repeat
     );
     println!(
-        "models: mlp = 784-256-256-10 ReLU; cnn = conv3x3(32)+pool, conv3x3(64)+pool, linear; resnet = CIFAR-style, width 16, 2 blocks a stage (conv models: tune channels-last; torch {})",
+        "models: mlp = 784-256-256-10 ReLU; cnn = conv3x3(32)+pool, conv3x3(64)+pool, linear; resnet = CIFAR-style, width 16, 2 blocks a stage; transformer = 2 pre-norm layers, width 128, 4 heads, context 128, on GPL-3 bytes (conv models: tune channels-last; torch {})",
         if o.torch_channels_last {
             "channels-last"
         } else {
@@ -411,7 +433,12 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     let mut torch = vec![Rate::default(); configs.len()];
     for _ in 0..o.repeat.max(1) {
         for (i, (m, a)) in configs.iter().enumerate() {
-            let r = tune_once(&ds, &spec, &hyper(*m, *a, o.batch), o)?;
+            let r = match (&text, *m) {
+                (Some(t), ModelKind::Transformer) => {
+                    tune_once(t, &text_spec, &hyper(*m, *a, o.batch), o)?
+                }
+                _ => tune_once(&ds, &spec, &hyper(*m, *a, o.batch), o)?,
+            };
             tune_rates[i] = tune_rates[i].best(r);
             if let Some(p) = python.as_mut() {
                 torch[i] = torch[i].best(p.measure(*m, *a)?);
@@ -420,7 +447,7 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     }
     let torch_rates = python.is_some().then_some(torch);
     println!(
-        "{:<6} {:<5} | {:>12} {:>12} {:>7} | {:>12} {:>12} {:>7} | {:>9}",
+        "{:<11} {:<5} | {:>12} {:>12} {:>7} | {:>12} {:>12} {:>7} | {:>9}",
         "model",
         "amp",
         "tune /s",
@@ -456,7 +483,7 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
             None => ("-".into(), "-".into(), "-".into(), "-".into()),
         };
         println!(
-            "{:<6} {:<5} | {:>12.0} {:>12} {:>7} | {:>12.0} {:>12} {:>7} | {:>9}",
+            "{:<11} {:<5} | {:>12.0} {:>12} {:>7} | {:>12.0} {:>12} {:>7} | {:>9}",
             m.as_str(),
             a.to_string(),
             t.wall,
@@ -487,10 +514,13 @@ mod tests {
             "--amp",
             "off,bf16,fp16",
             "--models",
-            "mlp,resnet",
+            "mlp,resnet,transformer",
         ]))
         .expect("valid");
-        assert_eq!(o.models, [ModelKind::Mlp, ModelKind::Resnet]);
+        assert_eq!(
+            o.models,
+            [ModelKind::Mlp, ModelKind::Resnet, ModelKind::Transformer]
+        );
         assert_eq!(o.device, Device::Cuda(1));
         assert_eq!(o.amps, [Amp::Off, Amp::Bf16, Amp::Fp16]);
         assert!(o.torch_channels_last, "eager's fastest layout by default");
