@@ -10,6 +10,14 @@
 #               imported as the `torch` Python package for the trainer benchmark: torch's
 #               pure-Python dependencies, numpy, and the CUDA libraries that torch/_C links
 #               against (never used on a CPU, but the dynamic loader insists on them). About 3 GB.
+#   .libtorch/nvidia  (with --cuda, which implies --libtorch) every CUDA library the torch wheel's
+#               libtorch_cuda.so links (the nvidia-* wheels torch 2.13.0 pins, found through
+#               torch's own rpath), then a release build of the workspace with CUDA
+#               (`--features tune-train/cuda`: only tune-worker links libtorch_cuda). About 4 GB.
+#               Needs an NVIDIA driver for CUDA 13 at run time, not to build.
+#   --cuda --torch-python PY   instead builds against the torch already installed for Python PY
+#               (a venv, conda, a container), when its version is the one tch expects (2.13.x);
+#               any other version is refused with status 2 and the ways out.
 #   tmux        (with --python-tests) for the end-to-end test of the live UI.
 #   /usr/share/datasets/fashion-mnist  Debian's dataset-fashion-mnist, the quickstart's data.
 # Idempotent: a second run checks the stamps and returns at once.
@@ -21,15 +29,77 @@ CUDART_VERSION=13.0.96        # the versions torch 2.13.0 pins through cuda-tool
 CUPTI_VERSION=13.0.85
 PY=${PYTHON:-python3}
 
-WANT_LIBTORCH=no WANT_PYTHON_TESTS=no WANT_BENCH=no
-for arg in "$@"; do
-  case "$arg" in
+TCH_VERSION=0.26              # crates/tune-train/Cargo.toml pins tch and torch-sys to it
+
+usage() {
+  echo "usage: scripts/setup.sh [--libtorch] [--cuda [--torch-python PYTHON]] [--python-tests] [--bench]" >&2
+  exit 2
+}
+
+WANT_LIBTORCH=no WANT_PYTHON_TESTS=no WANT_BENCH=no WANT_CUDA=no TORCH_PYTHON=
+while [ $# -gt 0 ]; do
+  case "$1" in
     --libtorch) WANT_LIBTORCH=yes ;;
     --python-tests) WANT_PYTHON_TESTS=yes ;;
     --bench) WANT_BENCH=yes WANT_LIBTORCH=yes ;;
-    *) echo "usage: scripts/setup.sh [--libtorch] [--python-tests] [--bench]" >&2; exit 2 ;;
+    --cuda) WANT_CUDA=yes ;;
+    --torch-python) [ $# -ge 2 ] || usage; TORCH_PYTHON=$2; shift ;;
+    --torch-python=*) TORCH_PYTHON=${1#--torch-python=} ;;
+    *) usage ;;
   esac
+  shift
 done
+if [ -n "$TORCH_PYTHON" ] && [ "$WANT_CUDA" = no ]; then
+  echo "setup: --torch-python goes with --cuda (it names the torch to build tune-worker against)" >&2
+  usage
+fi
+
+# An installed torch is checked before anything is installed or built: a wrong version would
+# otherwise fail late, in the link, or worse at run time with missing symbols.
+LIBTORCH_DIR=$ROOT/.libtorch/torch
+if [ -n "$TORCH_PYTHON" ]; then
+  # stdout only: warnings that importing torch prints on stderr must not shift the lines.
+  err_file=$(mktemp)
+  if ! info=$("$TORCH_PYTHON" -c 'import os, torch; print(torch.__version__); print(os.path.dirname(torch.__file__)); print(torch.version.cuda or "")' 2>"$err_file"); then
+    echo "setup: $TORCH_PYTHON cannot import torch:" >&2
+    tail -3 "$err_file" >&2
+    rm -f "$err_file"
+    exit 2
+  fi
+  rm -f "$err_file"
+  found=$(echo "$info" | sed -n 1p)
+  dir=$(echo "$info" | sed -n 2p)
+  cuda=$(echo "$info" | sed -n 3p)
+  case "${found%%+*}" in
+    "${TORCH_VERSION%.*}".*) ;;
+    *)
+      cat >&2 <<EOF
+setup: tune-worker is built with tch $TCH_VERSION, which expects torch ${TORCH_VERSION%.*}.x, but $TORCH_PYTHON has torch $found ($dir).
+Either install the matching torch into this repository (your Python stays as it is):
+  ./scripts/setup.sh --cuda
+or build against yours with the tch release made for torch ${found%%+*}: set \`tch\` and \`torch-sys\` in
+crates/tune-train/Cargo.toml to that release (tch's README says which torch each release expects;
+0.24 is the one for torch 2.11), then
+  LIBTORCH=$dir cargo build --release --workspace --features tune-train/cuda
+EOF
+      exit 2
+      ;;
+  esac
+  if [ -z "$cuda" ] || [ ! -f "$dir/lib/libtorch_cuda.so" ]; then
+    echo "setup: the torch of $TORCH_PYTHON ($found, $dir) is built without CUDA (torch.version.cuda is None or lib/libtorch_cuda.so is missing); run ./scripts/setup.sh --cuda to install a CUDA one into .libtorch" >&2
+    exit 2
+  fi
+  LIBTORCH_DIR=$dir
+elif [ "$WANT_CUDA" = yes ]; then
+  WANT_LIBTORCH=yes
+fi
+
+# Every CUDA library torch 2.13.0's libtorch_cuda.so links, at the versions it pins (nccl: its
+# 2.29.7 is not on the index for this platform; any libnccl.so.2 satisfies the loader, and a
+# single-GPU trial never calls it).
+NVIDIA_WHEELS=("nvidia-cudnn-cu13==9.20.0.48" "nvidia-cusparselt-cu13==0.8.1" "nvidia-nccl-cu13==2.32.3" "nvidia-nvshmem-cu13==3.4.5"
+  "nvidia-cublas==13.1.1.3" "nvidia-cufft==12.0.0.61" "nvidia-cufile==1.15.1.6" "nvidia-curand==10.4.0.35"
+  "nvidia-cusparse==12.6.3.3" "nvidia-nvjitlink==13.0.88" "nvidia-cuda-nvrtc==13.0.88")
 
 if [ "$WANT_LIBTORCH" = yes ] && [ ! -f .libtorch/.stamp-$TORCH_VERSION ]; then
   echo "setup: installing CPU libtorch $TORCH_VERSION into .libtorch (about 1.2 GB)" >&2
@@ -39,6 +109,35 @@ if [ "$WANT_LIBTORCH" = yes ] && [ ! -f .libtorch/.stamp-$TORCH_VERSION ]; then
     --python-version 3.11 --only-binary=:all: --platform manylinux_2_28_x86_64 --platform manylinux_2_25_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     "torch==$TORCH_VERSION" "nvidia-cuda-runtime==$CUDART_VERSION" "nvidia-cuda-cupti==$CUPTI_VERSION"
   touch .libtorch/.stamp-$TORCH_VERSION
+fi
+
+if [ "$WANT_CUDA" = yes ] && [ -z "$TORCH_PYTHON" ] && [ ! -f .libtorch/.stamp-cuda-$TORCH_VERSION ]; then
+  echo "setup: installing the CUDA libraries of torch $TORCH_VERSION into .libtorch (about 3 GB)" >&2
+  # pip --target skips a top-level folder that already exists (nvidia/, from the CPU tree):
+  # install beside it, then merge.
+  rm -rf .libtorch/.cuda-tmp
+  "$PY" -m pip install --quiet --disable-pip-version-check --no-deps --target .libtorch/.cuda-tmp \
+    --python-version 3.11 --only-binary=:all: --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    "${NVIDIA_WHEELS[@]}"
+  cp -a .libtorch/.cuda-tmp/. .libtorch/
+  rm -rf .libtorch/.cuda-tmp
+  touch .libtorch/.stamp-cuda-$TORCH_VERSION
+fi
+
+if [ "$WANT_CUDA" = yes ]; then
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    driver_cuda=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9][0-9]*\)\..*/\1/p' | head -1)
+    if [ -n "$driver_cuda" ] && [ "$driver_cuda" -lt 13 ]; then
+      echo "setup: WARNING: this NVIDIA driver supports CUDA $driver_cuda at most; torch $TORCH_VERSION's wheels need CUDA 13 (driver 580 or newer): tune-worker will see no GPU until the driver is updated" >&2
+    fi
+  else
+    echo "setup: WARNING: no nvidia-smi, so no NVIDIA driver here: the build works, but tune-worker sees no GPU until a driver is installed" >&2
+  fi
+  echo "setup: building tune, tune-worker (with CUDA, against $LIBTORCH_DIR) and tune-bench, release" >&2
+  # build.rs bakes $LIBTORCH_DIR/lib into tune-worker's rpath; torch's own rpath finds the
+  # nvidia libraries beside it.
+  LIBTORCH=$LIBTORCH_DIR cargo build --release --workspace --features tune-train/cuda --quiet
+  echo "setup: tune-worker says: $(./target/release/tune-worker --capabilities)" >&2
 fi
 
 if [ "$WANT_PYTHON_TESTS" = yes ] && [ ! -f .venv/.stamp-optuna ]; then

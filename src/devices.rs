@@ -5,6 +5,86 @@
 
 use std::path::Path;
 
+use crate::runner::protocol::Capabilities;
+
+/// The CUDA index of a slot's device (`cuda:N`), `None` for the CPU.
+pub fn cuda_index(device: &str) -> Option<usize> {
+    device.strip_prefix("cuda:")?.parse().ok()
+}
+
+/// Refuses slots on CUDA devices this machine does not have (`visible` of them), before any
+/// trial starts: otherwise every trial on such a slot fails and burns the budget. The message
+/// names the key and what to write instead.
+pub fn check_slots(slots: &[String], visible: usize) -> Result<(), String> {
+    let mut missing: Vec<&str> = slots
+        .iter()
+        .filter(|d| cuda_index(d).is_some_and(|i| i >= visible))
+        .map(String::as_str)
+        .collect();
+    missing.dedup();
+    let Some(first) = missing.first() else {
+        return Ok(());
+    };
+    let have = match visible {
+        0 => "no visible CUDA device (no NVIDIA driver in /proc/driver/nvidia/gpus nor nvidia-smi, or CUDA_VISIBLE_DEVICES hides them all)".to_string(),
+        1 => "1 visible CUDA device (cuda:0)".to_string(),
+        n => format!("{n} visible CUDA devices (cuda:0 to cuda:{})", n - 1),
+    };
+    let fix = if visible == 0 {
+        "write `devices = [\"cpu\"]` (or \"auto\", which takes every GPU there is, else the CPU)"
+            .to_string()
+    } else {
+        format!(
+            "write devices among cuda:0 to cuda:{}, or \"auto\" for all of them",
+            visible - 1
+        )
+    };
+    let list = if missing.len() > 1 {
+        format!(" (and {})", missing[1..].join(", "))
+    } else {
+        String::new()
+    };
+    Err(format!(
+        "key `workers.devices`: \"{first}\"{list} is not on this machine, which has {have}; {fix}"
+    ))
+}
+
+/// The slots of a builtin study whose devices came from `"auto"` when its `tune-worker` is
+/// built for the CPU only: the same number of slots, all on the CPU (`"auto"` means whatever
+/// can run here). `None` when the slots stand as they are.
+pub fn auto_on_cpu_worker(
+    slots: &[String],
+    auto: bool,
+    caps: &Capabilities,
+) -> Option<Vec<String>> {
+    let on_cuda = slots.iter().any(|d| cuda_index(d).is_some());
+    (auto && on_cuda && !caps.cuda).then(|| vec!["cpu".to_string(); slots.len()])
+}
+
+/// Refuses a builtin study with slots on CUDA when its `tune-worker` cannot train there: built
+/// without CUDA (every trial would fail with the same message), or a CUDA build whose libtorch
+/// sees fewer GPUs than the driver (a driver too old for its CUDA).
+pub fn check_worker(slots: &[String], caps: &Capabilities) -> Result<(), String> {
+    let Some(first) = slots.iter().find(|d| cuda_index(d).is_some()) else {
+        return Ok(());
+    };
+    if !caps.cuda {
+        return Err(format!(
+            "key `workers.devices`: \"{first}\" needs a `tune-worker` built with CUDA, but this one was built for the CPU only; install a CUDA libtorch and rebuild it with `./scripts/setup.sh --cuda` (see the README, \"Training on NVIDIA GPUs\"), or write `devices = [\"cpu\"]`"
+        ));
+    }
+    if let Some(d) = slots
+        .iter()
+        .find(|d| cuda_index(d).is_some_and(|i| i >= caps.cuda_devices))
+    {
+        return Err(format!(
+            "key `workers.devices`: \"{d}\" is not usable by `tune-worker`: its CUDA libtorch sees {} CUDA device(s); check that the NVIDIA driver is new enough for the CUDA version of that libtorch (`nvidia-smi` shows the highest CUDA it supports)",
+            caps.cuda_devices
+        ));
+    }
+    Ok(())
+}
+
 /// The CUDA devices visible to this process: the NVIDIA driver's GPUs (from `/proc`, or
 /// `nvidia-smi -L` where `/proc` has no driver entry), narrowed by `CUDA_VISIBLE_DEVICES`.
 pub fn cuda_device_count() -> usize {
@@ -57,7 +137,68 @@ fn nvidia_smi_gpus() -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::visible;
+    use super::*;
+
+    fn slots(d: &[&str]) -> Vec<String> {
+        d.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_cuda_device_beyond_the_machines_gpus_is_refused_with_the_ones_it_has() {
+        let e = check_slots(&slots(&["cuda:0", "cuda:7"]), 1).expect_err("cuda:7 of 1");
+        assert!(e.contains("\"cuda:7\" is not on this machine"), "{e}");
+        assert!(e.contains("1 visible CUDA device (cuda:0)"), "{e}");
+        assert!(e.contains("key `workers.devices`"), "{e}");
+        assert!(check_slots(&slots(&["cuda:0", "cuda:0", "cpu"]), 1).is_ok());
+        assert!(check_slots(&slots(&["cuda:1"]), 2).is_ok());
+    }
+
+    #[test]
+    fn without_a_gpu_every_cuda_device_is_refused_and_the_cpu_is_suggested() {
+        let e = check_slots(&slots(&["cuda:0", "cuda:0", "cuda:1"]), 0).expect_err("no GPU");
+        assert!(e.contains("\"cuda:0\" (and cuda:1)"), "{e}");
+        assert!(e.contains("no visible CUDA device"), "{e}");
+        assert!(e.contains("devices = [\"cpu\"]"), "{e}");
+        assert!(check_slots(&slots(&["cpu", "cpu"]), 0).is_ok());
+    }
+
+    #[test]
+    fn a_cpu_only_worker_is_refused_for_cuda_slots_naming_the_cuda_setup() {
+        let cpu_build = Capabilities {
+            cuda: false,
+            cuda_devices: 0,
+        };
+        let e = check_worker(&slots(&["cpu", "cuda:0"]), &cpu_build).expect_err("no CUDA");
+        assert!(e.contains("./scripts/setup.sh --cuda"), "{e}");
+        assert!(check_worker(&slots(&["cpu"]), &cpu_build).is_ok());
+        let sees_one = Capabilities {
+            cuda: true,
+            cuda_devices: 1,
+        };
+        assert!(check_worker(&slots(&["cuda:0", "cuda:0"]), &sees_one).is_ok());
+        let e = check_worker(&slots(&["cuda:1"]), &sees_one).expect_err("sees one");
+        assert!(e.contains("driver"), "{e}");
+    }
+
+    #[test]
+    fn auto_devices_fall_back_to_the_cpu_with_a_cpu_only_worker_and_only_then() {
+        let cpu_build = Capabilities {
+            cuda: false,
+            cuda_devices: 0,
+        };
+        let gpus = slots(&["cuda:0", "cuda:1"]);
+        assert_eq!(
+            auto_on_cpu_worker(&gpus, true, &cpu_build),
+            Some(slots(&["cpu", "cpu"]))
+        );
+        // Named devices are what the user asked for: refused, not moved.
+        assert_eq!(auto_on_cpu_worker(&gpus, false, &cpu_build), None);
+        let cuda_build = Capabilities {
+            cuda: true,
+            cuda_devices: 2,
+        };
+        assert_eq!(auto_on_cpu_worker(&gpus, true, &cuda_build), None);
+    }
 
     #[test]
     fn cuda_visible_devices_narrows_the_count() {

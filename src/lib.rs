@@ -20,5 +20,6 @@ pub mod space;
 pub mod spec;
 pub mod storage;
 pub mod study;
+pub mod telemetry;
 pub mod trial;
 pub mod tui;

@@ -77,6 +77,10 @@ struct RawWorkers {
     count: Option<i64>,
     #[serde(default)]
     devices: Option<toml::Value>,
+    #[serde(default)]
+    slots_per_device: Option<i64>,
+    #[serde(default)]
+    gpu_memory_fraction: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -233,6 +237,16 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
     };
 
     let slots = workers(raw.workers.as_ref()).map_err(err)?;
+    let auto_devices = match raw.workers.as_ref().and_then(|w| w.devices.as_ref()) {
+        None => true,
+        Some(toml::Value::String(s)) => s == "auto",
+        Some(_) => false,
+    };
+    let gpu_memory_fraction = memory_fraction(
+        raw.workers.as_ref().and_then(|w| w.gpu_memory_fraction),
+        &slots,
+    )
+    .map_err(err)?;
 
     let kind = match raw.trial.get("kind") {
         Some(toml::Value::String(k)) => k.as_str(),
@@ -253,7 +267,16 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
             let raw_cmd: RawCommandTrial = toml::Value::Table(raw.trial.clone())
                 .try_into()
                 .map_err(|e: toml::de::Error| err(format!("in `[trial]`: {}", e.message())))?;
-            TrialSpec::Command(command(raw_cmd, &space, &dir).map_err(err)?)
+            let mut c = command(raw_cmd, &space, &dir).map_err(err)?;
+            // A command trial applies the cap itself (PyTorch:
+            // `torch.cuda.set_per_process_memory_fraction`); a value in `trial.env` wins.
+            if let Some(f) = gpu_memory_fraction
+                && !c.env.iter().any(|(k, _)| k == "TUNE_GPU_MEMORY_FRACTION")
+            {
+                c.env
+                    .push(("TUNE_GPU_MEMORY_FRACTION".to_string(), f.to_string()));
+            }
+            TrialSpec::Command(c)
         }
         "builtin" => {
             let b = crate::builtin::parse_builtin(&raw.trial, &space, &dir).map_err(err)?;
@@ -320,6 +343,8 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
         sampler_options,
         pruner,
         slots,
+        auto_devices,
+        gpu_memory_fraction,
         trial,
         enqueue,
         heartbeat,
@@ -400,7 +425,7 @@ fn sanitize(name: &str) -> String {
 }
 
 /// The devices of the worker slots: `count` slots over `devices` ("auto", "cpu", "cuda:N" or a
-/// list), round-robin.
+/// list), round-robin; or `slots_per_device` slots on each device.
 fn workers(raw: Option<&RawWorkers>) -> Result<Vec<String>, String> {
     let count = match raw.and_then(|w| w.count) {
         None => None,
@@ -408,6 +433,18 @@ fn workers(raw: Option<&RawWorkers>) -> Result<Vec<String>, String> {
         Some(n) => {
             return Err(format!(
                 "key `workers.count`: must be between 1 and 1024, not {n}"
+            ));
+        }
+    };
+    let per_device = match raw.and_then(|w| w.slots_per_device) {
+        None => None,
+        Some(_) if count.is_some() => {
+            return Err("keys `workers.count` and `workers.slots_per_device`: give one of them (count slots round-robin over the devices, or slots_per_device slots on each device), not both".to_string());
+        }
+        Some(n) if (1..=64).contains(&n) => Some(n as usize),
+        Some(n) => {
+            return Err(format!(
+                "key `workers.slots_per_device`: must be between 1 and 64, not {n}"
             ));
         }
     };
@@ -435,8 +472,43 @@ fn workers(raw: Option<&RawWorkers>) -> Result<Vec<String>, String> {
             ));
         }
     };
+    if let Some(k) = per_device {
+        // Slot order: each device's slots side by side, so the UI's worker rows group by GPU.
+        return Ok(devices
+            .iter()
+            .flat_map(|d| std::iter::repeat_n(d.clone(), k))
+            .collect());
+    }
     let n = count.unwrap_or(devices.len());
     Ok((0..n).map(|i| devices[i % devices.len()].clone()).collect())
+}
+
+/// `workers.gpu_memory_fraction`: the share of its GPU's memory each trial's caching allocator
+/// may hold, so that trials sharing a GPU cannot starve each other. The shares of the slots on
+/// one GPU must fit in it.
+fn memory_fraction(raw: Option<f64>, slots: &[String]) -> Result<Option<f64>, String> {
+    let Some(f) = raw else {
+        return Ok(None);
+    };
+    if !(f > 0.0 && f <= 1.0) {
+        return Err(format!(
+            "key `workers.gpu_memory_fraction`: must be above 0 and at most 1 (a share of the GPU's memory per trial), not {f}"
+        ));
+    }
+    let mut per_gpu: BTreeMap<&str, usize> = BTreeMap::new();
+    for d in slots.iter().filter(|d| d.starts_with("cuda:")) {
+        *per_gpu.entry(d.as_str()).or_default() += 1;
+    }
+    if let Some((d, n)) = per_gpu
+        .into_iter()
+        .find(|&(_, n)| n as f64 * f > 1.0 + 1e-9)
+    {
+        return Err(format!(
+            "key `workers.gpu_memory_fraction`: {n} slots on {d} × {f} is more than the whole GPU; write at most {:.3} (1 / {n})",
+            1.0 / n as f64
+        ));
+    }
+    Ok(Some(f))
 }
 
 fn check_device(s: &str) -> Result<String, String> {
@@ -624,6 +696,26 @@ opt = "adam"
                 "[sampler]\nkind = \"magic\"\n[workers]",
                 "sampler.kind",
             ),
+            (
+                "count = 2",
+                "count = 2\nslots_per_device = 2",
+                "workers.slots_per_device",
+            ),
+            (
+                "count = 2",
+                "slots_per_device = 0",
+                "workers.slots_per_device",
+            ),
+            (
+                "count = 2",
+                "count = 2\ngpu_memory_fraction = 1.5",
+                "workers.gpu_memory_fraction",
+            ),
+            (
+                "count = 2",
+                "count = 2\ngpu_memory_fraction = 0.0",
+                "workers.gpu_memory_fraction",
+            ),
         ];
         for (from, to, want) in cases {
             assert!(GOOD.contains(from), "{from}");
@@ -632,6 +724,57 @@ opt = "adam"
             assert!(e.starts_with("studies/x.toml: "), "{e}");
             assert!(e.contains(want), "for {to:?}: `{e}` lacks `{want}`");
         }
+    }
+
+    fn workers_of(table: &str) -> Result<Study, SpecError> {
+        let start = GOOD.find("[workers]").expect("GOOD has workers");
+        let end = GOOD.find("[trial]").expect("GOOD has a trial");
+        check(&format!("{}{table}\n{}", &GOOD[..start], &GOOD[end..]))
+    }
+
+    #[test]
+    fn slots_per_device_puts_that_many_slots_on_each_device_side_by_side() {
+        let s = workers_of("[workers]\nslots_per_device = 2\ndevices = [\"cuda:0\", \"cuda:1\"]")
+            .expect("valid");
+        assert_eq!(s.slots, ["cuda:0", "cuda:0", "cuda:1", "cuda:1"]);
+        assert_eq!(s.gpu_memory_fraction, None);
+        assert!(!s.auto_devices);
+        let s = workers_of("[workers]\nslots_per_device = 3\ndevices = \"cpu\"").expect("valid");
+        assert_eq!(s.slots, ["cpu", "cpu", "cpu"]);
+        assert!(
+            workers_of("[workers]\ndevices = \"auto\"")
+                .expect("valid")
+                .auto_devices
+        );
+        assert!(workers_of("").expect("valid").auto_devices);
+    }
+
+    #[test]
+    fn the_gpu_memory_shares_of_one_gpus_slots_must_fit_in_it() {
+        let s = workers_of(
+            "[workers]\nslots_per_device = 2\ndevices = [\"cuda:0\"]\ngpu_memory_fraction = 0.45",
+        )
+        .expect("two shares of 0.45 fit");
+        assert_eq!(s.gpu_memory_fraction, Some(0.45));
+        let e = workers_of(
+            "[workers]\nslots_per_device = 3\ndevices = [\"cuda:0\"]\ngpu_memory_fraction = 0.5",
+        )
+        .expect_err("three shares of 0.5 do not")
+        .to_string();
+        assert!(e.contains("3 slots on cuda:0 × 0.5"), "{e}");
+        assert!(e.contains("at most 0.333"), "{e}");
+        let TrialSpec::Command(c) = &s.trial else {
+            panic!("a command study")
+        };
+        assert!(
+            c.env
+                .contains(&("TUNE_GPU_MEMORY_FRACTION".to_string(), "0.45".to_string())),
+            "{:?}",
+            c.env
+        );
+        // CPU slots take no share of a GPU.
+        workers_of("[workers]\ncount = 4\ndevices = [\"cpu\"]\ngpu_memory_fraction = 0.5")
+            .expect("no GPU slot");
     }
 
     #[test]

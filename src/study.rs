@@ -62,6 +62,11 @@ pub struct Study {
     pub pruner: PrunerConfig,
     /// The device of each worker slot.
     pub slots: Vec<String>,
+    /// The devices came from `"auto"` (or no `devices` key): every visible GPU, else the CPU.
+    pub auto_devices: bool,
+    /// `workers.gpu_memory_fraction`: the share of its GPU's memory one trial may hold (its
+    /// caching allocator's cap), when set.
+    pub gpu_memory_fraction: Option<f64>,
     pub trial: TrialSpec,
     /// `[[enqueue]]` params, run first.
     pub enqueue: Vec<Params>,

@@ -13,6 +13,9 @@
 //! and the unit tests, integration tests and benchmark that link the trainer and would not
 //! start without it); the CUDA arguments go to `tune-worker` alone (see below).
 //!
+//! The CUDA caching allocator's statistics and `emptyCache` (`src/cuda_shim.cpp`) go through
+//! c10's device-generic interface, so they compile against any libtorch's headers.
+//!
 //! `tch::autocast` is CUDA-only (shared/notes/platform.md); CPU autocast needs libtorch's own
 //! C++ API, so a few lines of C++ (`src/autocast_shim.cpp`) are compiled against the
 //! headers that sit beside that library directory.
@@ -21,6 +24,7 @@ use std::path::PathBuf;
 fn main() {
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     println!("cargo:rerun-if-changed=src/autocast_shim.cpp");
+    println!("cargo:rerun-if-changed=src/cuda_shim.cpp");
     let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") else {
         panic!("torch-sys did not say where libtorch is (DEP_TCH_LIBTORCH_LIB unset)");
     };
@@ -34,6 +38,7 @@ fn main() {
     cc::Build::new()
         .cpp(true)
         .file("src/autocast_shim.cpp")
+        .file("src/cuda_shim.cpp")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
         .flag("-std=c++17")
@@ -48,10 +53,15 @@ fn main() {
 
     // Opt-in: keep libtorch_cuda in the link although no symbol of it is named (tch-rs #980,
     // #907), so that CUDA is found at run time. Needs the full CUDA libtorch. Only the worker
-    // trains on a GPU, so only `tune-worker` gets these: the tests and the in-process benchmark
-    // run on the CPU, and `tune bench trainer` measures through `tune-worker bench`.
+    // trains on a GPU, so only `tune-worker` gets these (`rustc-link-arg-bin`, never
+    // `rustc-link-arg`, which would load the CUDA libraries into every executable): the tests
+    // and the in-process benchmark run on the CPU, and `tune bench trainer` measures through
+    // `tune-worker bench`. `--allow-shlib-undefined`: libtorch_cuda's own dependencies (the
+    // nvidia-* wheels' libcudart, cublas, cudnn…) are found at run time through its rpath
+    // (`$ORIGIN/../../nvidia/…`), which the link-time search does not follow.
     if std::env::var_os("CARGO_FEATURE_CUDA").is_some() {
         for arg in [
+            "-Wl,--allow-shlib-undefined",
             "-Wl,--no-as-needed",
             "-ltorch",
             "-ltorch_cuda",

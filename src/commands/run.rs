@@ -15,12 +15,13 @@ use crate::scheduler::{Control, Scheduler};
 use crate::study::TrialSpec;
 
 pub fn run(args: &RunArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> {
-    let study = load_study(&args.study, db)?;
+    let mut study = load_study(&args.study, db)?;
     let ui = !args.no_tui && crate::tui::stdout_is_terminal();
     // A study that cannot run here is refused before its database is touched.
     if matches!(study.trial, TrialSpec::Builtin(_)) {
         worker_exe()?;
     }
+    check_devices(&mut study)?;
     let file = study.file.clone();
     let storage =
         crate::storage::open(&study.storage).map_err(|e| super::storage_error(&file, e))?;
@@ -48,7 +49,10 @@ async fn run_async(
 ) -> anyhow::Result<ExitCode> {
     let runner: Arc<dyn TrialRunner> = match &study.trial {
         TrialSpec::Command(c) => Arc::new(CommandRunner::new(c.clone())),
-        TrialSpec::Builtin(b) => Arc::new(WorkerRunner::new((**b).clone(), worker_exe()?)),
+        TrialSpec::Builtin(b) => Arc::new(
+            WorkerRunner::new((**b).clone(), worker_exe()?)
+                .with_gpu_memory_fraction(study.gpu_memory_fraction),
+        ),
     };
     let sampler = crate::sampler::build_with(study.sampler, &study.sampler_options);
     let pruner = crate::pruner::build(&study.pruner);
@@ -112,6 +116,41 @@ async fn run_async(
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses, before any trial starts, slots whose device cannot run them: a builtin study on CUDA
+/// with a `tune-worker` built without CUDA, or a `cuda:N` this machine does not have. Asked
+/// here rather than in the spec: a query or `tune watch` of the same file may run anywhere.
+///
+/// `"auto"` means whatever can run here: with a `tune-worker` built for the CPU only, a
+/// builtin study's slots go to the CPU, with a notice saying how to use the GPUs.
+pub(super) fn check_devices(study: &mut crate::study::Study) -> anyhow::Result<()> {
+    let file = study.file.display().to_string();
+    let on_cuda = study
+        .slots
+        .iter()
+        .any(|d| crate::devices::cuda_index(d).is_some());
+    if !on_cuda {
+        return Ok(());
+    }
+    if let TrialSpec::Builtin(_) = &study.trial {
+        let caps = crate::runner::worker::capabilities(&worker_exe()?)
+            .map_err(|e| super::bad(format!("{file}: {e}")))?;
+        if let Some(cpu) =
+            crate::devices::auto_on_cpu_worker(&study.slots, study.auto_devices, &caps)
+        {
+            eprintln!(
+                "tune: devices = \"auto\" found GPUs, but this tune-worker is built for the CPU only: the {} slot(s) train on the CPU (./scripts/setup.sh --cuda builds it with CUDA)",
+                cpu.len()
+            );
+            study.slots = cpu;
+            return Ok(());
+        }
+        crate::devices::check_worker(&study.slots, &caps)
+            .map_err(|e| super::bad(format!("{file}: {e}")))?;
+    }
+    crate::devices::check_slots(&study.slots, crate::devices::cuda_device_count())
+        .map_err(|e| super::bad(format!("{file}: {e}")))
 }
 
 /// The `tune-worker` binary that hosts libtorch: installed beside `tune`. It is built only with

@@ -56,6 +56,11 @@ pub fn worker(args: &WorkerArgs, db: Option<&StorageUrl>) -> anyhow::Result<Exit
             row.name, study.name
         )));
     }
+    // This machine's devices are checked here, before any trial is claimed.
+    if matches!(study.trial, crate::study::TrialSpec::Builtin(_)) {
+        super::run::worker_exe()?;
+    }
+    super::run::check_devices(&mut study)?;
     if let Some(r) = &args.runs_dir {
         study.runs_dir = std::env::current_dir()?.join(r);
     }

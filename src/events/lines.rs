@@ -15,6 +15,8 @@ pub struct Printer {
     direction: Direction,
     metric: String,
     best: Option<(u64, f64)>,
+    /// The GPU use of running trials, for their finishing line (where NVML samples them).
+    gpu: std::collections::HashMap<u64, crate::telemetry::GpuUsage>,
 }
 
 impl Printer {
@@ -23,6 +25,7 @@ impl Printer {
             direction,
             metric,
             best: None,
+            gpu: std::collections::HashMap::new(),
         }
     }
 
@@ -72,11 +75,20 @@ impl Printer {
                 fmt_params(params)
             ),
             Event::TrialReported { .. } => return None,
+            Event::GpuSampled { number, usage, .. } => {
+                self.gpu.insert(number.0, *usage);
+                return None;
+            }
             Event::TrialFinished { trial, at, .. } => {
+                let gpu = self.gpu.remove(&trial.number.0);
                 let dur = trial
                     .duration(*at)
                     .map(|d| format!(" in {:.1}s", d.as_secs_f64()))
                     .unwrap_or_default();
+                let dur = match gpu {
+                    Some(u) => format!("{dur} ({})", u.summary()),
+                    None => dur,
+                };
                 match trial.state() {
                     TrialState::Complete => {
                         self.consider(trial);
@@ -249,5 +261,54 @@ mod tests {
             },
         };
         assert_eq!(p.line(&ev, Duration::ZERO), None);
+    }
+
+    #[test]
+    fn a_finished_trial_whose_gpu_was_sampled_names_its_use() {
+        let mut p = Printer::new(Direction::Minimize, "loss".into());
+        let mut u = crate::telemetry::GpuUsage::first(crate::telemetry::GpuSample {
+            sm_pct: 20.0,
+            mem_mb: 1000.0,
+        });
+        u.add(crate::telemetry::GpuSample {
+            sm_pct: 46.0,
+            mem_mb: 2200.0,
+        });
+        let sampled = Event::GpuSampled {
+            number: TrialNumber(0),
+            slot: 0,
+            usage: u,
+        };
+        assert_eq!(p.line(&sampled, Duration::ZERO), None);
+        let line = p
+            .line(
+                &finished(
+                    0,
+                    TrialStatus::Complete {
+                        value: 0.5,
+                        ran: ran(2),
+                    },
+                ),
+                Duration::ZERO,
+            )
+            .expect("a line");
+        assert!(
+            line.contains("complete in 2.0s (GPU 33% SM, peak 2.1 GB): loss=0.5"),
+            "{line}"
+        );
+        // Only that trial's: the next one has no GPU note.
+        let next = p
+            .line(
+                &finished(
+                    1,
+                    TrialStatus::Complete {
+                        value: 0.7,
+                        ran: ran(2),
+                    },
+                ),
+                Duration::ZERO,
+            )
+            .expect("a line");
+        assert!(!next.contains("GPU"), "{next}");
     }
 }

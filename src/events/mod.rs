@@ -12,6 +12,7 @@ pub mod replay;
 use std::time::{Duration, SystemTime};
 
 use crate::space::Params;
+use crate::telemetry::GpuUsage;
 use crate::trial::{Direction, Report, Trial, TrialNumber};
 
 /// The slot of a trial whose slot the event source does not know (a replay, for a trial of a
@@ -60,6 +61,13 @@ pub enum Event {
         slot: usize,
         trial: Trial,
         at: SystemTime,
+    },
+    /// The GPU of a running trial's slot, sampled (about once a second) while it runs: only
+    /// where NVML is there (`crate::telemetry`), for command and builtin trials alike.
+    GpuSampled {
+        number: TrialNumber,
+        slot: usize,
+        usage: GpuUsage,
     },
     /// Scheduling of new trials paused or resumed.
     Paused(bool),

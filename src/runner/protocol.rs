@@ -17,6 +17,11 @@
 //! - `{"type":"end","status":"finished"|"stopped"|"failed","reason":"…"}`
 //!
 //! The worker exits when its stdin closes, so it never outlives the orchestrator.
+//!
+//! # Capabilities
+//! `tune-worker --capabilities` prints one [`Capabilities`] line and exits: `tune run` asks it
+//! before a builtin study on CUDA starts, so that a worker built without CUDA is refused up
+//! front instead of failing every trial.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -67,6 +72,17 @@ pub enum FromWorker {
     },
 }
 
+/// What a `tune-worker` binary can do, printed as one JSON line by `tune-worker --capabilities`:
+/// `{"cuda":false,"cuda_devices":0}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// Built with `--features tune-train/cuda` (linked against libtorch_cuda).
+    pub cuda: bool,
+    /// The CUDA devices libtorch sees (0 without CUDA, or when the driver is missing or too
+    /// old for the CUDA libtorch).
+    pub cuda_devices: usize,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,5 +110,19 @@ mod tests {
                 reason: Some(ref r),
             } if r == "diverged"
         ));
+    }
+
+    #[test]
+    fn capabilities_read_back_from_one_json_line() {
+        let c: Capabilities =
+            serde_json::from_str(r#"{"cuda":true,"cuda_devices":2}"#).expect("parses");
+        assert_eq!(
+            c,
+            Capabilities {
+                cuda: true,
+                cuda_devices: 2
+            }
+        );
+        assert!(serde_json::from_str::<Capabilities>(r#"{"cuda":true}"#).is_err());
     }
 }

@@ -17,7 +17,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
 
-use super::protocol::{EndStatus, FromWorker, ToWorker};
+use super::protocol::{Capabilities, EndStatus, FromWorker, ToWorker};
 use super::{ReportSender, RunEnd, RunFuture, RunResult, StopRequest, TrialJob, TrialRunner};
 use crate::builtin::BuiltinTrial;
 use crate::trial::Report;
@@ -41,6 +41,7 @@ pub struct WorkerRunner {
     trial: Arc<BuiltinTrial>,
     exe: PathBuf,
     slots: Mutex<HashMap<usize, Slot>>,
+    gpu_memory_fraction: Option<f64>,
 }
 
 impl WorkerRunner {
@@ -50,7 +51,15 @@ impl WorkerRunner {
             trial: Arc::new(trial),
             exe,
             slots: Mutex::new(HashMap::new()),
+            gpu_memory_fraction: None,
         }
+    }
+
+    /// Caps the caching allocator of each worker on a CUDA slot at this share of its GPU's
+    /// memory (`workers.gpu_memory_fraction`), so trials sharing a GPU cannot starve each other.
+    pub fn with_gpu_memory_fraction(mut self, fraction: Option<f64>) -> WorkerRunner {
+        self.gpu_memory_fraction = fraction;
+        self
     }
 
     fn slot(&self, slot: usize) -> Slot {
@@ -61,13 +70,71 @@ impl WorkerRunner {
     }
 }
 
-fn spawn(exe: &Path, device: &str, log: &Path) -> Result<Worker, String> {
+/// Asks a `tune-worker` binary what it can do (`tune-worker --capabilities`, one JSON line).
+/// Blocking: called once before a study starts, never on the executor.
+pub fn capabilities(exe: &Path) -> Result<Capabilities, String> {
+    let out = std::process::Command::new(exe)
+        .arg("--capabilities")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "`{} --capabilities` failed ({}): {}; rebuild it with this `tune` (`cargo build --release --workspace`)",
+            exe.display(),
+            describe_exit(Some(out.status)),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let line = text.lines().last().unwrap_or("").trim();
+    serde_json::from_str(line).map_err(|e| {
+        format!(
+            "`{} --capabilities` answered {line:?}, not its capabilities ({e}); rebuild it with this `tune` (`cargo build --release --workspace`)",
+            exe.display()
+        )
+    })
+}
+
+/// `PYTORCH_CUDA_ALLOC_CONF` with libtorch's per-process cap of the caching allocator set to
+/// `fraction`, keeping the user's other settings (a cap of theirs is replaced: the study's
+/// wins, since it is what keeps co-located trials apart).
+fn alloc_conf(existing: Option<&str>, fraction: f64) -> String {
+    let mut parts: Vec<String> = existing
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty() && !p.starts_with("per_process_memory_fraction"))
+        .map(str::to_string)
+        .collect();
+    parts.push(format!("per_process_memory_fraction:{fraction}"));
+    parts.join(",")
+}
+
+fn spawn(
+    exe: &Path,
+    device: &str,
+    log: &Path,
+    gpu_memory_fraction: Option<f64>,
+) -> Result<Worker, String> {
     let log_file = OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .map_err(|e| format!("cannot open the log {}: {e}", log.display()))?;
-    let mut child = Command::new(exe)
+    let mut command = Command::new(exe);
+    if let Some(f) = gpu_memory_fraction
+        && device.starts_with("cuda")
+    {
+        // Read by libtorch's CUDA caching allocator when it starts, before the first
+        // allocation: the worker needs no CUDA headers to set it.
+        let existing = std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok();
+        command.env(
+            "PYTORCH_CUDA_ALLOC_CONF",
+            alloc_conf(existing.as_deref(), f),
+        );
+    }
+    let mut child = command
         .args(["worker", "--device", device])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -139,9 +206,10 @@ impl TrialRunner for WorkerRunner {
         let slot = self.slot(job.slot);
         let trial = (*self.trial).clone();
         let exe = self.exe.clone();
+        let fraction = self.gpu_memory_fraction;
         Box::pin(async move {
             let mut guard = slot.lock().await;
-            run_on(&mut guard, &exe, trial, job, reports, stop).await
+            run_on(&mut guard, &exe, fraction, trial, job, reports, stop).await
         })
     }
 }
@@ -157,6 +225,7 @@ enum Asked {
 async fn run_on(
     slot: &mut Option<Worker>,
     exe: &Path,
+    gpu_memory_fraction: Option<f64>,
     trial: BuiltinTrial,
     job: TrialJob,
     reports: ReportSender,
@@ -198,7 +267,7 @@ async fn run_on(
         };
         if !alive {
             *slot = None;
-            match spawn(exe, &job.device, &log) {
+            match spawn(exe, &job.device, &log, gpu_memory_fraction) {
                 Ok(w) => *slot = Some(w),
                 Err(e) => return failed(e, None),
             }
@@ -323,5 +392,22 @@ fn timed_out(t: Option<Duration>) -> String {
 fn append_log(path: &Path, line: &str) {
     if let Ok(mut f) = OpenOptions::new().create(true).append(true).open(path) {
         let _ = writeln!(f, "{line}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::alloc_conf;
+
+    #[test]
+    fn the_memory_cap_joins_the_users_allocator_settings_and_replaces_their_cap() {
+        assert_eq!(alloc_conf(None, 0.5), "per_process_memory_fraction:0.5");
+        assert_eq!(
+            alloc_conf(
+                Some("expandable_segments:True, per_process_memory_fraction:0.9"),
+                0.25
+            ),
+            "expandable_segments:True,per_process_memory_fraction:0.25"
+        );
     }
 }

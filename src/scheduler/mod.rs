@@ -19,6 +19,7 @@ use crate::runner::{RunEnd, RunResult, StopRequest, TrialJob, TrialRunner};
 use crate::sampler::Sampler;
 use crate::storage::{Storage, StorageError, StudyRow};
 use crate::study::Study;
+use crate::telemetry::{GpuUsage, Gpus};
 use crate::trial::{FINAL_KEY, Report, Trial, TrialId, TrialNumber, TrialState};
 
 /// Why a running trial is being stopped by us.
@@ -51,8 +52,13 @@ impl Busy {
 
 enum SlotMsg {
     Report(usize, Report),
+    Gpu(usize, TrialNumber, GpuUsage),
     Done(usize, RunResult),
 }
+
+/// How often a running trial's GPU is sampled: NVML's utilisation is itself an average over
+/// its last sample period (1/6 s to 1 s by GPU), so sampling faster adds nothing.
+const GPU_SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Why the study ends once its running trials are done.
 #[derive(Debug)]
@@ -90,6 +96,9 @@ pub struct Scheduler {
     engine: Engine,
     runner: Arc<dyn TrialRunner>,
     events: mpsc::UnboundedSender<Event>,
+    /// NVML, where the study has a CUDA slot and the machine a driver; `None` otherwise,
+    /// and then nothing is sampled.
+    gpus: Option<Arc<Gpus>>,
 }
 
 impl Scheduler {
@@ -117,11 +126,19 @@ impl Scheduler {
             enqueue: &study.enqueue,
         };
         let engine = Engine::open(storage, &spec, sampler, pruner)?;
+        let gpus = study
+            .slots
+            .iter()
+            .any(|d| crate::devices::cuda_index(d).is_some())
+            .then(Gpus::open)
+            .flatten()
+            .map(Arc::new);
         Ok(Scheduler {
             study,
             engine,
             runner,
             events,
+            gpus,
         })
     }
 
@@ -243,6 +260,13 @@ impl Scheduler {
                     let Some(msg) = msg else { break };
                     let res = match msg {
                         SlotMsg::Report(slot, report) => self.on_report(slot, &mut slots, report),
+                        SlotMsg::Gpu(slot, number, usage) => {
+                            // A sample may trail its trial's end; only the running trial's counts.
+                            if slots[slot].as_ref().is_some_and(|b| b.number == number) {
+                                self.emit(Event::GpuSampled { number, slot, usage });
+                            }
+                            Ok(())
+                        }
                         SlotMsg::Done(slot, result) => match slots[slot].take() {
                             Some(b) => self.on_done(slot, b, result),
                             None => Ok(()),
@@ -391,6 +415,10 @@ impl Scheduler {
         };
         let runner = Arc::clone(&self.runner);
         let tx = tx.clone();
+        let gpu = crate::devices::cuda_index(&job.device)
+            .and_then(|i| u32::try_from(i).ok())
+            .zip(self.gpus.clone());
+        let number = trial.number;
         tokio::spawn(async move {
             if let Err(e) = tokio::fs::create_dir_all(&trial_dir).await {
                 let _ = tx.send(SlotMsg::Done(
@@ -411,12 +439,29 @@ impl Scheduler {
             let (rtx, mut rrx) = mpsc::unbounded_channel();
             let fut = runner.run(job, rtx, stop_rx);
             tokio::pin!(fut);
+            // The first sample a period in: one at the very start would catch the trial
+            // before its first kernel and pull its mean down.
+            let mut sample_tick = tokio::time::interval_at(
+                tokio::time::Instant::now() + GPU_SAMPLE_EVERY,
+                GPU_SAMPLE_EVERY,
+            );
+            let mut usage: Option<GpuUsage> = None;
             // Reports and the end travel on one channel, so the end never overtakes a report.
             let result = loop {
                 tokio::select! {
                     biased;
                     Some(r) = rrx.recv() => { let _ = tx.send(SlotMsg::Report(slot, r)); }
                     res = &mut fut => break res,
+                    _ = sample_tick.tick(), if gpu.is_some() => {
+                        // An NVML read takes microseconds: no need for a blocking thread.
+                        if let Some(s) = gpu.as_ref().and_then(|(i, g)| g.sample(*i)) {
+                            let u = match usage.as_mut() {
+                                Some(u) => { u.add(s); *u }
+                                None => *usage.insert(GpuUsage::first(s)),
+                            };
+                            let _ = tx.send(SlotMsg::Gpu(slot, number, u));
+                        }
+                    }
                 }
             };
             while let Ok(r) = rrx.try_recv() {

@@ -62,6 +62,9 @@ pub struct TrialRow {
     pub n_reports: usize,
     /// Log files, where the source knows them (the database does; events do not yet).
     pub logs: Vec<String>,
+    /// Its slot's GPU while it ran (latest sample, mean utilisation, peak memory), where
+    /// NVML sampled it: live runs on a machine with an NVIDIA driver only.
+    pub gpu: Option<crate::telemetry::GpuUsage>,
 }
 
 impl TrialRow {
@@ -81,6 +84,7 @@ impl TrialRow {
             last: None,
             n_reports: 0,
             logs: Vec::new(),
+            gpu: None,
         }
     }
 
@@ -555,6 +559,11 @@ impl UiState {
                     s.trial = None;
                 }
                 true
+            }
+            Event::GpuSampled { number, usage, .. } => {
+                let i = self.row_index(*number, TrialState::Running);
+                self.trials[i].gpu = Some(*usage);
+                false
             }
             Event::Paused(p) => {
                 self.paused = *p;

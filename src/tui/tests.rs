@@ -665,3 +665,62 @@ fn the_fixed_columns_come_first_in_the_order_sort_column_assumes() {
     );
     assert_eq!(c[5], Column::Param("batch_size".into()));
 }
+
+fn gpu_sampled(n: u64, slot: usize, sm: f64, mem_mb: f64) -> Event {
+    Event::GpuSampled {
+        number: TrialNumber(n),
+        slot,
+        usage: crate::telemetry::GpuUsage::first(crate::telemetry::GpuSample {
+            sm_pct: sm,
+            mem_mb,
+        }),
+    }
+}
+
+#[test]
+fn the_worker_rows_show_each_slots_gpu_only_where_it_was_sampled() {
+    let mut s = fresh(Direction::Minimize, Some(10));
+    s.apply(&started(0, 0));
+    s.apply(&started(1, 1));
+    let before = screen(&s, 160, 48);
+    assert!(
+        !before.contains("gpu sm mem"),
+        "no telemetry, no column:\n{before}"
+    );
+    s.apply(&gpu_sampled(0, 0, 33.0, 2150.0));
+    let after = screen(&s, 160, 48);
+    assert!(after.contains("gpu sm mem"), "{after}");
+    assert!(after.contains(" 33% 2.1G"), "{after}");
+    // Slot 1's trial was never sampled: a dash, not a zero.
+    let row1 = after
+        .lines()
+        .find(|l| l.contains("#1 "))
+        .expect("slot 1's row");
+    assert!(!row1.contains('%'), "{row1}");
+}
+
+#[test]
+fn the_trial_screen_shows_the_mean_utilisation_and_peak_memory_of_its_gpu() {
+    let mut s = fresh(Direction::Minimize, Some(10));
+    s.apply(&started(0, 0));
+    s.apply(&gpu_sampled(0, 0, 20.0, 1000.0));
+    let mut u = crate::telemetry::GpuUsage::first(crate::telemetry::GpuSample {
+        sm_pct: 20.0,
+        mem_mb: 1000.0,
+    });
+    u.add(crate::telemetry::GpuSample {
+        sm_pct: 40.0,
+        mem_mb: 3000.0,
+    });
+    s.apply(&Event::GpuSampled {
+        number: TrialNumber(0),
+        slot: 0,
+        usage: u,
+    });
+    s.handle_key(code(KeyCode::Enter));
+    let text = screen(&s, 160, 48);
+    assert!(
+        text.contains("GPU 30% SM, peak 2.9 GB; now 40% SM, 2.9 GB (2 samples)"),
+        "{text}"
+    );
+}

@@ -447,7 +447,13 @@ fn render_workers(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme)
     let block = section(Line::from(title), theme);
     let wide = area.width >= 120;
     let gauge_w: usize = if wide { 16 } else { 8 };
-    let header = Row::new(vec![
+    // The GPU column exists only where NVML sampled a running trial: no driver, no column.
+    let gpu_col = state
+        .slots
+        .iter()
+        .filter_map(|s| s.trial.and_then(|n| state.trial(n)))
+        .any(|t| t.gpu.is_some());
+    let mut header = vec![
         Cell::from("slot"),
         Cell::from("device"),
         Cell::from("trial"),
@@ -456,13 +462,17 @@ fn render_workers(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme)
         Cell::from(truncate(metric, 9)),
         Cell::from("samp/s"),
         Cell::from("wait"),
-    ])
-    .style(theme.header());
+    ];
+    if gpu_col {
+        header.push(Cell::from("gpu sm mem"));
+    }
+    let header = Row::new(header).style(theme.header());
     let progress_w = gauge_w as u16 + if wide { 12 } else { 7 };
+    let gpu_w: usize = if gpu_col { GPU_W as usize + 1 } else { 0 };
     // What the params column gets of the width: the rest of the row after the fixed columns
     // and the spaces between the eight columns.
-    let params_w =
-        (area.width as usize).saturating_sub(4 + 7 + 6 + progress_w as usize + 9 + 6 + 4 + 7);
+    let params_w = (area.width as usize)
+        .saturating_sub(4 + 7 + 6 + progress_w as usize + 9 + 6 + 4 + 7 + gpu_w);
     let rows: Vec<Row> = state
         .slots
         .iter()
@@ -496,7 +506,7 @@ fn render_workers(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme)
                 }),
             };
             let na = || "–".to_string();
-            Row::new(vec![
+            let mut cells = vec![
                 Cell::from(format!("{i}")),
                 Cell::from(s.device.clone()),
                 Cell::from(format!("#{}", t.number)).style(theme.slot(i)),
@@ -513,10 +523,26 @@ fn render_workers(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme)
                         .map(|w| format!("{:.0}%", w * 100.0))
                         .unwrap_or_else(na),
                 ),
-            ])
+            ];
+            if gpu_col {
+                // The GPU's utilisation and memory now: an idle GPU under a running trial
+                // says the trial waits on data or on kernel launches.
+                cells.push(Cell::from(
+                    t.gpu
+                        .map(|u| {
+                            format!(
+                                "{:>3.0}% {}",
+                                u.latest.sm_pct,
+                                fmt_gb_short(u.latest.mem_mb)
+                            )
+                        })
+                        .unwrap_or_else(na),
+                ));
+            }
+            Row::new(cells)
         })
         .collect();
-    let widths = [
+    let mut widths = vec![
         Constraint::Length(4),
         Constraint::Length(7),
         Constraint::Length(6),
@@ -526,6 +552,9 @@ fn render_workers(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme)
         Constraint::Length(6),
         Constraint::Length(4),
     ];
+    if gpu_col {
+        widths.push(Constraint::Length(GPU_W));
+    }
     frame.render_widget(
         Table::new(rows, widths)
             .header(header)
@@ -533,6 +562,18 @@ fn render_workers(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme)
             .block(block),
         area,
     );
+}
+
+/// The worker rows' GPU column: "100% 65.6G".
+const GPU_W: u16 = 10;
+
+/// GPU memory in a few characters: "812M", "2.1G", "65.6G".
+fn fmt_gb_short(mb: f64) -> String {
+    if mb < 1000.0 {
+        format!("{mb:.0}M")
+    } else {
+        format!("{:.1}G", mb / 1024.0)
+    }
 }
 
 /// Bounds that show the bulk of the values: the extreme 5% on the bad side is clipped to
@@ -1081,6 +1122,18 @@ fn render_trial(
         Span::styled("run     ", theme.header()),
         Span::raw(when.join(", ")),
     ]));
+    if let Some(u) = &t.gpu {
+        lines.push(Line::from(vec![
+            Span::styled("gpu     ", theme.header()),
+            Span::raw(format!(
+                "{}; now {:.0}% SM, {} ({} samples)",
+                u.summary(),
+                u.latest.sm_pct,
+                crate::telemetry::fmt_mb(u.latest.mem_mb),
+                u.samples
+            )),
+        ]));
+    }
     lines.push(Line::from(vec![
         Span::styled("reports ", theme.header()),
         Span::raw(match &t.last {

@@ -28,8 +28,9 @@ pub enum BenchCommand {
     /// at each budget, sequential and with trials pending, and the median ms per ask.
     Optimizers(OptimizersArgs),
     /// The built-in trainer against PyTorch eager (the same torch 2.13.0) on the same model,
-    /// data and batch: samples/s of each and the ratio, fp32 and bf16. Arguments go to
-    /// `tune-worker bench` (e.g. `--steps 200 --models mlp,cnn --amp off,bf16`).
+    /// data and batch: samples/s of each and the ratio, fp32, bf16 and fp16, on the CPU or a
+    /// GPU. Arguments go to `tune-worker bench` (e.g. `--device cuda:0 --steps 200 --models
+    /// mlp,cnn --amp off,bf16,fp16`).
     Trainer(TrainerBenchArgs),
     /// Pruning on a quickstart-shaped study (issue 5): `asha` against `none` with the same
     /// trials (best val_loss and epoch-compute of each) and with the same epoch-compute (best

@@ -6,7 +6,14 @@ fn main() -> std::process::ExitCode {
         .skip(1)
         .filter(|a| a != "--bench")
         .collect();
-    match tune_train::bench::run(&tune_train::bench::BenchOptions::from_args(&args)) {
+    let opts = match tune_train::bench::BenchOptions::from_args(&args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("bench trainer: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match tune_train::bench::run(&opts) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("bench trainer: {e}");

@@ -1,9 +1,15 @@
 //! `tune bench trainer`: trains the same model on the same data with the same batch,
 //! optimizer and precision in tune's trainer and in PyTorch eager (`benches/torch_baseline.py`,
 //! the same torch 2.13.0, run in the same invocation), and prints samples/s of each and their
-//! ratio, for the MLP and the CNN in fp32 and bf16. One intra-op thread on both sides, as in a
-//! trial. Each figure is the best of `repeat` timed runs, so that other load on the machine
-//! penalises neither side more than the other.
+//! ratio, for the MLP and the CNN in fp32, bf16 and fp16, on the CPU or a CUDA device
+//! (`--device cuda:N`). One intra-op thread on both sides, as in a trial. Each figure is the
+//! best of `repeat` timed runs, so that other load on the machine penalises neither side more
+//! than the other.
+//!
+//! The eager side runs with its fastest defaults: Adam with `foreach=True` (one kernel per
+//! step for all parameters) and, for the CNN, channels-last as tune does
+//! (`--torch-default-layout` measures eager's default layout instead). On CUDA both sides
+//! are timed between device syncs, and read the loss every 16 steps as a trial does.
 //!
 //! Needs `scripts/setup.sh --bench` (the Python side: torch's pure-Python dependencies and the
 //! CUDA libraries its extension module links against).
@@ -33,9 +39,11 @@ pub struct BenchOptions {
     pub repeat: usize,
     /// Skip the PyTorch side (tune's figures only).
     pub no_python: bool,
-    /// Run the PyTorch CNN in channels-last layout too (as tune does), instead of eager's
-    /// default layout.
+    /// Run the PyTorch CNN in channels-last layout (as tune does: the default), or in eager's
+    /// default layout (`--torch-default-layout`).
     pub torch_channels_last: bool,
+    /// Where both sides train (`--device cpu|cuda:N`).
+    pub device: Device,
 }
 
 impl Default for BenchOptions {
@@ -48,15 +56,17 @@ impl Default for BenchOptions {
             steps: 200,
             repeat: 3,
             no_python: false,
-            torch_channels_last: false,
+            torch_channels_last: true,
+            device: Device::Cpu,
         }
     }
 }
 
 impl BenchOptions {
-    /// `--steps N --batch N --repeat N --models mlp,cnn --amp off,bf16 --no-python`; unknown
-    /// words are ignored (cargo bench passes its own).
-    pub fn from_args(args: &[String]) -> BenchOptions {
+    /// `--steps N --batch N --repeat N --models mlp,cnn --amp off,bf16,fp16 --device cuda:0
+    /// --no-python --torch-default-layout`; unknown words are ignored (cargo bench passes its
+    /// own); a device that is not one is an error.
+    pub fn from_args(args: &[String]) -> Result<BenchOptions, String> {
         let mut o = BenchOptions::default();
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -71,6 +81,8 @@ impl BenchOptions {
                             .filter_map(|m| match m {
                                 "mlp" => Some(ModelKind::Mlp),
                                 "cnn" => Some(ModelKind::Cnn),
+                                "resnet" => Some(ModelKind::Resnet),
+                                "transformer" => Some(ModelKind::Transformer),
                                 _ => None,
                             })
                             .collect();
@@ -83,19 +95,32 @@ impl BenchOptions {
                             .filter_map(|m| match m {
                                 "off" | "fp32" => Some(Amp::Off),
                                 "bf16" => Some(Amp::Bf16),
+                                "fp16" => Some(Amp::Fp16),
                                 _ => None,
                             })
                             .collect();
                     }
                 }
                 "--no-python" => o.no_python = true,
+                // The default now; still accepted from older command lines.
                 "--torch-channels-last" => o.torch_channels_last = true,
+                "--torch-default-layout" => o.torch_channels_last = false,
+                "--device" => {
+                    let v = it.next().map(String::as_str).unwrap_or("");
+                    o.device = crate::worker::parse_device(v).ok_or_else(|| {
+                        format!("--device: {v:?} is not a device (cpu, cuda or cuda:N)")
+                    })?;
+                }
                 _ => {}
             }
         }
-        o
+        Ok(o)
     }
 }
+
+/// The Transformer's width, heads and context (its depth is 2, as every model's here); the
+/// Python side takes the same (`--tf-width`, `--tf-heads`, `--tf-context`).
+const TRANSFORMER: (i64, i64, i64) = (128, 4, 128);
 
 fn hyper(model: ModelKind, amp: Amp, batch: i64) -> Hyper {
     Hyper {
@@ -116,11 +141,16 @@ fn hyper(model: ModelKind, amp: Amp, batch: i64) -> Hyper {
         epochs: None,
         time_budget: None,
         report_every: 0,
-        width: if model == ModelKind::Mlp { 256 } else { 32 },
+        width: match model {
+            ModelKind::Mlp => 256,
+            ModelKind::Resnet => 16,
+            ModelKind::Transformer => TRANSFORMER.0,
+            ModelKind::Cnn => 32,
+        },
         depth: 2,
         dropout: 0.0,
-        heads: 1,
-        context: 1,
+        heads: TRANSFORMER.1,
+        context: TRANSFORMER.2,
     }
 }
 
@@ -133,8 +163,13 @@ fn tune_once(
     o: &BenchOptions,
 ) -> Result<Rate, String> {
     tch::manual_seed(0);
-    let mut s = Session::new(h, ds.task, &ds.sample_shape, Device::Cpu, h.lr)?;
-    let mut loader = Loader::new(ds, Device::Cpu, h.batch_size, None, spec, 0);
+    let device = o.device;
+    let mut s = Session::new(h, ds.task, &ds.sample_shape, device, h.lr)?;
+    let context = (h.model == ModelKind::Transformer).then_some(h.context);
+    let mut loader = Loader::new(ds, device, h.batch_size, context, spec, 0);
+    // As in a trial: reading the loss syncs the device, so on CUDA it is read every 16 steps.
+    let check_every = if device.is_cuda() { 16 } else { 1 };
+    let mut n = 0usize;
     let mut step = |s: &mut Session| -> Result<(), String> {
         let mut next = || {
             loader
@@ -143,19 +178,31 @@ fn tune_once(
                 .map_err(super::TrainError::Failed)
         };
         let loss = s.accumulate(&mut next, 1).map_err(|e| e.to_string())?;
-        if !loss.double_value(&[]).is_finite() {
+        n += 1;
+        // fp16's overflowing steps are the loss scaler's business (skipped), not divergence.
+        if n.is_multiple_of(check_every)
+            && h.amp != Amp::Fp16
+            && !loss.double_value(&[]).is_finite()
+        {
             return Err("the benchmark diverged".into());
         }
         s.apply();
         Ok(())
     };
+    let sync = || {
+        if let Device::Cuda(i) = device {
+            tch::Cuda::synchronize(i as i64);
+        }
+    };
     for _ in 0..o.warmup {
         step(&mut s)?;
     }
+    sync();
     let (t0, c0) = (Instant::now(), thread_cpu_secs());
     for _ in 0..o.steps {
         step(&mut s)?;
     }
+    sync();
     let samples = o.steps as f64 * h.batch_size as f64;
     Ok(Rate {
         wall: samples / t0.elapsed().as_secs_f64(),
@@ -237,6 +284,12 @@ impl Python {
             .args(["--batch", &o.batch.to_string()])
             .args(["--steps", &o.steps.to_string()])
             .args(["--warmup", &o.warmup.to_string()])
+            .args(["--device", &device_arg(o.device)])
+            .arg("--text")
+            .arg(root.join("datasets/gpl-3.0.txt"))
+            .args(["--tf-width", &TRANSFORMER.0.to_string()])
+            .args(["--tf-heads", &TRANSFORMER.1.to_string()])
+            .args(["--tf-context", &TRANSFORMER.2.to_string()])
             .args(o.torch_channels_last.then_some("--channels-last"))
             .env(
                 "PYTHONPATH",
@@ -294,9 +347,23 @@ impl Drop for Python {
     }
 }
 
+/// A device as both tch and torch spell it.
+fn device_arg(d: Device) -> String {
+    match d {
+        Device::Cuda(i) => format!("cuda:{i}"),
+        _ => "cpu".into(),
+    }
+}
+
 /// Runs the benchmark and prints a table.
 pub fn run(o: &BenchOptions) -> Result<(), String> {
     tch::set_num_threads(1);
+    if o.device.is_cuda() && !tch::Cuda::is_available() {
+        return Err(format!(
+            "--device {}: this tune-worker sees no CUDA device (build it with CUDA: ./scripts/setup.sh --cuda)",
+            device_arg(o.device)
+        ));
+    }
     let fashion = Path::new(FASHION_MNIST_DIR);
     let (source, data_arg, data_name) = if fashion.join("train-images-idx3-ubyte.gz").is_file() {
         (
@@ -324,17 +391,31 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         prefetch: 4,
     };
     let ds = data::load(&spec).map_err(|e| e.to_string())?;
+    // The Transformer is a language model: the vendored GPL-3 text as bytes, on both sides.
+    let text_spec = DataSpec {
+        source: Source::Gpl3Text,
+        ..spec.clone()
+    };
+    let text = if o.models.contains(&ModelKind::Transformer) {
+        Some(data::load(&text_spec).map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
     let configs: Vec<(ModelKind, Amp)> = o
         .models
         .iter()
         .flat_map(|m| o.amps.iter().map(move |a| (*m, *a)))
         .collect();
     println!(
-        "tune bench trainer: {data_name}; batch {}, Adam, {} timed steps after {} warm-up, best of {} alternating runs; 1 intra-op thread each side",
-        o.batch, o.steps, o.warmup, o.repeat
+        "tune bench trainer: {data_name} on {}; batch {}, Adam (torch: foreach), {} timed steps after {} warm-up, best of {} alternating runs; 1 intra-op thread each side",
+        device_arg(o.device),
+        o.batch,
+        o.steps,
+        o.warmup,
+        o.repeat
     );
     println!(
-        "models: mlp = 784-256-256-10 ReLU; cnn = conv3x3(32)+pool, conv3x3(64)+pool, linear (tune: channels-last; torch: {})",
+        "models: mlp = 784-256-256-10 ReLU; cnn = conv3x3(32)+pool, conv3x3(64)+pool, linear; resnet = CIFAR-style, width 16, 2 blocks a stage; transformer = 2 pre-norm layers, width 128, 4 heads, context 128, on GPL-3 bytes (conv models: tune channels-last; torch {})",
         if o.torch_channels_last {
             "channels-last"
         } else {
@@ -352,7 +433,12 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     let mut torch = vec![Rate::default(); configs.len()];
     for _ in 0..o.repeat.max(1) {
         for (i, (m, a)) in configs.iter().enumerate() {
-            let r = tune_once(&ds, &spec, &hyper(*m, *a, o.batch), o)?;
+            let r = match (&text, *m) {
+                (Some(t), ModelKind::Transformer) => {
+                    tune_once(t, &text_spec, &hyper(*m, *a, o.batch), o)?
+                }
+                _ => tune_once(&ds, &spec, &hyper(*m, *a, o.batch), o)?,
+            };
             tune_rates[i] = tune_rates[i].best(r);
             if let Some(p) = python.as_mut() {
                 torch[i] = torch[i].best(p.measure(*m, *a)?);
@@ -361,7 +447,7 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     }
     let torch_rates = python.is_some().then_some(torch);
     println!(
-        "{:<6} {:<5} | {:>12} {:>12} {:>7} | {:>12} {:>12} {:>7} | {:>9}",
+        "{:<11} {:<5} | {:>12} {:>12} {:>7} | {:>12} {:>12} {:>7} | {:>9}",
         "model",
         "amp",
         "tune /s",
@@ -370,7 +456,7 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         "tune /cpu-s",
         "torch /cpu-s",
         "ratio",
-        "bf16/fp32"
+        "amp/fp32"
     );
     for (i, (m, a)) in configs.iter().enumerate() {
         let t = tune_rates[i];
@@ -378,8 +464,13 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
             .iter()
             .position(|c| c.0 == *m && c.1 == Amp::Off)
             .map(|j| tune_rates[j]);
+        // Against fp32 in wall time on CUDA (the launching thread's CPU time says little
+        // there), in CPU time on the CPU.
         let speedup = match (a, fp32) {
-            (Amp::Bf16, Some(f)) => format!("{:.2}", t.cpu / f.cpu),
+            (Amp::Bf16 | Amp::Fp16, Some(f)) if o.device.is_cuda() => {
+                format!("{:.2}", t.wall / f.wall)
+            }
+            (Amp::Bf16 | Amp::Fp16, Some(f)) => format!("{:.2}", t.cpu / f.cpu),
             _ => "-".into(),
         };
         let (pw, pc, rw, rc) = match &torch_rates {
@@ -392,7 +483,7 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
             None => ("-".into(), "-".into(), "-".into(), "-".into()),
         };
         println!(
-            "{:<6} {:<5} | {:>12.0} {:>12} {:>7} | {:>12.0} {:>12} {:>7} | {:>9}",
+            "{:<11} {:<5} | {:>12.0} {:>12} {:>7} | {:>12.0} {:>12} {:>7} | {:>9}",
             m.as_str(),
             a.to_string(),
             t.wall,
@@ -405,4 +496,49 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_device_and_fp16_are_read_from_the_arguments() {
+        let o = BenchOptions::from_args(&args(&[
+            "--device",
+            "cuda:1",
+            "--amp",
+            "off,bf16,fp16",
+            "--models",
+            "mlp,resnet,transformer",
+        ]))
+        .expect("valid");
+        assert_eq!(
+            o.models,
+            [ModelKind::Mlp, ModelKind::Resnet, ModelKind::Transformer]
+        );
+        assert_eq!(o.device, Device::Cuda(1));
+        assert_eq!(o.amps, [Amp::Off, Amp::Bf16, Amp::Fp16]);
+        assert!(o.torch_channels_last, "eager's fastest layout by default");
+        let o = BenchOptions::from_args(&args(&["--torch-default-layout"])).expect("valid");
+        assert_eq!(o.device, Device::Cpu);
+        assert!(!o.torch_channels_last);
+        let e = BenchOptions::from_args(&args(&["--device", "gpu0"])).expect_err("not a device");
+        assert!(e.contains("\"gpu0\" is not a device"), "{e}");
+    }
+
+    #[test]
+    fn a_cuda_device_this_worker_cannot_see_is_refused_with_the_fix() {
+        if tch::Cuda::is_available() {
+            return;
+        }
+        let o =
+            BenchOptions::from_args(&args(&["--device", "cuda:0", "--no-python"])).expect("valid");
+        let e = run(&o).expect_err("no CUDA here");
+        assert!(e.contains("./scripts/setup.sh --cuda"), "{e}");
+    }
 }

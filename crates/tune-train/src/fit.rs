@@ -23,8 +23,11 @@ pub enum TrainError {
     /// The loss became NaN or infinite.
     #[error("diverged: loss became {what} at step {step}")]
     Diverged { step: u64, what: &'static str },
-    #[error("out of device memory")]
-    OutOfMemory,
+    /// The allocator refused an allocation: the trial fails with reason "oom" and
+    /// libtorch's own message ("CUDA out of memory. Tried to allocate 32.00 GiB…"), which says
+    /// how much was asked and what was held.
+    #[error("oom: {0}")]
+    OutOfMemory(String),
     /// A stop request arrived; the run ended at a step boundary.
     #[error("stopped")]
     Stopped,
@@ -218,7 +221,13 @@ pub fn train(
         Err(p) => {
             let msg = data::panic_message(&p);
             if is_oom(&msg) {
-                Err(TrainError::OutOfMemory)
+                // The whole text, backtrace included, goes to the trial's log; the worker
+                // stays for the next trial, so it must not keep the failed trial's cache.
+                eprintln!("tune worker: out of memory on {device:?}:\n{msg}");
+                if device.is_cuda() {
+                    crate::cuda::empty_cache();
+                }
+                Err(TrainError::OutOfMemory(torch_message(&msg)))
             } else {
                 Err(TrainError::Failed(format!(
                     "libtorch error: {}",
@@ -243,6 +252,7 @@ fn train_inner(
         .get(&trial.data)
         .map_err(|e| TrainError::Failed(e.to_string()))?;
     tch::manual_seed(seed as i64);
+    crate::cuda::reset_peak(device);
     let context = (h.model == ModelKind::Transformer).then_some(h.context);
     let schedule = Schedule {
         kind: h.schedule,
@@ -338,13 +348,16 @@ fn train_inner(
         }
         step += 1;
         interval_samples += h.effective_batch();
+        let end = total_steps.is_some_and(|t| step >= t);
+        let report = step.is_multiple_of(report_every) || end;
+        if report && device.is_cuda() {
+            // CUDA runs the queued steps after the launch returns: only a sync before the
+            // clock is read counts them all in this interval's training time.
+            tch::Cuda::synchronize(device_index(device) as i64);
+        }
         train_time += t0.elapsed();
 
-        let end = total_steps.is_some_and(|t| step >= t);
-        if step.is_multiple_of(report_every) || end {
-            if device.is_cuda() {
-                tch::Cuda::synchronize(device_index(device) as i64);
-            }
+        if report {
             let train_loss = if loss_steps > 0 {
                 loss_sum.double_value(&[]) / loss_steps as f64
             } else {
@@ -374,9 +387,12 @@ fn train_inner(
             m.insert("data_wait".into(), wait.as_secs_f64() / secs.max(1e-9));
             m.insert("lr".into(), lr);
             m.insert("skipped_steps".into(), skipped as f64);
-            if !device.is_cuda()
-                && let Some(mb) = peak_rss_mb()
-            {
+            let peak = if device.is_cuda() {
+                crate::cuda::peak_allocated_mb(device)
+            } else {
+                peak_rss_mb()
+            };
+            if let Some(mb) = peak {
                 m.insert("peak_mem_mb".into(), mb);
             }
             on_event(TrainEvent::Report(Report { step, metrics: m }));
@@ -387,6 +403,12 @@ fn train_inner(
             loss_sum = Tensor::zeros([], (Kind::Float, device));
             loss_steps = 0;
         }
+    }
+    if device.is_cuda() && step > last_reported {
+        // The steps still queued on the GPU belong to this last interval's training time.
+        let t = Instant::now();
+        tch::Cuda::synchronize(device_index(device) as i64);
+        train_time += t.elapsed();
     }
     if step > last_reported || step == 0 {
         // A time budget ended the run between reports: one last evaluation, so the final
@@ -755,7 +777,27 @@ mod tests {
         p.insert("lr".into(), ParamValue::Float(1e-3));
         p.insert("width".into(), ParamValue::Int(1 << 36));
         let (r, _) = run(&t, &p, 1);
-        assert_eq!(r, Err(TrainError::OutOfMemory));
-        assert_eq!(TrainError::OutOfMemory.to_string(), "out of device memory");
+        match r {
+            Err(e @ TrainError::OutOfMemory(_)) => {
+                let text = e.to_string();
+                assert!(text.starts_with("oom: "), "{text}");
+                // libtorch's own words, without tch's wrapping or the C++ backtrace.
+                assert!(is_oom(&text), "{text}");
+                assert!(!text.contains("Exception raised"), "{text}");
+            }
+            other => panic!("expected out of memory, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_cuda_out_of_memory_panic_keeps_its_whole_first_line() {
+        let p = r#"called `Result::unwrap()` on an `Err` value: Torch("CUDA out of memory. Tried to allocate 32.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 12.50 GiB is free. Of the allocated memory 65.60 GiB is allocated by PyTorch\nException raised from malloc at CUDACachingAllocator.cpp:1\nframe #0: x")"#;
+        assert!(is_oom(p));
+        let e = TrainError::OutOfMemory(torch_message(p));
+        assert_eq!(
+            e.to_string(),
+            "oom: CUDA out of memory. Tried to allocate 32.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 12.50 GiB is free. Of the allocated memory 65.60 GiB is allocated by PyTorch"
+        );
+        assert!(!is_oom("shape mismatch [2, 3]"));
     }
 }

@@ -14,10 +14,13 @@
 //! (training samples per second of training time since the last report, evaluation
 //! excluded), `data_wait` (fraction of that training time spent waiting for a batch), `lr`
 //! (the learning rate of the last step), `skipped_steps` (fp16 steps skipped for non-finite
-//! gradients) and `peak_mem_mb` (the worker's peak resident memory on CPU; absent on CUDA,
-//! where tch offers no allocator statistics).
+//! gradients) and `peak_mem_mb` (the worker's peak resident memory on the CPU; on CUDA the
+//! caching allocator's peak allocation during the trial, as `torch.cuda.max_memory_allocated`).
+//! On CUDA, `samples_per_s` is timed after a device sync at each report, so steps still queued
+//! on the GPU count in the interval that launched them.
 
 pub mod bench;
+pub mod cuda;
 pub mod data;
 pub mod fit;
 pub mod models;

@@ -21,7 +21,7 @@ use crate::data::DataCache;
 use crate::{TrainError, TrainEvent};
 
 /// Parses `cpu`, `cuda` or `cuda:N`.
-fn parse_device(s: &str) -> Option<tch::Device> {
+pub fn parse_device(s: &str) -> Option<tch::Device> {
     match s {
         "cpu" => Some(tch::Device::Cpu),
         "cuda" => Some(tch::Device::Cuda(0)),
@@ -123,7 +123,7 @@ pub fn worker_main(device: &str) -> ExitCode {
                     format!("{device_name}: libtorch sees no CUDA device")
                 } else {
                     format!(
-                        "{device_name} is not available to this build (CUDA needs `--features tune-train/cuda` and a CUDA libtorch)"
+                        "{device_name} is not available to this build of tune-worker: build it with CUDA (`./scripts/setup.sh --cuda`)"
                     )
                 }))
             }
@@ -148,6 +148,11 @@ pub fn worker_main(device: &str) -> ExitCode {
                 },
             ),
         };
+        if device.is_some_and(|d| d.is_cuda()) {
+            // The trial's tensors are gone: hand their cached blocks back to the driver, so
+            // that another slot's trial on this GPU can have them while this worker waits.
+            crate::cuda::empty_cache();
+        }
         let end = match result {
             Ok(()) => FromWorker::End {
                 status: EndStatus::Finished,

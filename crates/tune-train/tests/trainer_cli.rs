@@ -119,3 +119,55 @@ dataset = "digits"
     );
     assert!(Path::new(&dir.path().join("t.db")).exists());
 }
+
+#[test]
+fn the_worker_says_whether_it_was_built_with_cuda() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tune-worker"))
+        .arg("--capabilities")
+        .output()
+        .expect("tune-worker runs");
+    assert!(out.status.success(), "{out:?}");
+    let caps: tune::runner::protocol::Capabilities =
+        serde_json::from_slice(&out.stdout).expect("one JSON line of capabilities");
+    assert_eq!(caps.cuda, cfg!(feature = "cuda"));
+    if !caps.cuda {
+        assert_eq!(caps.cuda_devices, 0);
+    }
+}
+
+#[test]
+fn a_builtin_study_on_cuda_with_this_cpu_worker_is_refused_before_any_trial() {
+    if cfg!(feature = "cuda") {
+        // A CUDA build may train there: this refusal is for the CPU build.
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let study = dir.path().join("gpu.toml");
+    std::fs::write(
+        &study,
+        "[study]\nname = \"gpu\"\nmetric = \"val_loss\"\ntrials = 2\n\n[space]\nlr = { type = \"float\", low = 1e-3, high = 1e-2, log = true }\n\n[workers]\ndevices = [\"cuda:0\"]\n\n[trial]\nkind = \"builtin\"\nepochs = 1\n\n[trial.model]\nkind = \"mlp\"\n\n[trial.data]\ndataset = \"digits\"\n",
+    )
+    .expect("write study");
+    let out = Command::new(tune_bin())
+        .arg("--db")
+        .arg(dir.path().join("t.db"))
+        .args(["run", "--no-tui"])
+        .arg(&study)
+        .stdin(Stdio::null())
+        .output()
+        .expect("tune runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("./scripts/setup.sh --cuda"), "{err}");
+    assert!(!dir.path().join("t.db").exists(), "no trial started");
+}
+
+#[test]
+fn tune_worker_links_libtorch_cuda_exactly_when_built_with_cuda() {
+    // The counterpart of tune's test that `tune` names no libtorch: the same search finds
+    // the worker's libraries, so a `tune` that linked them would be caught.
+    let bytes = std::fs::read(env!("CARGO_BIN_EXE_tune-worker")).expect("read tune-worker");
+    let names = |lib: &str| bytes.windows(lib.len()).any(|w| w == lib.as_bytes());
+    assert!(names("libtorch_cpu.so"));
+    assert_eq!(names("libtorch_cuda.so"), cfg!(feature = "cuda"));
+}

@@ -196,3 +196,43 @@ async fn the_same_seed_and_params_give_the_same_result_in_fresh_and_reused_worke
     assert_eq!(last(&ra), last(&rb));
     assert_eq!(last(&rb), last(&rc));
 }
+
+#[tokio::test]
+async fn out_of_memory_fails_only_its_trial_with_the_allocators_words_and_the_worker_goes_on() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let t: toml::Table = toml::from_str(
+        "kind = \"builtin\"\nbatch_size = 64\nepochs = 1\nlr = 0.01\n[model]\nkind = \"mlp\"\ndepth = 1\n[data]\ndataset = \"digits\"\n",
+    )
+    .expect("trial table");
+    let space: toml::Table =
+        toml::from_str(r#"width = { type = "int", low = 1, high = 68719476736, log = true }"#)
+            .expect("space table");
+    let space = Space::from_toml(&space).expect("space");
+    let r = runner(parse_builtin(&t, &space, Path::new(".")).expect("valid trial"));
+    let with_width = |number: u64, width: i64| {
+        let mut j = job(dir.path(), number, 0.0, None);
+        j.params = [("width".to_string(), ParamValue::Int(width))]
+            .into_iter()
+            .collect();
+        j
+    };
+    // 2^36 × 64 floats = 16 TiB: the allocator refuses at once, nothing is touched.
+    let (a, _) = run(&r, with_width(0, 1 << 36), |_| StopRequest::None).await;
+    match &a.end {
+        RunEnd::Failed { reason, log_tail } => {
+            assert!(reason.starts_with("oom: "), "{reason}");
+            assert!(reason.len() > "oom: ".len() + 10, "{reason}");
+            let tail = log_tail.as_deref().unwrap_or("");
+            assert!(tail.contains("out of memory"), "{tail}");
+        }
+        other => panic!("expected out of memory, got {other:?}"),
+    }
+    let (b, reps) = run(&r, with_width(1, 32), |_| StopRequest::None).await;
+    assert_eq!(b.end, RunEnd::Finished, "{b:?}");
+    assert!(reps.last().is_some_and(|r| r.metrics["val_acc"] > 0.5));
+    assert_eq!(
+        worker_pid(&a.logs[0]),
+        worker_pid(&b.logs[0]),
+        "the worker that ran out of memory runs the next trial"
+    );
+}

@@ -22,8 +22,32 @@ fn main() -> ExitCode {
             };
             tune_train::worker::worker_main(&device)
         }
+        Some("--capabilities") => {
+            // One JSON line (tune::runner::protocol::Capabilities): `tune run` asks before a
+            // builtin study on CUDA starts.
+            let caps = tune::runner::protocol::Capabilities {
+                cuda: cfg!(feature = "cuda"),
+                cuda_devices: usize::try_from(tch::Cuda::device_count()).unwrap_or(0),
+            };
+            match serde_json::to_string(&caps) {
+                Ok(line) => {
+                    println!("{line}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("tune-worker: cannot encode the capabilities: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Some("bench") => {
-            let opts = tune_train::bench::BenchOptions::from_args(&args[2..]);
+            let opts = match tune_train::bench::BenchOptions::from_args(&args[2..]) {
+                Ok(o) => o,
+                Err(e) => {
+                    eprintln!("tune bench trainer: {e}");
+                    return ExitCode::from(2);
+                }
+            };
             match tune_train::bench::run(&opts) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -35,7 +59,7 @@ fn main() -> ExitCode {
         _ => {
             eprintln!(
                 "tune-worker hosts libtorch for tune; it is started by `tune run`.\n\
-                 usage: tune-worker worker [--device cpu|cuda:N]\n       tune-worker bench [--steps N] [--models mlp,cnn] [--amp off,bf16]"
+                 usage: tune-worker worker [--device cpu|cuda:N]\n       tune-worker --capabilities\n       tune-worker bench [--device cpu|cuda:N] [--steps N] [--models mlp,cnn] [--amp off,bf16,fp16]"
             );
             ExitCode::from(2)
         }

@@ -1,0 +1,194 @@
+//! Devices are checked before any trial starts: a `cuda:N` the machine does not have, and a
+//! builtin study on CUDA whose `tune-worker` was built without CUDA, exit with status 2 and the
+//! fix in the message, and no study is created.
+//!
+//! `CUDA_VISIBLE_DEVICES` narrows what `tune` counts exactly as it narrows what CUDA shows, so
+//! the tests hide every GPU with it and hold on a machine with GPUs too.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use crate::common::{PATIENCE, Sandbox, output_within, sh_study, stderr, text, tune_bin};
+
+fn with_devices(study: &str, devices: &str) -> String {
+    study.replace("devices = [\"cpu\"]", &format!("devices = {devices}"))
+}
+
+fn refused(sb: &Sandbox, out: &Output, needles: &[&str]) {
+    assert_eq!(out.status.code(), Some(2), "{}", text(out));
+    let err = stderr(out);
+    for needle in needles {
+        assert!(err.contains(needle), "stderr lacks `{needle}`:\n{err}");
+    }
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        !sb.join("t.db").exists(),
+        "no study was created, so no trial started: {}",
+        text(out)
+    );
+}
+
+#[test]
+fn a_cuda_device_the_machine_does_not_have_is_refused_before_any_trial() {
+    let sb = Sandbox::new();
+    sb.write("trial.sh", "echo 'tune: {\"loss\": 1}'\n");
+    sb.write(
+        "s.toml",
+        &with_devices(&sh_study("gpu", 2, 2, "", &[]), "[\"cuda:0\", \"cuda:7\"]"),
+    );
+    let out = output_within(
+        {
+            let mut c = sb.tune(&["--db", "t.db", "run", "s.toml", "--no-tui"]);
+            c.env("CUDA_VISIBLE_DEVICES", "");
+            c
+        },
+        PATIENCE,
+    );
+    refused(
+        &sb,
+        &out,
+        &[
+            "s.toml",
+            "key `workers.devices`",
+            "\"cuda:0\" (and cuda:7) is not on this machine",
+            "no visible CUDA device",
+            "devices = [\"cpu\"]",
+        ],
+    );
+}
+
+#[test]
+fn a_device_index_past_every_gpu_is_refused_whatever_the_machine() {
+    let sb = Sandbox::new();
+    sb.write("trial.sh", "echo 'tune: {\"loss\": 1}'\n");
+    sb.write(
+        "s.toml",
+        &with_devices(&sh_study("gpu", 2, 1, "", &[]), "\"cuda:4096\""),
+    );
+    let out = sb.run(&["--db", "t.db", "run", "s.toml", "--no-tui"]);
+    refused(&sb, &out, &["\"cuda:4096\" is not on this machine"]);
+}
+
+#[test]
+fn queries_of_a_study_file_naming_a_missing_gpu_still_work() {
+    // Only `tune run` needs the devices: a study run on another machine reads anywhere.
+    let sb = Sandbox::new();
+    sb.write("trial.sh", "echo 'tune: {\"loss\": 1}'\n");
+    let study = sh_study("gpu", 2, 1, "", &[]);
+    sb.write("s.toml", &study);
+    sb.ok(&["--db", "t.db", "run", "s.toml", "--no-tui"]);
+    sb.write("s.toml", &with_devices(&study, "\"cuda:4096\""));
+    let out = sb.ok(&["--db", "t.db", "trials", "s.toml", "--format", "json"]);
+    let trials: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(trials.as_array().map(Vec::len), Some(2), "{}", text(&out));
+}
+
+/// `tune` copied alone into the sandbox's `bin/`, beside a stand-in `tune-worker` that answers
+/// `--capabilities` with `caps` (a real one needs libtorch, which `tune`'s tests never do).
+fn tune_beside_worker(sb: &Sandbox, caps: &str) -> PathBuf {
+    std::fs::create_dir_all(sb.join("bin")).expect("create bin/");
+    let tune = sb.join("bin/tune");
+    std::fs::copy(tune_bin(), &tune).expect("copy the tune binary");
+    let worker = sb.write(
+        "bin/tune-worker",
+        &format!(
+            "#!/bin/sh\n[ \"$1\" = --capabilities ] || {{ echo \"started as $*\" >&2; exit 3; }}\necho '{caps}'\n"
+        ),
+    );
+    std::fs::set_permissions(&worker, std::fs::Permissions::from_mode(0o755))
+        .expect("make the stand-in worker executable");
+    tune
+}
+
+const BUILTIN: &str = r#"[study]
+name = "builtin"
+metric = "val_loss"
+trials = 2
+
+[space]
+lr = { type = "float", low = 1e-3, high = 1e-1, log = true }
+
+[workers]
+slots_per_device = 2
+devices = ["cuda:0"]
+
+[trial]
+kind = "builtin"
+epochs = 1
+
+[trial.model]
+kind = "mlp"
+
+[trial.data]
+dataset = "digits"
+"#;
+
+fn run_in(sb: &Sandbox, tune: &Path, args: &[&str]) -> Output {
+    let mut c = Command::new(tune);
+    c.args(args)
+        .current_dir(sb.path())
+        .env_remove("TUNE_DB")
+        .stdin(Stdio::null());
+    output_within(c, PATIENCE)
+}
+
+#[test]
+fn a_builtin_study_on_cuda_with_a_cpu_only_worker_is_refused_naming_the_cuda_setup() {
+    let sb = Sandbox::new();
+    let tune = tune_beside_worker(&sb, r#"{"cuda":false,"cuda_devices":0}"#);
+    sb.write("b.toml", BUILTIN);
+    let out = run_in(&sb, &tune, &["--db", "t.db", "run", "b.toml", "--no-tui"]);
+    refused(
+        &sb,
+        &out,
+        &[
+            "b.toml",
+            "\"cuda:0\" needs a `tune-worker` built with CUDA",
+            "./scripts/setup.sh --cuda",
+            "devices = [\"cpu\"]",
+        ],
+    );
+}
+
+#[test]
+fn a_cuda_worker_that_sees_no_gpu_is_refused_naming_the_driver() {
+    let sb = Sandbox::new();
+    let tune = tune_beside_worker(&sb, r#"{"cuda":true,"cuda_devices":0}"#);
+    sb.write("b.toml", BUILTIN);
+    let out = run_in(&sb, &tune, &["--db", "t.db", "run", "b.toml", "--no-tui"]);
+    refused(&sb, &out, &["is not usable by `tune-worker`", "driver"]);
+}
+
+#[test]
+fn a_worker_that_cannot_say_what_it_can_do_is_refused_saying_to_rebuild_it() {
+    let sb = Sandbox::new();
+    let tune = tune_beside_worker(&sb, "not json");
+    sb.write("b.toml", BUILTIN);
+    let out = run_in(&sb, &tune, &["--db", "t.db", "run", "b.toml", "--no-tui"]);
+    refused(&sb, &out, &["--capabilities", "tune-worker"]);
+}
+
+/// The names of the shared libraries an executable asks the loader for sit in its dynamic
+/// string table; `tune`'s own text never spells these file names.
+const TORCH_LIBRARIES: &[&str] = &[
+    "libtorch_cpu.so",
+    "libtorch_cuda.so",
+    "libtorch.so",
+    "libc10.so",
+    "libc10_cuda.so",
+    "libcudart.so",
+];
+
+#[test]
+fn the_tune_binary_loads_neither_libtorch_nor_a_cuda_library() {
+    // `tune` must start in milliseconds, and on a machine without the CUDA libraries: only
+    // `tune-worker` links them (crates/tune-train/build.rs, per-binary link arguments).
+    let bytes = std::fs::read(tune_bin()).expect("read the tune binary");
+    for lib in TORCH_LIBRARIES {
+        assert!(
+            !bytes.windows(lib.len()).any(|w| w == lib.as_bytes()),
+            "tune names {lib}"
+        );
+    }
+}
