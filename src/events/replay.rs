@@ -126,9 +126,16 @@ impl Poller {
         }
         let mut slot_base = HashMap::new();
         let mut slots = Vec::new();
+        // Workers on several machines (`tune worker`): each slot is named with its host, so
+        // the UI's worker rows say where every trial runs.
+        let many_hosts = live.iter().any(|w| w.host != live[0].host);
         for w in &live {
             slot_base.insert(w.worker_id, slots.len());
-            slots.extend(w.devices.iter().cloned());
+            if many_hosts {
+                slots.extend(w.devices.iter().map(|d| format!("{}/{d}", w.host)));
+            } else {
+                slots.extend(w.devices.iter().cloned());
+            }
         }
         Some(Run {
             workers: live.iter().map(|w| w.worker_id).collect(),
@@ -537,6 +544,34 @@ mod tests {
         assert_eq!(ui.slots[1].trial, Some(TrialNumber(3)));
         assert_eq!(ui.trial(TrialNumber(1)).map(|t| t.curve.len()), Some(2));
         let _ = d;
+    }
+
+    #[test]
+    fn workers_on_several_machines_show_each_slot_with_its_host() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("t.db");
+        let w = Writer::new(&db);
+        // A second worker process of the same study on another machine (a `tune worker`).
+        w.s.connection()
+            .execute(
+                "INSERT INTO tune_workers (study_id, host, pid, started_at, heartbeat, devices_json)
+                 VALUES (?1, 'gpu-node-7', 4242, ?2, ?2, '[\"cuda:0\",\"cuda:1\"]')",
+                rusqlite::params![w.study.id, crate::storage::now_text()],
+            )
+            .expect("second worker");
+        let mut p = Poller::open(&StorageUrl::Sqlite(db.clone()), "w").expect("opens");
+        let mut ui = UiState::new(Mode::Watch, false, SystemTime::now());
+        poll_into(&mut p, &mut ui);
+        let here = hostname();
+        assert_eq!(
+            ui.info.as_ref().map(|i| i.slots.clone()),
+            Some(vec![
+                format!("{here}/cpu"),
+                format!("{here}/cuda:0"),
+                "gpu-node-7/cuda:0".to_string(),
+                "gpu-node-7/cuda:1".to_string(),
+            ])
+        );
     }
 
     #[test]
