@@ -260,6 +260,8 @@ pub fn show(args: &ShowArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode
                 };
                 let device = row.status.placement().and_then(|p| p.device.clone());
                 m.insert("device".into(), serde_json::json!(device));
+                let host = row.status.placement().and_then(|p| p.host.clone());
+                m.insert("host".into(), serde_json::json!(host));
                 m.insert("log_tail".into(), serde_json::json!(log_tail));
                 m.insert("pruned_step".into(), serde_json::json!(pruned_step));
             }
@@ -277,8 +279,13 @@ pub fn show(args: &ShowArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode
                     .map(|d| format!("{d:.1}s"))
                     .unwrap_or_else(|| "-".into())
             );
-            if let Some(d) = row.status.placement().and_then(|p| p.device.as_ref()) {
-                println!("device: {d}");
+            if let Some(at) = row.status.placement() {
+                match (&at.host, &at.device) {
+                    (Some(h), Some(d)) => println!("device: {d} on {h}"),
+                    (None, Some(d)) => println!("device: {d}"),
+                    (Some(h), None) => println!("host: {h}"),
+                    (None, None) => {}
+                }
             }
             let mut t = table();
             t.set_header(["param", "value"]);
