@@ -47,7 +47,7 @@ pub enum Command {
     Watch(WatchArgs),
     /// Queue a trial with fixed params; it runs first and teaches the sampler like any other.
     Enqueue(EnqueueArgs),
-    /// Drive the optimizer from another program over JSON lines (shared/spec/ask-tell.md).
+    /// Drive the optimizer from another program over JSON lines (docs/ask-tell.md).
     AskTell(AskTellArgs),
     /// Benchmarks that print ratios against a baseline measured in the same run (the
     /// `tune-bench` binary installed beside `tune`; `tune bench --help` lists them).
@@ -212,7 +212,7 @@ pub struct EnqueueArgs {
 
 #[derive(Debug, Args)]
 pub struct AskTellArgs {
-    /// A TOML file with a `[space]` table (shared/spec/ask-tell.md).
+    /// A TOML file with a `[space]` table (docs/ask-tell.md).
     #[arg(long)]
     pub space: PathBuf,
     /// The sampler (default: the one studies use).

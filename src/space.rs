@@ -3,7 +3,7 @@
 //! This is the one place that knows about log scales, integer rounding, steps and categorical
 //! choices. Samplers work in the unit cube (one coordinate per parameter) and call
 //! [`Param::from_unit`] at the edge, which is guaranteed to give a value inside the bounds and
-//! on the step. Parsing follows `shared/spec/ask-tell.md` exactly; every mistake is a
+//! on the step. Parsing follows `docs/ask-tell.md` exactly; every mistake is a
 //! [`SpaceError`] naming the parameter, never a panic.
 
 use std::collections::{BTreeMap, HashMap};

@@ -27,7 +27,7 @@ impl TrialSpec {
     }
 }
 
-/// `[trial] kind = "command"` (`shared/spec/command-trials.md`).
+/// `[trial] kind = "command"` (`docs/command-trials.md`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CommandSpec {
     /// The argument vector with `{name}` placeholders (checked: every name is known).

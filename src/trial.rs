@@ -55,7 +55,7 @@ impl Direction {
     }
 }
 
-/// The states of the CLI contract (`shared/spec/cli.md`).
+/// The states of the CLI contract (`docs/cli.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TrialState {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A real training script tuned by `tune` as a command trial (shared/spec/command-trials.md).
+"""A real training script tuned by `tune` as a command trial (docs/command-trials.md).
 
 Softmax regression on the 1 797 handwritten digits vendored in datasets/, trained by
 mini-batch SGD with momentum and L2 decay in plain Python (no third-party packages), reporting

@@ -16,7 +16,7 @@
 //! The CUDA caching allocator's statistics and `emptyCache` (`src/cuda_shim.cpp`) go through
 //! c10's device-generic interface, so they compile against any libtorch's headers.
 //!
-//! `tch::autocast` is CUDA-only (shared/notes/platform.md); CPU autocast needs libtorch's own
+//! `tch::autocast` is CUDA-only; CPU autocast needs libtorch's own
 //! C++ API, so a few lines of C++ (`src/autocast_shim.cpp`) are compiled against the
 //! headers that sit beside that library directory.
 use std::path::PathBuf;

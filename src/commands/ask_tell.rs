@@ -1,5 +1,5 @@
 //! `tune ask-tell`: the optimizer over JSON lines on standard input and output
-//! (`shared/spec/ask-tell.md`). Exactly one JSON line answers each request, flushed at once;
+//! (`docs/ask-tell.md`). Exactly one JSON line answers each request, flushed at once;
 //! logs go to standard error; end of input ends the process with status 0.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! Trials that run the user's own command (`shared/spec/command-trials.md`): an argument vector
+//! Trials that run the user's own command (`docs/command-trials.md`): an argument vector
 //! without a shell, placeholders and environment filled in, `tune: {json}` report lines parsed
 //! as they arrive, every other line to the trial's log files, SIGTERM then SIGKILL to the whole
 //! process group on timeout or stop.

@@ -139,7 +139,7 @@ fn spawn(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log_file))
-        // One intra-op thread per trial (shared/notes/platform.md): OpenMP threads spin under
+        // One intra-op thread per trial: OpenMP threads spin under
         // load and make every trial slower. The worker also calls set_num_threads(1).
         .env("OMP_NUM_THREADS", "1")
         .env("MKL_NUM_THREADS", "1")

@@ -23,7 +23,7 @@ pub enum BenchCommand {
     /// The orchestrator's own overhead: trials/s with trials that do nothing, the latency from
     /// a slot freeing to the next trial's process starting, and query times on 10 000 trials.
     Overhead(OverheadArgs),
-    /// The optimizers on the benchmark problems of `shared/bench/`: mean simple regret and the
+    /// The optimizers on the benchmark problems of the benchmark suite: mean simple regret and the
     /// normalised score (100 = optimum, 0 = random search's median, measured in the same run)
     /// at each budget, sequential and with trials pending, and the median ms per ask.
     Optimizers(OptimizersArgs),

@@ -1,6 +1,6 @@
 //! `tune bench optimizers`: runs the benchmark problems with several samplers and seeds, in the
 //! sequential setting and with q trials outstanding, and prints per problem the mean simple
-//! regret and the normalised score of `shared/bench/README.md` at each budget, and the median
+//! regret and the normalised score of the benchmark suite's README at each budget, and the median
 //! milliseconds per ask at given trial counts.
 //!
 //! The score's reference, the median best of random search after t trials, is measured in the

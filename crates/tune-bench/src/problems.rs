@@ -1,4 +1,4 @@
-//! Benchmark problems: the four public ones of `shared/bench/README.md` (spaces, formulas and
+//! Benchmark problems: the four public ones of the benchmark suite's README (spaces, formulas and
 //! optima exactly as published) and a few extra ones of the same kinds, kept apart so that the
 //! optimizer is not tuned to the public four alone.
 

@@ -59,7 +59,7 @@ pub fn worker_main(device: &str) -> ExitCode {
     let mut out = std::io::BufWriter::new(unsafe { File::from_raw_fd(proto_fd) });
     let device_name = device.to_string();
     let device = parse_device(device);
-    // One intra-op thread per trial (shared/notes/platform.md): under load, OpenMP threads
+    // One intra-op thread per trial: under load, OpenMP threads
     // spin and every step gets slower. The inter-op pool must be sized before any use.
     tch::set_num_interop_threads(1);
     tch::set_num_threads(1);
