@@ -193,3 +193,52 @@ fn the_root_package_does_not_depend_on_tch_or_torch_sys() {
         }
     }
 }
+
+/// Every file a user reads or runs: the README, docs, examples, scripts, and the sources that
+/// `--help` and messages come from.
+fn user_facing_files(root: &Path) -> Vec<PathBuf> {
+    let mut out = vec![root.join("README.md"), root.join("ARCHITECTURE.md")];
+    let mut stack: Vec<PathBuf> = ["docs", "studies", "scripts", "src", "crates", "migrations"]
+        .iter()
+        .map(|d| root.join(d))
+        .collect();
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if matches!(
+                p.extension().and_then(|x| x.to_str()),
+                Some("md" | "rs" | "toml" | "py" | "sh" | "sbatch" | "yaml" | "sql")
+            ) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn nothing_users_read_points_at_the_projects_private_shared_folder() {
+    // A clone of the project has no `shared/` beside it: what users read must stand alone
+    // (the references live in docs/).
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let files = user_facing_files(root);
+    assert!(files.len() > 50, "the walk found too little: {}", files.len());
+    let mut bad = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        for (i, line) in text.lines().enumerate() {
+            if ["shared/spec", "shared/bench", "shared/notes", "../shared"]
+                .iter()
+                .any(|s| line.contains(s))
+            {
+                bad.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "pointers at shared/:\n{}", bad.join("\n"));
+}
