@@ -61,15 +61,36 @@ extern "C" fn hide_passwords(
     let _ = ARGS.set(copy);
 }
 
+/// Whether the command line is the `tune STUDY.toml` shortcut for `tune run STUDY.toml`,
+/// options first or not (`tune --db x.db study.toml`): its first word that is neither an
+/// option nor `--db`'s value is no subcommand and names a study file (`.toml`, a path, or a
+/// file that exists). Anything else is left to clap, which suggests the subcommand meant
+/// (`tune tirals` → `trials`) instead of trying to read a study file called `tirals`.
+fn names_a_study_file(args: &[std::ffi::OsString]) -> bool {
+    let mut words = args.iter().skip(1);
+    while let Some(w) = words.next() {
+        let Some(w) = w.to_str() else {
+            return true; // not UTF-8: only a path can be
+        };
+        if w == "--db" {
+            words.next();
+            continue;
+        }
+        if w.starts_with('-') {
+            continue;
+        }
+        return !SUBCOMMANDS.contains(&w)
+            && (w.ends_with(".toml") || w.contains('/') || Path::new(w).is_file());
+    }
+    false
+}
+
 fn main() -> ExitCode {
     let mut args: Vec<std::ffi::OsString> = ARGS
         .get()
         .cloned()
         .unwrap_or_else(|| std::env::args_os().collect());
-    if let Some(first) = args.get(1).and_then(|a| a.to_str())
-        && !first.starts_with('-')
-        && !SUBCOMMANDS.contains(&first)
-    {
+    if names_a_study_file(&args) {
         args.insert(1, "run".into());
     }
     let cli = match Cli::try_parse_from(args) {

@@ -251,6 +251,49 @@ pub struct StoredStudyFile {
 
 /// A report's metrics back from their stored JSON. A non-finite metric is stored as `null`
 /// (JSON has no NaN) and reads back as NaN; without this one NaN would lose them all.
+/// What `tune_trials` keeps of a trial's end, the same on every backend: its log paths (as a
+/// JSON list), and from its status the error, the stderr tail, the pruning step and whether it
+/// was interrupted.
+pub(crate) struct Ending<'a> {
+    pub logs_json: String,
+    pub error: Option<&'a str>,
+    pub log_tail: Option<&'a str>,
+    pub pruned_step: Option<i64>,
+    pub interrupted: bool,
+}
+
+pub(crate) fn ending<'a>(status: &'a TrialStatus, logs: &[PathBuf]) -> Ending<'a> {
+    let logs_json = serde_json::to_string(
+        &logs
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>(),
+    )
+    .unwrap_or_else(|_| "[]".into());
+    let (error, log_tail, pruned_step, interrupted) = match status {
+        TrialStatus::Failed {
+            reason,
+            log_tail,
+            interrupted,
+            ..
+        } => (
+            Some(reason.as_str()),
+            log_tail.as_deref(),
+            None,
+            *interrupted,
+        ),
+        TrialStatus::Pruned { step, .. } => (None, None, step.map(|s| s as i64), false),
+        _ => (None, None, None, false),
+    };
+    Ending {
+        logs_json,
+        error,
+        log_tail,
+        pruned_step,
+        interrupted,
+    }
+}
+
 pub(crate) fn metrics_from_json(json: &str) -> BTreeMap<String, f64> {
     serde_json::from_str::<BTreeMap<String, Option<f64>>>(json)
         .map(|m| {

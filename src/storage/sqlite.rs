@@ -964,28 +964,13 @@ impl Storage for SqliteStorage {
         logs: &[PathBuf],
     ) -> Result<(), StorageError> {
         let trial_id = trial.0;
-        let logs = serde_json::to_string(
-            &logs
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>(),
-        )
-        .unwrap_or_else(|_| "[]".into());
-        let (error, log_tail, pruned_step, interrupted) = match status {
-            TrialStatus::Failed {
-                reason,
-                log_tail,
-                interrupted,
-                ..
-            } => (
-                Some(reason.as_str()),
-                log_tail.as_deref(),
-                None,
-                *interrupted,
-            ),
-            TrialStatus::Pruned { step, .. } => (None, None, *step, false),
-            _ => (None, None, None, false),
-        };
+        let super::Ending {
+            logs_json: logs,
+            error,
+            log_tail,
+            pruned_step,
+            interrupted,
+        } = super::ending(status, logs);
         let state = status.state();
         let value = status.value();
         let fenced = self.write(|tx| {
@@ -1005,7 +990,7 @@ impl Storage for SqliteStorage {
                  ON CONFLICT (trial_id) DO UPDATE SET error = excluded.error, log_tail = excluded.log_tail,
                     logs_json = excluded.logs_json, pruned_step = excluded.pruned_step,
                     interrupted = excluded.interrupted",
-                params![trial_id, error, log_tail, logs, pruned_step.map(|s| s as i64), interrupted],
+                params![trial_id, error, log_tail, logs, pruned_step, interrupted],
             )?;
             if interrupted {
                 // Run the same params again: the interruption was not the trial's fault.

@@ -262,6 +262,8 @@ fn a_bad_space_is_refused_with_status_2_naming_the_parameter(
 #[case::best_of_unknown_study(&["best", "--study", "nope", "--db", "tune.db"], "nope")]
 #[case::unknown_flag(&["run", "s.toml", "--fast"], "--fast")]
 #[case::unknown_global_flag(&["--frobnicate"], "--frobnicate")]
+#[case::misspelt_subcommand(&["tirals", "s.toml"], "'trials'")]
+#[case::misspelt_subcommand_after_db(&["--db", "tune.db", "shwo", "1"], "'show'")]
 fn a_bad_flag_is_refused_with_status_2_naming_it(#[case] args: &[&str], #[case] needle: &str) {
     let sb = Sandbox::new();
     sb.write("trial.sh", TRIAL);
@@ -348,4 +350,23 @@ fn a_rejected_study_file_leaves_its_existing_database_intact() {
     sb.write("s.toml", GOOD);
     sb.ok(&["run", "s.toml"]);
     assert_eq!(sb.trials("s.toml"), before);
+}
+
+#[test]
+fn the_study_file_shortcut_works_with_options_before_the_file() {
+    let sb = Sandbox::new();
+    sb.write("trial.sh", TRIAL);
+    sb.write("s.toml", GOOD);
+    // `tune --db other.db --no-tui s.toml` is `tune run --db other.db --no-tui s.toml`.
+    sb.ok(&["--db", "other.db", "--no-tui", "s.toml"]);
+    assert!(!sb.join("tune.db").exists(), "--db was not honoured");
+    let out = sb.ok(&[
+        "trials", "--study", "good", "--db", "other.db", "--format", "json",
+    ]);
+    let trials: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(trials.as_array().map(Vec::len), Some(2), "{}", text(&out));
+    // A study file named by a path (no `.toml`) still takes the shortcut.
+    std::fs::copy(sb.join("s.toml"), sb.join("study")).expect("copy");
+    sb.ok(&["--db", "third.db", "./study", "--no-tui"]);
+    assert!(sb.join("third.db").exists());
 }

@@ -1012,23 +1012,13 @@ impl Storage for PostgresStorage {
         logs: &[PathBuf],
     ) -> Result<(), StorageError> {
         let id = id32(trial.0);
-        let logs = serde_json::to_string(
-            &logs
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>(),
-        )
-        .unwrap_or_else(|_| "[]".into());
-        let (error, log_tail, pruned_step, interrupted) = match status {
-            TrialStatus::Failed {
-                reason,
-                log_tail,
-                interrupted,
-                ..
-            } => (Some(reason.clone()), log_tail.clone(), None, *interrupted),
-            TrialStatus::Pruned { step, .. } => (None, None, step.map(|s| s as i64), false),
-            _ => (None, None, None, false),
-        };
+        let crate::storage::Ending {
+            logs_json: logs,
+            error,
+            log_tail,
+            pruned_step,
+            interrupted,
+        } = crate::storage::ending(status, logs);
         let state = status.state().optuna();
         let value = status.value();
         let fenced = self.run(|c| {
