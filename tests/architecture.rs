@@ -227,7 +227,11 @@ fn nothing_users_read_points_at_the_projects_private_shared_folder() {
     // (the references live in docs/).
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let files = user_facing_files(root);
-    assert!(files.len() > 50, "the walk found too little: {}", files.len());
+    assert!(
+        files.len() > 50,
+        "the walk found too little: {}",
+        files.len()
+    );
     let mut bad = Vec::new();
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap_or_default();
