@@ -18,7 +18,11 @@
 #   --cuda --torch-python PY   instead builds against the torch already installed for Python PY
 #               (a venv, conda, a container), when its version is the one tch expects (2.13.x);
 #               any other version is refused with status 2 and the ways out.
+#   .venv/      (with --python-tests --postgres) psycopg2-binary too, for Optuna on PostgreSQL.
 #   tmux        (with --python-tests) for the end-to-end test of the live UI.
+#   postgresql  (with --postgres) Debian's PostgreSQL 15 server binaries and iproute2 (`ip`), for
+#               the tests that start their own throwaway server, alone and in network namespaces.
+#               No cluster is left running: the package's default one is stopped.
 #   /usr/share/datasets/fashion-mnist  Debian's dataset-fashion-mnist, the quickstart's data.
 # Idempotent: a second run checks the stamps and returns at once.
 set -euo pipefail
@@ -32,15 +36,16 @@ PY=${PYTHON:-python3}
 TCH_VERSION=0.26              # crates/tune-train/Cargo.toml pins tch and torch-sys to it
 
 usage() {
-  echo "usage: scripts/setup.sh [--libtorch] [--cuda [--torch-python PYTHON]] [--python-tests] [--bench]" >&2
+  echo "usage: scripts/setup.sh [--libtorch] [--cuda [--torch-python PYTHON]] [--python-tests] [--postgres] [--bench]" >&2
   exit 2
 }
 
-WANT_LIBTORCH=no WANT_PYTHON_TESTS=no WANT_BENCH=no WANT_CUDA=no TORCH_PYTHON=
+WANT_LIBTORCH=no WANT_PYTHON_TESTS=no WANT_BENCH=no WANT_CUDA=no WANT_POSTGRES=no TORCH_PYTHON=
 while [ $# -gt 0 ]; do
   case "$1" in
     --libtorch) WANT_LIBTORCH=yes ;;
     --python-tests) WANT_PYTHON_TESTS=yes ;;
+    --postgres) WANT_POSTGRES=yes ;;
     --bench) WANT_BENCH=yes WANT_LIBTORCH=yes ;;
     --cuda) WANT_CUDA=yes ;;
     --torch-python) [ $# -ge 2 ] || usage; TORCH_PYTHON=$2; shift ;;
@@ -145,6 +150,40 @@ if [ "$WANT_PYTHON_TESTS" = yes ] && [ ! -f .venv/.stamp-optuna ]; then
   "$PY" -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check "optuna>=4,<6" numpy
   touch .venv/.stamp-optuna
+fi
+
+# Optuna's PostgreSQL driver, with a stamp of its own so that a .venv made before it gets it.
+if [ "$WANT_PYTHON_TESTS" = yes ] && [ "$WANT_POSTGRES" = yes ] && [ ! -f .venv/.stamp-psycopg2 ]; then
+  echo "setup: installing psycopg2-binary into .venv for Optuna on PostgreSQL" >&2
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check psycopg2-binary
+  touch .venv/.stamp-psycopg2
+fi
+
+# apt-get install, with `apt-get update` first only when the package lists are too old to have it.
+apt_install() {
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q --no-install-recommends "$@" >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends "$@" >/dev/null 2>&1; }
+}
+
+PG_BIN=/usr/lib/postgresql/15/bin
+if [ "$WANT_POSTGRES" = yes ] && [ ! -x $PG_BIN/pg_ctl ]; then
+  echo "setup: installing postgresql (Debian package) for the PostgreSQL tests" >&2
+  if ! apt_install postgresql; then
+    echo "setup: could not install postgresql with apt-get; the PostgreSQL tests need $PG_BIN" >&2
+    exit 1
+  fi
+  # The package may start its default cluster: the tests start their own, and nothing of ours
+  # may be left listening on 5432.
+  pg_ctlcluster 15 main stop >/dev/null 2>&1 || true
+  if [ ! -x $PG_BIN/pg_ctl ]; then
+    echo "setup: the postgresql package installed no $PG_BIN/pg_ctl (not PostgreSQL 15?)" >&2
+    exit 1
+  fi
+fi
+if [ "$WANT_POSTGRES" = yes ] && ! command -v ip >/dev/null 2>&1; then
+  echo "setup: installing iproute2 (Debian package) for the multi-host test" >&2
+  apt_install iproute2 || { echo "setup: could not install iproute2 with apt-get" >&2; exit 1; }
 fi
 
 if [ "$WANT_PYTHON_TESTS" = yes ] && ! command -v tmux >/dev/null 2>&1; then
