@@ -1,5 +1,6 @@
 //! An ephemeral PostgreSQL server for tests: its own cluster in a temporary directory, on a
-//! free port, run as the `postgres` user (root cannot run it), stopped when dropped.
+//! free port, run as the `postgres` user (root cannot run it), stopped when dropped. It listens
+//! on 127.0.0.1, or (for the multi-host test) on an address inside a network namespace.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -10,12 +11,29 @@ pub const PASSWORD: &str = "tune-test-pw";
 pub struct PgServer {
     dir: tempfile::TempDir,
     port: u16,
+    /// The address it listens on, and the network namespace it runs in (`None`: this one).
+    host: String,
+    netns: Option<String>,
 }
 
 fn run_as_postgres(args: &[&str]) -> Result<String, String> {
-    let out = Command::new("runuser")
+    run_as_postgres_in(None, args)
+}
+
+/// `args` as the `postgres` user, inside network namespace `netns` when given.
+fn run_as_postgres_in(netns: Option<&str>, args: &[&str]) -> Result<String, String> {
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, "runuser"]);
+            c
+        }
+        None => Command::new("runuser"),
+    };
+    let out = cmd
         .args(["-u", "postgres", "--"])
         .args(args)
+        .stdin(std::process::Stdio::null())
         .output()
         .map_err(|e| format!("runuser: {e}"))?;
     if !out.status.success() {
@@ -35,6 +53,21 @@ fn free_port() -> Result<u16, String> {
 
 impl PgServer {
     pub fn start() -> Result<PgServer, String> {
+        Self::start_with(None, "127.0.0.1", None)
+    }
+
+    /// A server inside network namespace `netns`, listening on `addr` (an address of that
+    /// namespace), that lets in password (scram) connections from `allow` (a CIDR such as
+    /// `10.201.3.0/24`) as well as from 127.0.0.1.
+    pub fn start_in_netns(netns: &str, addr: &str, allow: &str) -> Result<PgServer, String> {
+        Self::start_with(Some(netns), addr, Some(allow))
+    }
+
+    fn start_with(
+        netns: Option<&str>,
+        addr: &str,
+        allow: Option<&str>,
+    ) -> Result<PgServer, String> {
         if !PathBuf::from(BIN).join("pg_ctl").exists() {
             return Err(format!("no PostgreSQL 15 in {BIN}"));
         }
@@ -60,25 +93,45 @@ impl PgServer {
             "--auth-host=scram-sha-256",
             &format!("--pwfile={}", pwfile.display()),
         ])?;
+        if let Some(net) = allow {
+            use std::io::Write;
+            let mut hba = std::fs::OpenOptions::new()
+                .append(true)
+                .open(data.join("pg_hba.conf"))
+                .map_err(|e| format!("pg_hba.conf: {e}"))?;
+            writeln!(hba, "host all all {net} scram-sha-256")
+                .map_err(|e| format!("pg_hba.conf: {e}"))?;
+        }
         let mut last = String::new();
         for _ in 0..5 {
+            // A port free here is free in a fresh namespace too (it has no listeners at all).
             let port = free_port()?;
-            let r = run_as_postgres(&[
-                &format!("{BIN}/pg_ctl"),
-                "-D",
-                &data.display().to_string(),
-                "-l",
-                &dir.path().join("log").display().to_string(),
-                "-o",
-                &format!(
-                    "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off",
-                    dir.path().display()
-                ),
-                "-w",
-                "start",
-            ]);
+            let r = run_as_postgres_in(
+                netns,
+                &[
+                    &format!("{BIN}/pg_ctl"),
+                    "-D",
+                    &data.display().to_string(),
+                    "-l",
+                    &dir.path().join("log").display().to_string(),
+                    "-o",
+                    &format!(
+                        "-p {port} -k {} -c listen_addresses={addr} -c max_connections=300 -c fsync=off",
+                        dir.path().display()
+                    ),
+                    "-w",
+                    "start",
+                ],
+            );
             match r {
-                Ok(_) => return Ok(PgServer { dir, port }),
+                Ok(_) => {
+                    return Ok(PgServer {
+                        dir,
+                        port,
+                        host: addr.to_string(),
+                        netns: netns.map(str::to_string),
+                    });
+                }
                 Err(e) => last = e,
             }
         }
@@ -100,10 +153,38 @@ impl PgServer {
             name,
         ])
         .expect("createdb");
+        self.url(name)
+    }
+
+    /// The URL of database `name` (user `postgres` with the password).
+    pub fn url(&self, name: &str) -> String {
         format!(
-            "postgresql://postgres:{PASSWORD}@127.0.0.1:{}/{name}",
-            self.port
+            "postgresql://postgres:{PASSWORD}@{}:{}/{name}",
+            self.host, self.port
         )
+    }
+
+    /// Runs SQL in database `db` with `psql` over the server's Unix socket (reachable from any
+    /// network namespace), and returns its unaligned output: one row a line, `|` between
+    /// columns.
+    pub fn psql(&self, db: &str, sql: &str) -> Result<String, String> {
+        run_as_postgres(&[
+            &format!("{BIN}/psql"),
+            "-h",
+            &self.dir.path().display().to_string(),
+            "-p",
+            &self.port.to_string(),
+            "-d",
+            db,
+            "-X",
+            "-q",
+            "-A",
+            "-t",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-c",
+            sql,
+        ])
     }
 
     fn ctl(&self, what: &[&str]) -> Result<String, String> {
@@ -111,7 +192,8 @@ impl PgServer {
         let mut args = vec![format!("{BIN}/pg_ctl"), "-D".into(), data];
         args.extend(what.iter().map(|s| s.to_string()));
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        run_as_postgres(&refs)
+        // In the server's namespace: a restarted server must bind its address there again.
+        run_as_postgres_in(self.netns.as_deref(), &refs)
     }
 
     pub fn restart(&self) -> Result<(), String> {

@@ -8,6 +8,7 @@ mod command_trials;
 mod common;
 mod devices;
 mod optuna_compat;
+mod postgres;
 mod queries;
 mod recovery;
 mod setup_script;

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::common::{Sandbox, output_within, sh_study, text};
 
 /// Dumps each study named on the command line as Optuna sees it, one JSON object.
-const DUMP: &str = r#"
+pub(crate) const DUMP: &str = r#"
 import json, sys, optuna
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 storage, names = sys.argv[1], sys.argv[2:]
@@ -44,17 +44,23 @@ print(json.dumps(out))
 /// Runs the repository's set-up script, which makes `.venv` with Optuna; the test fails (never
 /// skips) when that cannot be done.
 fn python_with_optuna() -> std::path::PathBuf {
+    python_after_setup(&["--python-tests"])
+}
+
+/// The `.venv` Python after `scripts/setup.sh ARGS` (e.g. with `--postgres` for psycopg2).
+pub(crate) fn python_after_setup(args: &[&str]) -> std::path::PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut setup = Command::new("bash");
     setup
         .arg(root.join("scripts/setup.sh"))
-        .arg("--python-tests")
+        .args(args)
         .current_dir(root)
         .stdin(Stdio::null());
     let out = output_within(setup, Duration::from_secs(600));
     assert!(
         out.status.success(),
-        "scripts/setup.sh --python-tests failed: Optuna is needed for this test\n{}",
+        "scripts/setup.sh {} failed: Optuna is needed for this test\n{}",
+        args.join(" "),
         text(&out)
     );
     let python = root.join(".venv/bin/python");
@@ -77,11 +83,16 @@ fn optuna_state(tune: &str) -> &'static str {
     }
 }
 
-/// Compares every trial of a study as `tune trials`/`tune show` print it with Optuna's view.
-fn assert_same(sb: &Sandbox, study: &str, optuna: &Value, distributions: &[(&str, &str)]) {
-    let out = sb.ok(&[
-        "trials", "--db", "tune.db", "--study", study, "--format", "json",
-    ]);
+/// Compares every trial of a study as `tune trials`/`tune show` print it (from database `db`)
+/// with Optuna's view.
+pub(crate) fn assert_same(
+    sb: &Sandbox,
+    db: &str,
+    study: &str,
+    optuna: &Value,
+    distributions: &[(&str, &str)],
+) {
+    let out = sb.ok(&["trials", "--db", db, "--study", study, "--format", "json"]);
     let ours: Vec<Value> = serde_json::from_slice(&out.stdout).expect("JSON");
     let theirs = optuna["trials"].as_array().expect("trials");
     assert_eq!(ours.len(), theirs.len(), "{study}: {ours:#?}\n{theirs:#?}");
@@ -112,7 +123,7 @@ fn assert_same(sb: &Sandbox, study: &str, optuna: &Value, distributions: &[(&str
             "show",
             &n.to_string(),
             "--db",
-            "tune.db",
+            db,
             "--study",
             study,
             "--format",
@@ -139,10 +150,8 @@ fn assert_same(sb: &Sandbox, study: &str, optuna: &Value, distributions: &[(&str
         );
     }
     let best: Value = serde_json::from_slice(
-        &sb.ok(&[
-            "best", "--db", "tune.db", "--study", study, "--format", "json",
-        ])
-        .stdout,
+        &sb.ok(&["best", "--db", db, "--study", study, "--format", "json"])
+            .stdout,
     )
     .expect("JSON");
     assert_eq!(
@@ -246,6 +255,7 @@ exit 0
     assert_eq!(optuna["compat-at"]["direction"], "MINIMIZE");
     assert_same(
         &sb,
+        "tune.db",
         "compat",
         &optuna["compat"],
         &[
@@ -262,6 +272,7 @@ exit 0
     );
     assert_same(
         &sb,
+        "tune.db",
         "compat-at",
         &optuna["compat-at"],
         &[("x", "FloatDistribution"), ("n", "IntDistribution")],
@@ -269,6 +280,7 @@ exit 0
 
     assert_same(
         &sb,
+        "tune.db",
         "pruned",
         &optuna["pruned"],
         &[("x", "FloatDistribution")],
