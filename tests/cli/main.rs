@@ -7,6 +7,7 @@ mod bench;
 mod command_trials;
 mod common;
 mod devices;
+mod multi_host;
 mod optuna_compat;
 mod postgres;
 mod queries;
