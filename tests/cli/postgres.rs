@@ -328,7 +328,7 @@ fn a_study_goes_on_through_a_server_restart_and_meets_its_budget_exactly() {
     let server: PgServer = server;
     let url = server.create_db("restart");
     let sb = Sandbox::new();
-    let study = sh_study("restarted", 12, 2, "", &["{x}"])
+    let study = sh_study("restarted", 20, 2, "", &["{x}"])
         .replace("[workers]", "[sampler]\nkind = \"random\"\n\n[workers]");
     sb.write("s.toml", &study);
     sb.write("trial.sh", "sleep 0.3\necho \"tune: {\\\"loss\\\": $1}\"\n");
@@ -351,7 +351,7 @@ fn a_study_goes_on_through_a_server_restart_and_meets_its_budget_exactly() {
     };
     wait_until(PATIENCE, "three trials to complete", || complete() >= 3);
     server.restart().expect("the server restarts");
-    assert!(complete() < 12, "the restart came before the study's end");
+    assert!(complete() < 20, "the restart came before the study's end");
     let out = wait_output(child, PATIENCE);
     assert!(out.status.success(), "{}", text(&out));
     let all = text(&out);
@@ -369,10 +369,10 @@ fn a_study_goes_on_through_a_server_restart_and_meets_its_budget_exactly() {
         ],
     );
     let trials = trials.as_array().expect("an array");
-    assert_eq!(counted(trials), 12, "{trials:#?}");
+    assert_eq!(counted(trials), 20, "{trials:#?}");
     assert_eq!(
         trials.iter().filter(|t| t["state"] == "complete").count(),
-        12,
+        20,
         "{trials:#?}"
     );
     assert!(
