@@ -34,20 +34,45 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create or resume a study and run it until its budget is spent.
+    #[command(after_help = "Examples:\n  \
+        tune run studies/quickstart.toml      # the live UI on a terminal\n  \
+        tune studies/quickstart.toml          # the same (the shortcut)\n  \
+        tune --db runs.db study.toml --no-tui # one line per trial event, in runs.db")]
     Run(RunArgs),
     /// Every study in the database with its counts and best value.
+    #[command(after_help = "Examples:\n  \
+        tune studies\n  \
+        tune studies --db sweeps.db --format json")]
     Studies(StudiesArgs),
     /// The trials of a study.
+    #[command(after_help = "Examples:\n  \
+        tune trials study.toml --sort value --limit 5\n  \
+        tune trials --study my-study --state failed --format json\n  \
+        tune trials study.toml --format csv > trials.csv")]
     Trials(TrialsArgs),
     /// The best trial of a study.
+    #[command(after_help = "Examples:\n  \
+        tune best study.toml\n  \
+        tune best --study my-study --format json")]
     Best(BestArgs),
     /// One trial whole: params, every report, logs.
+    #[command(after_help = "Examples:\n  \
+        tune show 7 study.toml\n  \
+        tune show 7 --study my-study --format json\n  \
+        tune show 7 study.toml --format csv   # the learning curve, one row per report")]
     Show(ShowArgs),
     /// Follow a study that another process (or machine) runs, read-only, in the live UI.
+    #[command(after_help = "Examples:\n  \
+        tune watch study.toml\n  \
+        tune watch --study my-study --db postgresql://tune@db.example/tune")]
     Watch(WatchArgs),
     /// Queue a trial with fixed params; it runs first and teaches the sampler like any other.
+    #[command(after_help = "Example:\n  \
+        tune enqueue study.toml --params '{\"lr\": 0.01, \"optimizer\": \"adam\"}'")]
     Enqueue(EnqueueArgs),
     /// Drive the optimizer from another program over JSON lines (docs/ask-tell.md).
+    #[command(after_help = "Example:\n  \
+        echo '{\"ask\": {}}' | tune ask-tell --space space.toml --seed 1")]
     AskTell(AskTellArgs),
     /// Benchmarks that print ratios against a baseline measured in the same run (the
     /// `tune-bench` binary installed beside `tune`; `tune bench --help` lists them).
@@ -117,17 +142,13 @@ pub struct RunArgs {
     pub no_tui: bool,
 }
 
+/// How a query prints: a table for people, JSON (docs/cli.md has the shapes) or CSV for
+/// spreadsheets and pandas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
     Table,
     Json,
     Csv,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ListFormat {
-    Table,
-    Json,
 }
 
 /// Names a study: a study file, or `--study NAME` in the database.
@@ -142,8 +163,9 @@ pub struct StudyRef {
 
 #[derive(Debug, Args)]
 pub struct StudiesArgs {
+    /// Output: `table` for people, `json` (shapes in docs/cli.md) or `csv`.
     #[arg(long, value_enum, default_value = "table")]
-    pub format: ListFormat,
+    pub format: Format,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -166,12 +188,18 @@ pub enum SortKey {
 pub struct TrialsArgs {
     #[command(flatten)]
     pub study: StudyRef,
+    /// Only the trials in this state (`queued` trials wait for a slot; `failed` includes
+    /// interrupted ones).
     #[arg(long, value_enum, default_value = "all")]
     pub state: StateFilter,
+    /// `number` (the order they started in) or `value` (best first, in the study's
+    /// direction; trials without a value last).
     #[arg(long, value_enum, default_value = "number")]
     pub sort: SortKey,
-    #[arg(long)]
+    /// At most this many trials, after filtering and sorting.
+    #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
+    /// Output: `table` for people, `json` (shapes in docs/cli.md) or `csv`.
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
 }
@@ -180,6 +208,7 @@ pub struct TrialsArgs {
 pub struct BestArgs {
     #[command(flatten)]
     pub study: StudyRef,
+    /// Output: `table` for people, `json` (shapes in docs/cli.md) or `csv`.
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
 }
@@ -191,8 +220,9 @@ pub struct ShowArgs {
     pub args: Vec<String>,
     #[arg(long = "study", value_name = "NAME")]
     pub name: Option<String>,
+    /// Output: `table` for people, `json` (shapes in docs/cli.md) or `csv`.
     #[arg(long, value_enum, default_value = "table")]
-    pub format: ListFormat,
+    pub format: Format,
 }
 
 #[derive(Debug, Args)]
@@ -218,8 +248,10 @@ pub struct AskTellArgs {
     /// The sampler (default: the one studies use).
     #[arg(long, default_value = "auto")]
     pub sampler: String,
+    /// The sampler's seed: the same seed and tells give the same asks.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// `minimize` or `maximize` the told values.
     #[arg(long, default_value = "minimize")]
     pub direction: String,
     /// Record the exchange as this study in the database given by --db.

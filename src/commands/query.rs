@@ -9,7 +9,7 @@ use comfy_table::Table;
 
 use super::{bad, fmt_params, fmt_value, open_study};
 use crate::cli::{
-    BestArgs, Format, ListFormat, ShowArgs, SortKey, StateFilter, StudiesArgs, StudyRef, TrialsArgs,
+    BestArgs, Format, ShowArgs, SortKey, StateFilter, StudiesArgs, StudyRef, TrialsArgs,
 };
 use crate::storage::{StorageUrl, StudyRow};
 use crate::trial::{Trial, TrialState, TrialStatus};
@@ -27,8 +27,40 @@ pub fn studies(args: &StudiesArgs, db: Option<&StorageUrl>) -> anyhow::Result<Ex
     let storage = super::open_read(&super::default_storage(db))?;
     let list = storage.list_studies()?;
     match args.format {
-        ListFormat::Json => print_json(&serde_json::to_value(&list)?)?,
-        ListFormat::Table => {
+        Format::Json => print_json(&serde_json::to_value(&list)?)?,
+        Format::Csv => {
+            let mut w = csv::Writer::from_writer(std::io::stdout().lock());
+            w.write_record([
+                "study",
+                "direction",
+                "metric",
+                "trials",
+                "complete",
+                "pruned",
+                "failed",
+                "running",
+                "queued",
+                "best_value",
+                "best_trial",
+            ])?;
+            for s in list {
+                w.write_record([
+                    s.name,
+                    s.direction.as_str().into(),
+                    s.metric,
+                    s.trials.to_string(),
+                    s.complete.to_string(),
+                    s.pruned.to_string(),
+                    s.failed.to_string(),
+                    s.running.to_string(),
+                    s.queued.to_string(),
+                    s.best_value.map(|v| v.to_string()).unwrap_or_default(),
+                    s.best_trial.map(|n| n.to_string()).unwrap_or_default(),
+                ])?;
+            }
+            w.flush()?;
+        }
+        Format::Table => {
             let mut t = table();
             t.set_header([
                 "study",
@@ -235,7 +267,42 @@ pub fn show(args: &ShowArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode
         .ok_or_else(|| bad(format!("study `{}` has no trial {number}", study.name)))?;
     let reports = storage.trial_reports(row.id)?;
     match args.format {
-        ListFormat::Json => {
+        Format::Csv => {
+            // The learning curve: one row per report, every metric a column.
+            let keys: BTreeSet<&String> = reports
+                .iter()
+                .flat_map(|r| r.report.metrics.keys())
+                .collect();
+            let mut w = csv::Writer::from_writer(std::io::stdout().lock());
+            let mut header = vec!["trial".to_string(), "step".into(), "final".into()];
+            header.extend(keys.iter().map(|k| k.to_string()));
+            header.push("at".into());
+            w.write_record(&header)?;
+            for r in &reports {
+                let mut rec = vec![
+                    row.number.to_string(),
+                    r.report.step.to_string(),
+                    r.is_final.to_string(),
+                ];
+                rec.extend(keys.iter().map(|k| {
+                    r.report
+                        .metrics
+                        .get(*k)
+                        .map(|v| v.to_string())
+                        .unwrap_or_default()
+                }));
+                rec.push(
+                    r.at.map(|t| {
+                        chrono::DateTime::<chrono::Utc>::from(t)
+                            .to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+                    })
+                    .unwrap_or_default(),
+                );
+                w.write_record(&rec)?;
+            }
+            w.flush()?;
+        }
+        Format::Json => {
             let mut v = row.to_json();
             if let serde_json::Value::Object(m) = &mut v {
                 m.insert(
@@ -267,7 +334,7 @@ pub fn show(args: &ShowArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode
             }
             print_json(&v)?;
         }
-        ListFormat::Table => {
+        Format::Table => {
             println!(
                 "trial {} of `{}`: {}, {} = {}, {}",
                 row.number,

@@ -155,6 +155,38 @@ fn the_proposer_sees_finished_trials_and_pending_params() {
         assert_eq!(h.finished[0].outcome, Outcome::Complete { value: 0.5 });
         assert_eq!(h.finished[0].curve, vec![(1, 0.5)], "{name}");
         assert_eq!(h.pending, vec![params(0.2)], "{name}");
+
+        // A proposal after trial 1 finished sees it finished, no longer pending (backends that
+        // remember what they read must notice the change), and trial 2 pending.
+        let rows = s.trials(&study, None).expect("rows");
+        s.finish_trial(
+            rows[1].id,
+            &TrialStatus::Complete {
+                value: 0.25,
+                ran: Ran::default(),
+            },
+            &[],
+        )
+        .expect("finish");
+        let mut seen = None;
+        s.claim(&study, &req, &mut |h, n| {
+            seen = Some((h.clone(), n));
+            params(0.4)
+        })
+        .expect("claim");
+        let (h, n) = seen.expect("proposed");
+        assert_eq!(n.0, 3, "{name}");
+        let values: Vec<Outcome> = h.finished.iter().map(|f| f.outcome.clone()).collect();
+        assert_eq!(
+            values,
+            [
+                Outcome::Complete { value: 0.5 },
+                Outcome::Complete { value: 0.25 }
+            ],
+            "{name}"
+        );
+        assert_eq!(h.finished[1].params, params(0.2), "{name}");
+        assert_eq!(h.pending, vec![params(0.3)], "{name}");
     }
 }
 

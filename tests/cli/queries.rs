@@ -129,3 +129,48 @@ fn queries_filter_sort_limit_and_print_json_csv_and_tables_as_the_cli_spec_says(
         assert_eq!(p, t["params"], "trial {n}");
     }
 }
+
+#[test]
+fn studies_and_show_print_csv_too() {
+    let sb = Sandbox::new();
+    sb.write("s.toml", &sh_study("curves", 2, 1, "", &["{x}"]));
+    sb.write(
+        "trial.sh",
+        "for s in 0 1 2; do echo \"tune: {\\\"step\\\": $s, \\\"loss\\\": $1, \\\"acc\\\": 0.$s}\"; done\n",
+    );
+    sb.ok(&["run", "s.toml"]);
+    let best = json(sb.ok(&["best", "s.toml", "--format", "json"]));
+
+    let studies = String::from_utf8(sb.ok(&["studies", "--format", "csv"]).stdout).expect("UTF-8");
+    let mut rows = csv_rows(&studies);
+    let header = rows.remove(0);
+    assert_eq!(rows.len(), 1, "{studies}");
+    let col = |name: &str| header.iter().position(|h| h == name).expect(name);
+    assert_eq!(rows[0][col("study")], "curves");
+    assert_eq!(rows[0][col("complete")], "2");
+    assert_eq!(
+        rows[0][col("best_value")].parse::<f64>().ok(),
+        best["value"].as_f64()
+    );
+    assert_eq!(rows[0][col("best_trial")], best["number"].to_string());
+
+    // `show --format csv` is the trial's learning curve: one row per report.
+    let show = String::from_utf8(sb.ok(&["show", "0", "s.toml", "--format", "csv"]).stdout)
+        .expect("UTF-8");
+    let mut rows = csv_rows(&show);
+    let header = rows.remove(0);
+    for c in ["trial", "step", "final", "acc", "loss", "at"] {
+        assert!(header.iter().any(|h| h == c), "`{c}` in {header:?}");
+    }
+    let step = header.iter().position(|h| h == "step").expect("step");
+    let acc = header.iter().position(|h| h == "acc").expect("acc");
+    let steps: Vec<&str> = rows.iter().map(|r| r[step].as_str()).collect();
+    assert_eq!(steps, ["0", "1", "2"], "{show}");
+    assert_eq!(rows[2][acc], "0.2");
+}
+
+fn csv_rows(text: &str) -> Vec<Vec<String>> {
+    text.lines()
+        .map(|l| l.split(',').map(str::to_string).collect())
+        .collect()
+}

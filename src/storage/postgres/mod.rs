@@ -35,7 +35,8 @@ use super::{
 };
 use crate::space::{Params, Space};
 use crate::trial::{
-    Direction, Placement, Report, Trial, TrialId, TrialNumber, TrialState, TrialStatus, WorkerId,
+    Direction, FinishedTrial, Placement, Report, Trial, TrialId, TrialNumber, TrialState,
+    TrialStatus, WorkerId,
 };
 
 /// The migrations, in order; `tune_schema_version` records how many were applied.
@@ -74,6 +75,7 @@ pub struct PostgresStorage {
     /// Set once a call gave up on the server: later calls (a study stopping its trials and
     /// recording them) try once each instead of waiting out the whole retry time again.
     gave_up: std::cell::Cell<bool>,
+    history: std::cell::RefCell<HistoryCache>,
 }
 
 impl PostgresStorage {
@@ -143,6 +145,7 @@ impl PostgresStorage {
             client: std::cell::RefCell::new(Some(client)),
             retry_for,
             gave_up: std::cell::Cell::new(false),
+            history: std::cell::RefCell::new(HistoryCache::default()),
         })
     }
 
@@ -504,13 +507,20 @@ fn trial_of_row(r: &Row) -> Trial {
     }
 }
 
-/// The objective's intermediate values of every trial of the study, by trial id.
-fn curves(c: &impl GenericClient, study: i64) -> PgResult<BTreeMap<i64, Vec<(u64, f64)>>> {
+/// The intermediate values of the study's trials `ids`, by trial and step.
+fn curves(
+    c: &impl GenericClient,
+    study: i64,
+    ids: &[i32],
+) -> PgResult<BTreeMap<i64, Vec<(u64, f64)>>> {
+    if ids.is_empty() {
+        return Ok(BTreeMap::new());
+    }
     let rows = wait(c.query(
         "SELECT i.trial_id, i.step, i.intermediate_value, i.intermediate_value_type::text
          FROM trial_intermediate_values i JOIN trials t ON t.trial_id = i.trial_id
-         WHERE t.study_id = $1 ORDER BY i.trial_id, i.step",
-        &[&id32(study)],
+         WHERE t.study_id = $1 AND i.trial_id = ANY($2) ORDER BY i.trial_id, i.step",
+        &[&id32(study), &ids],
     ))?;
     let mut out: BTreeMap<i64, Vec<(u64, f64)>> = BTreeMap::new();
     for r in rows {
@@ -529,12 +539,95 @@ fn curves(c: &impl GenericClient, study: i64) -> PgResult<BTreeMap<i64, Vec<(u64
     Ok(out)
 }
 
-fn history(c: &impl GenericClient, study: i64, space: &Space) -> PgResult<History> {
-    let trials = query_trials(c, study, None, None)?;
-    let mut curves = curves(c, study)?;
-    Ok(super::history_of(&trials, space, |id| {
-        curves.remove(&id.0).unwrap_or_default()
-    }))
+/// What this process has read of one study (in one space) for its proposals. A trial's params
+/// never change once stored and a finished trial never changes again, so a proposal reads the
+/// trials' ids and states, and in full only the trials that are new or finished since the last
+/// proposal: the work under the study's lock stays small as the study grows and as more
+/// processes run trials, which is what every process waits on.
+#[derive(Default)]
+struct HistoryCache {
+    study: i64,
+    space: Option<Space>,
+    /// Each trial's params (filtered to the space), by trial id.
+    params: HashMap<i32, Params>,
+    /// Every finished trial read so far, those the samplers leave out (interrupted) too.
+    known: std::collections::HashSet<i32>,
+    finished: BTreeMap<TrialNumber, FinishedTrial>,
+}
+
+fn history(
+    c: &impl GenericClient,
+    study: i64,
+    space: &Space,
+    cache: &std::cell::RefCell<HistoryCache>,
+) -> PgResult<History> {
+    let mut cache = cache.borrow_mut();
+    if cache.study != study || cache.space.as_ref() != Some(space) {
+        *cache = HistoryCache {
+            study,
+            space: Some(space.clone()),
+            ..HistoryCache::default()
+        };
+    }
+    let rows = wait(c.query(
+        "SELECT trial_id, state IN ('RUNNING', 'WAITING') FROM trials WHERE study_id = $1 ORDER BY number",
+        &[&id32(study)],
+    ))?;
+    let states: Vec<(i32, bool)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let unread: Vec<i32> = states
+        .iter()
+        .filter(|(id, pending)| {
+            if *pending {
+                !cache.params.contains_key(id)
+            } else {
+                !cache.known.contains(id)
+            }
+        })
+        .map(|(id, _)| *id)
+        .collect();
+    if !unread.is_empty() {
+        // Read whole; a trial that finished between the two queries is read as finished.
+        let trials = query_trials_where(c, Some(study), None, None, Some(&unread))?;
+        let done: Vec<i32> = trials
+            .iter()
+            .filter(|t| !matches!(t.status, TrialStatus::Queued | TrialStatus::Running { .. }))
+            .map(|t| id32(t.id.0))
+            .collect();
+        let mut curves = curves(c, study, &done)?;
+        let h = super::history_of(
+            trials.iter().filter(|t| done.contains(&id32(t.id.0))),
+            space,
+            |id| curves.remove(&id.0).unwrap_or_default(),
+        );
+        for t in &trials {
+            let in_space: Params = t
+                .params
+                .iter()
+                .filter(|(k, _)| space.get(k).is_some())
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            // A trial's params are stored with it, except the one this transaction is
+            // proposing for right now: never remember it without them.
+            if !in_space.is_empty() {
+                cache.params.insert(id32(t.id.0), in_space);
+            }
+        }
+        cache.known.extend(done);
+        for f in h.finished {
+            cache.finished.insert(f.number, f);
+        }
+    }
+    let pending = states
+        .iter()
+        .filter(|(id, pending)| *pending && !cache.known.contains(id))
+        .filter_map(|(id, _)| cache.params.get(id))
+        .filter(|p| !p.is_empty())
+        .cloned()
+        .collect();
+    Ok(History {
+        finished: cache.finished.values().cloned().collect(),
+        pending,
+    })
 }
 
 /// A new trial of the study with the next number (the caller holds the study's lock).
@@ -838,6 +931,9 @@ impl Storage for PostgresStorage {
         let space = req.space;
         let claimed = self.run(|c| {
             let tx = wait(c.transaction())?;
+            // The trials finished since this process last proposed are read before the lock,
+            // so that under it only what changed meanwhile is left to read.
+            history(&tx, study.id, space, &self.history)?;
             lock_study(&tx, sid)?;
             let taken: i64 = wait(tx.query_one(TAKEN, &[&sid]))?.get(0);
             if budget.is_some_and(|b| taken as u64 >= b) {
@@ -862,7 +958,7 @@ impl Storage for PostgresStorage {
                 let (id, number) = insert_trial(&tx, sid, "RUNNING")?;
                 // The proposal happens inside the transaction, under the study's lock: a
                 // second process asking now waits, then sees this trial as pending.
-                let h = history(&tx, study.id, space)?;
+                let h = history(&tx, study.id, space, &self.history)?;
                 let params = propose(&h, TrialNumber(number as u64));
                 insert_params(&tx, id, space, &params)?;
                 Claim::New(id)
@@ -1077,7 +1173,7 @@ impl Storage for PostgresStorage {
     }
 
     fn history(&self, study: &StudyRow, space: &Space) -> Result<History, StorageError> {
-        self.run(|c| history(c, study.id, space))
+        self.run(|c| history(c, study.id, space, &self.history))
     }
 
     fn reports(&self, study: &StudyRow) -> Result<BTreeMap<u64, Vec<Report>>, StorageError> {
