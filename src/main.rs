@@ -117,7 +117,21 @@ fn main() -> ExitCode {
     // A bad `--db`/TUNE_DB is refused before any command opens or writes anything.
     let db = match cli.db.as_ref().map(|d| StorageUrl::parse(d, Path::new(""))) {
         None => None,
-        Some(Ok(url)) => Some(url),
+        Some(Ok(url)) => {
+            // `copy` creates its destination's directory; everything else refuses a typo'd path
+            // instead of creating a directory nobody asked for.
+            if let Some(parent) = url.as_sqlite().and_then(Path::parent)
+                && !parent.as_os_str().is_empty()
+                && !parent.is_dir()
+            {
+                eprintln!(
+                    "error: --db (or TUNE_DB): the directory {} does not exist (create it, or name a database in an existing directory)",
+                    parent.display()
+                );
+                return ExitCode::from(2);
+            }
+            Some(url)
+        }
         Some(Err(e)) => {
             eprintln!("error: --db (or TUNE_DB): {e}");
             return ExitCode::from(2);

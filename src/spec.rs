@@ -185,8 +185,20 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
     };
     let storage = match (&overrides.db, &s.storage) {
         (Some(db), _) => db.clone(),
-        (None, Some(p)) => crate::storage::StorageUrl::parse(p, &dir)
-            .map_err(|e| err(format!("key `study.storage`: {e}")))?,
+        (None, Some(p)) => {
+            let url = crate::storage::StorageUrl::parse(p, &dir)
+                .map_err(|e| err(format!("key `study.storage`: {e}")))?;
+            if let Some(parent) = url.as_sqlite().and_then(Path::parent)
+                && !parent.as_os_str().is_empty()
+                && !parent.is_dir()
+            {
+                return Err(err(format!(
+                    "key `study.storage`: the directory {} does not exist (create it, or name a database in an existing directory)",
+                    parent.display()
+                )));
+            }
+            url
+        }
         (None, None) => crate::storage::StorageUrl::Sqlite(dir.join("tune.db")),
     };
     let heartbeat = s

@@ -88,6 +88,11 @@ fn assert_refused(out: &std::process::Output, needles: &[&str]) {
     "timeout = \"1m\"\n\n[[enqueue]]\nx = 5.0\nk = 1\nc = \"a\"",
     "enqueue[0]"
 )]
+#[case::storage_in_a_missing_directory(
+    "seed = 1",
+    "seed = 1\nstorage = \"nowhere/deeper/x.db\"",
+    "study.storage"
+)]
 #[case::not_toml("[study]", "[study", "line 1")]
 #[case::missing_space("[space]", "[nothing]", "space")]
 fn a_bad_study_file_is_refused_with_status_2_naming_the_file_and_the_key(
@@ -369,4 +374,22 @@ fn the_study_file_shortcut_works_with_options_before_the_file() {
     std::fs::copy(sb.join("s.toml"), sb.join("study")).expect("copy");
     sb.ok(&["--db", "third.db", "./study", "--no-tui"]);
     assert!(sb.join("third.db").exists());
+}
+
+#[test]
+fn a_database_in_a_directory_that_does_not_exist_is_refused_not_created() {
+    let sb = Sandbox::new();
+    sb.write("trial.sh", TRIAL);
+    sb.write("s.toml", GOOD);
+    let out = sb.run(&["run", "s.toml", "--db", "nowhere/x.db"]);
+    assert_refused(&out, &["--db", "nowhere", "does not exist"]);
+    let out = sb.run(&["trials", "--study", "good", "--db", "nowhere/x.db"]);
+    assert_refused(&out, &["nowhere"]);
+    sb.write(
+        "f.toml",
+        &GOOD.replace("seed = 1", "seed = 1\nstorage = \"nowhere/x.db\""),
+    );
+    let out = sb.run(&["run", "f.toml"]);
+    assert_refused(&out, &["f.toml", "study.storage", "nowhere"]);
+    assert!(!sb.join("nowhere").exists(), "no directory was created");
 }
