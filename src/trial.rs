@@ -307,6 +307,25 @@ impl TrialStatus {
         }
     }
 
+    /// Why it failed, on one line: the reason, then the last line its standard error wrote
+    /// (usually the exception), e.g. `exited with status 1: ValueError: lr must be positive`.
+    pub fn why(&self) -> Option<String> {
+        let TrialStatus::Failed {
+            reason, log_tail, ..
+        } = self
+        else {
+            return None;
+        };
+        let first = reason.lines().next().unwrap_or("").trim_end();
+        let last = log_tail
+            .as_deref()
+            .and_then(|t| t.lines().rev().map(str::trim).find(|l| !l.is_empty()));
+        Some(match last {
+            Some(l) if !first.contains(l) => format!("{first}: {l}"),
+            _ => first.to_string(),
+        })
+    }
+
     /// Whether it failed through no fault of its own (its params run again).
     pub fn interrupted(&self) -> bool {
         matches!(

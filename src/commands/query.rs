@@ -150,6 +150,7 @@ fn print_trials(rows: &[Trial], format: Format) -> anyhow::Result<()> {
                 "finished_at",
                 "duration_s",
                 "error",
+                "log_tail",
             ]
             .iter()
             .map(|s| s.to_string())
@@ -171,6 +172,12 @@ fn print_trials(rows: &[Trial], format: Format) -> anyhow::Result<()> {
                         .map(|v| format!("{v:.3}"))
                         .unwrap_or_default(),
                     r.status.reason().unwrap_or_default().to_string(),
+                    match &r.status {
+                        TrialStatus::Failed {
+                            log_tail: Some(t), ..
+                        } => t.clone(),
+                        _ => String::new(),
+                    },
                 ];
                 rec.extend(
                     params
@@ -199,8 +206,8 @@ fn print_trials(rows: &[Trial], format: Format) -> anyhow::Result<()> {
                         .unwrap_or_else(|| "-".into()),
                     fmt_params(&r.params),
                     r.status
-                        .reason()
-                        .map(|e| e.lines().next().unwrap_or("").chars().take(60).collect())
+                        .why()
+                        .map(|e| e.chars().take(100).collect())
                         .unwrap_or_default(),
                 ]);
             }

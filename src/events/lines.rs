@@ -109,13 +109,7 @@ impl Printer {
                     _ => format!(
                         "{stamp} trial {} failed{dur}: {}",
                         trial.number,
-                        trial
-                            .status
-                            .reason()
-                            .unwrap_or("unknown")
-                            .lines()
-                            .next()
-                            .unwrap_or("")
+                        trial.status.why().unwrap_or_else(|| "unknown".into())
                     ),
                 }
             }
@@ -234,7 +228,7 @@ mod tests {
             )
             .expect("a line");
         assert!(
-            f.ends_with("trial 2 failed in 1.0s: exited with status 1"),
+            f.ends_with("trial 2 failed in 1.0s: exited with status 1: Traceback"),
             "{f}"
         );
         let end = p

@@ -50,6 +50,8 @@ pub struct TrialRow {
     pub value: Option<f64>,
     pub params: Params,
     pub error: Option<String>,
+    /// The last line of [`error`](Self::error), for the table.
+    pub why: Option<String>,
     pub started_at: Option<SystemTime>,
     pub finished_at: Option<SystemTime>,
     pub duration: Option<Duration>,
@@ -75,6 +77,7 @@ impl TrialRow {
             value: None,
             params: Params::new(),
             error: None,
+            why: None,
             started_at: None,
             finished_at: None,
             duration: None,
@@ -170,6 +173,8 @@ pub enum Column {
     Duration,
     Step,
     Param(String),
+    /// Why a trial failed, on one line (the last column, shown once a trial has failed).
+    Why,
 }
 
 impl Column {
@@ -181,6 +186,7 @@ impl Column {
             Column::Duration => "time",
             Column::Step => "step",
             Column::Param(p) => p,
+            Column::Why => "why",
         }
     }
 }
@@ -303,6 +309,8 @@ pub struct UiState {
     pub best: Option<TrialNumber>,
     /// Every parameter name seen, sorted: the table's param columns.
     pub param_names: Vec<String>,
+    /// Some trial failed: the table shows why in its last column.
+    pub failed_any: bool,
     pub slots: Vec<Slot>,
     pub table: TableView,
     /// The table's rows: indices into `trials`, filtered and sorted.
@@ -334,6 +342,7 @@ impl UiState {
             counts: Counts::default(),
             best: None,
             param_names: Vec::new(),
+            failed_any: false,
             slots: Vec::new(),
             table: TableView {
                 sort: 0,
@@ -388,6 +397,9 @@ impl UiState {
             Column::Step,
         ];
         c.extend(self.param_names.iter().cloned().map(Column::Param));
+        if self.failed_any {
+            c.push(Column::Why);
+        }
         c
     }
 
@@ -399,11 +411,11 @@ impl UiState {
             2 => Column::Value,
             3 => Column::Duration,
             4 => Column::Step,
-            k => self
-                .param_names
-                .get(k - 5)
-                .cloned()
-                .map_or(Column::Number, Column::Param),
+            k => match self.param_names.get(k - 5) {
+                Some(p) => Column::Param(p.clone()),
+                None if self.failed_any && k == 5 + self.param_names.len() => Column::Why,
+                None => Column::Number,
+            },
         }
     }
 
@@ -622,6 +634,16 @@ impl UiState {
         row.value = t.value();
         row.params = t.params.clone();
         row.error = t.status.error();
+        // The table's column is narrow: the last line of the error (the exception its
+        // standard error ended with, else the reason) says the most in the least space.
+        row.why = row
+            .error
+            .as_deref()
+            .and_then(|e| e.lines().rev().map(str::trim).find(|l| !l.is_empty()))
+            .map(str::to_string);
+        if row.why.is_some() {
+            self.failed_any = true;
+        }
         let duration = t.duration(at.unwrap_or(self.now));
         row.duration = duration;
         if !t.logs.is_empty() {
@@ -787,7 +809,7 @@ impl UiState {
             self.table.descending = match self.sort_column() {
                 Column::Number | Column::Duration | Column::Step => true,
                 Column::Value => self.direction() == Direction::Maximize,
-                Column::State | Column::Param(_) => false,
+                Column::State | Column::Param(_) | Column::Why => false,
             };
         }
         self.refresh_order();
@@ -1065,5 +1087,9 @@ fn compare(col: &Column, now: SystemTime, a: &TrialRow, b: &TrialRow, desc: bool
             desc,
         ),
         Column::Param(p) => cmp_param(a.params.get(p), b.params.get(p), desc),
+        Column::Why => {
+            let o = a.why.cmp(&b.why);
+            if desc { o.reverse() } else { o }
+        }
     }
 }

@@ -877,6 +877,7 @@ fn cell_text(col: &Column, t: &TrialRow, state: &UiState) -> String {
             .map(|r| r.step.to_string())
             .unwrap_or_default(),
         Column::Param(p) => t.params.get(p).map(fmt_param).unwrap_or_default(),
+        Column::Why => t.why.clone().unwrap_or_default(),
     }
 }
 
@@ -948,6 +949,8 @@ fn render_table(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) {
             let min = match c {
                 Column::State => 10,
                 Column::Value => 9,
+                // The last column: whatever width is left, as much of the error as fits.
+                Column::Why => return Constraint::Fill(1),
                 _ => 0,
             };
             Constraint::Length((c.title().chars().count() + 1).max(cells).max(min).min(24) as u16)

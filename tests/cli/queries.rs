@@ -174,3 +174,47 @@ fn csv_rows(text: &str) -> Vec<Vec<String>> {
         .map(|l| l.split(',').map(str::to_string).collect())
         .collect()
 }
+
+#[test]
+fn why_a_trial_failed_is_in_the_event_line_the_trials_table_csv_and_show() {
+    let sb = Sandbox::new();
+    sb.write("s.toml", &sh_study("why", 2, 1, "", &["{x}"]));
+    // Trial 1 fails the way a Python script does: a traceback on stderr, then status 1.
+    sb.write(
+        "trial.sh",
+        "if [ \"$TUNE_TRIAL\" = 1 ]; then\n  echo 'Traceback (most recent call last):' >&2\n  echo '  File \"train.py\", line 3' >&2\n  echo 'ValueError: lr must be positive' >&2\n  exit 1\nfi\necho \"tune: {\\\"loss\\\": $1}\"\n",
+    );
+    let run = sb.ok(&["run", "s.toml", "--no-tui"]);
+    let lines = String::from_utf8(run.stdout).expect("UTF-8");
+    let failed = lines
+        .lines()
+        .find(|l| l.contains("trial 1 failed"))
+        .unwrap_or_else(|| panic!("no failure line in:\n{lines}"));
+    assert!(
+        failed.contains("exited with status 1")
+            && failed.ends_with("ValueError: lr must be positive"),
+        "{failed}"
+    );
+
+    let table = String::from_utf8(sb.ok(&["trials", "s.toml"]).stdout).expect("UTF-8");
+    assert!(table.contains("ValueError: lr must be positive"), "{table}");
+
+    let csv =
+        String::from_utf8(sb.ok(&["trials", "s.toml", "--format", "csv"]).stdout).expect("UTF-8");
+    let mut reader = csv::Reader::from_reader(csv.as_bytes());
+    let headers = reader.headers().expect("a header").clone();
+    let tail_col = headers
+        .iter()
+        .position(|h| h == "log_tail")
+        .expect("log_tail column");
+    let rows: Vec<csv::StringRecord> = reader.records().map(|r| r.expect("a row")).collect();
+    assert!(rows[1][tail_col].contains("Traceback"), "{csv}");
+    assert!(
+        rows[1][tail_col].ends_with("ValueError: lr must be positive"),
+        "{csv}"
+    );
+    assert_eq!(&rows[0][tail_col], "", "{csv}");
+
+    let show = String::from_utf8(sb.ok(&["show", "1", "s.toml"]).stdout).expect("UTF-8");
+    assert!(show.contains("ValueError: lr must be positive"), "{show}");
+}
