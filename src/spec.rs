@@ -424,8 +424,12 @@ pub fn duration(key: &str, text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// The directory name of a study's runs: the name itself when it is a plain file name, else
+/// its safe characters plus `@` and a hash of the exact name, so that two studies never share a
+/// directory (`a/b` and `a_b`, or two names in another script, would otherwise both be `a_b`).
 fn sanitize(name: &str) -> String {
-    name.chars()
+    let safe: String = name
+        .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
                 c
@@ -433,7 +437,15 @@ fn sanitize(name: &str) -> String {
                 '_'
             }
         })
-        .collect()
+        .collect();
+    if safe == name && !name.is_empty() && name != "." && name != ".." {
+        return safe;
+    }
+    // FNV-1a: stable across releases and platforms, which the directory must be.
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    format!("{}@{:08x}", safe.trim_matches('.'), hash as u32)
 }
 
 /// The devices of the worker slots: `count` slots over `devices` ("auto", "cpu", "cuda:N" or a
@@ -624,6 +636,22 @@ fn command(raw: RawCommandTrial, space: &Space, dir: &Path) -> Result<CommandSpe
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_study_gets_a_runs_directory_of_its_own() {
+        assert_eq!(super::sanitize("digits-softmax_2.b"), "digits-softmax_2.b");
+        let names = ["a/b", "a_b", "a b", "λ", "μ", "..", ".", "", "a:b"];
+        let dirs: Vec<String> = names.iter().map(|n| super::sanitize(n)).collect();
+        let unique: std::collections::BTreeSet<&String> = dirs.iter().collect();
+        assert_eq!(unique.len(), names.len(), "{dirs:?}");
+        for d in &dirs {
+            assert!(
+                !d.contains('/') && d != ".." && d != "." && !d.is_empty(),
+                "{d}"
+            );
+        }
+        assert_eq!(super::sanitize("a/b"), super::sanitize("a/b"), "stable");
+    }
+
     use super::*;
 
     const GOOD: &str = r#"

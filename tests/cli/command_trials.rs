@@ -486,3 +486,31 @@ fn a_study_whose_budget_is_a_timeout_starts_no_trial_after_it_passes() {
         "no trial starts after the timeout"
     );
 }
+
+#[test]
+fn two_studies_whose_names_differ_only_in_unsafe_characters_keep_their_own_runs() {
+    let sb = Sandbox::new();
+    sb.write(
+        "trial.sh",
+        "echo \"tune: {\\\"loss\\\": $1}\" ; echo \"$2\" > \"$TUNE_TRIAL_DIR/mine.txt\"\n",
+    );
+    sb.write("a.toml", &sh_study("a/b", 1, 1, "", &["{x}", "a/b"]));
+    sb.write("b.toml", &sh_study("a_b", 1, 1, "", &["{x}", "a_b"]));
+    sb.ok(&["run", "a.toml"]);
+    sb.ok(&["run", "b.toml"]);
+    let mut dirs: Vec<String> = std::fs::read_dir(sb.join("runs"))
+        .expect("runs/")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    dirs.sort();
+    assert_eq!(dirs.len(), 2, "{dirs:?}");
+    assert_eq!(dirs[0], "a_b", "a plain name keeps its directory name");
+    assert!(dirs[1].starts_with("a_b@"), "{dirs:?}");
+    // Each trial wrote into its own study's directory.
+    let mine = |d: &str| {
+        std::fs::read_to_string(sb.join("runs").join(d).join("trial-00000").join("mine.txt"))
+            .unwrap_or_else(|e| panic!("runs/{d}/trial-00000/mine.txt: {e}"))
+    };
+    assert_eq!(mine(&dirs[0]).trim(), "a_b");
+    assert_eq!(mine(&dirs[1]).trim(), "a/b");
+}
