@@ -472,6 +472,14 @@ fn parse_param(name: &str, value: &toml::Value) -> Result<Param, SpaceError> {
                     format!("`low` ({low}) must be below `high` ({high})"),
                 ));
             }
+            if !(high - low).is_finite() {
+                return Err(perr(
+                    name,
+                    format!(
+                        "the range from {low} to {high} is too wide: `high - low` overflows a float (use `log = true`, or narrower bounds)"
+                    ),
+                ));
+            }
             if log && low <= 0.0 {
                 return Err(perr(
                     name,
@@ -503,6 +511,19 @@ fn parse_param(name: &str, value: &toml::Value) -> Result<Param, SpaceError> {
         "int" => {
             let low = integer(name, "low", need("low")?)?;
             let high = integer(name, "high", need("high")?)?;
+            // Optuna's schema stores every param as a float: beyond ±2^53 an int would come
+            // back rounded, so such bounds are refused rather than silently changed.
+            const EXACT: i64 = 1 << 53;
+            for (key, v) in [("low", low), ("high", high)] {
+                if !(-EXACT..=EXACT).contains(&v) {
+                    return Err(perr(
+                        name,
+                        format!(
+                            "`{key}` ({v}) is beyond ±2^53 ({EXACT}): params are stored as floats, which hold integers exactly only up to there"
+                        ),
+                    ));
+                }
+            }
             if low >= high {
                 return Err(perr(
                     name,

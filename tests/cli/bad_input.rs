@@ -209,6 +209,18 @@ fn a_study_file_that_does_not_exist_is_refused_with_status_2() {
     "`dropout`"
 )]
 #[case::param_not_a_table("dropout = 3", "`dropout`")]
+#[case::int_range_of_the_whole_i64(
+    "dropout = { type = \"int\", low = -9223372036854775808, high = 9223372036854775807 }",
+    "2^53"
+)]
+#[case::int_beyond_what_a_float_holds(
+    "dropout = { type = \"int\", low = 0, high = 9007199254740993 }",
+    "2^53"
+)]
+#[case::float_range_whose_width_overflows(
+    "dropout = { type = \"float\", low = -1.5e308, high = 1.5e308 }",
+    "too wide"
+)]
 #[case::no_parameter_at_all("", "space")]
 fn a_bad_space_is_refused_with_status_2_naming_the_parameter(
     #[case] lines: &str,
