@@ -203,6 +203,12 @@ impl Space {
         }
         let mut params = Vec::with_capacity(table.len());
         for (name, value) in table {
+            if name.trim().is_empty() || name.chars().any(char::is_control) {
+                return Err(perr(
+                    name,
+                    "a parameter needs a name without control characters, not blank",
+                ));
+            }
             params.push(parse_param(name, value)?);
         }
         Space::new(params)

@@ -559,32 +559,62 @@ fn auto_devices() -> Vec<String> {
     }
 }
 
-/// The placeholders of a command argument: `{name}` where name is an identifier.
+/// The characters of a placeholder's name: letters and digits of any script, `_`, `-`, `.`.
+fn name_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '_' || c == '-' || c == '.'
+}
+
+/// The placeholders of a command argument: `{name}` where the name is made of [`name_char`]s
+/// and does not start with a digit, as byte ranges and the name. Braces around anything else
+/// (`{"a": 1}`, `{1}`) are not placeholders and stay as written.
 pub fn placeholders(arg: &str) -> Vec<(usize, usize, &str)> {
     let mut out = Vec::new();
-    let bytes = arg.as_bytes();
     let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'{' {
-            let start = i;
-            let mut j = i + 1;
-            while j < bytes.len()
-                && (bytes[j].is_ascii_alphanumeric()
-                    || bytes[j] == b'_'
-                    || bytes[j] == b'-'
-                    || bytes[j] == b'.')
-            {
-                j += 1;
-            }
-            if j < bytes.len() && bytes[j] == b'}' && j > i + 1 && !bytes[i + 1].is_ascii_digit() {
-                out.push((start, j + 1, &arg[i + 1..j]));
-                i = j + 1;
-                continue;
-            }
+    while let Some(off) = arg[i..].find('{') {
+        let start = i + off;
+        let rest = &arg[start + 1..];
+        let len: usize = rest
+            .chars()
+            .take_while(|&c| name_char(c))
+            .map(char::len_utf8)
+            .sum();
+        let name = &rest[..len];
+        if len > 0
+            && rest[len..].starts_with('}')
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+        {
+            out.push((start, start + 1 + len + 1, name));
+            i = start + len + 2;
+        } else {
+            i = start + 1;
         }
-        i += 1;
     }
     out
+}
+
+/// What in a command argument would not do what it seems to: a NUL byte (no program can
+/// receive it), `{}`, and a placeholder left open at the end (`--lr={lr`).
+fn check_argument(arg: &str) -> Result<(), String> {
+    if arg.contains('\0') {
+        return Err("contains a NUL byte, which no program can be given".into());
+    }
+    if arg.contains("{}") {
+        return Err(
+            "has an empty placeholder `{}` (a placeholder names a parameter, e.g. `{lr}`, or one of {trial}, {trial_dir}, {device})".into(),
+        );
+    }
+    if let Some(open) = arg.rfind('{') {
+        let rest = &arg[open + 1..];
+        if !rest.is_empty()
+            && rest.chars().all(name_char)
+            && !rest.starts_with(|c: char| c.is_ascii_digit())
+        {
+            return Err(format!(
+                "has a placeholder that is never closed: `{{{rest}`"
+            ));
+        }
+    }
+    Ok(())
 }
 
 const BUILTIN_PLACEHOLDERS: &[&str] = &["trial", "trial_dir", "device"];
@@ -598,7 +628,16 @@ fn command(raw: RawCommandTrial, space: &Space, dir: &Path) -> Result<CommandSpe
     if raw.command[0].trim().is_empty() {
         return Err("key `trial.command`: the program (first element) is empty".into());
     }
-    for arg in &raw.command {
+    for b in BUILTIN_PLACEHOLDERS {
+        if space.get(b).is_some() {
+            return Err(format!(
+                "key `space.{b}`: a parameter of a command study may not be named `{b}`: {{{b}}} in the command is tune's own (rename the parameter)"
+            ));
+        }
+    }
+    for (i, arg) in raw.command.iter().enumerate() {
+        check_argument(arg)
+            .map_err(|e| format!("key `trial.command`: element {i} ({arg:?}) {e}"))?;
         for (_, _, name) in placeholders(arg) {
             if space.get(name).is_none() && !BUILTIN_PLACEHOLDERS.contains(&name) {
                 return Err(format!(
@@ -838,5 +877,26 @@ opt = "adam"
             .map(|x| x.2)
             .collect();
         assert_eq!(p, ["lr", "trial_dir"]);
+        let p: Vec<_> = placeholders("{λ}/{lr_μ}-{1x}{a.b}")
+            .into_iter()
+            .map(|x| x.2)
+            .collect();
+        assert_eq!(p, ["λ", "lr_μ", "a.b"]);
+        let arg = "x{λ}y";
+        let (s, e, _) = placeholders(arg)[0];
+        assert_eq!(&arg[s..e], "{λ}");
+    }
+
+    #[test]
+    fn arguments_that_would_not_do_what_they_seem_are_found() {
+        assert!(check_argument("--lr={lr}").is_ok());
+        assert!(check_argument("{\"json\": 1}").is_ok());
+        assert!(check_argument("a\0b").unwrap_err().contains("NUL"));
+        assert!(check_argument("{}").unwrap_err().contains("empty"));
+        assert!(
+            check_argument("--lr={lr")
+                .unwrap_err()
+                .contains("never closed")
+        );
     }
 }

@@ -93,6 +93,23 @@ fn assert_refused(out: &std::process::Output, needles: &[&str]) {
     "seed = 1\nstorage = \"nowhere/deeper/x.db\"",
     "study.storage"
 )]
+#[case::empty_placeholder("\"{x}\", \"{trial_dir}\"", "\"{}\", \"{trial_dir}\"", "trial.command")]
+#[case::unclosed_placeholder(
+    "\"{x}\", \"{trial_dir}\"",
+    "\"--x={x\", \"{trial_dir}\"",
+    "never closed"
+)]
+#[case::nul_in_the_command("\"{x}\", \"{trial_dir}\"", "\"{x}\", \"a\\u0000b\"", "NUL")]
+#[case::param_shadowed_by_a_builtin(
+    "k = { type",
+    "trial = { type = \"int\", low = 1, high = 2 }\nk = { type",
+    "space.trial"
+)]
+#[case::empty_parameter_name(
+    "k = { type",
+    "\"\" = { type = \"int\", low = 1, high = 2 }\nk = { type",
+    "space"
+)]
 #[case::not_toml("[study]", "[study", "line 1")]
 #[case::missing_space("[space]", "[nothing]", "space")]
 fn a_bad_study_file_is_refused_with_status_2_naming_the_file_and_the_key(

@@ -514,3 +514,18 @@ fn two_studies_whose_names_differ_only_in_unsafe_characters_keep_their_own_runs(
     assert_eq!(mine(&dirs[0]).trim(), "a_b");
     assert_eq!(mine(&dirs[1]).trim(), "a/b");
 }
+
+#[test]
+fn a_placeholder_may_name_a_parameter_in_any_script() {
+    let sb = Sandbox::new();
+    sb.write("trial.sh", "echo \"tune: {\\\"loss\\\": $1}\"\n");
+    let study = sh_study("unicode", 1, 1, "", &["{λ}"]).replace(
+        "[space]\n",
+        "[space]\n\"λ\" = { type = \"float\", low = 0.25, high = 0.5 }\n",
+    );
+    sb.write("s.toml", &study);
+    sb.ok(&["run", "s.toml"]);
+    let t = &sb.trials("s.toml")[0];
+    assert_eq!(t["state"], "complete", "{t}");
+    assert_eq!(t["value"], t["params"]["λ"], "{t}");
+}
