@@ -244,12 +244,23 @@ pub fn ask_tell(args: &AskTellArgs, db: Option<&StorageUrl>) -> anyhow::Result<E
     };
     let stdin = std::io::stdin();
     let mut out = std::io::stdout().lock();
-    for line in stdin.lock().lines() {
-        let line = line?;
+    for bytes in stdin.lock().split(b'\n') {
+        let bytes = bytes?;
+        // The contract: a request that is not valid gets an error answer and the session
+        // goes on; bytes that are not UTF-8 are no exception.
+        let Ok(line) = std::str::from_utf8(&bytes) else {
+            writeln!(
+                out,
+                "{}",
+                serde_json::json!({"error": "the request is not valid UTF-8"})
+            )?;
+            out.flush()?;
+            continue;
+        };
         if line.trim().is_empty() {
             continue;
         }
-        let answer = at.handle(&line);
+        let answer = at.handle(line);
         writeln!(out, "{answer}")?;
         out.flush()?;
     }

@@ -59,6 +59,28 @@ pub fn fill_argv(argv: &[String], job: &TrialJob) -> Vec<String> {
         .collect()
 }
 
+/// The next line of `r` without its line ending, as bytes (any bytes: output need not be
+/// UTF-8); `None` at the end of the stream or when it cannot be read any more.
+async fn next_line<'a, R: tokio::io::AsyncBufRead + Unpin>(
+    r: &mut R,
+    buf: &'a mut Vec<u8>,
+) -> Option<&'a [u8]> {
+    buf.clear();
+    match r.read_until(b'\n', buf).await {
+        Ok(0) | Err(_) => None,
+        Ok(_) => {
+            let mut line: &[u8] = buf;
+            if let Some(l) = line.strip_suffix(b"\n") {
+                line = l;
+            }
+            if let Some(l) = line.strip_suffix(b"\r") {
+                line = l;
+            }
+            Some(line)
+        }
+    }
+}
+
 /// Parses one `tune: {...}` line. `prev_step` is the step of the previous report, used when a
 /// report has none. Returns a description of what is wrong otherwise.
 pub fn parse_report(json: &str, prev_step: Option<u64>) -> Result<Report, String> {
@@ -253,9 +275,13 @@ async fn run_command(
     };
 
     let stdout_task = tokio::spawn(async move {
-        let mut lines = BufReader::new(stdout).lines();
+        let mut reader = BufReader::new(stdout);
+        let mut raw = Vec::new();
         let mut prev_step: Option<u64> = None;
-        while let Ok(Some(line)) = lines.next_line().await {
+        // Output is bytes: a line that is not UTF-8 is logged as it came and read lossily,
+        // never a reason to stop reading (which would kill the command with SIGPIPE).
+        while let Some(bytes) = next_line(&mut reader, &mut raw).await {
+            let line = String::from_utf8_lossy(bytes);
             if let Some(json) = line.strip_prefix("tune:") {
                 match parse_report(&lenient_json(json.trim()), prev_step) {
                     Ok(r) => {
@@ -287,21 +313,22 @@ async fn run_command(
                     }
                 }
             }
-            let _ = out_file.write_all(line.as_bytes()).await;
+            let _ = out_file.write_all(bytes).await;
             let _ = out_file.write_all(b"\n").await;
         }
         let _ = out_file.flush().await;
     });
     let stderr_task = tokio::spawn(async move {
         let mut tail: VecDeque<String> = VecDeque::with_capacity(TAIL_LINES);
-        let mut lines = BufReader::new(stderr).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            let _ = err_file.write_all(line.as_bytes()).await;
+        let mut reader = BufReader::new(stderr);
+        let mut raw = Vec::new();
+        while let Some(bytes) = next_line(&mut reader, &mut raw).await {
+            let _ = err_file.write_all(bytes).await;
             let _ = err_file.write_all(b"\n").await;
             if tail.len() == TAIL_LINES {
                 tail.pop_front();
             }
-            tail.push_back(line);
+            tail.push_back(String::from_utf8_lossy(bytes).into_owned());
         }
         let _ = err_file.flush().await;
         tail.into_iter().collect::<Vec<_>>().join("\n")

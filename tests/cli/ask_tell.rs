@@ -85,6 +85,19 @@ impl Session {
         v
     }
 
+    /// Sends raw bytes as one request line and returns the one JSON answer.
+    fn send_bytes(&mut self, request: &[u8]) -> Value {
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        stdin.write_all(request).expect("write a request");
+        stdin.write_all(b"\n").expect("write a newline");
+        stdin.flush().expect("flush the request");
+        let line = self
+            .lines
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|e| panic!("no answer to {request:?}: {e}"));
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: `{line}`: {e}"))
+    }
+
     fn ask(&mut self) -> (u64, Value) {
         let a = self.send(r#"{"ask": {}}"#);
         let n = a["trial"]
@@ -397,4 +410,20 @@ fn with_db_and_study_the_exchange_is_recorded_and_tune_trials_shows_it() {
     let best: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(best["number"], n);
     assert_eq!(best["value"], 0.125);
+}
+
+#[test]
+fn a_request_that_is_not_utf8_gets_an_error_and_the_session_goes_on() {
+    let sb = sandbox();
+    let mut s = Session::start(&sb, &[]);
+    let err = s.send_bytes(b"{\"ask\": {\xff\xfe}}");
+    assert!(
+        err["error"].as_str().is_some_and(|e| e.contains("UTF-8")),
+        "{err}"
+    );
+    let (n, p) = s.ask();
+    assert_eq!(n, 0);
+    assert_valid(&p);
+    let (status, _) = s.finish();
+    assert!(status.success());
 }

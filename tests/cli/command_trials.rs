@@ -529,3 +529,41 @@ fn a_placeholder_may_name_a_parameter_in_any_script() {
     assert_eq!(t["state"], "complete", "{t}");
     assert_eq!(t["value"], t["params"]["λ"], "{t}");
 }
+
+#[test]
+fn output_that_is_not_utf8_is_logged_as_it_came_and_the_trial_goes_on() {
+    let sb = Sandbox::new();
+    // Bytes that are not UTF-8 on both streams, between reports: the trial must live on,
+    // report after them, and its logs keep every byte.
+    sb.write(
+        "trial.sh",
+        "echo \"tune: {\\\"step\\\": 0, \\\"loss\\\": 5}\"\nprintf 'bad \\377\\376 bytes\\n'\nprintf 'err \\377 bytes\\n' >&2\nsleep 0.2\necho \"tune: {\\\"step\\\": 1, \\\"loss\\\": $1}\"\necho done\n",
+    );
+    sb.write("s.toml", &sh_study("bytes", 1, 1, "", &["{x}"]));
+    sb.ok(&["run", "s.toml"]);
+    let t = &sb.trials("s.toml")[0];
+    assert_eq!(t["state"], "complete", "{t}");
+    assert_eq!(
+        t["value"], t["params"]["x"],
+        "the report after the bad bytes counted: {t}"
+    );
+    let show: serde_json::Value =
+        serde_json::from_slice(&sb.ok(&["show", "0", "s.toml", "--format", "json"]).stdout)
+            .expect("JSON");
+    let logs: Vec<Vec<u8>> = show["logs"]
+        .as_array()
+        .expect("logs")
+        .iter()
+        .map(|l| std::fs::read(sb.path().join(l.as_str().expect("a path"))).expect("a log"))
+        .collect();
+    let has = |needle: &[u8]| {
+        logs.iter()
+            .any(|l| l.windows(needle.len()).any(|w| w == needle))
+    };
+    assert!(
+        has(b"bad \xff\xfe bytes"),
+        "stdout's bytes kept as they came"
+    );
+    assert!(has(b"err \xff bytes"), "stderr's bytes kept as they came");
+    assert!(has(b"done"), "read to the end");
+}
