@@ -24,6 +24,7 @@ use crate::trial::{
 const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0001_optuna_schema.sql"),
     include_str!("../../migrations/0002_tune_tables.sql"),
+    include_str!("../../migrations/0003_reports_view.sql"),
 ];
 
 /// How long a writer waits for another process's write transaction before giving up. Long,
