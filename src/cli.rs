@@ -84,6 +84,11 @@ pub enum Command {
         tune run study.toml --no-tui          # once, anywhere: stores the study\n  \
         tune worker --study my-study --devices auto   # on every GPU machine")]
     Worker(WorkerArgs),
+    /// Delete a study whole from its database: trials, params, values, curves, reports.
+    #[command(after_help = "Examples:\n  \
+        tune delete study.toml            # asks first\n  \
+        tune delete --study old-sweep --db tune.db --yes")]
+    Delete(DeleteArgs),
     /// Copy studies between databases (SQLite ⇄ PostgreSQL), trials, reports and all.
     #[command(after_help = "Examples:\n  \
         tune copy --from tune.db --to postgresql://tune@db.example/tune --study my-study\n  \
@@ -118,6 +123,15 @@ pub struct WorkerArgs {
     /// Print one line per trial event instead of the live UI.
     #[arg(long)]
     pub no_tui: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    #[command(flatten)]
+    pub study: StudyRef,
+    /// Do not ask (needed when standard input is not a terminal).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
 }
 
 #[derive(Debug, Args)]

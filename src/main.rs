@@ -14,7 +14,7 @@ use tune::storage::StorageUrl;
 /// Subcommands, so that `tune STUDY.toml` can mean `tune run STUDY.toml`.
 const SUBCOMMANDS: &[&str] = &[
     "run", "studies", "trials", "best", "show", "enqueue", "ask-tell", "bench", "help", "worker",
-    "watch", "copy",
+    "watch", "copy", "delete",
 ];
 
 /// The command line as given, copied before a password in it was masked (see
@@ -149,6 +149,7 @@ fn main() -> ExitCode {
         Command::Bench(b) => commands::bench::bench(&b),
         Command::Worker(a) => commands::worker::worker(&a, db.as_ref()),
         Command::Copy(a) => commands::copy::copy(&a),
+        Command::Delete(a) => commands::delete::delete(&a, db.as_ref()),
     };
     match result {
         Ok(code) => code,

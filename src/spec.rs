@@ -59,6 +59,8 @@ struct RawStudy {
     heartbeat_grace: Option<String>,
     #[serde(default)]
     runs_dir: Option<String>,
+    #[serde(default)]
+    max_consecutive_failures: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -102,6 +104,9 @@ struct RawCommandTrial {
 pub struct Overrides {
     pub db: Option<crate::storage::StorageUrl>,
 }
+
+/// A study stops starting trials after this many in a row failed on their own (`0`: never).
+pub const DEFAULT_MAX_CONSECUTIVE_FAILURES: u64 = 5;
 
 /// Reads and checks a study file.
 pub fn load(file: &Path, overrides: &Overrides) -> Result<Study, SpecError> {
@@ -221,6 +226,15 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
             heartbeat.as_secs_f64()
         )));
     }
+    let max_consecutive_failures = match s.max_consecutive_failures {
+        None => DEFAULT_MAX_CONSECUTIVE_FAILURES,
+        Some(n) if n >= 0 => n as u64,
+        Some(n) => {
+            return Err(err(format!(
+                "key `study.max_consecutive_failures`: must be 0 (never stop) or more, not {n}"
+            )));
+        }
+    };
     let runs_dir = dir
         .join(s.runs_dir.as_deref().unwrap_or("runs"))
         .join(sanitize(&s.name));
@@ -361,6 +375,7 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
         enqueue,
         heartbeat,
         heartbeat_grace,
+        max_consecutive_failures,
         runs_dir,
     })
 }

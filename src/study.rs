@@ -75,6 +75,8 @@ pub struct Study {
     /// How long a running trial may stay silent before another process takes it as
     /// interrupted.
     pub heartbeat_grace: Duration,
+    /// Stop starting trials after this many in a row failed on their own (0: never).
+    pub max_consecutive_failures: u64,
     /// Where trial directories (logs) go.
     pub runs_dir: PathBuf,
 }

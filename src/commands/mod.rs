@@ -4,6 +4,7 @@
 pub mod ask_tell;
 pub mod bench;
 pub mod copy;
+pub mod delete;
 pub mod enqueue;
 pub mod query;
 pub mod run;
@@ -79,6 +80,19 @@ pub fn open_study(
     };
     let storage = open_read(&url)?;
     let row = storage.study(&name).map_err(storage_fault)?;
+    Ok((storage, row, url))
+}
+
+/// [`open_study`] for a command that changes the study (`tune delete`): the database opened
+/// for writing, once it is known to exist and to hold the study.
+pub fn writable_study(
+    r: &StudyRef,
+    db: Option<&StorageUrl>,
+) -> anyhow::Result<(Box<dyn Storage>, StudyRow, StorageUrl)> {
+    let (reader, row, url) = open_study(r, db)?;
+    drop(reader);
+    let storage = crate::storage::open(&url).map_err(storage_fault)?;
+    let row = storage.study(&row.name).map_err(storage_fault)?;
     Ok((storage, row, url))
 }
 

@@ -111,6 +111,12 @@ async fn run_async(
         summary
     };
     let summary = summary?;
+    if let Some(why) = &summary.failing {
+        eprintln!(
+            "tune: stopped early: {why}\n  fix what makes them fail (`tune show N` has each one's stderr), then run the study again: it goes on with the budget that is left"
+        );
+        return Ok(ExitCode::from(1));
+    }
     if summary.complete == 0 {
         eprintln!("tune: no trial completed");
         return Ok(ExitCode::from(1));

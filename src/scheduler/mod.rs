@@ -67,6 +67,8 @@ enum Ending {
     Timeout,
     User,
     Storage(StorageError),
+    /// `max_consecutive_failures` trials in a row failed on their own: the last one's why.
+    Failing(String),
 }
 
 /// Where the study loop is: the one place that says whether trials may start.
@@ -89,6 +91,8 @@ pub struct RunSummary {
     pub best: Option<(u64, f64)>,
     /// Whether the user stopped the run before its budget was spent.
     pub interrupted: bool,
+    /// Why the run stopped early because its trials kept failing, if it did.
+    pub failing: Option<String>,
 }
 
 pub struct Scheduler {
@@ -99,6 +103,8 @@ pub struct Scheduler {
     /// NVML, where the study has a CUDA slot and the machine a driver; `None` otherwise,
     /// and then nothing is sampled.
     gpus: Option<Arc<Gpus>>,
+    /// Trials that failed on their own in a row here, and the last one's why.
+    failures_in_a_row: (u64, String),
 }
 
 impl Scheduler {
@@ -139,6 +145,7 @@ impl Scheduler {
             runner,
             events,
             gpus,
+            failures_in_a_row: (0, String::new()),
         })
     }
 
@@ -275,6 +282,18 @@ impl Scheduler {
                     if let Err(e) = res {
                         self.fail(&mut phase, &mut slots, e);
                     }
+                    let max = self.study.max_consecutive_failures;
+                    if max > 0
+                        && self.failures_in_a_row.0 >= max
+                        && matches!(phase, Phase::Running | Phase::Paused)
+                    {
+                        // The same mistake would burn the rest of the budget: stop starting
+                        // trials, let the running ones end, and say why.
+                        phase = Phase::Draining(Ending::Failing(format!(
+                            "{max} trials in a row failed (study.max_consecutive_failures = {max}); the last: {}",
+                            self.failures_in_a_row.1
+                        )));
+                    }
                 }
                 ctl = controls.recv(), if !controls.is_closed() => {
                     self.on_control(ctl, &mut phase, &mut slots);
@@ -311,12 +330,17 @@ impl Scheduler {
                 .count() as u64,
             best: storage.best(row)?,
             interrupted: matches!(ending, Ending::User),
+            failing: match &ending {
+                Ending::Failing(why) => Some(why.clone()),
+                _ => None,
+            },
         };
         let reason = match &ending {
             Ending::Storage(e) => format!("storage failed: {e}"),
             Ending::User => "stopped by the user".to_string(),
             Ending::Timeout => "the study timeout passed".to_string(),
             Ending::BudgetSpent => "the trial budget is spent".to_string(),
+            Ending::Failing(why) => format!("stopped early: {why}"),
         };
         self.emit(Event::StudyFinished {
             reason,
@@ -544,6 +568,14 @@ impl Scheduler {
             }
             other => other?,
         };
+        match (&trial.status, trial.state()) {
+            (_, TrialState::Complete | TrialState::Pruned) => self.failures_in_a_row.0 = 0,
+            (status, TrialState::Failed) if !status.interrupted() => {
+                self.failures_in_a_row.0 += 1;
+                self.failures_in_a_row.1 = status.why().unwrap_or_default();
+            }
+            _ => {}
+        }
         let at = trial.status.finished().unwrap_or_else(SystemTime::now);
         self.emit(Event::TrialFinished { slot, trial, at });
         Ok(())

@@ -384,3 +384,50 @@ fn a_late_result_for_a_trial_declared_interrupted_is_fenced_off() {
         assert!(first.status.interrupted(), "{name}: stays interrupted");
     }
 }
+
+#[test]
+fn deleting_a_study_removes_it_whole_and_leaves_the_others() {
+    for (name, mut s, _dir) in backends() {
+        let doomed = study(s.as_mut(), Direction::Minimize, "loss");
+        let kept = s
+            .create_or_load_study(&NewStudy {
+                name: "kept",
+                direction: Direction::Minimize,
+                metric: "loss",
+                file: None,
+                source: None,
+            })
+            .expect("second study");
+        let w = s.register_worker(&doomed, &["cpu".into()]).expect("worker");
+        let wk = s.register_worker(&kept, &["cpu".into()]).expect("worker");
+        for (st, w, v) in [(&doomed, w, 0.1), (&doomed, w, 0.2), (&kept, wk, 0.3)] {
+            let t = claim(s.as_mut(), st, w, None, &params(v)).expect("a trial");
+            s.add_report(t.id, 0, &report(0, "loss", v), false, "loss")
+                .expect("report");
+            s.finish_trial(
+                t.id,
+                &TrialStatus::Complete {
+                    value: v,
+                    ran: Ran::default(),
+                },
+                &[],
+            )
+            .expect("finish");
+        }
+        assert_eq!(s.delete_study(&doomed).expect("delete"), 2, "{name}");
+        let names: Vec<String> = s
+            .list_studies()
+            .expect("list")
+            .into_iter()
+            .map(|x| x.name)
+            .collect();
+        assert_eq!(names, ["kept"], "{name}");
+        assert!(s.study("x").is_err(), "{name}: the deleted study is gone");
+        assert_eq!(s.trials(&kept, None).expect("rows").len(), 1, "{name}");
+        // The name can be used again, from trial 0.
+        let again = study(s.as_mut(), Direction::Minimize, "loss");
+        let w = s.register_worker(&again, &["cpu".into()]).expect("worker");
+        let t = claim(s.as_mut(), &again, w, None, &params(0.5)).expect("a trial");
+        assert_eq!(t.number.0, 0, "{name}");
+    }
+}

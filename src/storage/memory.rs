@@ -153,7 +153,8 @@ impl Storage for Data {
             return super::check_same(&self.location(), s, new);
         }
         let row = StudyRow {
-            id: self.studies.len() as i64 + 1,
+            // Never an id in use, also after a study was deleted.
+            id: self.studies.iter().map(|s| s.row.id).max().unwrap_or(0) + 1,
             name: new.name.to_string(),
             direction: new.direction,
             metric: new.metric.to_string(),
@@ -445,6 +446,18 @@ impl Storage for Data {
         Ok(best)
     }
 
+    fn delete_study(&mut self, study: &StudyRow) -> Result<u64, StorageError> {
+        let Some(k) = self.studies.iter().position(|s| s.row.id == study.id) else {
+            return Ok(0);
+        };
+        let gone = self.studies.remove(k);
+        for id in &gone.trials {
+            self.trials.remove(id);
+        }
+        self.workers.retain(|(_, s, _)| *s != study.id);
+        Ok(gone.trials.len() as u64)
+    }
+
     fn study_file(&self, study: &StudyRow) -> Result<StoredStudyFile, StorageError> {
         Ok(self
             .studies
@@ -559,5 +572,8 @@ impl Storage for MemoryStorage {
     }
     fn study_file(&self, study: &StudyRow) -> Result<StoredStudyFile, StorageError> {
         self.data().study_file(study)
+    }
+    fn delete_study(&mut self, study: &StudyRow) -> Result<u64, StorageError> {
+        self.data().delete_study(study)
     }
 }

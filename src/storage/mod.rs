@@ -240,7 +240,32 @@ pub trait Storage: Send {
     /// The study file the study was created from, as stored with it (`tune worker` runs a
     /// study from this alone).
     fn study_file(&self, study: &StudyRow) -> Result<StoredStudyFile, StorageError>;
+
+    /// Deletes the study whole (`tune delete`): its trials with their params, values, curves,
+    /// reports and attributes, its workers and its file, in one transaction. Returns how many
+    /// trials it had.
+    fn delete_study(&mut self, study: &StudyRow) -> Result<u64, StorageError>;
 }
+
+/// The statements that delete study `$1`/`?1` whole, children first, the same on SQLite and
+/// PostgreSQL: Optuna's tables and tune's.
+pub(crate) const DELETE_STUDY: &[&str] = &[
+    "DELETE FROM tune_reports WHERE trial_id IN (SELECT trial_id FROM trials WHERE study_id = $1)",
+    "DELETE FROM tune_trials WHERE trial_id IN (SELECT trial_id FROM trials WHERE study_id = $1)",
+    "DELETE FROM trial_params WHERE trial_id IN (SELECT trial_id FROM trials WHERE study_id = $1)",
+    "DELETE FROM trial_values WHERE trial_id IN (SELECT trial_id FROM trials WHERE study_id = $1)",
+    "DELETE FROM trial_intermediate_values WHERE trial_id IN (SELECT trial_id FROM trials WHERE study_id = $1)",
+    "DELETE FROM trial_user_attributes WHERE trial_id IN (SELECT trial_id FROM trials WHERE study_id = $1)",
+    "DELETE FROM trial_system_attributes WHERE trial_id IN (SELECT trial_id FROM trials WHERE study_id = $1)",
+    "DELETE FROM trial_heartbeats WHERE trial_id IN (SELECT trial_id FROM trials WHERE study_id = $1)",
+    "DELETE FROM trials WHERE study_id = $1",
+    "DELETE FROM tune_workers WHERE study_id = $1",
+    "DELETE FROM tune_studies WHERE study_id = $1",
+    "DELETE FROM study_directions WHERE study_id = $1",
+    "DELETE FROM study_user_attributes WHERE study_id = $1",
+    "DELETE FROM study_system_attributes WHERE study_id = $1",
+    "DELETE FROM studies WHERE study_id = $1",
+];
 
 /// The study file as `tune_studies` keeps it.
 #[derive(Debug, Clone, PartialEq)]
@@ -249,8 +274,6 @@ pub struct StoredStudyFile {
     pub text: Option<String>,
 }
 
-/// A report's metrics back from their stored JSON. A non-finite metric is stored as `null`
-/// (JSON has no NaN) and reads back as NaN; without this one NaN would lose them all.
 /// What `tune_trials` keeps of a trial's end, the same on every backend: its log paths (as a
 /// JSON list), and from its status the error, the stderr tail, the pruning step and whether it
 /// was interrupted.
@@ -294,6 +317,8 @@ pub(crate) fn ending<'a>(status: &'a TrialStatus, logs: &[PathBuf]) -> Ending<'a
     }
 }
 
+/// A report's metrics back from their stored JSON. A non-finite metric is stored as `null`
+/// (JSON has no NaN) and reads back as NaN; without this one NaN would lose them all.
 pub(crate) fn metrics_from_json(json: &str) -> BTreeMap<String, f64> {
     serde_json::from_str::<BTreeMap<String, Option<f64>>>(json)
         .map(|m| {

@@ -1013,6 +1013,20 @@ impl Storage for SqliteStorage {
         Ok(())
     }
 
+    fn delete_study(&mut self, study: &StudyRow) -> Result<u64, StorageError> {
+        self.write(|tx| {
+            let n: i64 = tx.query_row(
+                "SELECT COUNT(*) FROM trials WHERE study_id = ?1",
+                [study.id],
+                |r| r.get(0),
+            )?;
+            for sql in super::DELETE_STUDY {
+                tx.execute(&sql.replace("$1", "?1"), [study.id])?;
+            }
+            Ok(n as u64)
+        })
+    }
+
     fn study_file(&self, study: &StudyRow) -> Result<super::StoredStudyFile, StorageError> {
         Ok(self
             .conn

@@ -216,7 +216,7 @@ echo 'tune: {"final": true, "loss": 0.125}'
 #[test]
 fn failed_trials_are_data_with_their_reason_and_the_study_goes_on() {
     let sb = Sandbox::new();
-    sb.write("s.toml", &sh_study("failing", 6, 2, "", &[]));
+    sb.write("s.toml", &sh_study("failing", 6, 2, "max_consecutive_failures = 0", &[]));
     sb.write(
         "trial.sh",
         r#"case $TUNE_TRIAL in
@@ -566,4 +566,47 @@ fn output_that_is_not_utf8_is_logged_as_it_came_and_the_trial_goes_on() {
     );
     assert!(has(b"err \xff bytes"), "stderr's bytes kept as they came");
     assert!(has(b"done"), "read to the end");
+}
+
+#[test]
+fn a_study_whose_trials_keep_failing_stops_early_and_says_why() {
+    let sb = Sandbox::new();
+    sb.write(
+        "trial.sh",
+        "echo \"FileNotFoundError: ../datasets/digits.csv.gz\" >&2\nexit 3\n",
+    );
+    sb.write("s.toml", &sh_study("broken", 12, 1, "", &["{x}"]));
+    let out = sb.run(&["run", "s.toml"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("5 trials in a row failed") && err.contains("FileNotFoundError"),
+        "{err}"
+    );
+    let trials = sb.trials("s.toml");
+    assert_eq!(
+        trials.len(),
+        5,
+        "the rest of the budget is left: {trials:?}"
+    );
+    // 0 turns the stop off: the whole budget runs.
+    sb.write(
+        "off.toml",
+        &sh_study("off", 7, 1, "max_consecutive_failures = 0", &["{x}"]),
+    );
+    let out = sb.run(&["run", "off.toml"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(sb.trials("off.toml").len(), 7);
+    // A success in between starts the count again.
+    sb.write(
+        "mixed.sh",
+        "[ $((TUNE_TRIAL % 2)) = 1 ] && exit 1\necho \"tune: {\\\"loss\\\": $1}\"\n",
+    );
+    sb.write(
+        "mixed.toml",
+        &sh_study("mixed", 8, 1, "max_consecutive_failures = 2", &["{x}"])
+            .replace("\"trial.sh\"", "\"mixed.sh\""),
+    );
+    sb.ok(&["run", "mixed.toml"]);
+    assert_eq!(sb.trials("mixed.toml").len(), 8);
 }

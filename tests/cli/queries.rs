@@ -218,3 +218,63 @@ fn why_a_trial_failed_is_in_the_event_line_the_trials_table_csv_and_show() {
     let show = String::from_utf8(sb.ok(&["show", "1", "s.toml"]).stdout).expect("UTF-8");
     assert!(show.contains("ValueError: lr must be positive"), "{show}");
 }
+
+#[test]
+fn tune_delete_asks_or_needs_yes_then_removes_the_study_whole() {
+    let sb = Sandbox::new();
+    sb.write("trial.sh", "echo \"tune: {\\\"loss\\\": $1}\"\n");
+    sb.write("s.toml", &sh_study("doomed", 3, 1, "", &["{x}"]));
+    sb.write("k.toml", &sh_study("kept", 2, 1, "", &["{x}"]));
+    sb.ok(&["run", "s.toml"]);
+    sb.ok(&["run", "k.toml"]);
+    // No terminal to ask on: refused, nothing deleted.
+    let out = sb.run(&["delete", "s.toml"]);
+    assert_eq!(out.status.code(), Some(2), "{}", crate::common::text(&out));
+    assert!(crate::common::stderr(&out).contains("--yes"));
+    assert_eq!(sb.trials("s.toml").len(), 3);
+
+    let out = sb.ok(&["delete", "--study", "doomed", "--yes"]);
+    let said = String::from_utf8(out.stdout).expect("UTF-8");
+    assert!(said.contains("deleted study `doomed` (3 trials)"), "{said}");
+    assert!(
+        said.contains("runs"),
+        "says where the trial directories are: {said}"
+    );
+    let studies = json(sb.ok(&["studies", "--format", "json"]));
+    let names: Vec<&str> = studies
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|s| s["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(names, ["kept"]);
+    assert_eq!(sb.trials("k.toml").len(), 2, "the other study is untouched");
+    let db = sb.db("tune.db");
+    let count = |sql: &str| -> i64 { db.query_row(sql, [], |r| r.get(0)).expect(sql) };
+    assert_eq!(count("SELECT COUNT(*) FROM trials"), 2);
+    for table in [
+        "trial_params",
+        "trial_values",
+        "trial_intermediate_values",
+        "trial_heartbeats",
+        "tune_reports",
+        "tune_trials",
+    ] {
+        let orphans = count(&format!(
+            "SELECT COUNT(*) FROM {table} WHERE trial_id NOT IN (SELECT trial_id FROM trials)"
+        ));
+        assert_eq!(orphans, 0, "{table} keeps rows of the deleted study");
+    }
+    for table in ["study_directions", "tune_studies", "tune_workers"] {
+        let orphans = count(&format!(
+            "SELECT COUNT(*) FROM {table} WHERE study_id NOT IN (SELECT study_id FROM studies)"
+        ));
+        assert_eq!(orphans, 0, "{table} keeps rows of the deleted study");
+    }
+    // The study file runs again from scratch, with its whole budget.
+    sb.ok(&["run", "s.toml"]);
+    assert_eq!(sb.trials("s.toml").len(), 3);
+    // A study that is not there: status 2.
+    let out = sb.run(&["delete", "--study", "nope", "--yes"]);
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -1277,6 +1277,23 @@ impl Storage for PostgresStorage {
         Ok(r.map(|r| (r.get::<_, i32>(0) as u64, r.get::<_, f64>(1))))
     }
 
+    fn delete_study(&mut self, study: &StudyRow) -> Result<u64, StorageError> {
+        let sid = id32(study.id);
+        self.run(|c| {
+            let tx = wait(c.transaction())?;
+            // Under the study's lock: no process proposes into a study being deleted.
+            lock_study(&tx, sid)?;
+            let n: i64 =
+                wait(tx.query_one("SELECT COUNT(*) FROM trials WHERE study_id = $1", &[&sid]))?
+                    .get(0);
+            for sql in super::DELETE_STUDY {
+                wait(tx.execute(*sql, &[&sid]))?;
+            }
+            wait(tx.commit())?;
+            Ok(n as u64)
+        })
+    }
+
     fn study_file(&self, study: &StudyRow) -> Result<StoredStudyFile, StorageError> {
         let r = self.run(|c| {
             wait(c.query_opt(
