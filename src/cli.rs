@@ -151,6 +151,10 @@ pub struct CopyArgs {
 pub struct RunArgs {
     /// The study file.
     pub study: PathBuf,
+    /// Go on with a study whose search space in the file differs from the one it was
+    /// created with (refused otherwise: a changed space is usually a mistake).
+    #[arg(long)]
+    pub allow_space_change: bool,
     /// Print one line per trial event instead of the live UI.
     #[arg(long)]
     pub no_tui: bool,

@@ -23,9 +23,68 @@ pub fn run(args: &RunArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> 
     }
     check_devices(&mut study)?;
     let file = study.file.clone();
-    let storage =
+    let mut storage =
         crate::storage::open(&study.storage).map_err(|e| super::storage_error(&file, e))?;
+    follow_the_file(storage.as_mut(), &study, args.allow_space_change)?;
     run_study(study, storage, ui)
+}
+
+/// A study run again from a changed file: a changed search space is refused unless allowed
+/// (its trials so far were sampled from the old one; usually the name was reused by mistake),
+/// and the stored file becomes this one, so that workers and readers follow the change.
+fn follow_the_file(
+    storage: &mut dyn crate::storage::Storage,
+    study: &crate::study::Study,
+    allow_space_change: bool,
+) -> anyhow::Result<()> {
+    let Ok(row) = storage.study(&study.name) else {
+        return Ok(()); // a new study
+    };
+    let stored = storage.study_file(&row).map_err(super::storage_fault)?;
+    let Some(text) = stored.text else {
+        return Ok(());
+    };
+    if text == study.source {
+        return Ok(());
+    }
+    let overrides = crate::spec::Overrides {
+        db: Some(study.storage.clone()),
+    };
+    if let Ok(old) = crate::spec::parse(&study.file, &text, &overrides)
+        && old.space != study.space
+        && !allow_space_change
+    {
+        return Err(super::bad(format!(
+            "{}: study `{}` in {} was created with another search space ({}); its {} trials so far were sampled from the old one. Rename the study, `tune delete` it, or pass --allow-space-change to go on with the new space",
+            study.file.display(),
+            study.name,
+            study.storage,
+            space_diff(&old.space, &study.space),
+            storage.trials(&row, None).map(|t| t.len()).unwrap_or(0),
+        )));
+    }
+    storage
+        .set_study_file(&row, &study.file, &study.source)
+        .map_err(super::storage_fault)?;
+    Ok(())
+}
+
+/// What changed between two spaces, by parameter: `+new`, `-gone`, `~changed`.
+fn space_diff(old: &crate::space::Space, new: &crate::space::Space) -> String {
+    let mut out = Vec::new();
+    for p in new.params() {
+        match old.get(&p.name) {
+            None => out.push(format!("+{}", p.name)),
+            Some(o) if o != p => out.push(format!("~{}", p.name)),
+            Some(_) => {}
+        }
+    }
+    for p in old.params() {
+        if new.get(&p.name).is_none() {
+            out.push(format!("-{}", p.name));
+        }
+    }
+    out.join(" ")
 }
 
 /// Runs a checked study on `storage` until its budget is spent, its timeout passes or the

@@ -431,3 +431,15 @@ fn deleting_a_study_removes_it_whole_and_leaves_the_others() {
         assert_eq!(t.number.0, 0, "{name}");
     }
 }
+
+#[test]
+fn the_stored_study_file_follows_the_file_it_runs_from() {
+    for (name, mut s, _dir) in backends() {
+        let row = study(s.as_mut(), Direction::Minimize, "loss");
+        s.set_study_file(&row, std::path::Path::new("/w/s.toml"), "trials = 9")
+            .expect("set");
+        let f = s.study_file(&row).expect("file");
+        assert_eq!(f.path.as_deref(), Some("/w/s.toml"), "{name}");
+        assert_eq!(f.text.as_deref(), Some("trials = 9"), "{name}");
+    }
+}

@@ -446,6 +446,21 @@ impl Storage for Data {
         Ok(best)
     }
 
+    fn set_study_file(
+        &mut self,
+        study: &StudyRow,
+        file: &Path,
+        text: &str,
+    ) -> Result<(), StorageError> {
+        if let Some(s) = self.studies.iter_mut().find(|s| s.row.id == study.id) {
+            s.file = StoredStudyFile {
+                path: Some(file.display().to_string()),
+                text: Some(text.to_string()),
+            };
+        }
+        Ok(())
+    }
+
     fn delete_study(&mut self, study: &StudyRow) -> Result<u64, StorageError> {
         let Some(k) = self.studies.iter().position(|s| s.row.id == study.id) else {
             return Ok(0);
@@ -575,5 +590,13 @@ impl Storage for MemoryStorage {
     }
     fn delete_study(&mut self, study: &StudyRow) -> Result<u64, StorageError> {
         self.data().delete_study(study)
+    }
+    fn set_study_file(
+        &mut self,
+        study: &StudyRow,
+        file: &Path,
+        text: &str,
+    ) -> Result<(), StorageError> {
+        self.data().set_study_file(study, file, text)
     }
 }

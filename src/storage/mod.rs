@@ -241,6 +241,15 @@ pub trait Storage: Send {
     /// study from this alone).
     fn study_file(&self, study: &StudyRow) -> Result<StoredStudyFile, StorageError>;
 
+    /// Stores the study file a study now runs from (its path and text), so that `tune worker`
+    /// and readers see the file as it is now: a raised budget, another sampler.
+    fn set_study_file(
+        &mut self,
+        study: &StudyRow,
+        file: &Path,
+        text: &str,
+    ) -> Result<(), StorageError>;
+
     /// Deletes the study whole (`tune delete`): its trials with their params, values, curves,
     /// reports and attributes, its workers and its file, in one transaction. Returns how many
     /// trials it had.

@@ -1013,6 +1013,22 @@ impl Storage for SqliteStorage {
         Ok(())
     }
 
+    fn set_study_file(
+        &mut self,
+        study: &StudyRow,
+        file: &Path,
+        text: &str,
+    ) -> Result<(), StorageError> {
+        let f = file.display().to_string();
+        self.write(|tx| {
+            tx.execute(
+                "UPDATE tune_studies SET study_file = ?1, config_toml = ?2 WHERE study_id = ?3",
+                params![f, text, study.id],
+            )?;
+            Ok(())
+        })
+    }
+
     fn delete_study(&mut self, study: &StudyRow) -> Result<u64, StorageError> {
         self.write(|tx| {
             let n: i64 = tx.query_row(

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::common::{Sandbox, text};
+use crate::common::{Sandbox, sh_study, stderr, text};
 
 fn studies_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("studies")
@@ -151,4 +151,46 @@ fn the_command_studies_run_with_a_budget_of_two_trials() {
         ran += 1;
     }
     assert!(ran > 0, "no command study ran");
+}
+
+#[test]
+fn a_study_run_again_with_another_space_is_refused_unless_allowed_and_the_stored_file_follows() {
+    let sb = Sandbox::new();
+    sb.write("trial.sh", "echo \"tune: {\\\"loss\\\": $1}\"\n");
+    let first = sh_study("s", 2, 1, "", &["{x}"]);
+    sb.write("s.toml", &first);
+    sb.ok(&["run", "s.toml"]);
+    let stored = |sb: &Sandbox| -> String {
+        sb.db("tune.db")
+            .query_row("SELECT config_toml FROM tune_studies", [], |r| r.get(0))
+            .expect("the stored file")
+    };
+    // A raised budget: the study goes on, and the stored file is the new one.
+    sb.write("s.toml", &first.replace("trials = 2", "trials = 3"));
+    sb.ok(&["run", "s.toml"]);
+    assert_eq!(sb.trials("s.toml").len(), 3);
+    assert!(stored(&sb).contains("trials = 3"), "{}", stored(&sb));
+    // Another space: refused, nothing run, nothing stored.
+    let wider = first
+        .replace("trials = 2", "trials = 4")
+        .replace(
+            "[space]\n",
+            "[space]\nlr = { type = \"float\", low = 0.001, high = 0.1 }\n",
+        )
+        .replace("low = -2.0, high = 2.0", "low = -5.0, high = 5.0");
+    sb.write("s.toml", &wider);
+    let out = sb.run(&["run", "s.toml"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = stderr(&out);
+    for needle in ["+lr", "~x", "--allow-space-change", "3 trials"] {
+        assert!(err.contains(needle), "`{needle}` in: {err}");
+    }
+    assert_eq!(sb.trials("s.toml").len(), 3);
+    assert!(stored(&sb).contains("trials = 3"));
+    // Allowed: it goes on with the new space.
+    sb.ok(&["run", "s.toml", "--allow-space-change"]);
+    let trials = sb.trials("s.toml");
+    assert_eq!(trials.len(), 4);
+    assert!(trials[3]["params"]["lr"].is_number(), "{}", trials[3]);
+    assert!(stored(&sb).contains("lr = "));
 }

@@ -1277,6 +1277,22 @@ impl Storage for PostgresStorage {
         Ok(r.map(|r| (r.get::<_, i32>(0) as u64, r.get::<_, f64>(1))))
     }
 
+    fn set_study_file(
+        &mut self,
+        study: &StudyRow,
+        file: &Path,
+        text: &str,
+    ) -> Result<(), StorageError> {
+        let (sid, f) = (id32(study.id), file.display().to_string());
+        self.run(|c| {
+            wait(c.execute(
+                "UPDATE tune_studies SET study_file = $1, config_toml = $2 WHERE study_id = $3",
+                &[&f, &text, &sid],
+            ))?;
+            Ok(())
+        })
+    }
+
     fn delete_study(&mut self, study: &StudyRow) -> Result<u64, StorageError> {
         let sid = id32(study.id);
         self.run(|c| {
