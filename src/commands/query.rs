@@ -23,6 +23,33 @@ fn print_json(v: &serde_json::Value) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The columns every format of `tune studies` shares, and a study's cells in them.
+const STUDY_COLUMNS: [&str; 9] = [
+    "study",
+    "direction",
+    "metric",
+    "trials",
+    "complete",
+    "pruned",
+    "failed",
+    "running",
+    "queued",
+];
+
+fn study_cells(s: &crate::storage::StudySummary) -> Vec<String> {
+    vec![
+        s.name.clone(),
+        s.direction.as_str().into(),
+        s.metric.clone(),
+        s.trials.to_string(),
+        s.complete.to_string(),
+        s.pruned.to_string(),
+        s.failed.to_string(),
+        s.running.to_string(),
+        s.queued.to_string(),
+    ]
+}
+
 pub fn studies(args: &StudiesArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> {
     let storage = super::open_read(&super::default_storage(db))?;
     let list = storage.list_studies()?;
@@ -30,65 +57,30 @@ pub fn studies(args: &StudiesArgs, db: Option<&StorageUrl>) -> anyhow::Result<Ex
         Format::Json => print_json(&serde_json::to_value(&list)?)?,
         Format::Csv => {
             let mut w = csv::Writer::from_writer(std::io::stdout().lock());
-            w.write_record([
-                "study",
-                "direction",
-                "metric",
-                "trials",
-                "complete",
-                "pruned",
-                "failed",
-                "running",
-                "queued",
-                "best_value",
-                "best_trial",
-            ])?;
-            for s in list {
-                w.write_record([
-                    s.name,
-                    s.direction.as_str().into(),
-                    s.metric,
-                    s.trials.to_string(),
-                    s.complete.to_string(),
-                    s.pruned.to_string(),
-                    s.failed.to_string(),
-                    s.running.to_string(),
-                    s.queued.to_string(),
-                    s.best_value.map(|v| v.to_string()).unwrap_or_default(),
-                    s.best_trial.map(|n| n.to_string()).unwrap_or_default(),
-                ])?;
+            let mut header = STUDY_COLUMNS.to_vec();
+            header.extend(["best_value", "best_trial"]);
+            w.write_record(&header)?;
+            for s in &list {
+                let mut row = study_cells(s);
+                row.push(s.best_value.map(|v| v.to_string()).unwrap_or_default());
+                row.push(s.best_trial.map(|n| n.to_string()).unwrap_or_default());
+                w.write_record(&row)?;
             }
             w.flush()?;
         }
         Format::Table => {
             let mut t = table();
-            t.set_header([
-                "study",
-                "direction",
-                "metric",
-                "trials",
-                "complete",
-                "pruned",
-                "failed",
-                "running",
-                "queued",
-                "best",
-            ]);
-            for s in list {
-                t.add_row([
-                    s.name,
-                    s.direction.as_str().into(),
-                    s.metric,
-                    s.trials.to_string(),
-                    s.complete.to_string(),
-                    s.pruned.to_string(),
-                    s.failed.to_string(),
-                    s.running.to_string(),
-                    s.queued.to_string(),
+            let mut header = STUDY_COLUMNS.to_vec();
+            header.push("best");
+            t.set_header(header);
+            for s in &list {
+                let mut row = study_cells(s);
+                row.push(
                     s.best_trial
                         .map(|n| format!("{} (trial {n})", fmt_value(s.best_value)))
                         .unwrap_or_else(|| "-".into()),
-                ]);
+                );
+                t.add_row(row);
             }
             println!("{t}");
         }
