@@ -357,13 +357,13 @@ fn device_arg(d: Device) -> String {
 
 /// Runs the benchmark and prints a table.
 pub fn run(o: &BenchOptions) -> Result<(), String> {
-    tch::set_num_threads(1);
     if o.device.is_cuda() && !tch::Cuda::is_available() {
         return Err(format!(
             "--device {}: this tune-worker sees no CUDA device (build it with CUDA: ./scripts/setup.sh --cuda)",
             device_arg(o.device)
         ));
     }
+    tch::set_num_threads(1);
     let fashion = Path::new(FASHION_MNIST_DIR);
     let (source, data_arg, data_name) = if fashion.join("train-images-idx3-ubyte.gz").is_file() {
         (

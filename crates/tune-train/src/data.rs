@@ -943,7 +943,10 @@ impl Streamer {
         let handle = std::thread::Builder::new()
             .name("tune-loader".into())
             .spawn(move || {
-                tch::set_num_threads(1);
+                // No `tch::set_num_threads` here: it resizes libtorch's shared thread pools
+                // (NNPACK's pthreadpool among them) under the training thread's feet, which
+                // corrupts the heap when a convolution runs at that moment. The worker set one
+                // intra-op thread for the whole process before anything ran.
                 let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     stream(source, tx, &stop2, device, batch, context, n, seed)
                 }));
