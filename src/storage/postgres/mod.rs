@@ -77,6 +77,7 @@ pub struct PostgresStorage {
     /// recording them) try once each instead of waiting out the whole retry time again.
     gave_up: std::cell::Cell<bool>,
     history: std::cell::RefCell<HistoryCache>,
+    stmts: Stmts,
 }
 
 impl PostgresStorage {
@@ -147,6 +148,7 @@ impl PostgresStorage {
             retry_for,
             gave_up: std::cell::Cell::new(false),
             history: std::cell::RefCell::new(HistoryCache::default()),
+            stmts: Stmts::default(),
         })
     }
 
@@ -178,6 +180,7 @@ impl PostgresStorage {
                         if told {
                             eprintln!("tune: reconnected to {}", self.url);
                         }
+                        self.stmts.clear();
                         *slot = Some(c);
                     }
                     Err(PgFault::Transient(m)) if started.elapsed() < self.retry_window() => {
@@ -540,6 +543,85 @@ fn curves(
     Ok(out)
 }
 
+/// This connection's prepared statements, by their SQL: the statements of the claim, which
+/// every process runs under the study's lock, are parsed and planned once per connection
+/// instead of once per call (a call then costs one round trip, not two). Cleared when the
+/// connection is made again: statements live in the server's session.
+#[derive(Default)]
+struct Stmts(std::cell::RefCell<HashMap<&'static str, tokio_postgres::Statement>>);
+
+impl Stmts {
+    fn get(
+        &self,
+        c: &impl GenericClient,
+        sql: &'static str,
+    ) -> PgResult<tokio_postgres::Statement> {
+        if let Some(s) = self.0.borrow().get(sql) {
+            return Ok(s.clone());
+        }
+        let s = wait(c.prepare(sql))?;
+        self.0.borrow_mut().insert(sql, s.clone());
+        Ok(s)
+    }
+
+    fn clear(&self) {
+        self.0.borrow_mut().clear();
+    }
+}
+
+const LOCK_STUDY: &str = "SELECT pg_advisory_xact_lock($1, $2)";
+const TRIAL_STATES: &str = "SELECT trial_id, state IN ('RUNNING', 'WAITING') FROM trials WHERE study_id = $1 ORDER BY number";
+const FIRST_QUEUED: &str =
+    "SELECT trial_id, number FROM trials WHERE study_id = $1 AND state = 'WAITING'
+     ORDER BY number LIMIT 1 FOR UPDATE SKIP LOCKED";
+const START_QUEUED: &str = "UPDATE trials SET state = 'RUNNING',
+     datetime_start = (clock_timestamp() AT TIME ZONE 'UTC') WHERE trial_id = $1";
+const NEW_RUNNING: &str = "INSERT INTO trials (number, study_id, state, datetime_start) VALUES (
+     (SELECT COALESCE(MAX(number), -1) + 1 FROM trials WHERE study_id = $1), $1, 'RUNNING',
+     (clock_timestamp() AT TIME ZONE 'UTC'))
+     RETURNING trial_id, number";
+/// A trial's params in one statement: names, internal values and distributions as arrays.
+const PUT_PARAMS: &str =
+    "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json)
+     SELECT $1, n, v, d FROM UNNEST($2::text[], $3::float8[], $4::text[]) AS p (n, v, d)
+     ON CONFLICT (trial_id, param_name) DO UPDATE SET param_value = excluded.param_value,
+        distribution_json = excluded.distribution_json";
+/// Where a claimed trial runs, and its first heartbeat, in one statement.
+const PLACE: &str = "WITH placed AS (
+         INSERT INTO tune_trials (trial_id, worker_id, slot, device) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (trial_id) DO UPDATE SET worker_id = excluded.worker_id,
+            slot = excluded.slot, device = excluded.device)
+     INSERT INTO trial_heartbeats (trial_id, heartbeat)
+     VALUES ($1, (clock_timestamp() AT TIME ZONE 'UTC'))
+     ON CONFLICT (trial_id) DO UPDATE SET heartbeat = excluded.heartbeat";
+
+const RUNNING_SHARED: &str =
+    "SELECT 1 FROM trials WHERE trial_id = $1 AND state = 'RUNNING' FOR SHARE";
+const PUT_REPORT: &str =
+    "INSERT INTO tune_reports (trial_id, seq, step, is_final, metrics_json, reported_at)
+     VALUES ($1, $2, $3, $4, $5, (clock_timestamp() AT TIME ZONE 'UTC'))
+     ON CONFLICT (trial_id, seq) DO NOTHING";
+const PUT_INTERMEDIATE: &str = "INSERT INTO trial_intermediate_values (trial_id, step, intermediate_value, intermediate_value_type)
+     VALUES ($1, $2, $3, $4::text::trialintermediatevaluetype)
+     ON CONFLICT (trial_id, step) DO UPDATE SET intermediate_value = excluded.intermediate_value,
+        intermediate_value_type = excluded.intermediate_value_type";
+const RUNNING_FOR_UPDATE: &str =
+    "SELECT study_id, number FROM trials WHERE trial_id = $1 AND state = 'RUNNING' FOR UPDATE";
+/// A trial's end: its state and time, and no more heartbeat, in one statement.
+const END_TRIAL: &str = "WITH beat AS (DELETE FROM trial_heartbeats WHERE trial_id = $2)
+     UPDATE trials SET state = $1::text::trialstate,
+        datetime_complete = (clock_timestamp() AT TIME ZONE 'UTC') WHERE trial_id = $2";
+const PUT_VALUE: &str = "INSERT INTO trial_values (trial_id, objective, value, value_type)
+     VALUES ($1, 0, $2, $3::text::trialvaluetype)
+     ON CONFLICT (trial_id, objective) DO UPDATE SET value = excluded.value,
+        value_type = excluded.value_type";
+const PUT_ENDING: &str =
+    "INSERT INTO tune_trials (trial_id, error, log_tail, logs_json, pruned_step, interrupted)
+     VALUES ($1, $2, $3, $4, $5, $6)
+     ON CONFLICT (trial_id) DO UPDATE SET error = excluded.error, log_tail = excluded.log_tail,
+        logs_json = excluded.logs_json, pruned_step = excluded.pruned_step,
+        interrupted = excluded.interrupted";
+
 /// What this process has read of one study (in one space) for its proposals. A trial's params
 /// never change once stored and a finished trial never changes again, so a proposal reads the
 /// trials' ids and states, and in full only the trials that are new or finished since the last
@@ -561,6 +643,9 @@ fn history(
     study: i64,
     space: &Space,
     cache: &std::cell::RefCell<HistoryCache>,
+    stmts: &Stmts,
+    // The trial being proposed for right now (it has no params yet).
+    proposing: Option<i32>,
 ) -> PgResult<History> {
     let mut cache = cache.borrow_mut();
     if cache.study != study || cache.space.as_ref() != Some(space) {
@@ -570,11 +655,12 @@ fn history(
             ..HistoryCache::default()
         };
     }
-    let rows = wait(c.query(
-        "SELECT trial_id, state IN ('RUNNING', 'WAITING') FROM trials WHERE study_id = $1 ORDER BY number",
-        &[&id32(study)],
-    ))?;
-    let states: Vec<(i32, bool)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let rows = wait(c.query(&stmts.get(c, TRIAL_STATES)?, &[&id32(study)]))?;
+    let states: Vec<(i32, bool)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .filter(|(id, _)| Some(*id) != proposing)
+        .collect();
     let unread: Vec<i32> = states
         .iter()
         .filter(|(id, pending)| {
@@ -693,10 +779,10 @@ fn lock_study(c: &impl GenericClient, study: i32) -> PgResult<()> {
     Ok(())
 }
 
-/// What a claim found, inside its transaction.
+/// What a claim found, inside its transaction: the trial's id and number.
 enum Claim {
-    Queued(i32),
-    New(i32),
+    Queued(i32, i32),
+    New(i32, i32),
     Full,
 }
 
@@ -931,66 +1017,52 @@ impl Storage for PostgresStorage {
         let budget = req.budget;
         let space = req.space;
         let claimed = self.run(|c| {
+            let st = &self.stmts;
             let tx = wait(c.transaction())?;
             // The trials finished since this process last proposed are read before the lock,
             // so that under it only what changed meanwhile is left to read.
-            history(&tx, study.id, space, &self.history)?;
-            lock_study(&tx, sid)?;
-            let taken: i64 = wait(tx.query_one(TAKEN, &[&sid]))?.get(0);
+            history(&tx, study.id, space, &self.history, st, None)?;
+            wait(tx.execute(&st.get(&tx, LOCK_STUDY)?, &[&LOCK_CLASS, &sid]))?;
+            let taken: i64 = wait(tx.query_one(&st.get(&tx, TAKEN)?, &[&sid]))?.get(0);
             if budget.is_some_and(|b| taken as u64 >= b) {
                 wait(tx.commit())?;
                 return Ok(Claim::Full);
             }
-            let queued = wait(tx.query_opt(
-                "SELECT trial_id FROM trials WHERE study_id = $1 AND state = 'WAITING'
-                 ORDER BY number LIMIT 1 FOR UPDATE SKIP LOCKED",
-                &[&sid],
-            ))?;
+            let queued = wait(tx.query_opt(&st.get(&tx, FIRST_QUEUED)?, &[&sid]))?;
             let claim = if let Some(r) = queued {
-                let id: i32 = r.get(0);
-                wait(tx.execute(
-                    &format!(
-                        "UPDATE trials SET state = 'RUNNING', datetime_start = {NOW} WHERE trial_id = $1"
-                    ),
-                    &[&id],
-                ))?;
-                Claim::Queued(id)
+                let (id, number): (i32, i32) = (r.get(0), r.get(1));
+                wait(tx.execute(&st.get(&tx, START_QUEUED)?, &[&id]))?;
+                Claim::Queued(id, number)
             } else {
-                let (id, number) = insert_trial(&tx, sid, "RUNNING")?;
+                let r = wait(tx.query_one(&st.get(&tx, NEW_RUNNING)?, &[&sid]))?;
+                let (id, number): (i32, i32) = (r.get(0), r.get(1));
                 // The proposal happens inside the transaction, under the study's lock: a
                 // second process asking now waits, then sees this trial as pending.
-                let h = history(&tx, study.id, space, &self.history)?;
+                let h = history(&tx, study.id, space, &self.history, st, Some(id))?;
                 let params = propose(&h, TrialNumber(number as u64));
-                insert_params(&tx, id, space, &params)?;
-                Claim::New(id)
+                let (mut names, mut values, mut dists) = (Vec::new(), Vec::new(), Vec::new());
+                for p in space.params() {
+                    if let Some(v) = params.get(&p.name) {
+                        names.push(p.name.clone());
+                        values.push(p.to_internal(v));
+                        dists.push(p.optuna_distribution_json().to_string());
+                    }
+                }
+                wait(tx.execute(&st.get(&tx, PUT_PARAMS)?, &[&id, &names, &values, &dists]))?;
+                Claim::New(id, number)
             };
             let id = match claim {
-                Claim::Queued(id) | Claim::New(id) => id,
+                Claim::Queued(id, _) | Claim::New(id, _) => id,
                 Claim::Full => unreachable!("returned above"),
             };
-            wait(tx.execute(
-                "INSERT INTO tune_trials (trial_id, worker_id, slot, device) VALUES ($1, $2, $3, $4)
-                 ON CONFLICT (trial_id) DO UPDATE SET worker_id = excluded.worker_id,
-                    slot = excluded.slot, device = excluded.device",
-                &[&id, &worker, &slot, &device],
-            ))?;
-            wait(tx.execute(
-                &format!(
-                    "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES ($1, {NOW})
-                     ON CONFLICT (trial_id) DO UPDATE SET heartbeat = excluded.heartbeat"
-                ),
-                &[&id],
-            ))?;
+            wait(tx.execute(&st.get(&tx, PLACE)?, &[&id, &worker, &slot, &device]))?;
             wait(tx.commit())?;
             Ok(claim)
         })?;
-        let id = match claimed {
+        let number = match claimed {
             Claim::Full => return Ok(None),
-            Claim::Queued(id) | Claim::New(id) => id,
+            Claim::Queued(_, number) | Claim::New(_, number) => number,
         };
-        let number: i32 = self.run(|c| {
-            Ok(wait(c.query_one("SELECT number FROM trials WHERE trial_id = $1", &[&id]))?.get(0))
-        })?;
         let trial = self
             .run(|c| query_trials(c, study.id, None, Some(number as u64)))?
             .into_iter()
@@ -1066,30 +1138,19 @@ impl Storage for PostgresStorage {
         let fenced = self.run(|c| {
             let tx = wait(c.transaction())?;
             // Only a running trial takes reports: one declared interrupted belongs to its rerun.
-            if wait(tx.query_opt(
-                "SELECT 1 FROM trials WHERE trial_id = $1 AND state = 'RUNNING' FOR SHARE",
-                &[&id],
-            ))?
-            .is_none()
-            {
+            let st = &self.stmts;
+            if wait(tx.query_opt(&st.get(&tx, RUNNING_SHARED)?, &[&id]))?.is_none() {
                 wait(tx.rollback())?;
                 return Ok(true);
             }
             wait(tx.execute(
-                &format!(
-                    "INSERT INTO tune_reports (trial_id, seq, step, is_final, metrics_json, reported_at)
-                     VALUES ($1, $2, $3, $4, $5, {NOW})
-                     ON CONFLICT (trial_id, seq) DO NOTHING"
-                ),
+                &st.get(&tx, PUT_REPORT)?,
                 &[&id, &(seq as i64), &step, &i32::from(is_final), &json],
             ))?;
             if let Some(v) = objective {
                 let step32 = i32::try_from(step).unwrap_or(i32::MAX);
                 wait(tx.execute(
-                    "INSERT INTO trial_intermediate_values (trial_id, step, intermediate_value, intermediate_value_type)
-                     VALUES ($1, $2, $3, $4::text::trialintermediatevaluetype)
-                     ON CONFLICT (trial_id, step) DO UPDATE SET intermediate_value = excluded.intermediate_value,
-                        intermediate_value_type = excluded.intermediate_value_type",
+                    &st.get(&tx, PUT_INTERMEDIATE)?,
                     &[&id, &step32, &v.is_finite().then_some(v), &value_type(v)],
                 ))?;
             }
@@ -1123,42 +1184,37 @@ impl Storage for PostgresStorage {
             // Fencing: only a trial that is still running may end. One that another process
             // declared interrupted (its worker was cut off) has a rerun; a late result from
             // the first run must neither overwrite it nor count twice.
-            let Some(r) = wait(tx.query_opt(
-                "SELECT study_id, number FROM trials WHERE trial_id = $1 AND state = 'RUNNING' FOR UPDATE",
-                &[&id],
-            ))?
-            else {
+            let st = &self.stmts;
+            let Some(r) = wait(tx.query_opt(&st.get(&tx, RUNNING_FOR_UPDATE)?, &[&id]))? else {
                 wait(tx.rollback())?;
                 return Ok(true);
             };
             let (sid, number): (i32, i32) = (r.get(0), r.get(1));
-            wait(tx.execute(
-                &format!(
-                    "UPDATE trials SET state = $1::text::trialstate, datetime_complete = {NOW} WHERE trial_id = $2"
-                ),
-                &[&state, &id],
-            ))?;
-            wait(tx.execute("DELETE FROM trial_heartbeats WHERE trial_id = $1", &[&id]))?;
+            wait(tx.execute(&st.get(&tx, END_TRIAL)?, &[&state, &id]))?;
             if let Some(v) = value
                 && (state == "COMPLETE" || state == "PRUNED")
             {
                 wait(tx.execute(
-                    "INSERT INTO trial_values (trial_id, objective, value, value_type)
-                     VALUES ($1, 0, $2, $3::text::trialvaluetype)
-                     ON CONFLICT (trial_id, objective) DO UPDATE SET value = excluded.value,
-                        value_type = excluded.value_type",
+                    &st.get(&tx, PUT_VALUE)?,
                     // Optuna's trial_values have no NaN type; a NaN objective is a failure
                     // upstream, and is stored as a finite NULL if it ever gets here.
-                    &[&id, &v.is_finite().then_some(v), &value_type(v).replace("NAN", "FINITE")],
+                    &[
+                        &id,
+                        &v.is_finite().then_some(v),
+                        &value_type(v).replace("NAN", "FINITE"),
+                    ],
                 ))?;
             }
             wait(tx.execute(
-                "INSERT INTO tune_trials (trial_id, error, log_tail, logs_json, pruned_step, interrupted)
-                 VALUES ($1, $2, $3, $4, $5, $6)
-                 ON CONFLICT (trial_id) DO UPDATE SET error = excluded.error, log_tail = excluded.log_tail,
-                    logs_json = excluded.logs_json, pruned_step = excluded.pruned_step,
-                    interrupted = excluded.interrupted",
-                &[&id, &error, &log_tail, &logs, &pruned_step, &i32::from(interrupted)],
+                &st.get(&tx, PUT_ENDING)?,
+                &[
+                    &id,
+                    &error,
+                    &log_tail,
+                    &logs,
+                    &pruned_step,
+                    &i32::from(interrupted),
+                ],
             ))?;
             if interrupted {
                 lock_study(&tx, sid)?;
@@ -1174,7 +1230,7 @@ impl Storage for PostgresStorage {
     }
 
     fn history(&self, study: &StudyRow, space: &Space) -> Result<History, StorageError> {
-        self.run(|c| history(c, study.id, space, &self.history))
+        self.run(|c| history(c, study.id, space, &self.history, &self.stmts, None))
     }
 
     fn reports(&self, study: &StudyRow) -> Result<BTreeMap<u64, Vec<Report>>, StorageError> {
