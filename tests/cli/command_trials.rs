@@ -216,7 +216,10 @@ echo 'tune: {"final": true, "loss": 0.125}'
 #[test]
 fn failed_trials_are_data_with_their_reason_and_the_study_goes_on() {
     let sb = Sandbox::new();
-    sb.write("s.toml", &sh_study("failing", 6, 2, "max_consecutive_failures = 0", &[]));
+    sb.write(
+        "s.toml",
+        &sh_study("failing", 6, 2, "max_consecutive_failures = 0", &[]),
+    );
     sb.write(
         "trial.sh",
         r#"case $TUNE_TRIAL in
