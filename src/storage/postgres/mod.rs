@@ -772,10 +772,7 @@ fn requeue(c: &impl GenericClient, study: i32, trial_id: i32, number: i32) -> Pg
 }
 
 fn lock_study(c: &impl GenericClient, study: i32) -> PgResult<()> {
-    wait(c.execute(
-        "SELECT pg_advisory_xact_lock($1, $2)",
-        &[&LOCK_CLASS, &study],
-    ))?;
+    wait(c.execute(LOCK_STUDY, &[&LOCK_CLASS, &study]))?;
     Ok(())
 }
 
