@@ -321,7 +321,9 @@ impl TrialStatus {
             .as_deref()
             .and_then(|t| t.lines().rev().map(str::trim).find(|l| !l.is_empty()));
         Some(match last {
-            Some(l) if !first.contains(l) => format!("{first}: {l}"),
+            // A last line that says the reason again (the worker's own `... failed: REASON`)
+            // adds nothing.
+            Some(l) if !first.contains(l) && !l.contains(first) => format!("{first}: {l}"),
             _ => first.to_string(),
         })
     }
@@ -471,5 +473,40 @@ impl Trial {
             "duration_s": duration_s,
             "error": self.status.reason(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(reason: &str, tail: Option<&str>) -> TrialStatus {
+        TrialStatus::Failed {
+            reason: reason.into(),
+            log_tail: tail.map(str::to_string),
+            interrupted: false,
+            ran: Ran::default(),
+        }
+    }
+
+    #[test]
+    fn why_says_the_reason_and_the_last_stderr_line_once() {
+        let w = |r, t| failed(r, t).why().expect("a failure has a why");
+        assert_eq!(
+            w(
+                "exited with status 1",
+                Some("Traceback\n  File x\nValueError: bad lr\n\n")
+            ),
+            "exited with status 1: ValueError: bad lr"
+        );
+        assert_eq!(
+            w(
+                "diverged: loss became NaN at step 65",
+                Some("tune worker: trial 9 failed: diverged: loss became NaN at step 65")
+            ),
+            "diverged: loss became NaN at step 65"
+        );
+        assert_eq!(w("timed out\nafter 5m", None), "timed out");
+        assert_eq!(TrialStatus::Queued.why(), None);
     }
 }

@@ -103,7 +103,7 @@ pub struct Scheduler {
     /// NVML, where the study has a CUDA slot and the machine a driver; `None` otherwise,
     /// and then nothing is sampled.
     gpus: Option<Arc<Gpus>>,
-    /// Trials that failed on their own in a row here, and the last one's why.
+    /// Trials that failed on their own in a row here, all the same way, and that way.
     failures_in_a_row: (u64, String),
 }
 
@@ -290,7 +290,7 @@ impl Scheduler {
                         // The same mistake would burn the rest of the budget: stop starting
                         // trials, let the running ones end, and say why.
                         phase = Phase::Draining(Ending::Failing(format!(
-                            "{max} trials in a row failed (study.max_consecutive_failures = {max}); the last: {}",
+                            "{max} trials in a row failed the same way (study.max_consecutive_failures = {max}): {}",
                             self.failures_in_a_row.1
                         )));
                     }
@@ -571,8 +571,15 @@ impl Scheduler {
         match (&trial.status, trial.state()) {
             (_, TrialState::Complete | TrialState::Pruned) => self.failures_in_a_row.0 = 0,
             (status, TrialState::Failed) if !status.interrupted() => {
-                self.failures_in_a_row.0 += 1;
-                self.failures_in_a_row.1 = status.why().unwrap_or_default();
+                // Failing the same way again is a broken set-up (a missing file, a typo in the
+                // command); failing differently (diverging at another step) is what some
+                // params do, and the search goes on.
+                let why = status.why().unwrap_or_default();
+                if self.failures_in_a_row.0 > 0 && self.failures_in_a_row.1 == why {
+                    self.failures_in_a_row.0 += 1;
+                } else {
+                    self.failures_in_a_row = (1, why);
+                }
             }
             _ => {}
         }

@@ -583,7 +583,7 @@ fn a_study_whose_trials_keep_failing_stops_early_and_says_why() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let err = stderr(&out);
     assert!(
-        err.contains("5 trials in a row failed") && err.contains("FileNotFoundError"),
+        err.contains("5 trials in a row failed the same way") && err.contains("FileNotFoundError"),
         "{err}"
     );
     let trials = sb.trials("s.toml");
@@ -600,6 +600,20 @@ fn a_study_whose_trials_keep_failing_stops_early_and_says_why() {
     let out = sb.run(&["run", "off.toml"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert_eq!(sb.trials("off.toml").len(), 7);
+    // Failing differently each time (diverging at another step) is what some params do:
+    // the search goes on.
+    sb.write(
+        "diverging.sh",
+        "echo \"diverged: loss became NaN at step $TUNE_TRIAL\" >&2\nexit 1\n",
+    );
+    sb.write(
+        "diverging.toml",
+        &sh_study("diverging", 7, 1, "max_consecutive_failures = 2", &["{x}"])
+            .replace("\"trial.sh\"", "\"diverging.sh\""),
+    );
+    let out = sb.run(&["run", "diverging.toml"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(sb.trials("diverging.toml").len(), 7);
     // A success in between starts the count again.
     sb.write(
         "mixed.sh",
