@@ -25,6 +25,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0001_optuna_schema.sql"),
     include_str!("../../migrations/0002_tune_tables.sql"),
     include_str!("../../migrations/0003_reports_view.sql"),
+    include_str!("../../migrations/0004_trials_view_log_tail.sql"),
 ];
 
 /// How long a writer waits for another process's write transaction before giving up. Long,

@@ -217,6 +217,21 @@ fn why_a_trial_failed_is_in_the_event_line_the_trials_table_csv_and_show() {
 
     let show = String::from_utf8(sb.ok(&["show", "1", "s.toml"]).stdout).expect("UTF-8");
     assert!(show.contains("ValueError: lr must be positive"), "{show}");
+
+    // And in SQL: the view has the stderr tail and the machine.
+    let (tail, host): (Option<String>, Option<String>) = sb
+        .db("tune.db")
+        .query_row(
+            "SELECT log_tail, host FROM tune_trials_view WHERE study = 'why' AND number = 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .expect("the view has log_tail and host");
+    assert!(
+        tail.is_some_and(|t| t.ends_with("ValueError: lr must be positive")),
+        "the view's log_tail"
+    );
+    assert!(host.is_some_and(|h| !h.is_empty()), "the view's host");
 }
 
 #[test]

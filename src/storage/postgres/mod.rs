@@ -44,6 +44,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0001_optuna_schema.sql"),
     include_str!("../../../migrations/postgres/0002_tune_tables.sql"),
     include_str!("../../../migrations/postgres/0003_reports_view.sql"),
+    include_str!("../../../migrations/postgres/0004_trials_view_log_tail.sql"),
 ];
 
 /// The first key of every advisory lock tune takes ("tu"), so tune's locks never collide with
