@@ -289,24 +289,14 @@ fn count(server: &PgServer, sql: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn running_on(server: &PgServer, host: &str) -> u64 {
+/// How many of the study's trials in Optuna's `state` ran on machine `host`.
+fn on_host(server: &PgServer, state: &str, host: &str) -> u64 {
     count(
         server,
         &format!(
             "SELECT count(*) FROM trials t JOIN tune_trials x ON x.trial_id = t.trial_id
              JOIN tune_workers w ON w.worker_id = x.worker_id
-             WHERE t.state = 'RUNNING' AND w.host = '{host}'"
-        ),
-    )
-}
-
-fn complete_on(server: &PgServer, host: &str) -> u64 {
-    count(
-        server,
-        &format!(
-            "SELECT count(*) FROM trials t JOIN tune_trials x ON x.trial_id = t.trial_id
-             JOIN tune_workers w ON w.worker_id = x.worker_id
-             WHERE t.state = 'COMPLETE' AND w.host = '{host}'"
+             WHERE t.state = '{state}' AND w.host = '{host}'"
         ),
     )
 }
@@ -393,10 +383,10 @@ fn a_study_on_four_machines_survives_a_killed_worker_and_a_cut_one_with_its_budg
         deadline,
         &mut [&mut run, &mut *w1, &mut *w2],
         || {
-            running_on(&server, "m1") == 2
-                && running_on(&server, "m2") >= 1
-                && complete_on(&server, "m1") >= 1
-                && complete_on(&server, "m2") >= 1
+            on_host(&server, "RUNNING", "m1") == 2
+                && on_host(&server, "RUNNING", "m2") >= 1
+                && on_host(&server, "COMPLETE", "m1") >= 1
+                && on_host(&server, "COMPLETE", "m2") >= 1
                 && count(
                     &server,
                     "SELECT count(*) FROM trials WHERE state = 'COMPLETE'",
@@ -404,14 +394,14 @@ fn a_study_on_four_machines_survives_a_killed_worker_and_a_cut_one_with_its_budg
         },
     );
     w1.kill_machine();
-    let killed_with = running_on(&server, "m1");
+    let killed_with = on_host(&server, "RUNNING", "m1");
     assert!(killed_with >= 1, "machine 1 died with trials running");
     // Then cut machine 2 off while it runs trials, for longer than the grace.
     poll(
         "machine 2 running a trial",
         deadline,
         &mut [&mut run, &mut *w2],
-        || running_on(&server, "m2") >= 1,
+        || on_host(&server, "RUNNING", "m2") >= 1,
     );
     net.link(3, false);
     std::thread::sleep(CUT);

@@ -577,9 +577,11 @@ const FIRST_QUEUED: &str =
      ORDER BY number LIMIT 1 FOR UPDATE SKIP LOCKED";
 const START_QUEUED: &str = "UPDATE trials SET state = 'RUNNING',
      datetime_start = (clock_timestamp() AT TIME ZONE 'UTC') WHERE trial_id = $1";
-const NEW_RUNNING: &str = "INSERT INTO trials (number, study_id, state, datetime_start) VALUES (
-     (SELECT COALESCE(MAX(number), -1) + 1 FROM trials WHERE study_id = $1), $1, 'RUNNING',
-     (clock_timestamp() AT TIME ZONE 'UTC'))
+/// A new trial of the study with the next number, queued or running (the caller holds the
+/// study's lock).
+const NEW_TRIAL: &str = "INSERT INTO trials (number, study_id, state, datetime_start) VALUES (
+     (SELECT COALESCE(MAX(number), -1) + 1 FROM trials WHERE study_id = $1), $1, $2::text::trialstate,
+     CASE WHEN $2 = 'RUNNING' THEN (clock_timestamp() AT TIME ZONE 'UTC') END)
      RETURNING trial_id, number";
 /// A trial's params in one statement: names, internal values and distributions as arrays.
 const PUT_PARAMS: &str =
@@ -718,48 +720,48 @@ fn history(
     })
 }
 
-/// A new trial of the study with the next number (the caller holds the study's lock).
-fn insert_trial(c: &impl GenericClient, study: i32, state: &str) -> PgResult<(i32, i32)> {
-    let r = wait(c.query_one(
-        &format!(
-            "INSERT INTO trials (number, study_id, state, datetime_start) VALUES (
-                (SELECT COALESCE(MAX(number), -1) + 1 FROM trials WHERE study_id = $1), $1, $2::text::trialstate,
-                CASE WHEN $2 = 'RUNNING' THEN {NOW} END)
-             RETURNING trial_id, number"
-        ),
-        &[&study, &state],
-    ))?;
+fn insert_trial(
+    c: &impl GenericClient,
+    st: &Stmts,
+    study: i32,
+    state: &str,
+) -> PgResult<(i32, i32)> {
+    let r = wait(c.query_one(&st.get(c, NEW_TRIAL)?, &[&study, &state]))?;
     Ok((r.get(0), r.get(1)))
 }
 
+/// A trial's params (those of `space` it has), in one statement.
 fn insert_params(
     c: &impl GenericClient,
+    st: &Stmts,
     trial_id: i32,
     space: &Space,
     params: &Params,
 ) -> PgResult<()> {
+    let (mut names, mut values, mut dists) = (Vec::new(), Vec::new(), Vec::new());
     for p in space.params() {
         if let Some(v) = params.get(&p.name) {
-            wait(c.execute(
-                "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json)
-                 VALUES ($1, $2, $3, $4)
-                 ON CONFLICT (trial_id, param_name) DO UPDATE SET param_value = excluded.param_value,
-                    distribution_json = excluded.distribution_json",
-                &[
-                    &trial_id,
-                    &p.name,
-                    &p.to_internal(v),
-                    &p.optuna_distribution_json().to_string(),
-                ],
-            ))?;
+            names.push(p.name.clone());
+            values.push(p.to_internal(v));
+            dists.push(p.optuna_distribution_json().to_string());
         }
     }
+    wait(c.execute(
+        &st.get(c, PUT_PARAMS)?,
+        &[&trial_id, &names, &values, &dists],
+    ))?;
     Ok(())
 }
 
 /// Queues the params of interrupted trial `trial_id` (number `number`) again.
-fn requeue(c: &impl GenericClient, study: i32, trial_id: i32, number: i32) -> PgResult<()> {
-    let (new_id, _) = insert_trial(c, study, "WAITING")?;
+fn requeue(
+    c: &impl GenericClient,
+    st: &Stmts,
+    study: i32,
+    trial_id: i32,
+    number: i32,
+) -> PgResult<()> {
+    let (new_id, _) = insert_trial(c, st, study, "WAITING")?;
     wait(c.execute(
         "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json)
          SELECT $1, param_name, param_value, distribution_json FROM trial_params WHERE trial_id = $2",
@@ -772,8 +774,8 @@ fn requeue(c: &impl GenericClient, study: i32, trial_id: i32, number: i32) -> Pg
     Ok(())
 }
 
-fn lock_study(c: &impl GenericClient, study: i32) -> PgResult<()> {
-    wait(c.execute(LOCK_STUDY, &[&LOCK_CLASS, &study]))?;
+fn lock_study(c: &impl GenericClient, st: &Stmts, study: i32) -> PgResult<()> {
+    wait(c.execute(&st.get(c, LOCK_STUDY)?, &[&LOCK_CLASS, &study]))?;
     Ok(())
 }
 
@@ -969,7 +971,7 @@ impl Storage for PostgresStorage {
                 return Ok(Vec::new());
             }
             let tx = wait(c.transaction())?;
-            lock_study(&tx, sid)?;
+            lock_study(&tx, &self.stmts, sid)?;
             let mut out = Vec::new();
             for id in gone {
                 // Still running? Another process may have recovered it meanwhile, or its
@@ -994,7 +996,7 @@ impl Storage for PostgresStorage {
                      ON CONFLICT (trial_id) DO UPDATE SET error = excluded.error, interrupted = 1",
                     &[&id, &"interrupted: its worker stopped answering"],
                 ))?;
-                requeue(&tx, sid, id, number)?;
+                requeue(&tx, &self.stmts, sid, id, number)?;
                 out.push(number as u64);
             }
             wait(tx.commit())?;
@@ -1020,7 +1022,7 @@ impl Storage for PostgresStorage {
             // The trials finished since this process last proposed are read before the lock,
             // so that under it only what changed meanwhile is left to read.
             history(&tx, study.id, space, &self.history, st, None)?;
-            wait(tx.execute(&st.get(&tx, LOCK_STUDY)?, &[&LOCK_CLASS, &sid]))?;
+            lock_study(&tx, st, sid)?;
             let taken: i64 = wait(tx.query_one(&st.get(&tx, TAKEN)?, &[&sid]))?.get(0);
             if budget.is_some_and(|b| taken as u64 >= b) {
                 wait(tx.commit())?;
@@ -1032,21 +1034,12 @@ impl Storage for PostgresStorage {
                 wait(tx.execute(&st.get(&tx, START_QUEUED)?, &[&id]))?;
                 Claim::Queued(id, number)
             } else {
-                let r = wait(tx.query_one(&st.get(&tx, NEW_RUNNING)?, &[&sid]))?;
-                let (id, number): (i32, i32) = (r.get(0), r.get(1));
+                let (id, number) = insert_trial(&tx, st, sid, "RUNNING")?;
                 // The proposal happens inside the transaction, under the study's lock: a
                 // second process asking now waits, then sees this trial as pending.
                 let h = history(&tx, study.id, space, &self.history, st, Some(id))?;
                 let params = propose(&h, TrialNumber(number as u64));
-                let (mut names, mut values, mut dists) = (Vec::new(), Vec::new(), Vec::new());
-                for p in space.params() {
-                    if let Some(v) = params.get(&p.name) {
-                        names.push(p.name.clone());
-                        values.push(p.to_internal(v));
-                        dists.push(p.optuna_distribution_json().to_string());
-                    }
-                }
-                wait(tx.execute(&st.get(&tx, PUT_PARAMS)?, &[&id, &names, &values, &dists]))?;
+                insert_params(&tx, st, id, space, &params)?;
                 Claim::New(id, number)
             };
             let id = match claim {
@@ -1093,9 +1086,9 @@ impl Storage for PostgresStorage {
         let json = serde_json::to_string(params).unwrap_or_else(|_| "{}".into());
         self.run(|c| {
             let tx = wait(c.transaction())?;
-            lock_study(&tx, sid)?;
-            let (id, number) = insert_trial(&tx, sid, "WAITING")?;
-            insert_params(&tx, id, space, params)?;
+            lock_study(&tx, &self.stmts, sid)?;
+            let (id, number) = insert_trial(&tx, &self.stmts, sid, "WAITING")?;
+            insert_params(&tx, &self.stmts, id, space, params)?;
             wait(tx.execute(
                 "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES ($1, 'fixed_params', $2)",
                 &[&id, &json],
@@ -1215,8 +1208,8 @@ impl Storage for PostgresStorage {
                 ],
             ))?;
             if interrupted {
-                lock_study(&tx, sid)?;
-                requeue(&tx, sid, id, number)?;
+                lock_study(&tx, &self.stmts, sid)?;
+                requeue(&tx, &self.stmts, sid, id, number)?;
             }
             wait(tx.commit())?;
             Ok(false)
@@ -1352,7 +1345,7 @@ impl Storage for PostgresStorage {
         self.run(|c| {
             let tx = wait(c.transaction())?;
             // Under the study's lock: no process proposes into a study being deleted.
-            lock_study(&tx, sid)?;
+            lock_study(&tx, &self.stmts, sid)?;
             let n: i64 =
                 wait(tx.query_one("SELECT COUNT(*) FROM trials WHERE study_id = $1", &[&sid]))?
                     .get(0);
