@@ -408,11 +408,13 @@ pub(crate) fn check_same(
 /// A fault of storage. Unlike a failed trial, this stops a study (cleanly).
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
-    #[error("{path}: {source}")]
+    /// SQLite's error is in the message and deliberately not the error's `source()`: the
+    /// binary prints an error's whole chain (`{:#}`), which would say it twice ("file is not
+    /// a database: file is not a database: Error code 26: …").
+    #[error("{path}: {error}")]
     Sqlite {
         path: PathBuf,
-        #[source]
-        source: rusqlite::Error,
+        error: rusqlite::Error,
     },
     #[error(
         "{path}: the database has schema version {found}, newer than this tune knows ({known}); upgrade tune to open it"

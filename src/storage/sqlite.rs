@@ -184,10 +184,10 @@ impl SqliteStorage {
         &self.path
     }
 
-    fn err_at(path: &Path, source: rusqlite::Error) -> StorageError {
+    fn err_at(path: &Path, error: rusqlite::Error) -> StorageError {
         StorageError::Sqlite {
             path: path.to_path_buf(),
-            source,
+            error,
         }
     }
 

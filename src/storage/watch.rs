@@ -120,7 +120,7 @@ impl SqliteStorage {
     fn watch_err(&self, e: rusqlite::Error) -> StorageError {
         StorageError::Sqlite {
             path: self.path().to_path_buf(),
-            source: e,
+            error: e,
         }
     }
 

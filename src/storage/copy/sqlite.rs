@@ -361,7 +361,7 @@ impl SqliteStorage {
     fn copy_err(&self, e: rusqlite::Error) -> StorageError {
         StorageError::Sqlite {
             path: self.path().to_path_buf(),
-            source: e,
+            error: e,
         }
     }
 }
