@@ -32,6 +32,10 @@ const MIGRATIONS: &[&str] = &[
 /// because a "database is locked" error must never reach the user under normal contention.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How long a reader waits for a database file that has no tables yet to get them: `tune run`
+/// creates the file and then migrates it in one transaction, in milliseconds.
+const CREATION_WAIT: Duration = Duration::from_secs(2);
+
 /// Runs `f` again while SQLite answers "busy" or "locked" without having waited (the few
 /// statements for which the busy timeout does not apply), for at most [`BUSY_TIMEOUT`].
 fn retry_while_busy<T>(mut f: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
@@ -157,10 +161,12 @@ impl SqliteStorage {
             conn,
             path: path.to_path_buf(),
         };
-        let version: i64 = s
-            .conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(|e| s.err(e))?;
+        let (version, empty) = s.schema_once_created()?;
+        if empty {
+            // An empty file (or one whose creator died before migrating it): no studies yet,
+            // rather than "no such table" from every query.
+            return Self::empty_read_only(path);
+        }
         if version > MIGRATIONS.len() as i64 {
             return Err(StorageError::TooNew {
                 path: path.to_path_buf(),
@@ -177,6 +183,42 @@ impl SqliteStorage {
                 ),
             });
         }
+        Ok(s)
+    }
+
+    /// The schema version and whether the file has no tables at all, read in one statement
+    /// (one snapshot). A reader that opens the file the instant `tune run` created it, before
+    /// its migration commits, would read version 0 and call a database being created "older
+    /// than" this tune: while the file is empty, this waits for the migration a little.
+    fn schema_once_created(&self) -> Result<(i64, bool), StorageError> {
+        let deadline = std::time::Instant::now() + CREATION_WAIT;
+        loop {
+            let (version, tables): (i64, i64) = self
+                .conn
+                .query_row(
+                    "SELECT (SELECT user_version FROM pragma_user_version),
+                            (SELECT COUNT(*) FROM sqlite_master)",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .map_err(|e| self.err(e))?;
+            let empty = version == 0 && tables == 0;
+            if !empty || std::time::Instant::now() >= deadline {
+                return Ok((version, empty));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// What an empty database file reads as: an in-memory database with the current schema
+    /// and no study, under the file's name.
+    fn empty_read_only(path: &Path) -> Result<SqliteStorage, StorageError> {
+        let conn = Connection::open_in_memory().map_err(|e| Self::err_at(path, e))?;
+        let mut s = SqliteStorage {
+            conn,
+            path: path.to_path_buf(),
+        };
+        s.migrate()?;
         Ok(s)
     }
 
