@@ -1,6 +1,11 @@
 //! The line printer: one line per study event on standard output, for pipes, CI and
 //! `--no-tui` (`tune run`, `tune watch`). [`Printer`] turns events into lines (pure, tested);
 //! [`print_lines`] writes them as they come.
+//!
+//! One event is exactly one line: text that comes from the user (a study or parameter name, a
+//! categorical choice, a failure's reason) has its control characters escaped (`\n`, `\u{1b}`),
+//! so a value with a newline can neither split an event nor forge one, and `grep`/`wc -l` on
+//! the output count events.
 
 use std::time::{Duration, Instant};
 
@@ -38,9 +43,13 @@ impl Printer {
         }
     }
 
-    /// The line for `ev`, `elapsed` after the printer started; `None` for events that get no
-    /// line of their own (reports).
+    /// The line for `ev`, `elapsed` after the printer started, with no line break in it;
+    /// `None` for events that get no line of their own (reports).
     pub fn line(&mut self, ev: &Event, elapsed: Duration) -> Option<String> {
+        self.text(ev, elapsed).map(|l| one_line(&l))
+    }
+
+    fn text(&mut self, ev: &Event, elapsed: Duration) -> Option<String> {
         let s = elapsed.as_secs();
         let stamp = format!("[{:02}:{:02}:{:02}]", s / 3600, (s / 60) % 60, s % 60);
         let metric = self.metric.clone();
@@ -49,13 +58,21 @@ impl Printer {
                 for t in existing {
                     self.consider(t);
                 }
+                // An interrupted trial is not done: its params run again as another trial.
+                let interrupted = existing.iter().filter(|t| t.status.interrupted()).count();
+                let done = match interrupted {
+                    0 => format!("{} trials done", existing.len()),
+                    n => format!(
+                        "{} trials done ({n} interrupted, run again)",
+                        existing.len() - n
+                    ),
+                };
                 format!(
-                    "{stamp} study {} ({} {}) in {}: {} trials done, budget {}, {} slot(s) on {}, sampler {}, pruner {}",
+                    "{stamp} study {} ({} {}) in {}: {done}, budget {}, {} slot(s) on {}, sampler {}, pruner {}",
                     info.name,
                     info.direction.as_str(),
                     info.metric,
                     info.storage,
-                    existing.len(),
                     info.budget
                         .map(|b| b.to_string())
                         .unwrap_or_else(|| "unlimited".into()),
@@ -125,15 +142,43 @@ impl Printer {
                     "running trials are stopped"
                 }
             ),
-            Event::StudyFinished { reason, .. } => {
-                let b = self
-                    .best
-                    .map(|(n, v)| format!("best {metric}={} at trial {n}", fmt_value(Some(v))))
-                    .unwrap_or_else(|| "no complete trial".into());
+            Event::StudyFinished { reason, best, .. } => {
+                // The study's best as stored, with the trials of every other process that runs
+                // it; this printer saw only this one's.
+                let b = best
+                    .or(self.best)
+                    .map(|(n, v)| {
+                        format!(
+                            "best of the study {metric}={} at trial {n}",
+                            fmt_value(Some(v))
+                        )
+                    })
+                    .unwrap_or_else(|| "no complete trial in the study".into());
                 format!("{stamp} study finished: {reason}; {b}")
             }
         })
     }
+}
+
+/// `line` with its control characters (and Unicode's line and paragraph separators) escaped
+/// as Rust writes them: `\n`, `\r`, `\t`, `\u{1b}`.
+fn one_line(line: &str) -> String {
+    if !line.chars().any(breaks_a_line) {
+        return line.to_string();
+    }
+    let mut out = String::with_capacity(line.len() + 8);
+    for c in line.chars() {
+        if breaks_a_line(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn breaks_a_line(c: char) -> bool {
+    c.is_control() || c == '\u{2028}' || c == '\u{2029}'
 }
 
 /// Writes one line per event on standard output until the sender closes.
@@ -235,12 +280,124 @@ mod tests {
             .line(
                 &Event::StudyFinished {
                     reason: "the trial budget is spent".into(),
+                    best: None,
                     at: SystemTime::UNIX_EPOCH,
                 },
                 t,
             )
             .expect("a line");
-        assert!(end.ends_with("best loss=0.5 at trial 0"), "{end}");
+        assert!(
+            end.ends_with("best of the study loss=0.5 at trial 0"),
+            "{end}"
+        );
+    }
+
+    #[test]
+    fn the_finishing_line_names_the_studys_best_over_the_one_this_process_saw() {
+        let mut p = Printer::new(Direction::Minimize, "loss".into());
+        let done = TrialStatus::Complete {
+            value: 0.5,
+            ran: ran(1),
+        };
+        p.line(&finished(0, done), Duration::ZERO);
+        let end = p
+            .line(
+                &Event::StudyFinished {
+                    reason: "the trial budget is spent".into(),
+                    best: Some((7, 0.25)),
+                    at: SystemTime::UNIX_EPOCH,
+                },
+                Duration::ZERO,
+            )
+            .expect("a line");
+        assert!(
+            end.ends_with("; best of the study loss=0.25 at trial 7"),
+            "{end}"
+        );
+    }
+
+    #[test]
+    fn the_start_line_does_not_count_interrupted_trials_as_done() {
+        let mut p = Printer::new(Direction::Minimize, "loss".into());
+        let trial = |n, status| Trial::unstored(TrialNumber(n), Params::new(), status);
+        let ev = Event::StudyStarted {
+            info: crate::events::StudyInfo {
+                name: "s".into(),
+                metric: "loss".into(),
+                direction: Direction::Minimize,
+                sampler: "tpe".into(),
+                pruner: "none".into(),
+                budget: Some(4),
+                timeout: None,
+                slots: vec!["cpu".into()],
+                storage: "t.db".into(),
+            },
+            existing: vec![
+                trial(
+                    0,
+                    TrialStatus::Complete {
+                        value: 1.0,
+                        ran: ran(1),
+                    },
+                ),
+                trial(
+                    1,
+                    TrialStatus::Failed {
+                        reason: "interrupted".into(),
+                        log_tail: None,
+                        interrupted: true,
+                        ran: ran(1),
+                    },
+                ),
+            ],
+            at: SystemTime::UNIX_EPOCH,
+        };
+        let line = p.line(&ev, Duration::ZERO).expect("a line");
+        assert!(
+            line.contains(": 1 trials done (1 interrupted, run again), budget 4"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn user_text_with_line_breaks_stays_on_the_events_one_line() {
+        let mut p = Printer::new(Direction::Minimize, "loss".into());
+        let mut params = Params::new();
+        params.insert(
+            "opt\nname".into(),
+            ParamValue::Str("a\nb\r\u{1b}[2J\u{2028}c".into()),
+        );
+        let line = p
+            .line(
+                &Event::TrialStarted {
+                    number: TrialNumber(3),
+                    slot: 0,
+                    device: "cpu".into(),
+                    params,
+                    at: SystemTime::UNIX_EPOCH,
+                },
+                Duration::ZERO,
+            )
+            .expect("a line");
+        assert_eq!(
+            line,
+            "[00:00:00] trial 3 started on cpu: opt\\nname=a\\nb\\r\\u{1b}[2J\\u{2028}c"
+        );
+        let failed = p
+            .line(
+                &finished(
+                    3,
+                    TrialStatus::Failed {
+                        reason: "exited with status 1\nsecond line".into(),
+                        log_tail: Some("Traceback\nValueError: bad\n".into()),
+                        interrupted: false,
+                        ran: ran(1),
+                    },
+                ),
+                Duration::ZERO,
+            )
+            .expect("a line");
+        assert!(!failed.contains('\n'), "{failed}");
     }
 
     #[test]

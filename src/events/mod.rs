@@ -72,11 +72,13 @@ pub enum Event {
     /// Scheduling of new trials paused or resumed.
     Paused(bool),
     /// The user asked to stop; running trials are finishing (`graceful`) or being stopped.
-    Stopping {
-        graceful: bool,
-    },
+    Stopping { graceful: bool },
     StudyFinished {
         reason: String,
+        /// The best trial of the whole study (number, value) as stored when it ended, counting
+        /// the trials of every process that runs it, not only this one's; `None` when no trial
+        /// is complete or the source could not read it.
+        best: Option<(u64, f64)>,
         at: SystemTime,
     },
 }

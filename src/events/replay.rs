@@ -172,7 +172,10 @@ impl Poller {
 
     /// Ends the run in the UI: no live worker process is left, or the budget is spent.
     fn finish(&mut self, reason: String, at: SystemTime, out: &mut Vec<Update>) {
-        out.push(Update::Event(Event::StudyFinished { reason, at }));
+        // A failed read leaves the printer with the best of the trials it was shown, which for
+        // a replay is every trial anyway.
+        let best = self.storage.storage().best(&self.study).unwrap_or(None);
+        out.push(Update::Event(Event::StudyFinished { reason, best, at }));
         self.finished = true;
         self.run = None;
     }

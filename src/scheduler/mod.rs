@@ -344,6 +344,7 @@ impl Scheduler {
         };
         self.emit(Event::StudyFinished {
             reason,
+            best: summary.best,
             at: SystemTime::now(),
         });
         match ending {

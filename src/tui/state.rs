@@ -586,7 +586,7 @@ impl UiState {
                 self.stopping = Some(*graceful);
                 false
             }
-            Event::StudyFinished { reason, at } => {
+            Event::StudyFinished { reason, at, .. } => {
                 self.finished = Some(Finished {
                     reason: reason.clone(),
                     at: *at,

@@ -38,6 +38,7 @@ fn finished(state: &mut UiState, reason: &str) {
     let at = state.now;
     state.apply(&Event::StudyFinished {
         reason: reason.into(),
+        best: None,
         at,
     });
 }
