@@ -279,6 +279,14 @@ fn train_inner(
     } else {
         steps_per_epoch as u64
     };
+    // How far training is, in [0, 1]: the epochs' steps or the time budget, whichever ends
+    // first. The schedule's clock, and what the reports say of it.
+    let progress_at = |step: u64, elapsed: Duration| match (total_steps, h.time_budget) {
+        (Some(t), Some(b)) => (step as f64 / t as f64).max(elapsed.as_secs_f64() / b.as_secs_f64()),
+        (Some(t), None) => step as f64 / t as f64,
+        (None, Some(b)) => elapsed.as_secs_f64() / b.as_secs_f64(),
+        (None, None) => 1.0,
+    };
     // Reading the loss forces a device sync: every step on the CPU (free there), every few
     // steps on CUDA.
     let check_every = if device.is_cuda() { 16 } else { 1 };
@@ -298,15 +306,7 @@ fn train_inner(
         if stop.load(Ordering::Relaxed) {
             return Err(TrainError::Stopped);
         }
-        let elapsed = start.elapsed();
-        let progress = match (total_steps, h.time_budget) {
-            (Some(t), Some(b)) => {
-                (step as f64 / t as f64).max(elapsed.as_secs_f64() / b.as_secs_f64())
-            }
-            (Some(t), None) => step as f64 / t as f64,
-            (None, Some(b)) => elapsed.as_secs_f64() / b.as_secs_f64(),
-            (None, None) => 1.0,
-        };
+        let progress = progress_at(step, start.elapsed());
         if progress >= 1.0 {
             break;
         }
@@ -376,6 +376,7 @@ fn train_inner(
             let (val_loss, val_acc) = s.evaluate(&val);
             let mut m = BTreeMap::new();
             m.insert("epoch".into(), step as f64 / steps_per_epoch as f64);
+            insert_progress(&mut m, h.epochs, progress_at(step, start.elapsed()));
             m.insert("train_loss".into(), train_loss);
             m.insert("val_loss".into(), val_loss);
             m.insert("val_acc".into(), val_acc);
@@ -416,6 +417,7 @@ fn train_inner(
         let (val_loss, val_acc) = s.evaluate(&val);
         let mut m = BTreeMap::new();
         m.insert("epoch".into(), step as f64 / steps_per_epoch as f64);
+        insert_progress(&mut m, h.epochs, progress_at(step, start.elapsed()));
         if loss_steps > 0 {
             m.insert(
                 "train_loss".into(),
@@ -434,6 +436,16 @@ fn train_inner(
         on_event(TrainEvent::Report(Report { step, metrics: m }));
     }
     Ok(())
+}
+
+/// What a report says of the run's length besides `epoch`, so that the UI draws a bar rather
+/// than a bare step count: `total_epochs` when the run has a number of epochs, and `progress`
+/// (the fraction done, in [0, 1]) always, which a run with only a time budget needs.
+fn insert_progress(m: &mut BTreeMap<String, f64>, epochs: Option<i64>, progress: f64) {
+    if let Some(e) = epochs {
+        m.insert("total_epochs".into(), e as f64);
+    }
+    m.insert("progress".into(), progress.clamp(0.0, 1.0));
 }
 
 /// The message of a tch panic without its wrapping and C++ backtrace: tch panics with
@@ -593,6 +605,18 @@ mod tests {
         assert!((0.0..=1.0).contains(&last["data_wait"]));
         // 10% of 1 797 held out: 1 617 training samples.
         assert_eq!(reports[1].step, 2 * (1617 / 32));
+        // The UI's epoch bar: how far, out of how many, as the reports say it.
+        let epochs: Vec<[f64; 3]> = reports
+            .iter()
+            .map(|r| {
+                [
+                    r.metrics["epoch"],
+                    r.metrics["total_epochs"],
+                    r.metrics["progress"],
+                ]
+            })
+            .collect();
+        assert_eq!(epochs, [[1.0, 2.0, 0.5], [2.0, 2.0, 1.0]]);
     }
 
     #[test]
