@@ -89,6 +89,18 @@ pub enum Command {
         tune delete study.toml            # asks first\n  \
         tune delete --study old-sweep --db tune.db --yes")]
     Delete(DeleteArgs),
+    /// Set finished trials aside: they stay stored and shown, but the sampler does not learn
+    /// from them, the budget does not count them and they are never the best.
+    #[command(
+        after_help = "Trials are numbers (`3`), ranges (`3-7`) or both; the study file may \
+        come before or after them. `--restore` takes the mark back.\n\n\
+        Examples:\n  \
+        tune discard study.toml 0-11          # a broken set-up failed trials 0 to 11\n  \
+        tune discard study.toml --state failed\n  \
+        tune discard --study my-study --db tune.db 4 9\n  \
+        tune discard study.toml --restore 4"
+    )]
+    Discard(DiscardArgs),
     /// Copy studies between databases (SQLite ⇄ PostgreSQL), trials, reports and all.
     #[command(after_help = "Examples:\n  \
         tune copy --from tune.db --to postgresql://tune@db.example/tune --study my-study\n  \
@@ -132,6 +144,30 @@ pub struct DeleteArgs {
     /// Do not ask (needed when standard input is not a terminal).
     #[arg(long, short = 'y')]
     pub yes: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DiscardArgs {
+    /// Trial numbers or ranges (`3`, `3-7`), and optionally the study file, in any order.
+    #[arg(value_name = "N|A-B|STUDY.toml")]
+    pub args: Vec<String>,
+    /// The study's name in the database (instead of a study file).
+    #[arg(long = "study", value_name = "NAME")]
+    pub name: Option<String>,
+    /// Every finished trial in this state too (`complete`, `pruned` or `failed`).
+    #[arg(long, value_enum, value_name = "STATE")]
+    pub state: Option<FinishedState>,
+    /// Take the mark back: the trials count again.
+    #[arg(long)]
+    pub restore: bool,
+}
+
+/// The states a trial ends in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FinishedState {
+    Complete,
+    Pruned,
+    Failed,
 }
 
 #[derive(Debug, Args)]

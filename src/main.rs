@@ -150,6 +150,7 @@ fn main() -> ExitCode {
         Command::Worker(a) => commands::worker::worker(&a, db.as_ref()),
         Command::Copy(a) => commands::copy::copy(&a),
         Command::Delete(a) => commands::delete::delete(&a, db.as_ref()),
+        Command::Discard(a) => commands::discard::discard(&a, db.as_ref()),
     };
     match result {
         Ok(code) => code,

@@ -387,6 +387,9 @@ pub struct Trial {
     pub logs: Vec<PathBuf>,
     /// The metrics of its last report.
     pub metrics: BTreeMap<String, f64>,
+    /// Set aside by `tune discard`: kept and shown, but the samplers do not learn from it, the
+    /// budget does not count it and it is never the best.
+    pub discarded: bool,
 }
 
 impl Trial {
@@ -400,6 +403,7 @@ impl Trial {
             trial_dir: None,
             logs: Vec::new(),
             metrics: BTreeMap::new(),
+            discarded: false,
         }
     }
 
@@ -472,6 +476,7 @@ impl Trial {
             "finished_at": rfc(self.status.finished()),
             "duration_s": duration_s,
             "error": self.status.reason(),
+            "discarded": self.discarded,
         })
     }
 }

@@ -5,6 +5,7 @@ pub mod ask_tell;
 pub mod bench;
 pub mod copy;
 pub mod delete;
+pub mod discard;
 pub mod enqueue;
 pub mod query;
 pub mod run;

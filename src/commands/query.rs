@@ -143,6 +143,7 @@ fn print_trials(rows: &[Trial], format: Format) -> anyhow::Result<()> {
                 "duration_s",
                 "error",
                 "log_tail",
+                "discarded",
             ]
             .iter()
             .map(|s| s.to_string())
@@ -170,6 +171,7 @@ fn print_trials(rows: &[Trial], format: Format) -> anyhow::Result<()> {
                         } => t.clone(),
                         _ => String::new(),
                     },
+                    r.discarded.to_string(),
                 ];
                 rec.extend(
                     params
@@ -191,7 +193,7 @@ fn print_trials(rows: &[Trial], format: Format) -> anyhow::Result<()> {
             for r in rows {
                 t.add_row([
                     r.number.to_string(),
-                    r.state().as_str().to_string(),
+                    state_cell(r),
                     fmt_value(r.value()),
                     duration_s(r)
                         .map(|d| format!("{d:.1}s"))
@@ -207,6 +209,15 @@ fn print_trials(rows: &[Trial], format: Format) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A trial's state for people: a discarded one says so.
+fn state_cell(t: &Trial) -> String {
+    if t.discarded {
+        format!("{} (discarded)", t.state().as_str())
+    } else {
+        t.state().as_str().to_string()
+    }
 }
 
 /// How long a finished trial ran, in seconds.
@@ -338,7 +349,7 @@ pub fn show(args: &ShowArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode
                 "trial {} of `{}`: {}, {} = {}, {}",
                 row.number,
                 study.name,
-                row.state().as_str(),
+                state_cell(&row),
                 study.metric,
                 fmt_value(row.value()),
                 duration_s(&row)

@@ -443,3 +443,84 @@ fn the_stored_study_file_follows_the_file_it_runs_from() {
         assert_eq!(f.text.as_deref(), Some("trials = 9"), "{name}");
     }
 }
+
+#[test]
+fn a_discarded_trial_is_kept_but_left_out_of_the_history_the_budget_and_the_best() {
+    for (name, mut s, _dir) in backends() {
+        let study = study(s.as_mut(), Direction::Minimize, "loss");
+        let w = s.register_worker(&study, &["cpu".into()]).expect("worker");
+        let complete = |v: f64| TrialStatus::Complete {
+            value: v,
+            ran: Ran::default(),
+        };
+        // 0: the best, 1: failed, 2: still running.
+        let a = claim(s.as_mut(), &study, w, Some(3), &params(0.1)).expect("a");
+        s.finish_trial(a.id, &complete(0.1), &[]).expect("finish");
+        let b = claim(s.as_mut(), &study, w, Some(3), &params(0.2)).expect("b");
+        s.finish_trial(b.id, &failed("exited with status 1", false), &[])
+            .expect("finish");
+        claim(s.as_mut(), &study, w, Some(3), &params(0.3)).expect("c");
+        let propose = |s: &mut dyn Storage| {
+            let sp = space();
+            let req = ClaimRequest {
+                worker: w,
+                budget: None,
+                slot: 1,
+                device: "cpu",
+                space: &sp,
+            };
+            let mut seen = None;
+            s.claim(&study, &req, &mut |h, _| {
+                seen = Some(h.clone());
+                params(0.9)
+            })
+            .expect("claim");
+            seen.expect("proposed")
+        };
+        // A proposal fills what a backend remembers, so that the mark must be noticed after.
+        assert_eq!(propose(s.as_mut()).finished.len(), 2, "{name}");
+        assert_eq!(s.best(&study).expect("best"), Some((0, 0.1)), "{name}");
+
+        // Running trials (2) are left as they are; 0 and 1 change; a second call changes none.
+        assert_eq!(
+            s.set_discarded(&study, &[0, 1, 2], true).expect("discard"),
+            2,
+            "{name}"
+        );
+        assert_eq!(
+            s.set_discarded(&study, &[0, 1], true).expect("discard"),
+            0,
+            "{name}"
+        );
+        let rows = s.trials(&study, None).expect("rows");
+        let marks: Vec<bool> = rows.iter().map(|t| t.discarded).collect();
+        assert_eq!(marks, [true, true, false, false], "{name}: kept and marked");
+        assert_eq!(rows[0].value(), Some(0.1), "{name}: the value stays");
+        assert_eq!(s.counted(&study).expect("counted"), 0, "{name}");
+        assert_eq!(s.best(&study).expect("best"), None, "{name}");
+        let h = propose(s.as_mut());
+        assert!(h.finished.is_empty(), "{name}: {:?}", h.finished);
+        // A budget of 4 counts the three running trials (2 and the two proposals) only: one
+        // more may start.
+        assert!(
+            claim(s.as_mut(), &study, w, Some(4), &params(0.4)).is_some(),
+            "{name}"
+        );
+        assert!(
+            claim(s.as_mut(), &study, w, Some(4), &params(0.5)).is_none(),
+            "{name}"
+        );
+
+        // Restored, trial 0 counts and leads again.
+        assert_eq!(
+            s.set_discarded(&study, &[0], false).expect("restore"),
+            1,
+            "{name}"
+        );
+        assert_eq!(s.best(&study).expect("best"), Some((0, 0.1)), "{name}");
+        assert_eq!(s.counted(&study).expect("counted"), 1, "{name}");
+        let h = propose(s.as_mut());
+        let numbers: Vec<u64> = h.finished.iter().map(|f| f.number.0).collect();
+        assert_eq!(numbers, [0], "{name}");
+    }
+}

@@ -121,12 +121,13 @@ fn missing(id: TrialId) -> StorageError {
 }
 
 fn counts_toward_budget(t: &Trial) -> bool {
-    match &t.status {
+    let ended_or_running = match &t.status {
         TrialStatus::Complete { .. } | TrialStatus::Pruned { .. } => true,
         TrialStatus::Running { .. } => true,
         TrialStatus::Failed { interrupted, .. } => !interrupted,
         TrialStatus::Queued => false,
-    }
+    };
+    ended_or_running && !t.discarded
 }
 
 impl Data {
@@ -438,6 +439,7 @@ impl Storage for Data {
         for s in self.of_study(study) {
             if let TrialStatus::Complete { value, .. } = s.trial.status
                 && value.is_finite()
+                && !s.trial.discarded
                 && best.is_none_or(|(_, b)| study.direction.better(value, b))
             {
                 best = Some((s.trial.number.0, value));
@@ -471,6 +473,33 @@ impl Storage for Data {
         }
         self.workers.retain(|(_, s, _)| *s != study.id);
         Ok(gone.trials.len() as u64)
+    }
+
+    fn set_discarded(
+        &mut self,
+        study: &StudyRow,
+        numbers: &[u64],
+        discarded: bool,
+    ) -> Result<u64, StorageError> {
+        let ids: Vec<TrialId> = self
+            .of_study(study)
+            .filter(|s| numbers.contains(&s.trial.number.0))
+            .map(|s| s.trial.id)
+            .collect();
+        let mut changed = 0;
+        for id in ids {
+            if let Some(s) = self.trials.get_mut(&id)
+                && !matches!(
+                    s.trial.status,
+                    TrialStatus::Queued | TrialStatus::Running { .. }
+                )
+                && s.trial.discarded != discarded
+            {
+                s.trial.discarded = discarded;
+                changed += 1;
+            }
+        }
+        Ok(changed)
     }
 
     fn study_file(&self, study: &StudyRow) -> Result<StoredStudyFile, StorageError> {
@@ -590,6 +619,14 @@ impl Storage for MemoryStorage {
     }
     fn delete_study(&mut self, study: &StudyRow) -> Result<u64, StorageError> {
         self.data().delete_study(study)
+    }
+    fn set_discarded(
+        &mut self,
+        study: &StudyRow,
+        numbers: &[u64],
+        discarded: bool,
+    ) -> Result<u64, StorageError> {
+        self.data().set_discarded(study, numbers, discarded)
     }
     fn set_study_file(
         &mut self,

@@ -254,7 +254,50 @@ pub trait Storage: Send {
     /// reports and attributes, its workers and its file, in one transaction. Returns how many
     /// trials it had.
     fn delete_study(&mut self, study: &StudyRow) -> Result<u64, StorageError>;
+
+    /// Marks the finished trials `numbers` of the study as discarded (`tune discard`), or takes
+    /// the mark back (`discarded` false): a discarded trial stays stored and shown, but the
+    /// samplers leave it out, the budget does not count it and it is never the best. Trials
+    /// that have not finished are left as they are. Returns how many trials it changed.
+    fn set_discarded(
+        &mut self,
+        study: &StudyRow,
+        numbers: &[u64],
+        discarded: bool,
+    ) -> Result<u64, StorageError>;
 }
+
+/// The metrics of a trial's last report (`$1`), which become its user attributes when it ends.
+pub(crate) const LAST_METRICS: &str =
+    "SELECT metrics_json FROM tune_reports WHERE trial_id = $1 ORDER BY seq DESC LIMIT 1";
+
+/// Stores user attribute `$2` = `$3` (JSON text) of trial `$1`, the same on SQLite and
+/// PostgreSQL.
+pub(crate) const PUT_USER_ATTR: &str = r#"INSERT INTO trial_user_attributes (trial_id, "key", value_json)
+     VALUES ($1, $2, $3)
+     ON CONFLICT (trial_id, "key") DO UPDATE SET value_json = excluded.value_json"#;
+
+/// What a trial's last report becomes in Optuna's `trial_user_attributes`, where Optuna and
+/// optuna-dashboard show what a trial measured beside its objective: each metric as a JSON
+/// number. A metric that is not finite is left out (JSON has no NaN; the dashboard's parser
+/// would fail on the row).
+pub(crate) fn user_attributes(metrics_json: Option<&str>) -> Vec<(String, String)> {
+    metrics_json
+        .map(metrics_from_json)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(_, v)| v.is_finite())
+        .filter_map(|(k, v)| Some((k, serde_json::to_string(&v).ok()?)))
+        .collect()
+}
+
+/// Marks or unmarks finished trial `$2` of study `$1` as discarded (`$3`), the same on SQLite
+/// and PostgreSQL. A trial another tool wrote has no `tune_trials` row yet: it gets one.
+pub(crate) const SET_DISCARDED: &str = "INSERT INTO tune_trials (trial_id, discarded)
+     SELECT trial_id, $3 FROM trials
+     WHERE study_id = $1 AND number = $2 AND state IN ('COMPLETE', 'PRUNED', 'FAIL')
+     ON CONFLICT (trial_id) DO UPDATE SET discarded = excluded.discarded
+     WHERE tune_trials.discarded <> excluded.discarded";
 
 /// The statements that delete study `$1`/`?1` whole, children first, the same on SQLite and
 /// PostgreSQL: Optuna's tables and tune's.
@@ -356,6 +399,7 @@ pub(crate) fn history_of<'a>(
     };
     for t in trials {
         match t.status {
+            _ if t.discarded => {}
             TrialStatus::Queued | TrialStatus::Running { .. } => {
                 let params = in_space(t);
                 if !params.is_empty() {

@@ -26,6 +26,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0002_tune_tables.sql"),
     include_str!("../../migrations/0003_reports_view.sql"),
     include_str!("../../migrations/0004_trials_view_log_tail.sql"),
+    include_str!("../../migrations/0005_discarded_trials.sql"),
 ];
 
 /// How long a writer waits for another process's write transaction before giving up. Long,
@@ -367,7 +368,8 @@ impl SqliteStorage {
             let taken: i64 = tx.query_row(
                 "SELECT COUNT(*) FROM trials t LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
                  WHERE t.study_id = ?1 AND (t.state IN ('COMPLETE', 'PRUNED', 'RUNNING')
-                       OR (t.state = 'FAIL' AND COALESCE(x.interrupted, 0) = 0))",
+                       OR (t.state = 'FAIL' AND COALESCE(x.interrupted, 0) = 0))
+           AND COALESCE(x.discarded, 0) = 0",
                 [study.id],
                 |r| r.get(0),
             )?;
@@ -481,7 +483,7 @@ impl SqliteStorage {
                         x.error, x.device, x.trial_dir, x.logs_json, x.log_tail, x.pruned_step,
                         COALESCE(x.interrupted, 0),
                         (SELECT metrics_json FROM tune_reports r WHERE r.trial_id = t.trial_id ORDER BY seq DESC LIMIT 1),
-                        x.worker_id, x.slot, w.host
+                        x.worker_id, x.slot, w.host, COALESCE(x.discarded, 0)
                  FROM trials t
                  LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0
                  LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
@@ -533,6 +535,7 @@ impl SqliteStorage {
                         metrics: metrics
                             .map(|m| super::metrics_from_json(&m))
                             .unwrap_or_default(),
+                        discarded: r.get::<_, i64>(18)? != 0,
                     })
                 },
             )
@@ -759,7 +762,9 @@ impl Storage for SqliteStorage {
             .query_row(
                 &format!(
                     "SELECT t.number, v.value FROM trials t JOIN trial_values v ON v.trial_id = t.trial_id
+                     LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
                      WHERE t.study_id = ?1 AND t.state = 'COMPLETE' AND v.value_type = 'FINITE'
+                           AND COALESCE(x.discarded, 0) = 0
                      ORDER BY v.value {order}, t.number ASC LIMIT 1"
                 ),
                 [study.id],
@@ -1036,6 +1041,17 @@ impl Storage for SqliteStorage {
                     interrupted = excluded.interrupted",
                 params![trial_id, error, log_tail, logs, pruned_step, interrupted],
             )?;
+            if !interrupted {
+                let last: Option<String> = tx
+                    .query_row(&super::LAST_METRICS.replace('$', "?"), [trial_id], |r| {
+                        r.get(0)
+                    })
+                    .optional()?;
+                let put = super::PUT_USER_ATTR.replace('$', "?");
+                for (key, json) in super::user_attributes(last.as_deref()) {
+                    tx.execute(&put, params![trial_id, key, json])?;
+                }
+            }
             if interrupted {
                 // Run the same params again: the interruption was not the trial's fault.
                 let (study_id, number): (i64, i64) = tx.query_row(
@@ -1083,6 +1099,22 @@ impl Storage for SqliteStorage {
                 tx.execute(&sql.replace("$1", "?1"), [study.id])?;
             }
             Ok(n as u64)
+        })
+    }
+
+    fn set_discarded(
+        &mut self,
+        study: &StudyRow,
+        numbers: &[u64],
+        discarded: bool,
+    ) -> Result<u64, StorageError> {
+        let sql = super::SET_DISCARDED.replace('$', "?");
+        self.write(|tx| {
+            let mut changed = 0;
+            for &n in numbers {
+                changed += tx.execute(&sql, params![study.id, n as i64, i64::from(discarded)])?;
+            }
+            Ok(changed as u64)
         })
     }
 
@@ -1204,7 +1236,8 @@ impl Storage for SqliteStorage {
             .query_row(
                 "SELECT COUNT(*) FROM trials t LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
                  WHERE t.study_id = ?1 AND (t.state IN ('COMPLETE', 'PRUNED')
-                       OR (t.state = 'FAIL' AND COALESCE(x.interrupted, 0) = 0))",
+                       OR (t.state = 'FAIL' AND COALESCE(x.interrupted, 0) = 0))
+           AND COALESCE(x.discarded, 0) = 0",
                 [study.id],
                 |r| r.get(0),
             )

@@ -177,7 +177,8 @@ impl SqliteStorage {
                                 THEN p.distribution_json -> ('$.attributes.choices[' || CAST(p.param_value AS INTEGER) || ']')
                               WHEN 'IntDistribution' THEN CAST(p.param_value AS INTEGER)
                               ELSE p.param_value END)
-                         FROM trial_params p WHERE p.trial_id = t.trial_id)
+                         FROM trial_params p WHERE p.trial_id = t.trial_id),
+                        COALESCE(x.discarded, 0)
                  FROM trials t
                  LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0
                  LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
@@ -225,6 +226,7 @@ impl SqliteStorage {
                             .and_then(|l| serde_json::from_str(&l).ok())
                             .unwrap_or_default(),
                         metrics: BTreeMap::new(),
+                        discarded: r.get::<_, i64>(18)? != 0,
                     })
                 })
                 .map_err(|e| self.watch_err(e))?;

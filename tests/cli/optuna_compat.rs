@@ -1,6 +1,7 @@
 //! Optuna opens a database that `tune` wrote, unchanged: `optuna.load_study` (Optuna from
 //! PyPI, installed by `scripts/setup.sh --python-tests` in the test itself) reads back the
-//! trials, states, params, values and intermediate values exactly as `tune` reports them.
+//! trials, states, params, values, intermediate values and user attributes (each trial's final
+//! metrics) exactly as `tune` reports them.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -31,6 +32,7 @@ for name in names:
             "intermediate": sorted([k, v] for k, v in t.intermediate_values.items()),
             "has_start": t.datetime_start is not None,
             "has_complete": t.datetime_complete is not None,
+            "user_attrs": t.user_attrs,
         })
     best = study.best_trial
     out[name] = {
@@ -116,6 +118,24 @@ pub(crate) fn assert_same(
                 );
             }
         }
+        // The metrics of a finished trial's last report are its user attributes (what
+        // optuna-dashboard shows beside the value); an interrupted or unfinished trial has none.
+        let interrupted = t["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("interrupted"));
+        let attrs = if matches!(state, "running" | "queued") || interrupted {
+            json!({})
+        } else {
+            let finite: serde_json::Map<String, Value> = t["metrics"]
+                .as_object()
+                .expect("metrics")
+                .iter()
+                .filter(|(_, v)| v.as_f64().is_some_and(f64::is_finite))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            Value::Object(finite)
+        };
+        assert_eq!(o["user_attrs"], attrs, "{study} trial {n}: user attributes");
         assert_eq!(o["has_start"], !t["started_at"].is_null());
         assert_eq!(o["has_complete"], !t["finished_at"].is_null());
         // Intermediate values: the objective of every report that is not the final one.

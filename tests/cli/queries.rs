@@ -293,3 +293,97 @@ fn tune_delete_asks_or_needs_yes_then_removes_the_study_whole() {
     let out = sb.run(&["delete", "--study", "nope", "--yes"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn discarded_trials_stay_visible_but_give_the_budget_back_and_the_sampler_forgets_them() {
+    // The user's story: a broken set-up (a missing data file) fails every trial and spends
+    // the budget; after fixing it, the failures are discarded and the study runs again.
+    let sb = Sandbox::new();
+    sb.write(
+        "trial.sh",
+        "[ -f data.csv ] || { echo \"data.csv: no such file\" >&2; exit 1; }\n\
+         echo \"tune: {\\\"loss\\\": $1, \\\"val_acc\\\": 0.5}\"\n",
+    );
+    sb.write("s.toml", &sh_study("broken", 3, 1, "", &["{x}"]));
+    let out = sb.run(&["run", "s.toml", "--no-tui"]);
+    assert_eq!(out.status.code(), Some(1), "{}", crate::common::text(&out));
+    assert_eq!(crate::common::counted(&sb.trials("s.toml")), 3);
+    let out = sb.run(&["run", "s.toml", "--no-tui"]);
+    assert!(
+        crate::common::text(&out).contains("budget"),
+        "the budget is spent: {}",
+        crate::common::text(&out)
+    );
+
+    // Bad requests change nothing.
+    for (args, says) in [
+        (vec!["discard", "s.toml", "7"], "has no trial 7"),
+        (vec!["discard", "s.toml"], "say which trials"),
+        (vec!["discard", "s.toml", "2-1"], "lower number"),
+        (vec!["discard", "s.toml", "x"], "neither a trial number"),
+    ] {
+        let out = sb.run(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            crate::common::text(&out)
+        );
+        assert!(
+            crate::common::stderr(&out).contains(says),
+            "{args:?}: {}",
+            crate::common::text(&out)
+        );
+    }
+    assert!(sb.trials("s.toml").iter().all(|t| t["discarded"] == false));
+
+    let out = sb.ok(&["discard", "s.toml", "--state", "failed"]);
+    let said = String::from_utf8(out.stdout).expect("UTF-8");
+    assert!(
+        said.contains("discarded 3 trials of study `broken`"),
+        "{said}"
+    );
+    assert!(said.contains("the budget now counts 0 trials"), "{said}");
+    // Still there, marked, in every output.
+    let trials = sb.trials("s.toml");
+    assert_eq!(trials.len(), 3);
+    assert!(
+        trials
+            .iter()
+            .all(|t| t["discarded"] == true && t["state"] == "failed")
+    );
+    let table = String::from_utf8(sb.ok(&["trials", "s.toml"]).stdout).expect("UTF-8");
+    assert_eq!(table.matches("failed (discarded)").count(), 3, "{table}");
+    let csv =
+        String::from_utf8(sb.ok(&["trials", "s.toml", "--format", "csv"]).stdout).expect("UTF-8");
+    assert!(
+        csv.lines().next().expect("header").contains("discarded"),
+        "{csv}"
+    );
+    let db = sb.db("tune.db");
+    let marked: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM tune_trials_view WHERE study = 'broken' AND discarded",
+            [],
+            |r| r.get(0),
+        )
+        .expect("the view has the mark");
+    assert_eq!(marked, 3);
+
+    // Fixed, the study runs its whole budget again; the best is one of the new trials.
+    sb.write("data.csv", "1\n");
+    let out = sb.ok(&["run", "s.toml", "--no-tui"]);
+    let trials = sb.trials("s.toml");
+    assert_eq!(trials.len(), 6, "{}", crate::common::text(&out));
+    assert!(trials[3..].iter().all(|t| t["state"] == "complete"));
+    let best = json(sb.ok(&["best", "s.toml", "--format", "json"]));
+    assert!(best["number"].as_u64().expect("number") >= 3);
+
+    // A restored trial counts again: the budget of 3 is then over-full, nothing new starts.
+    let said =
+        String::from_utf8(sb.ok(&["discard", "--restore", "0", "s.toml"]).stdout).expect("UTF-8");
+    assert!(said.contains("restored 1 trial"), "{said}");
+    assert!(said.contains("the budget now counts 4 trials"), "{said}");
+    sb.run(&["run", "s.toml", "--no-tui"]);
+    assert_eq!(sb.trials("s.toml").len(), 6);
+}

@@ -71,6 +71,7 @@ pub struct TuneTrialDump {
     pub interrupted: i64,
     pub pruned_step: Option<i64>,
     pub retry_of: Option<i64>,
+    pub discarded: i64,
 }
 
 #[derive(Debug, Clone, PartialEq)]

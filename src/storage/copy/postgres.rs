@@ -110,7 +110,7 @@ fn export(c: &impl GenericClient, dump: &mut StudyDump, sid: i32) -> PgResult<()
         )?;
         t.tune = wait(c.query_opt(
             "SELECT worker_id, slot, device, trial_dir, logs_json, error, log_tail, interrupted,
-                    pruned_step, retry_of FROM tune_trials WHERE trial_id = $1",
+                    pruned_step, retry_of, discarded FROM tune_trials WHERE trial_id = $1",
             &[&id],
         ))?
         .map(|r| TuneTrialDump {
@@ -124,6 +124,7 @@ fn export(c: &impl GenericClient, dump: &mut StudyDump, sid: i32) -> PgResult<()
             interrupted: r.get::<_, i32>(7) as i64,
             pruned_step: r.get(8),
             retry_of: r.get(9),
+            discarded: r.get::<_, i32>(10) as i64,
         });
         t.reports = wait(c.query(
             "SELECT seq, step, is_final, metrics_json, reported_at FROM tune_reports
@@ -254,8 +255,8 @@ fn import(c: &mut tokio_postgres::Client, d: &StudyDump) -> PgResult<bool> {
             let worker = x.worker.and_then(|w| workers.get(&w).copied());
             wait(tx.execute(
                 "INSERT INTO tune_trials (trial_id, worker_id, slot, device, trial_dir, logs_json,
-                    error, log_tail, interrupted, pruned_step, retry_of)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                    error, log_tail, interrupted, pruned_step, retry_of, discarded)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
                 &[
                     &id,
                     &worker,
@@ -268,6 +269,7 @@ fn import(c: &mut tokio_postgres::Client, d: &StudyDump) -> PgResult<bool> {
                     &(x.interrupted as i32),
                     &x.pruned_step,
                     &x.retry_of,
+                    &(x.discarded as i32),
                 ],
             ))?;
         }

@@ -172,7 +172,7 @@ impl Copyable for SqliteStorage {
             t.tune = c
                 .query_row(
                     "SELECT worker_id, slot, device, trial_dir, logs_json, error, log_tail, interrupted,
-                            pruned_step, retry_of FROM tune_trials WHERE trial_id = ?1",
+                            pruned_step, retry_of, discarded FROM tune_trials WHERE trial_id = ?1",
                     [id],
                     |r| {
                         Ok(TuneTrialDump {
@@ -186,6 +186,7 @@ impl Copyable for SqliteStorage {
                             interrupted: r.get(7)?,
                             pruned_step: r.get(8)?,
                             retry_of: r.get(9)?,
+                            discarded: r.get(10)?,
                         })
                     },
                 )
@@ -320,8 +321,8 @@ impl Copyable for SqliteStorage {
                 if let Some(x) = &t.tune {
                     tx.execute(
                         "INSERT INTO tune_trials (trial_id, worker_id, slot, device, trial_dir, logs_json,
-                            error, log_tail, interrupted, pruned_step, retry_of)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                            error, log_tail, interrupted, pruned_step, retry_of, discarded)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
                         params![
                             id,
                             x.worker.and_then(|w| workers.get(&w)),
@@ -333,7 +334,8 @@ impl Copyable for SqliteStorage {
                             x.log_tail,
                             x.interrupted,
                             x.pruned_step,
-                            x.retry_of
+                            x.retry_of,
+                            x.discarded
                         ],
                     )?;
                 }

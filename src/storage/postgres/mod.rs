@@ -45,6 +45,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0002_tune_tables.sql"),
     include_str!("../../../migrations/postgres/0003_reports_view.sql"),
     include_str!("../../../migrations/postgres/0004_trials_view_log_tail.sql"),
+    include_str!("../../../migrations/postgres/0005_discarded_trials.sql"),
 ];
 
 /// The first key of every advisory lock tune takes ("tu"), so tune's locks never collide with
@@ -387,7 +388,8 @@ pub(crate) fn id32(id: i64) -> i32 {
 const TAKEN: &str =
     "SELECT COUNT(*) FROM trials t LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
      WHERE t.study_id = $1 AND (t.state IN ('COMPLETE', 'PRUNED', 'RUNNING')
-           OR (t.state = 'FAIL' AND COALESCE(x.interrupted, 0) = 0))";
+           OR (t.state = 'FAIL' AND COALESCE(x.interrupted, 0) = 0))
+           AND COALESCE(x.discarded, 0) = 0";
 
 fn find_study(c: &impl GenericClient, name: &str) -> PgResult<Option<StudyRow>> {
     Ok(wait(c.query_opt(
@@ -434,7 +436,7 @@ fn query_trials_where(
                 x.error, x.device, x.trial_dir, x.logs_json, x.log_tail, x.pruned_step,
                 COALESCE(x.interrupted, 0),
                 (SELECT metrics_json FROM tune_reports r WHERE r.trial_id = t.trial_id ORDER BY seq DESC LIMIT 1),
-                x.worker_id, x.slot, w.host
+                x.worker_id, x.slot, w.host, COALESCE(x.discarded, 0)
          FROM trials t
          LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0
          LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
@@ -509,6 +511,7 @@ fn trial_of_row(r: &Row) -> Trial {
         metrics: metrics
             .map(|m| super::metrics_from_json(&m))
             .unwrap_or_default(),
+        discarded: r.get::<_, i32>(18) != 0,
     }
 }
 
@@ -571,7 +574,10 @@ impl Stmts {
 }
 
 const LOCK_STUDY: &str = "SELECT pg_advisory_xact_lock($1, $2)";
-const TRIAL_STATES: &str = "SELECT trial_id, state IN ('RUNNING', 'WAITING') FROM trials WHERE study_id = $1 ORDER BY number";
+const TRIAL_STATES: &str =
+    "SELECT t.trial_id, t.state IN ('RUNNING', 'WAITING'), COALESCE(x.discarded, 0) <> 0
+     FROM trials t LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
+     WHERE t.study_id = $1 ORDER BY t.number";
 const FIRST_QUEUED: &str =
     "SELECT trial_id, number FROM trials WHERE study_id = $1 AND state = 'WAITING'
      ORDER BY number LIMIT 1 FOR UPDATE SKIP LOCKED";
@@ -626,7 +632,9 @@ const PUT_ENDING: &str =
         interrupted = excluded.interrupted";
 
 /// What this process has read of one study (in one space) for its proposals. A trial's params
-/// never change once stored and a finished trial never changes again, so a proposal reads the
+/// never change once stored and a finished trial never changes again (but for `tune discard`'s
+/// mark, read with the states: when the set of discarded trials changes, the cache starts
+/// over), so a proposal reads the
 /// trials' ids and states, and in full only the trials that are new or finished since the last
 /// proposal: the work under the study's lock stays small as the study grows and as more
 /// processes run trials, which is what every process waits on.
@@ -639,6 +647,8 @@ struct HistoryCache {
     /// Every finished trial read so far, those the samplers leave out (interrupted) too.
     known: std::collections::HashSet<i32>,
     finished: BTreeMap<TrialNumber, FinishedTrial>,
+    /// The ids of the study's discarded trials when the cache was filled.
+    discarded: Vec<i32>,
 }
 
 fn history(
@@ -659,6 +669,19 @@ fn history(
         };
     }
     let rows = wait(c.query(&stmts.get(c, TRIAL_STATES)?, &[&id32(study)]))?;
+    let discarded: Vec<i32> = rows
+        .iter()
+        .filter(|r| r.get::<_, bool>(2))
+        .map(|r| r.get(0))
+        .collect();
+    if discarded != cache.discarded {
+        *cache = HistoryCache {
+            study,
+            space: Some(space.clone()),
+            discarded,
+            ..HistoryCache::default()
+        };
+    }
     let states: Vec<(i32, bool)> = rows
         .iter()
         .map(|r| (r.get(0), r.get(1)))
@@ -1207,6 +1230,13 @@ impl Storage for PostgresStorage {
                     &i32::from(interrupted),
                 ],
             ))?;
+            if !interrupted {
+                let last = wait(tx.query_opt(&st.get(&tx, super::LAST_METRICS)?, &[&id]))?;
+                let last: Option<String> = last.map(|r| r.get(0));
+                for (key, json) in super::user_attributes(last.as_deref()) {
+                    wait(tx.execute(&st.get(&tx, super::PUT_USER_ATTR)?, &[&id, &key, &json]))?;
+                }
+            }
             if interrupted {
                 lock_study(&tx, &self.stmts, sid)?;
                 requeue(&tx, &self.stmts, sid, id, number)?;
@@ -1286,7 +1316,8 @@ impl Storage for PostgresStorage {
                 wait(c.query_one(
             "SELECT COUNT(*) FROM trials t LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
              WHERE t.study_id = $1 AND (t.state IN ('COMPLETE', 'PRUNED')
-                   OR (t.state = 'FAIL' AND COALESCE(x.interrupted, 0) = 0))",
+                   OR (t.state = 'FAIL' AND COALESCE(x.interrupted, 0) = 0))
+           AND COALESCE(x.discarded, 0) = 0",
             &[&id32(study.id)],
         ))
             })?
@@ -1315,7 +1346,9 @@ impl Storage for PostgresStorage {
             wait(c.query_opt(
             &format!(
                 "SELECT t.number, v.value FROM trials t JOIN trial_values v ON v.trial_id = t.trial_id
+                 LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
                  WHERE t.study_id = $1 AND t.state = 'COMPLETE' AND v.value_type = 'FINITE'
+                       AND COALESCE(x.discarded, 0) = 0
                  ORDER BY v.value {order}, t.number ASC LIMIT 1"
             ),
             &[&id32(study.id)],
@@ -1354,6 +1387,25 @@ impl Storage for PostgresStorage {
             }
             wait(tx.commit())?;
             Ok(n as u64)
+        })
+    }
+
+    fn set_discarded(
+        &mut self,
+        study: &StudyRow,
+        numbers: &[u64],
+        discarded: bool,
+    ) -> Result<u64, StorageError> {
+        let (sid, mark) = (id32(study.id), i32::from(discarded));
+        self.run(|c| {
+            let tx = wait(c.transaction())?;
+            let mut changed = 0;
+            for &n in numbers {
+                let n = i32::try_from(n).unwrap_or(i32::MAX);
+                changed += wait(tx.execute(super::SET_DISCARDED, &[&sid, &n, &mark]))?;
+            }
+            wait(tx.commit())?;
+            Ok(changed)
         })
     }
 
