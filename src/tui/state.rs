@@ -21,6 +21,9 @@ pub mod keys {
     pub const TOTAL_EPOCHS: [&str; 2] = ["total_epochs", "epochs"];
     /// Total steps, for trials that count steps rather than epochs.
     pub const TOTAL_STEPS: [&str; 2] = ["total_steps", "max_steps"];
+    /// The fraction of the run done, in [0, 1]: what the builtin trainer reports when only a
+    /// time budget bounds the run (no number of epochs to count against).
+    pub const PROGRESS: &str = "progress";
     pub const SAMPLES_PER_S: &str = "samples_per_s";
     pub const DATA_WAIT: &str = "data_wait";
 }
@@ -50,6 +53,9 @@ pub struct TrialRow {
     pub value: Option<f64>,
     pub params: Params,
     pub error: Option<String>,
+    /// It failed through no fault of its own (its params run again): the budget does not
+    /// count it.
+    pub interrupted: bool,
     /// The last line of [`error`](Self::error), for the table.
     pub why: Option<String>,
     pub started_at: Option<SystemTime>,
@@ -59,6 +65,9 @@ pub struct TrialRow {
     pub device: Option<String>,
     /// The objective's intermediate values by step, in report order.
     pub curve: Vec<(u64, f64)>,
+    /// The same values by epoch, for the reports that carry an `epoch`; the charts draw by
+    /// epoch when every point has one ([`TrialRow::curve_by_epoch`]).
+    pub curve_epochs: Vec<(f64, f64)>,
     /// The latest report, whole.
     pub last: Option<Report>,
     pub n_reports: usize,
@@ -77,6 +86,7 @@ impl TrialRow {
             value: None,
             params: Params::new(),
             error: None,
+            interrupted: false,
             why: None,
             started_at: None,
             finished_at: None,
@@ -84,6 +94,7 @@ impl TrialRow {
             slot: None,
             device: None,
             curve: Vec::new(),
+            curve_epochs: Vec::new(),
             last: None,
             n_reports: 0,
             logs: Vec::new(),
@@ -101,19 +112,36 @@ impl TrialRow {
         self.curve.last().map(|&(_, v)| v)
     }
 
-    /// Progress as (done, total, unit): epochs where the trainer reports them, else steps
-    /// against a reported total. `None` when nothing says how far the trial goes.
+    /// The objective by epoch, when every report that gave it also said its epoch (a curve
+    /// half by epoch and half by step would draw two scales on one axis).
+    pub fn curve_by_epoch(&self) -> Option<&[(f64, f64)]> {
+        (!self.curve.is_empty() && self.curve_epochs.len() == self.curve.len())
+            .then_some(self.curve_epochs.as_slice())
+    }
+
+    /// Progress as (done, total, unit): epochs where the trial reports `epoch` and
+    /// `total_epochs` (`"ep"`), else steps against a reported total (`"step"`), else the
+    /// fraction a `progress` key gives (`"%"`, out of 1). `None` when nothing says how far the
+    /// trial goes.
     pub fn progress(&self) -> Option<(f64, f64, &'static str)> {
         let last = self.last.as_ref()?;
         let m = &last.metrics;
-        if let (Some(done), Some(total)) = (
+        let usable = |total: f64| total.is_finite() && total > 0.0;
+        if let (Some(&done), Some(&total)) = (
             m.get(keys::EPOCH),
             keys::TOTAL_EPOCHS.iter().find_map(|k| m.get(*k)),
-        ) {
-            return (total.is_finite() && *total > 0.0).then_some((*done, *total, "ep"));
+        ) && usable(total)
+            && done.is_finite()
+        {
+            return Some((done, total, "ep"));
         }
-        let total = keys::TOTAL_STEPS.iter().find_map(|k| m.get(*k))?;
-        (total.is_finite() && *total > 0.0).then_some((last.step as f64, *total, "step"))
+        if let Some(&total) = keys::TOTAL_STEPS.iter().find_map(|k| m.get(*k))
+            && usable(total)
+        {
+            return Some((last.step as f64, total, "step"));
+        }
+        let done = m.get(keys::PROGRESS).filter(|p| p.is_finite())?;
+        Some((done.clamp(0.0, 1.0), 1.0, "%"))
     }
 
     /// How long it ran, or has been running at `now`.
@@ -142,6 +170,8 @@ pub struct Counts {
     pub complete: usize,
     pub pruned: usize,
     pub failed: usize,
+    /// Finished trials the budget does not count: interrupted ones, whose params run again.
+    pub uncounted: usize,
 }
 
 impl Counts {
@@ -161,6 +191,11 @@ impl Counts {
 
     pub fn total(&self) -> usize {
         self.queued + self.running + self.finished()
+    }
+
+    /// The finished trials the trial budget counts (as the scheduler counts them).
+    pub fn counted(&self) -> usize {
+        self.finished().saturating_sub(self.uncounted)
     }
 }
 
@@ -321,6 +356,8 @@ pub struct UiState {
     pub notice: Option<String>,
     /// The event source is gone (the scheduler ended or the database went away).
     pub disconnected: bool,
+    /// The objective chart's y axis is logarithmic (`l` toggles it).
+    pub log_scale: bool,
 }
 
 impl UiState {
@@ -359,6 +396,7 @@ impl UiState {
             overlay: None,
             notice: None,
             disconnected: false,
+            log_scale: false,
         }
     }
 
@@ -433,9 +471,12 @@ impl UiState {
         let budget = info.and_then(|i| i.budget);
         let timeout = info.and_then(|i| i.timeout);
         let done = self.counts.finished();
+        let counted = self.counts.counted();
+        // Capped: more counted trials than the budget (it was lowered, or trials finished
+        // together at its end) is a spent budget, never more than 100%.
         let by_trials = budget.map(|b| {
             let b = b.max(1) as f64;
-            (done as f64 / b).min(1.0)
+            (counted as f64 / b).min(1.0)
         });
         let by_time = timeout.map(|t| {
             if t.is_zero() {
@@ -460,7 +501,7 @@ impl UiState {
             if done_here == 0 {
                 return None;
             }
-            let remaining = (b as usize).saturating_sub(done) as f64;
+            let remaining = (b as usize).saturating_sub(counted) as f64;
             let per_trial = elapsed.as_secs_f64() / done_here as f64;
             Duration::try_from_secs_f64(remaining * per_trial).ok()
         });
@@ -554,6 +595,9 @@ impl UiState {
                 let row = &mut self.trials[i];
                 if let Some(v) = value {
                     row.curve.push((report.step, v));
+                    if let Some(e) = report.metrics.get(keys::EPOCH).filter(|e| e.is_finite()) {
+                        row.curve_epochs.push((*e, v));
+                    }
                 }
                 row.n_reports += 1;
                 row.last = Some(report.clone());
@@ -622,6 +666,22 @@ impl UiState {
             *self.counts.slot(old) -= 1;
             *self.counts.slot(s) += 1;
             self.trials[i].state = s;
+            // An interrupted trial that runs again is no longer a finished one.
+            if !s.is_finished() {
+                self.set_interrupted(i, false);
+            }
+        }
+    }
+
+    fn set_interrupted(&mut self, i: usize, interrupted: bool) {
+        let row = &mut self.trials[i];
+        if row.interrupted != interrupted {
+            row.interrupted = interrupted;
+            if interrupted {
+                self.counts.uncounted += 1;
+            } else {
+                self.counts.uncounted -= 1;
+            }
         }
     }
 
@@ -629,6 +689,7 @@ impl UiState {
         let state = t.state();
         let i = self.row_index(t.number, state);
         self.set_state(i, state);
+        self.set_interrupted(i, state.is_finished() && t.status.interrupted());
         let was_best = self.best == Some(t.number);
         let row = &mut self.trials[i];
         row.value = t.value();
@@ -996,9 +1057,32 @@ impl UiState {
             }
             KeyCode::Char('p') | KeyCode::Char(' ') => return self.toggle_pause(),
             KeyCode::Char('x') => return self.ask_stop(self.selected_row().map(|t| t.number)),
+            KeyCode::Char('l') => self.toggle_log_scale(),
             _ => {}
         }
         None
+    }
+
+    fn toggle_log_scale(&mut self) {
+        self.log_scale = !self.log_scale;
+        self.notice = Some(if !self.log_scale {
+            "objective chart: linear scale".into()
+        } else if self.log_scale_applies() {
+            "objective chart: log scale".into()
+        } else {
+            "objective chart: log scale once every value is positive".into()
+        });
+    }
+
+    /// Whether the objective chart can draw on a log scale now: every finite value it would
+    /// plot is positive (a log axis has no place for zero or a negative value).
+    pub fn log_scale_applies(&self) -> bool {
+        self.trials
+            .iter()
+            .filter(|t| matches!(t.state, TrialState::Complete | TrialState::Pruned))
+            .filter_map(|t| t.value.or_else(|| t.latest()))
+            .filter(|v| v.is_finite())
+            .all(|v| v > 0.0)
     }
 
     fn trial_key(&mut self, n: TrialNumber, code: KeyCode) -> Option<Action> {

@@ -210,12 +210,46 @@ fn fmt_param(v: &ParamValue) -> String {
     }
 }
 
-/// `name=value` pairs, compact, for one line.
-fn fmt_params(p: &Params) -> String {
+/// `name=value` pairs, compact.
+fn param_items(p: &Params) -> Vec<String> {
     p.iter()
         .map(|(k, v)| format!("{k}={}", fmt_param(v)))
-        .collect::<Vec<_>>()
-        .join(" ")
+        .collect()
+}
+
+/// As many whole items as fit in `width` cells, then how many were left out (`+2 more`, or
+/// `+2` where that is all there is room for). An item is never cut: `batch_size=6` of
+/// `batch_size=64` reads as another value.
+fn fit_items(items: &[String], width: usize) -> String {
+    let n = items.len();
+    let w = |s: &str| s.chars().count();
+    // The width of the first k items joined by spaces.
+    let mut joined = vec![0usize; n + 1];
+    for (k, item) in items.iter().enumerate() {
+        joined[k + 1] = joined[k] + w(item) + usize::from(k > 0);
+    }
+    if joined[n] <= width {
+        return items.join(" ");
+    }
+    for k in (0..n).rev() {
+        let left = n - k;
+        let sep = usize::from(k > 0);
+        for suffix in [format!("+{left} more"), format!("+{left}")] {
+            if joined[k] + sep + w(&suffix) <= width {
+                let mut out = items[..k].join(" ");
+                if k > 0 {
+                    out.push(' ');
+                }
+                out.push_str(&suffix);
+                return out;
+            }
+        }
+    }
+    if width > 0 {
+        "…".into()
+    } else {
+        String::new()
+    }
 }
 
 pub use crate::fmt::fmt_duration;
@@ -360,8 +394,12 @@ fn render_header(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) 
         }
         None => l2.push(Span::styled("no budget", theme.dim())),
     }
+    let counted = state.counts.counted();
     let trials = match budget {
-        Some(b) => format!("  {done}/{b} trials"),
+        // More counted trials than the budget (lowered since, or trials that ended together
+        // at its end): the budget is spent; "38/24" would read as a broken counter.
+        Some(b) if counted as u64 > b => format!("  {counted} trials (budget {b})"),
+        Some(b) => format!("  {counted}/{b} trials"),
         None => format!("  {done} trials"),
     };
     l2.push(Span::raw(trials));
@@ -375,40 +413,60 @@ fn render_header(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) 
     }
 
     let c = state.counts;
-    let mut l3 = vec![
-        Span::raw(" "),
-        Span::styled(
-            format!("▶{} running", c.running),
-            theme.state(TrialState::Running),
-        ),
-        Span::raw("  "),
-        Span::styled(
-            format!("•{} complete", c.complete),
-            theme.state(TrialState::Complete),
-        ),
-        Span::raw("  "),
-        Span::styled(
-            format!("+{} pruned", c.pruned),
-            theme.state(TrialState::Pruned),
-        ),
-        Span::raw("  "),
-        Span::styled(
-            format!("×{} failed", c.failed),
-            theme.state(TrialState::Failed),
-        ),
-        Span::raw("  │ "),
-    ];
-    match state.best_trial() {
-        Some(b) => {
-            l3.push(Span::styled(
-                format!(
-                    "best #{} {}",
-                    b.number,
-                    b.value.map(fmt_value).unwrap_or_default()
-                ),
-                theme.best(),
-            ));
-            l3.push(Span::raw(format!("  {}", fmt_params(&b.params))));
+    let best = state.best_trial().map(|b| {
+        let label = format!(
+            "best #{} {}",
+            b.number,
+            b.value.map(fmt_value).unwrap_or_default()
+        );
+        (label, param_items(&b.params))
+    });
+    // The counts with their words where the best trial's params still fit whole, else by
+    // their marks alone (the table and the help say what each mark is): on 80 columns the
+    // params matter more than the words.
+    let counts = |words: bool| {
+        let n = |mark: char, k: usize, word: &str| {
+            if words {
+                format!("{mark}{k} {word}")
+            } else {
+                format!("{mark}{k}")
+            }
+        };
+        let gap = if words { "  " } else { " " };
+        vec![
+            Span::raw(" "),
+            Span::styled(
+                n('▶', c.running, "running"),
+                theme.state(TrialState::Running),
+            ),
+            Span::raw(gap),
+            Span::styled(
+                n('•', c.complete, "complete"),
+                theme.state(TrialState::Complete),
+            ),
+            Span::raw(gap),
+            Span::styled(n('+', c.pruned, "pruned"), theme.state(TrialState::Pruned)),
+            Span::raw(gap),
+            Span::styled(n('×', c.failed, "failed"), theme.state(TrialState::Failed)),
+            Span::raw(" │ "),
+        ]
+    };
+    let width = |spans: &[Span]| spans.iter().map(|s| s.width()).sum::<usize>();
+    let mut l3 = counts(true);
+    if let Some((label, items)) = &best {
+        let params_w = items.iter().map(|i| i.chars().count() + 1).sum::<usize>();
+        if width(&l3) + label.chars().count() + 1 + params_w > area.width as usize {
+            l3 = counts(false);
+        }
+    }
+    match best {
+        Some((label, items)) => {
+            l3.push(Span::styled(label, theme.best()));
+            let room = (area.width as usize).saturating_sub(width(&l3) + 2);
+            let params = fit_items(&items, room);
+            if !params.is_empty() {
+                l3.push(Span::raw(format!("  {params}")));
+            }
         }
         None => l3.push(Span::styled("no complete trial yet", theme.dim())),
     }
@@ -446,7 +504,6 @@ fn render_workers(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme)
     }
     let block = section(Line::from(title), theme);
     let wide = area.width >= 120;
-    let gauge_w: usize = if wide { 16 } else { 8 };
     // The GPU column exists only where NVML sampled a running trial: no driver, no column.
     let gpu_col = state
         .slots
@@ -467,7 +524,24 @@ fn render_workers(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme)
         header.push(Cell::from("gpu sm mem"));
     }
     let header = Row::new(header).style(theme.header());
-    let progress_w = gauge_w as u16 + if wide { 12 } else { 7 };
+    let progress_w: u16 = if wide { 30 } else { 16 };
+    // The progress texts first: every bar starts in the same column, after the widest text.
+    let texts: Vec<Option<(String, Option<f64>)>> = state
+        .slots
+        .iter()
+        .map(|s| {
+            let t = s.trial.and_then(|n| state.trial(n))?;
+            Some(progress_text(t, wide))
+        })
+        .collect();
+    let text_w = texts
+        .iter()
+        .flatten()
+        .filter(|(_, r)| r.is_some())
+        .map(|(t, _)| t.chars().count())
+        .max()
+        .unwrap_or(0);
+    let gauge_w = (progress_w as usize).saturating_sub(text_w + 1);
     let gpu_w: usize = if gpu_col { GPU_W as usize + 1 } else { 0 };
     // What the params column gets of the width: the rest of the row after the fixed columns
     // and the spaces between the eight columns.
@@ -486,31 +560,24 @@ fn render_workers(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme)
                     Cell::from("idle").style(theme.dim()),
                 ]);
             };
-            let progress = match t.progress() {
-                Some((done, total, unit)) => {
-                    let (full, rest) = line_bar(done / total, gauge_w);
+            let progress = match texts.get(i).cloned().flatten() {
+                Some((text, Some(ratio))) if gauge_w >= 3 => {
+                    let (full, rest) = line_bar(ratio, gauge_w);
                     Line::from(vec![
+                        Span::raw(format!("{text:<text_w$} ")),
                         Span::styled(full, theme.slot(i)),
                         Span::styled(rest, theme.dim()),
-                        Span::raw(format!(
-                            " {}/{}{}",
-                            fmt_short(done),
-                            fmt_short(total),
-                            if wide { unit } else { "" }
-                        )),
                     ])
                 }
-                None => Line::raw(match &t.last {
-                    Some(r) => format!("step {}", r.step),
-                    None => "starting".into(),
-                }),
+                Some((text, _)) => Line::raw(text),
+                None => Line::raw(""),
             };
             let na = || "–".to_string();
             let mut cells = vec![
                 Cell::from(format!("{i}")),
                 Cell::from(s.device.clone()),
                 Cell::from(format!("#{}", t.number)).style(theme.slot(i)),
-                Cell::from(truncate(&fmt_params(&t.params), params_w)),
+                Cell::from(fit_items(&param_items(&t.params), params_w)),
                 Cell::from(progress),
                 Cell::from(t.latest().map(fmt_value).unwrap_or_else(na)),
                 Cell::from(
@@ -564,6 +631,50 @@ fn render_workers(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme)
     );
 }
 
+/// A running trial's progress as its worker row says it, and the fraction for its bar where
+/// the trial says how far it goes: `ep 3/6` (`epoch 3/6` when `wide`), `step 1874/5000`,
+/// `37%`; without a total, `step 1874` or `epoch 3.4`, and no bar.
+fn progress_text(t: &TrialRow, wide: bool) -> (String, Option<f64>) {
+    let Some(last) = &t.last else {
+        return ("starting".into(), None);
+    };
+    let (ep, st) = if wide {
+        ("epoch ", "step ")
+    } else {
+        ("ep ", "")
+    };
+    match t.progress() {
+        Some((done, total, "ep")) => (
+            format!("{ep}{}/{}", fmt_count(done), fmt_count(total)),
+            Some(done / total),
+        ),
+        Some((done, total, "step")) => (
+            format!("{st}{}/{}", fmt_count(done), fmt_count(total)),
+            Some(done / total),
+        ),
+        Some((done, total, _)) => (format!("{:.0}%", 100.0 * done / total), Some(done / total)),
+        None => match t.metric(keys::EPOCH).filter(|e| e.is_finite()) {
+            Some(e) => (format!("epoch {}", fmt_count(e)), None),
+            None => (format!("step {}", fmt_count(last.step as f64)), None),
+        },
+    }
+}
+
+/// A count that stays narrow: `3`, `3.4` (an epoch part way), `1874`, `18.7k`.
+fn fmt_count(v: f64) -> String {
+    if !v.is_finite() {
+        return fmt_value(v);
+    }
+    if v.abs() >= 1e4 {
+        return fmt_rate(v);
+    }
+    if (v - v.round()).abs() < 0.05 {
+        format!("{}", v.round() as i64)
+    } else {
+        format!("{v:.1}")
+    }
+}
+
 /// The worker rows' GPU column: "100% 65.6G".
 const GPU_W: u16 = 10;
 
@@ -576,26 +687,54 @@ fn fmt_gb_short(mb: f64) -> String {
     }
 }
 
-/// Bounds that show the bulk of the values: the extreme 5% on the bad side is clipped to
-/// the edge, so one diverged trial does not flatten every other point.
+/// The y range that shows the bulk of the values. Outliers on the bad side (above the range
+/// for a loss, below it for an accuracy) are clipped to the edge, so one diverged trial does
+/// not flatten every other point; the good side is never clipped, since the best value lies
+/// there. An outlier is a value past Tukey's far-out fence, three interquartile ranges beyond
+/// the quartile: quartiles rather than the 5th and 95th percentiles, because with a dozen
+/// trials those percentiles are the outliers themselves. Values that are all positive never
+/// get a negative bound (a loss axis that goes below zero reads as a negative loss).
 fn robust_bounds(values: &mut [f64], dir: Direction) -> [f64; 2] {
     let n = values.len();
     if n == 0 {
         return [0.0, 1.0];
     }
-    values.sort_unstable_by(|a, b| a.total_cmp(b));
-    let (lo, hi) = if n < 20 {
-        (values[0], values[n - 1])
+    values.sort_unstable_by(f64::total_cmp);
+    let (first, last) = (values[0], values[n - 1]);
+    let (lo, hi) = if n < 4 {
+        (first, last)
     } else {
-        let q = n / 20;
+        let q1 = quantile(values, 0.25);
+        let q3 = quantile(values, 0.75);
+        // Nearly all values equal: the fence still leaves room for small differences.
+        let spread = (q3 - q1)
+            .max(quantile(values, 0.5).abs() * 0.05)
+            .max(f64::MIN_POSITIVE);
         match dir {
-            Direction::Minimize => (values[0], values[n - 1 - q]),
-            Direction::Maximize => (values[q], values[n - 1]),
+            Direction::Minimize => {
+                let fence = q3 + 3.0 * spread;
+                let hi = values.iter().rev().find(|v| **v <= fence);
+                (first, hi.copied().unwrap_or(last))
+            }
+            Direction::Maximize => {
+                let fence = q1 - 3.0 * spread;
+                let lo = values.iter().find(|v| **v >= fence);
+                (lo.copied().unwrap_or(first), last)
+            }
         }
     };
     pad(lo, hi)
 }
 
+/// The `p` quantile of sorted values, interpolated between neighbours.
+fn quantile(sorted: &[f64], p: f64) -> f64 {
+    let x = p.clamp(0.0, 1.0) * (sorted.len().saturating_sub(1)) as f64;
+    let i = x.floor() as usize;
+    let j = (i + 1).min(sorted.len() - 1);
+    sorted[i] + (sorted[j] - sorted[i]) * (x - i as f64)
+}
+
+/// A 5% margin on both sides, never below zero for a range that starts at or above it.
 fn pad(lo: f64, hi: f64) -> [f64; 2] {
     if !(lo.is_finite() && hi.is_finite()) {
         return [0.0, 1.0];
@@ -606,7 +745,8 @@ fn pad(lo: f64, hi: f64) -> [f64; 2] {
     } else {
         lo.abs().max(1.0) * 0.05
     };
-    [lo - m, hi + m]
+    let bottom = if lo >= 0.0 { (lo - m).max(0.0) } else { lo - m };
+    [bottom, hi + m]
 }
 
 fn axis_labels(b: [f64; 2], integer: bool) -> Vec<Span<'static>> {
@@ -624,8 +764,42 @@ fn axis_labels(b: [f64; 2], integer: bool) -> Vec<Span<'static>> {
     ]
 }
 
+/// The y axis's labels; on a log scale the axis holds `log10` of the values, and the labels
+/// say the values.
+fn value_labels(b: [f64; 2], log: bool) -> Vec<Span<'static>> {
+    let f = |y: f64| fmt_short(if log { 10f64.powf(y) } else { y });
+    vec![
+        Span::raw(f(b[0])),
+        Span::raw(f((b[0] + b[1]) / 2.0)),
+        Span::raw(f(b[1])),
+    ]
+}
+
+/// A chart's title: the `required` spans, then each group of `optional` ones in order while
+/// the title still fits in `width` (a cut legend is worse than none).
+fn fit_title<'a>(required: Vec<Span<'a>>, optional: Vec<Vec<Span<'a>>>, width: u16) -> Line<'a> {
+    let mut spans = required;
+    let mut used: usize = spans.iter().map(|s| s.width()).sum();
+    for group in optional {
+        let w: usize = group.iter().map(|s| s.width()).sum();
+        if used + w <= width as usize {
+            used += w;
+            spans.extend(group);
+        }
+    }
+    Line::from(spans)
+}
+
+/// Marks of values beyond the objective chart's range, drawn on its edge.
+const MARK_ABOVE: char = '↑';
+const MARK_BELOW: char = '↓';
+
 fn render_objective_chart(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) {
     let dir = state.direction();
+    // A log axis holds log10 of the values; with a value at or below zero it cannot, and the
+    // chart stays linear (its title says so).
+    let log = state.log_scale && state.log_scale_applies();
+    let to_y = |v: f64| if log { v.log10() } else { v };
     let mut complete = Vec::new();
     let mut pruned = Vec::new();
     let mut failed_x = Vec::new();
@@ -634,11 +808,11 @@ fn render_objective_chart(frame: &mut Frame, area: Rect, state: &UiState, theme:
         let x = t.number.0 as f64;
         match t.state {
             TrialState::Complete => match t.value.filter(|v| v.is_finite()) {
-                Some(v) => complete.push((x, v)),
+                Some(v) => complete.push((x, to_y(v))),
                 None => failed_x.push(x),
             },
             TrialState::Pruned => match t.value.or_else(|| t.latest()).filter(|v| v.is_finite()) {
-                Some(v) => pruned.push((x, v)),
+                Some(v) => pruned.push((x, to_y(v))),
                 None => failed_x.push(x),
             },
             TrialState::Failed => failed_x.push(x),
@@ -647,16 +821,53 @@ fn render_objective_chart(frame: &mut Frame, area: Rect, state: &UiState, theme:
         xmin = xmin.min(x);
         xmax = xmax.max(x);
     }
-    let block = section(
-        Line::from(vec![
-            Span::styled(" Objective by trial ", theme.title()),
-            Span::styled(
-                format!("{MARK_COMPLETE}ok {MARK_PRUNED}pruned {MARK_FAILED}failed ─best "),
+    let mut ys: Vec<f64> = complete.iter().chain(&pruned).map(|p| p.1).collect();
+    let yb = robust_bounds(&mut ys, dir);
+    // Values beyond the range, drawn on its edge with an arrow that says which way they lie.
+    let beyond = |pts: &[(f64, f64)]| -> Vec<(f64, f64)> {
+        pts.iter()
+            .filter(|p| p.1 > yb[1] || p.1 < yb[0])
+            .map(|&(x, y)| (x, y.clamp(yb[0], yb[1])))
+            .collect()
+    };
+    let above: Vec<(f64, f64)> = beyond(&complete)
+        .into_iter()
+        .chain(beyond(&pruned))
+        .filter(|p| p.1 == yb[1])
+        .collect();
+    let below: Vec<(f64, f64)> = beyond(&complete)
+        .into_iter()
+        .chain(beyond(&pruned))
+        .filter(|p| p.1 == yb[0])
+        .collect();
+    let inside = |p: &&(f64, f64)| (yb[0]..=yb[1]).contains(&p.1);
+    let scale = match (state.log_scale, log) {
+        (true, true) => Some(Span::styled("log ", theme.header())),
+        (true, false) => Some(Span::styled("log: a value ≤ 0 ", theme.header())),
+        _ => None,
+    };
+    let off = above.len() + below.len();
+    let mut required = vec![Span::styled(" Objective ", theme.title())];
+    required.extend(scale);
+    let title = fit_title(
+        required,
+        vec![
+            vec![Span::styled(
+                format!("{MARK_ABOVE}{off} off-scale "),
+                theme.fg(Color::Yellow),
+            )]
+            .into_iter()
+            .filter(|_| off > 0)
+            .collect(),
+            vec![Span::styled(
+                format!("{MARK_COMPLETE}ok {MARK_PRUNED}pruned {MARK_FAILED}failed "),
                 theme.dim(),
-            ),
-        ]),
-        theme,
+            )],
+            vec![Span::styled("─best ", theme.dim())],
+        ],
+        area.width,
     );
+    let block = section(title, theme);
     if complete.is_empty() && pruned.is_empty() && failed_x.is_empty() {
         frame.render_widget(
             Paragraph::new(Span::styled(" no finished trial yet", theme.dim())).block(block),
@@ -664,11 +875,8 @@ fn render_objective_chart(frame: &mut Frame, area: Rect, state: &UiState, theme:
         );
         return;
     }
-    let mut ys: Vec<f64> = complete.iter().chain(&pruned).map(|p| p.1).collect();
-    let yb = robust_bounds(&mut ys, dir);
     let clip = |p: &mut (f64, f64)| p.1 = p.1.clamp(yb[0], yb[1]);
     complete.iter_mut().for_each(clip);
-    pruned.iter_mut().for_each(clip);
     // Failed trials have no value: they sit on the bad edge of the chart.
     let bad_edge = match dir {
         Direction::Minimize => yb[1],
@@ -692,6 +900,8 @@ fn render_objective_chart(frame: &mut Frame, area: Rect, state: &UiState, theme:
     if let Some(b) = best {
         best_line.push((xmax, b));
     }
+    let complete_in: Vec<(f64, f64)> = complete.iter().filter(inside).copied().collect();
+    let pruned_in: Vec<(f64, f64)> = pruned.iter().filter(inside).copied().collect();
     let xb = if xmax > xmin {
         [xmin, xmax]
     } else {
@@ -707,15 +917,23 @@ fn render_objective_chart(frame: &mut Frame, area: Rect, state: &UiState, theme:
         Dataset::default()
             .marker(Marker::Custom(MARK_COMPLETE))
             .style(theme.state(TrialState::Complete))
-            .data(&complete),
+            .data(&complete_in),
         Dataset::default()
             .marker(Marker::Custom(MARK_PRUNED))
             .style(theme.state(TrialState::Pruned))
-            .data(&pruned),
+            .data(&pruned_in),
         Dataset::default()
             .marker(Marker::Custom(MARK_FAILED))
             .style(theme.state(TrialState::Failed))
             .data(&failed),
+        Dataset::default()
+            .marker(Marker::Custom(MARK_ABOVE))
+            .style(theme.fg(Color::Yellow))
+            .data(&above),
+        Dataset::default()
+            .marker(Marker::Custom(MARK_BELOW))
+            .style(theme.fg(Color::Yellow))
+            .data(&below),
     ];
     let chart = Chart::new(datasets)
         .block(block)
@@ -729,10 +947,24 @@ fn render_objective_chart(frame: &mut Frame, area: Rect, state: &UiState, theme:
         .y_axis(
             Axis::default()
                 .bounds(yb)
-                .labels(axis_labels(yb, false))
+                .labels(value_labels(yb, log))
                 .style(theme.dim()),
         );
     frame.render_widget(chart, area);
+}
+
+/// The curves of `rows` (the objective by report), by epoch when every one of them knows its
+/// epochs, else by step; and whether they are by epoch.
+fn curves_of(rows: &[&TrialRow]) -> (Vec<Vec<(f64, f64)>>, bool) {
+    let by_epoch = !rows.is_empty() && rows.iter().all(|t| t.curve_by_epoch().is_some());
+    let curves = rows
+        .iter()
+        .map(|t| match t.curve_by_epoch().filter(|_| by_epoch) {
+            Some(c) => c.to_vec(),
+            None => t.curve.iter().map(|&(s, v)| (s as f64, v)).collect(),
+        })
+        .collect();
+    (curves, by_epoch)
 }
 
 fn render_curves_chart(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) {
@@ -744,21 +976,33 @@ fn render_curves_chart(frame: &mut Frame, area: Rect, state: &UiState, theme: &T
         .filter_map(|(i, s)| s.trial.and_then(|n| state.trial(n)).map(|t| (i, t)))
         .filter(|(_, t)| !t.curve.is_empty())
         .collect();
-    let title = Line::from(vec![
-        Span::styled(" Learning curves ", theme.title()),
+    let rows: Vec<&TrialRow> = best
+        .into_iter()
+        .chain(running.iter().map(|(_, t)| *t))
+        .collect();
+    let (curves, by_epoch) = curves_of(&rows);
+    let unit = if by_epoch { "epoch" } else { "step" };
+    let vs = vec![
         Span::styled("running vs ", theme.dim()),
         Span::styled(
             best.map(|b| format!("•best #{} ", b.number))
                 .unwrap_or_else(|| "best ".into()),
             theme.best(),
         ),
-    ]);
+    ];
+    let long = format!(" Learning curves by {unit} ");
+    let vs_w: usize = vs.iter().map(|s| s.width()).sum();
+    let name = if long.chars().count() + vs_w <= area.width as usize {
+        long
+    } else {
+        format!(" Curves by {unit} ")
+    };
+    let title = fit_title(
+        vec![Span::styled(name, theme.title())],
+        vec![vs],
+        area.width,
+    );
     let block = section(title, theme);
-    let curves: Vec<Vec<(f64, f64)>> = best
-        .into_iter()
-        .chain(running.iter().map(|(_, t)| *t))
-        .map(|t| t.curve.iter().map(|&(s, v)| (s as f64, v)).collect())
-        .collect();
     if curves.iter().all(|c| c.is_empty()) {
         frame.render_widget(
             Paragraph::new(Span::styled(" no reports yet", theme.dim())).block(block),
@@ -772,13 +1016,14 @@ fn render_curves_chart(frame: &mut Frame, area: Rect, state: &UiState, theme: &T
         block,
         state.direction(),
         best.is_some(),
-        &curves,
+        (&curves, by_epoch),
         &running,
         theme,
     );
 }
 
 /// Draws curves in one chart; the first is the reference (the best trial) when `has_ref`.
+/// The x axis is in epochs or in steps, as `curves.1` says.
 #[allow(clippy::too_many_arguments)]
 fn render_curves(
     frame: &mut Frame,
@@ -786,10 +1031,11 @@ fn render_curves(
     block: Block,
     dir: Direction,
     has_ref: bool,
-    curves: &[Vec<(f64, f64)>],
+    curves: (&[Vec<(f64, f64)>], bool),
     running: &[(usize, &TrialRow)],
     theme: &Theme,
 ) {
+    let (curves, by_epoch) = curves;
     let mut ys: Vec<f64> = curves
         .iter()
         .flatten()
@@ -840,13 +1086,15 @@ fn render_curves(
                 .data(c),
         );
     }
+    // Steps are whole numbers; epochs may stop part way (a report every N steps).
+    let x_integer = !by_epoch || (xb.iter().all(|x| x.fract() == 0.0) && xb[1] - xb[0] >= 2.0);
     let chart = Chart::new(datasets)
         .block(block)
         .legend_position(None)
         .x_axis(
             Axis::default()
                 .bounds(xb)
-                .labels(axis_labels(xb, true))
+                .labels(axis_labels(xb, x_integer))
                 .style(theme.dim()),
         )
         .y_axis(
@@ -1015,6 +1263,7 @@ fn render_footer(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) 
             ("x", "stop"),
             ("s", "sort"),
             ("f", "filter"),
+            ("l", "log"),
             ("⏎", "open"),
             ("?", "help"),
         ],
@@ -1022,12 +1271,19 @@ fn render_footer(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) 
             ("q", "quit"),
             ("s", "sort"),
             ("f", "filter"),
+            ("l", "log"),
             ("⏎", "open"),
             ("?", "help"),
         ],
     };
+    // The scale key names what it would switch to.
+    let scale = if state.log_scale { "linear" } else { "log" };
+    let hints: Vec<(&str, &str)> = hints
+        .iter()
+        .map(|&(k, w)| if k == "l" { (k, scale) } else { (k, w) })
+        .collect();
     let mut spans = Vec::new();
-    for (k, what) in hints {
+    for (k, what) in &hints {
         spans.push(Span::styled(format!(" {k}"), theme.header()));
         spans.push(Span::styled(format!(" {what}"), theme.dim()));
     }
@@ -1210,8 +1466,13 @@ fn render_trial(
     frame.render_widget(info, info_area);
 
     let best = state.best_trial().filter(|b| b.number != t.number);
+    let rows: Vec<&TrialRow> = best.into_iter().chain(std::iter::once(t)).collect();
+    let (curves, by_epoch) = curves_of(&rows);
     let chart_title = Line::from(vec![
-        Span::styled(format!(" {metric} by step "), theme.title()),
+        Span::styled(
+            format!(" {metric} by {} ", if by_epoch { "epoch" } else { "step" }),
+            theme.title(),
+        ),
         Span::styled(
             best.map(|b| format!("vs •best #{} ", b.number))
                 .unwrap_or_default(),
@@ -1219,11 +1480,6 @@ fn render_trial(
         ),
     ]);
     let block = section(chart_title, theme);
-    let curves: Vec<Vec<(f64, f64)>> = best
-        .into_iter()
-        .chain(std::iter::once(t))
-        .map(|r| r.curve.iter().map(|&(s, v)| (s as f64, v)).collect())
-        .collect();
     if t.curve.is_empty() {
         frame.render_widget(
             Paragraph::new(Span::styled(format!(" no {metric} reported"), theme.dim()))
@@ -1239,7 +1495,7 @@ fn render_trial(
         block,
         state.direction(),
         best.is_some(),
-        &curves,
+        (&curves, by_epoch),
         &slot,
         theme,
     );
@@ -1260,6 +1516,7 @@ fn render_overlay(frame: &mut Frame, area: Rect, state: &UiState, o: Overlay, th
                     "f",
                     "filter by state: all, running, complete, pruned, failed",
                 ),
+                ("l", "objective chart: log or linear scale"),
                 ("Enter", "open the trial: params, curve, error, logs"),
                 ("Esc", "back to the study"),
             ];
@@ -1284,7 +1541,7 @@ fn render_overlay(frame: &mut Frame, area: Rect, state: &UiState, o: Overlay, th
                 .chain([
                     Line::raw(""),
                     Line::from(Span::styled(
-                        format!(" chart marks: {MARK_COMPLETE} complete  {MARK_PRUNED} pruned  {MARK_FAILED} failed  line: best so far"),
+                        format!(" chart marks: {MARK_COMPLETE} complete  {MARK_PRUNED} pruned  {MARK_FAILED} failed  {MARK_ABOVE}{MARK_BELOW} off-scale  line: best"),
                         theme.dim(),
                     )),
                 ])
