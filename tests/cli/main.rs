@@ -6,6 +6,7 @@ mod bad_input;
 mod bench;
 mod command_trials;
 mod common;
+mod consistency;
 mod database_docs;
 mod devices;
 mod multi_host;
