@@ -2,10 +2,40 @@
 //!
 //! The `tune` binary itself never loads libtorch (only the `tune-worker` processes do): loading
 //! its 1 GB of shared libraries takes about half a second, which every query command would pay.
+//!
+//! For tests only: `TUNE_TEST_CUDA_DEVICES=N` stands for the machine's installed GPU count (then
+//! narrowed by `CUDA_VISIBLE_DEVICES` as usual), so that the refusal of `cuda:7` on a machine
+//! with one GPU is tested on any machine. It changes nothing but the count `tune` checks slots
+//! against; a trial on a device that is not there still fails. Not for users.
 
 use std::path::Path;
 
 use crate::runner::protocol::Capabilities;
+
+/// Where a study's devices were written, to name it in a refusal and say the fix in its terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DevicesFrom {
+    /// `[workers] devices` of the study file (the stored one, for `tune worker`).
+    StudyFile,
+    /// `tune worker --devices`.
+    Flag,
+}
+
+impl DevicesFrom {
+    fn key(self) -> &'static str {
+        match self {
+            DevicesFrom::StudyFile => "key `workers.devices`",
+            DevicesFrom::Flag => "--devices",
+        }
+    }
+
+    fn cpu(self) -> &'static str {
+        match self {
+            DevicesFrom::StudyFile => "write `devices = [\"cpu\"]`",
+            DevicesFrom::Flag => "pass `--devices cpu`",
+        }
+    }
+}
 
 /// The CUDA index of a slot's device (`cuda:N`), `None` for the CPU.
 pub fn cuda_index(device: &str) -> Option<usize> {
@@ -15,7 +45,7 @@ pub fn cuda_index(device: &str) -> Option<usize> {
 /// Refuses slots on CUDA devices this machine does not have (`visible` of them), before any
 /// trial starts: otherwise every trial on such a slot fails and burns the budget. The message
 /// names the key and what to write instead.
-pub fn check_slots(slots: &[String], visible: usize) -> Result<(), String> {
+pub fn check_slots(slots: &[String], visible: usize, from: DevicesFrom) -> Result<(), String> {
     let mut missing: Vec<&str> = slots
         .iter()
         .filter(|d| cuda_index(d).is_some_and(|i| i >= visible))
@@ -31,11 +61,13 @@ pub fn check_slots(slots: &[String], visible: usize) -> Result<(), String> {
         n => format!("{n} visible CUDA devices (cuda:0 to cuda:{})", n - 1),
     };
     let fix = if visible == 0 {
-        "write `devices = [\"cpu\"]` (or \"auto\", which takes every GPU there is, else the CPU)"
-            .to_string()
+        format!(
+            "{} (or \"auto\", which takes every GPU there is, else the CPU)",
+            from.cpu()
+        )
     } else {
         format!(
-            "write devices among cuda:0 to cuda:{}, or \"auto\" for all of them",
+            "use devices among cuda:0 to cuda:{}, or \"auto\" for all of them",
             visible - 1
         )
     };
@@ -45,7 +77,8 @@ pub fn check_slots(slots: &[String], visible: usize) -> Result<(), String> {
         String::new()
     };
     Err(format!(
-        "key `workers.devices`: \"{first}\"{list} is not on this machine, which has {have}; {fix}"
+        "{}: \"{first}\"{list} is not on this machine, which has {have}; {fix}",
+        from.key()
     ))
 }
 
@@ -64,13 +97,19 @@ pub fn auto_on_cpu_worker(
 /// Refuses a builtin study with slots on CUDA when its `tune-worker` cannot train there: built
 /// without CUDA (every trial would fail with the same message), or a CUDA build whose libtorch
 /// sees fewer GPUs than the driver (a driver too old for its CUDA).
-pub fn check_worker(slots: &[String], caps: &Capabilities) -> Result<(), String> {
+pub fn check_worker(
+    slots: &[String],
+    caps: &Capabilities,
+    from: DevicesFrom,
+) -> Result<(), String> {
     let Some(first) = slots.iter().find(|d| cuda_index(d).is_some()) else {
         return Ok(());
     };
+    let key = from.key();
     if !caps.cuda {
         return Err(format!(
-            "key `workers.devices`: \"{first}\" needs a `tune-worker` built with CUDA, but this one was built for the CPU only; install a CUDA libtorch and rebuild it with `./scripts/setup.sh --cuda` (see the README, \"Training on NVIDIA GPUs\"), or write `devices = [\"cpu\"]`"
+            "{key}: \"{first}\" needs a `tune-worker` built with CUDA, but this one was built for the CPU only; install a CUDA libtorch and rebuild it with `./scripts/setup.sh --cuda` (see the README, \"Training on NVIDIA GPUs\"), or {}",
+            from.cpu()
         ));
     }
     if let Some(d) = slots
@@ -78,7 +117,7 @@ pub fn check_worker(slots: &[String], caps: &Capabilities) -> Result<(), String>
         .find(|d| cuda_index(d).is_some_and(|i| i >= caps.cuda_devices))
     {
         return Err(format!(
-            "key `workers.devices`: \"{d}\" is not usable by `tune-worker`: its CUDA libtorch sees {} CUDA device(s); check that the NVIDIA driver is new enough for the CUDA version of that libtorch (`nvidia-smi` shows the highest CUDA it supports)",
+            "{key}: \"{d}\" is not usable by `tune-worker`: its CUDA libtorch sees {} CUDA device(s); check that the NVIDIA driver is new enough for the CUDA version of that libtorch (`nvidia-smi` shows the highest CUDA it supports)",
             caps.cuda_devices
         ));
     }
@@ -86,9 +125,16 @@ pub fn check_worker(slots: &[String], caps: &Capabilities) -> Result<(), String>
 }
 
 /// The CUDA devices visible to this process: the NVIDIA driver's GPUs (from `/proc`, or
-/// `nvidia-smi -L` where `/proc` has no driver entry), narrowed by `CUDA_VISIBLE_DEVICES`.
+/// `nvidia-smi -L` where `/proc` has no driver entry; `TUNE_TEST_CUDA_DEVICES` in tests),
+/// narrowed by `CUDA_VISIBLE_DEVICES`.
 pub fn cuda_device_count() -> usize {
-    let installed = proc_gpus().unwrap_or_else(nvidia_smi_gpus);
+    let installed = match std::env::var("TUNE_TEST_CUDA_DEVICES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        Some(n) => n,
+        None => proc_gpus().unwrap_or_else(nvidia_smi_gpus),
+    };
     match std::env::var("CUDA_VISIBLE_DEVICES") {
         Ok(v) => visible(&v, installed),
         Err(_) => installed,
@@ -145,21 +191,45 @@ mod tests {
 
     #[test]
     fn a_cuda_device_beyond_the_machines_gpus_is_refused_with_the_ones_it_has() {
-        let e = check_slots(&slots(&["cuda:0", "cuda:7"]), 1).expect_err("cuda:7 of 1");
+        let e = check_slots(&slots(&["cuda:0", "cuda:7"]), 1, DevicesFrom::StudyFile)
+            .expect_err("cuda:7 of 1");
         assert!(e.contains("\"cuda:7\" is not on this machine"), "{e}");
         assert!(e.contains("1 visible CUDA device (cuda:0)"), "{e}");
         assert!(e.contains("key `workers.devices`"), "{e}");
-        assert!(check_slots(&slots(&["cuda:0", "cuda:0", "cpu"]), 1).is_ok());
-        assert!(check_slots(&slots(&["cuda:1"]), 2).is_ok());
+        assert!(
+            check_slots(
+                &slots(&["cuda:0", "cuda:0", "cpu"]),
+                1,
+                DevicesFrom::StudyFile
+            )
+            .is_ok()
+        );
+        assert!(check_slots(&slots(&["cuda:1"]), 2, DevicesFrom::StudyFile).is_ok());
     }
 
     #[test]
     fn without_a_gpu_every_cuda_device_is_refused_and_the_cpu_is_suggested() {
-        let e = check_slots(&slots(&["cuda:0", "cuda:0", "cuda:1"]), 0).expect_err("no GPU");
+        let e = check_slots(
+            &slots(&["cuda:0", "cuda:0", "cuda:1"]),
+            0,
+            DevicesFrom::StudyFile,
+        )
+        .expect_err("no GPU");
         assert!(e.contains("\"cuda:0\" (and cuda:1)"), "{e}");
         assert!(e.contains("no visible CUDA device"), "{e}");
         assert!(e.contains("devices = [\"cpu\"]"), "{e}");
-        assert!(check_slots(&slots(&["cpu", "cpu"]), 0).is_ok());
+        assert!(check_slots(&slots(&["cpu", "cpu"]), 0, DevicesFrom::StudyFile).is_ok());
+    }
+
+    #[test]
+    fn a_refusal_of_the_devices_flag_names_the_flag_and_its_fix() {
+        let e = check_slots(&slots(&["cuda:0"]), 0, DevicesFrom::Flag).expect_err("no GPU");
+        assert!(
+            e.starts_with("--devices: \"cuda:0\" is not on this machine"),
+            "{e}"
+        );
+        assert!(e.contains("`--devices cpu`"), "{e}");
+        assert!(!e.contains("workers.devices"), "{e}");
     }
 
     #[test]
@@ -168,15 +238,28 @@ mod tests {
             cuda: false,
             cuda_devices: 0,
         };
-        let e = check_worker(&slots(&["cpu", "cuda:0"]), &cpu_build).expect_err("no CUDA");
+        let e = check_worker(
+            &slots(&["cpu", "cuda:0"]),
+            &cpu_build,
+            DevicesFrom::StudyFile,
+        )
+        .expect_err("no CUDA");
         assert!(e.contains("./scripts/setup.sh --cuda"), "{e}");
-        assert!(check_worker(&slots(&["cpu"]), &cpu_build).is_ok());
+        assert!(check_worker(&slots(&["cpu"]), &cpu_build, DevicesFrom::StudyFile).is_ok());
         let sees_one = Capabilities {
             cuda: true,
             cuda_devices: 1,
         };
-        assert!(check_worker(&slots(&["cuda:0", "cuda:0"]), &sees_one).is_ok());
-        let e = check_worker(&slots(&["cuda:1"]), &sees_one).expect_err("sees one");
+        assert!(
+            check_worker(
+                &slots(&["cuda:0", "cuda:0"]),
+                &sees_one,
+                DevicesFrom::StudyFile
+            )
+            .is_ok()
+        );
+        let e = check_worker(&slots(&["cuda:1"]), &sees_one, DevicesFrom::StudyFile)
+            .expect_err("sees one");
         assert!(e.contains("driver"), "{e}");
     }
 

@@ -21,7 +21,8 @@ pub fn run(args: &RunArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> 
     if matches!(study.trial, TrialSpec::Builtin(_)) {
         worker_exe()?;
     }
-    check_devices(&mut study)?;
+    let whence = format!("{}: ", study.file.display());
+    check_devices(&mut study, &whence, crate::devices::DevicesFrom::StudyFile)?;
     let file = study.file.clone();
     let mut storage =
         crate::storage::open(&study.storage).map_err(|e| super::storage_error(&file, e))?;
@@ -192,8 +193,14 @@ async fn run_async(
 ///
 /// `"auto"` means whatever can run here: with a `tune-worker` built for the CPU only, a
 /// builtin study's slots go to the CPU, with a notice saying how to use the GPUs.
-pub(super) fn check_devices(study: &mut crate::study::Study) -> anyhow::Result<()> {
-    let file = study.file.display().to_string();
+///
+/// A refusal starts with `whence` (the study file) and names the key or flag (`from`) the
+/// devices came from.
+pub(super) fn check_devices(
+    study: &mut crate::study::Study,
+    whence: &str,
+    from: crate::devices::DevicesFrom,
+) -> anyhow::Result<()> {
     let on_cuda = study
         .slots
         .iter()
@@ -203,7 +210,7 @@ pub(super) fn check_devices(study: &mut crate::study::Study) -> anyhow::Result<(
     }
     if let TrialSpec::Builtin(_) = &study.trial {
         let caps = crate::runner::worker::capabilities(&worker_exe()?)
-            .map_err(|e| super::bad(format!("{file}: {e}")))?;
+            .map_err(|e| super::bad(format!("{whence}{e}")))?;
         if let Some(cpu) =
             crate::devices::auto_on_cpu_worker(&study.slots, study.auto_devices, &caps)
         {
@@ -214,11 +221,11 @@ pub(super) fn check_devices(study: &mut crate::study::Study) -> anyhow::Result<(
             study.slots = cpu;
             return Ok(());
         }
-        crate::devices::check_worker(&study.slots, &caps)
-            .map_err(|e| super::bad(format!("{file}: {e}")))?;
+        crate::devices::check_worker(&study.slots, &caps, from)
+            .map_err(|e| super::bad(format!("{whence}{e}")))?;
     }
-    crate::devices::check_slots(&study.slots, crate::devices::cuda_device_count())
-        .map_err(|e| super::bad(format!("{file}: {e}")))
+    crate::devices::check_slots(&study.slots, crate::devices::cuda_device_count(), from)
+        .map_err(|e| super::bad(format!("{whence}{e}")))
 }
 
 /// The `tune-worker` binary that hosts libtorch: installed beside `tune`. It is built only with

@@ -60,7 +60,15 @@ pub fn worker(args: &WorkerArgs, db: Option<&StorageUrl>) -> anyhow::Result<Exit
     if matches!(study.trial, crate::study::TrialSpec::Builtin(_)) {
         super::run::worker_exe()?;
     }
-    super::run::check_devices(&mut study)?;
+    // A refusal names what to change: the flag, or the stored file (not a path on this machine).
+    let (whence, from) = match args.devices {
+        Some(_) => (String::new(), crate::devices::DevicesFrom::Flag),
+        None => (
+            format!("the study file stored in {url} with `{}`: ", row.name),
+            crate::devices::DevicesFrom::StudyFile,
+        ),
+    };
+    super::run::check_devices(&mut study, &whence, from)?;
     if let Some(r) = &args.runs_dir {
         study.runs_dir = std::env::current_dir()?.join(r);
     }

@@ -70,6 +70,125 @@ fn a_device_index_past_every_gpu_is_refused_whatever_the_machine() {
     refused(&sb, &out, &["\"cuda:4096\" is not on this machine"]);
 }
 
+/// `tune` on a machine that stands for one with `gpus` GPUs (`TUNE_TEST_CUDA_DEVICES`, for tests
+/// only), whatever GPUs this one has.
+fn with_gpus(mut c: Command, gpus: usize) -> Command {
+    c.env("TUNE_TEST_CUDA_DEVICES", gpus.to_string())
+        .env_remove("CUDA_VISIBLE_DEVICES");
+    c
+}
+
+#[test]
+fn cuda_7_on_a_machine_with_one_gpu_is_refused_naming_the_one_it_has() {
+    let sb = Sandbox::new();
+    sb.write("trial.sh", "echo 'tune: {\"loss\": 1}'\n");
+    sb.write(
+        "s.toml",
+        &with_devices(&sh_study("gpu", 2, 1, "", &[]), "[\"cuda:7\"]"),
+    );
+    let out = output_within(
+        with_gpus(sb.tune(&["--db", "t.db", "run", "s.toml", "--no-tui"]), 1),
+        PATIENCE,
+    );
+    refused(
+        &sb,
+        &out,
+        &[
+            "s.toml: key `workers.devices`",
+            "\"cuda:7\" is not on this machine, which has 1 visible CUDA device (cuda:0)",
+            "cuda:0 to cuda:0",
+        ],
+    );
+    // The device it has is taken: a command trial on it runs (and sees it as its only GPU).
+    sb.write(
+        "trial.sh",
+        "echo \"gpu=$CUDA_VISIBLE_DEVICES\" >&2\necho 'tune: {\"loss\": 1}'\n",
+    );
+    sb.write(
+        "s.toml",
+        &with_devices(&sh_study("gpu", 2, 1, "", &[]), "[\"cuda:0\"]"),
+    );
+    let out = output_within(
+        with_gpus(sb.tune(&["--db", "t.db", "run", "s.toml", "--no-tui"]), 1),
+        PATIENCE,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+#[test]
+fn tune_worker_devices_naming_a_gpu_the_machine_lacks_is_refused_naming_the_flag() {
+    let sb = Sandbox::new();
+    sb.write("trial.sh", "echo 'tune: {\"loss\": 1}'\n");
+    sb.write("s.toml", &sh_study("gpu", 2, 1, "", &[]));
+    sb.ok(&["--db", "t.db", "run", "s.toml", "--no-tui"]);
+    for (devices, gpus, has) in [
+        ("cuda:0", 0, "no visible CUDA device"),
+        ("cuda:7", 1, "1 visible CUDA device (cuda:0)"),
+    ] {
+        let out = output_within(
+            with_gpus(
+                sb.tune(&[
+                    "--db",
+                    "t.db",
+                    "worker",
+                    "--study",
+                    "gpu",
+                    "--devices",
+                    devices,
+                    "--no-tui",
+                ]),
+                gpus,
+            ),
+            PATIENCE,
+        );
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        let err = stderr(&out);
+        assert!(err.contains("--devices: \"cuda:"), "{err}");
+        assert!(err.contains("is not on this machine, which has"), "{err}");
+        assert!(err.contains(has), "{err}");
+        assert!(!err.contains("workers.devices"), "{err}");
+    }
+    // The devices were checked before any trial was claimed: the budget was spent, but a
+    // worker that got past the check would have recorded itself.
+    let workers: i64 = sb
+        .db("t.db")
+        .query_row("SELECT COUNT(*) FROM tune_workers", [], |r| r.get(0))
+        .expect("count the workers");
+    assert_eq!(workers, 1, "only the first run's");
+}
+
+#[test]
+fn a_stored_study_on_a_gpu_this_worker_machine_lacks_is_refused_naming_the_stored_key() {
+    let sb = Sandbox::new();
+    sb.write("trial.sh", "echo 'tune: {\"loss\": 1}'\n");
+    sb.write(
+        "s.toml",
+        &with_devices(&sh_study("gpu", 2, 1, "", &[]), "[\"cuda:7\"]"),
+    );
+    // Created on a machine with eight GPUs...
+    let out = output_within(
+        with_gpus(sb.tune(&["--db", "t.db", "run", "s.toml", "--no-tui"]), 8),
+        PATIENCE,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // ...joined from one with a single GPU.
+    let out = output_within(
+        with_gpus(
+            sb.tune(&["--db", "t.db", "worker", "--study", "gpu", "--no-tui"]),
+            1,
+        ),
+        PATIENCE,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = stderr(&out);
+    for needle in [
+        "the study file stored in t.db with `gpu`: key `workers.devices`",
+        "\"cuda:7\" is not on this machine, which has 1 visible CUDA device (cuda:0)",
+    ] {
+        assert!(err.contains(needle), "stderr lacks `{needle}`:\n{err}");
+    }
+}
+
 #[test]
 fn queries_of_a_study_file_naming_a_missing_gpu_still_work() {
     // Only `tune run` needs the devices: a study run on another machine reads anywhere.
