@@ -62,18 +62,28 @@ pub fn summary_line(state: &UiState) -> String {
         c.failed,
         c.running
     );
-    if let Some(b) = state.best_trial() {
+    // The study's best as stored, with other processes' trials, once the run has ended;
+    // else the best this UI saw.
+    let best = match state.finished.as_ref().and_then(|f| f.best) {
+        Some((n, v)) => Some(("best of the study: trial", n, Some(v), state.trial(n))),
+        None => state
+            .best_trial()
+            .map(|b| ("best trial", b.number, b.value, Some(b))),
+    };
+    if let Some((label, n, value, row)) = best {
         line.push_str(&format!(
-            "; best trial {} {metric}={}",
-            b.number,
-            b.value.map(view::fmt_value).unwrap_or_default()
+            "; {label} {n} {metric}={}",
+            value.map(view::fmt_value).unwrap_or_default()
         ));
-        let params = b
-            .params
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(" ");
+        let params = row
+            .map(|b| {
+                b.params
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default();
         if !params.is_empty() {
             line.push_str(&format!(" ({params})"));
         }

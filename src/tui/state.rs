@@ -300,9 +300,12 @@ pub enum Overlay {
 }
 
 /// How the study run ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Finished {
     pub reason: String,
+    /// The best trial of the whole study as stored when it ended, counting every process's
+    /// trials (this UI saw only its own), where the source said it.
+    pub best: Option<(TrialNumber, f64)>,
     pub at: SystemTime,
 }
 
@@ -630,9 +633,10 @@ impl UiState {
                 self.stopping = Some(*graceful);
                 false
             }
-            Event::StudyFinished { reason, at, .. } => {
+            Event::StudyFinished { reason, best, at } => {
                 self.finished = Some(Finished {
                     reason: reason.clone(),
+                    best: best.map(|(n, v)| (TrialNumber(n), v)),
                     at: *at,
                 });
                 for s in &mut self.slots {

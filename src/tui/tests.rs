@@ -607,6 +607,22 @@ fn the_summary_line_names_the_counts_and_the_best_trial() {
 }
 
 #[test]
+fn the_summary_line_names_the_best_of_the_study_when_another_process_found_it() {
+    let mut s = state_with(10, 0, 2, None);
+    let at = s.now;
+    s.apply(&Event::StudyFinished {
+        reason: "the trial budget is spent".into(),
+        best: Some((42, 0.05)),
+        at,
+    });
+    let line = super::summary_line(&s);
+    assert!(
+        line.contains("; best of the study: trial 42 val_loss=0.05"),
+        "{line}"
+    );
+}
+
+#[test]
 fn a_long_traceback_keeps_its_first_and_last_lines_and_the_log_paths_on_screen() {
     let mut s = fresh(Direction::Minimize, None);
     let mut err = vec!["exited with status 1".to_string()];
