@@ -97,6 +97,10 @@ struct RawCommandTrial {
     grace: Option<String>,
     #[serde(default)]
     env: BTreeMap<String, String>,
+    #[serde(default)]
+    requires: Vec<String>,
+    #[serde(default)]
+    check: Vec<String>,
 }
 
 /// Overrides from the command line, applied before checking.
@@ -679,12 +683,32 @@ fn command(raw: RawCommandTrial, space: &Space, dir: &Path) -> Result<CommandSpe
         .map(|t| duration("trial.grace", t))
         .transpose()?
         .unwrap_or(Duration::from_secs(10));
+    for (i, r) in raw.requires.iter().enumerate() {
+        if r.trim().is_empty() || r.contains('\0') {
+            return Err(format!(
+                "key `trial.requires`: element {i} ({r:?}) is not a path"
+            ));
+        }
+    }
+    for (i, arg) in raw.check.iter().enumerate() {
+        check_argument(arg).map_err(|e| format!("key `trial.check`: element {i} ({arg:?}) {e}"))?;
+        if !placeholders(arg).is_empty() {
+            return Err(format!(
+                "key `trial.check`: element {i} ({arg:?}) has a placeholder; the check runs once, before any trial, with no params"
+            ));
+        }
+    }
+    if raw.check.first().is_some_and(|p| p.trim().is_empty()) {
+        return Err("key `trial.check`: the program (first element) is empty".into());
+    }
     Ok(CommandSpec {
+        check: raw.check,
         argv: raw.command,
         env: raw.env.into_iter().collect(),
         timeout,
         grace,
         workdir: dir.to_path_buf(),
+        requires: raw.requires.into_iter().map(PathBuf::from).collect(),
     })
 }
 

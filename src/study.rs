@@ -40,6 +40,12 @@ pub struct CommandSpec {
     pub grace: Duration,
     /// The working directory: the study file's directory.
     pub workdir: PathBuf,
+    /// Files the command needs (`[trial] requires`), relative to `workdir`: checked before any
+    /// trial starts, so a study copied without them stops at once, naming them.
+    pub requires: Vec<PathBuf>,
+    /// A command run once before any trial (`[trial] check`, empty: none): when it fails, the
+    /// study does not start and its standard error says why.
+    pub check: Vec<String>,
 }
 
 #[derive(Debug, Clone)]

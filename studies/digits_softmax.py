@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
 """A real training script tuned by `tune` as a command trial (docs/command-trials.md).
 
-Softmax regression on the 1 797 handwritten digits vendored in datasets/, trained by
-mini-batch SGD with momentum and L2 decay in plain Python (no third-party packages), reporting
-validation loss and accuracy every epoch with `tune: {json}` lines.
+Softmax regression on 1 797 handwritten 8x8 digits, trained by mini-batch SGD with momentum and
+L2 decay in plain Python (no third-party packages), reporting validation loss and accuracy every
+epoch with `tune: {json}` lines.
+
+The data (`digits.csv.gz`: 64 pixel columns in 0..16, then the label) is looked for in this
+order: `--data PATH`, `$DIGITS_DATA`, beside this script, in `../datasets/` beside it (the
+repository's copy), and in an installed scikit-learn (`sklearn/datasets/data/`). `--check` only
+looks for it: the study file runs that once before any trial (`[trial] check`), so a copy of
+the study without the data stops at once and says where it looked.
 """
 import argparse
 import gzip
@@ -11,6 +17,41 @@ import json
 import math
 import os
 import random
+import sys
+
+
+def candidates():
+    here = os.path.dirname(os.path.abspath(__file__))
+    if os.environ.get("DIGITS_DATA"):
+        yield os.environ["DIGITS_DATA"]
+    yield os.path.join(here, "digits.csv.gz")
+    yield os.path.join(here, "..", "datasets", "digits.csv.gz")
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("sklearn")
+        if spec and spec.submodule_search_locations:
+            for root in spec.submodule_search_locations:
+                yield os.path.join(root, "datasets", "data", "digits.csv.gz")
+    except (ImportError, ValueError):
+        pass
+
+
+def find_data(given):
+    if given:
+        if os.path.isfile(given):
+            return given
+        sys.exit(f"digits_softmax.py: --data {given}: no such file")
+    tried = []
+    for path in candidates():
+        if os.path.isfile(path):
+            return path
+        tried.append(os.path.normpath(path))
+    sys.exit(
+        "digits_softmax.py: digits.csv.gz not found; looked in: "
+        + ", ".join(tried)
+        + ". Put it beside this script, set DIGITS_DATA, or pass --data PATH"
+    )
 
 
 def load(path):
@@ -24,17 +65,24 @@ def load(path):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--lr", type=float, required=True)
+    ap.add_argument("--lr", type=float)
     ap.add_argument("--momentum", type=float, default=0.0)
     ap.add_argument("--l2", type=float, default=0.0)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--epochs", type=int, default=5)
-    ap.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "datasets", "digits.csv.gz"))
+    ap.add_argument("--data", help="digits.csv.gz (default: looked for, see above)")
+    ap.add_argument("--check", action="store_true", help="only check that the data is there")
     args = ap.parse_args()
+    path = find_data(args.data)
+    if args.check:
+        print(f"digits_softmax.py: data in {path}")
+        return
+    if args.lr is None:
+        ap.error("--lr is required")
 
     seed = int(os.environ.get("TUNE_TRIAL", "0"))
     rng = random.Random(1234)  # the split is fixed for every trial
-    data = load(args.data)
+    data = load(path)
     rng.shuffle(data)
     n_val = len(data) // 5
     val, train = data[:n_val], data[n_val:]

@@ -23,6 +23,7 @@ pub fn run(args: &RunArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> 
     }
     let whence = format!("{}: ", study.file.display());
     check_devices(&mut study, &whence, crate::devices::DevicesFrom::StudyFile)?;
+    check_command(&study, &whence)?;
     let file = study.file.clone();
     let mut storage =
         crate::storage::open(&study.storage).map_err(|e| super::storage_error(&file, e))?;
@@ -185,6 +186,15 @@ async fn run_async(
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A command study whose program or required files are missing here is refused before any
+/// trial: every trial would fail the same way.
+pub(super) fn check_command(study: &crate::study::Study, whence: &str) -> anyhow::Result<()> {
+    if let TrialSpec::Command(c) = &study.trial {
+        crate::runner::command::check_ready(c).map_err(|m| super::bad(format!("{whence}{m}")))?;
+    }
+    Ok(())
 }
 
 /// Refuses, before any trial starts, slots whose device cannot run them: a builtin study on CUDA

@@ -32,6 +32,119 @@ impl CommandRunner {
     }
 }
 
+/// Checks, before any trial starts, what every trial of the command would otherwise fail on
+/// the same way: its program (a path, taken from the working directory, or a name found on
+/// `PATH`) and each file of `[trial] requires`. The message names the key and where it looked.
+pub fn check_ready(spec: &CommandSpec) -> Result<(), String> {
+    let program = &spec.argv[0];
+    if placeholders(program).is_empty() {
+        if program.contains('/') {
+            let path = spec.workdir.join(program);
+            if !path.is_file() {
+                return Err(format!(
+                    "key `trial.command`: the program {program:?} is not there ({} does not exist)",
+                    path.display()
+                ));
+            }
+        } else {
+            let path_var = spec
+                .env
+                .iter()
+                .rev()
+                .find(|(k, _)| k == "PATH")
+                .map(|(_, v)| std::ffi::OsString::from(v))
+                .or_else(|| std::env::var_os("PATH"))
+                .unwrap_or_default();
+            if !std::env::split_paths(&path_var).any(|d| is_executable(&d.join(program))) {
+                return Err(format!(
+                    "key `trial.command`: the program {program:?} is not on PATH (install it, or give its path)"
+                ));
+            }
+        }
+    }
+    for r in &spec.requires {
+        let path = spec.workdir.join(r);
+        if !path.exists() {
+            return Err(format!(
+                "key `trial.requires`: {} is not there ({} does not exist); the command needs it: copy it beside the study file, or fix the path",
+                r.display(),
+                path.display()
+            ));
+        }
+    }
+    if let Some((program, args)) = spec.check.split_first() {
+        let (status, stderr) = run_check(program, args, spec)
+            .map_err(|e| format!("key `trial.check`: cannot run {program:?}: {e}"))?;
+        let Some(status) = status else {
+            return Err(format!(
+                "key `trial.check`: {:?} did not finish within {}s, so no trial was started",
+                spec.check.join(" "),
+                CHECK_LIMIT.as_secs()
+            ));
+        };
+        if !status.success() {
+            let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+            let tail = lines[lines.len().saturating_sub(5)..].join("\n  ");
+            return Err(format!(
+                "key `trial.check`: {:?} failed ({status}), so no trial was started{}",
+                spec.check.join(" "),
+                if tail.is_empty() {
+                    String::new()
+                } else {
+                    format!(":\n  {tail}")
+                }
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// How long `[trial] check` may run.
+const CHECK_LIMIT: Duration = Duration::from_secs(120);
+
+/// Runs the check command in the working directory: its exit status (`None` when it ran past
+/// [`CHECK_LIMIT`] and was killed) and its standard error, read as it comes so a talkative
+/// check never blocks on a full pipe.
+fn run_check(
+    program: &str,
+    args: &[String],
+    spec: &CommandSpec,
+) -> std::io::Result<(Option<std::process::ExitStatus>, String)> {
+    use std::io::Read;
+    let mut child = std::process::Command::new(program)
+        .args(args)
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&spec.workdir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut pipe = child.stderr.take().expect("stderr is piped");
+    let reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = pipe.read_to_end(&mut buf);
+        String::from_utf8_lossy(&buf).into_owned()
+    });
+    let deadline = std::time::Instant::now() + CHECK_LIMIT;
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break Some(s);
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Ok((status, reader.join().unwrap_or_default()))
+}
+
+fn is_executable(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
 /// Fills `{name}` placeholders: params (an inactive one leaves an empty string), `{trial}`,
 /// `{trial_dir}`, `{device}`.
 pub fn fill_argv(argv: &[String], job: &TrialJob) -> Vec<String> {

@@ -110,6 +110,16 @@ fn assert_refused(out: &std::process::Output, needles: &[&str]) {
     "\"\" = { type = \"int\", low = 1, high = 2 }\nk = { type",
     "space"
 )]
+#[case::placeholder_in_the_check(
+    "timeout = \"1m\"",
+    "timeout = \"1m\"\ncheck = [\"sh\", \"{x}\"]",
+    "trial.check"
+)]
+#[case::empty_requires(
+    "timeout = \"1m\"",
+    "timeout = \"1m\"\nrequires = [\"\"]",
+    "trial.requires"
+)]
 #[case::not_toml("[study]", "[study", "line 1")]
 #[case::missing_space("[space]", "[nothing]", "space")]
 fn a_bad_study_file_is_refused_with_status_2_naming_the_file_and_the_key(
@@ -421,4 +431,50 @@ fn a_database_in_a_directory_that_does_not_exist_is_refused_not_created() {
     let out = sb.run(&["run", "f.toml"]);
     assert_refused(&out, &["f.toml", "study.storage", "nowhere"]);
     assert!(!sb.join("nowhere").exists(), "no directory was created");
+}
+
+#[rstest]
+#[case::program_not_on_path(
+    "[\"sh\", \"trial.sh\"",
+    "[\"no-such-program-tune\", \"trial.sh\"",
+    "not on PATH"
+)]
+#[case::program_path_missing(
+    "[\"sh\", \"trial.sh\"",
+    "[\"./bin/train\", \"trial.sh\"",
+    "bin/train"
+)]
+#[case::required_file_missing(
+    "timeout = \"1m\"",
+    "timeout = \"1m\"\nrequires = [\"trial.sh\", \"data/train.csv\"]",
+    "data/train.csv"
+)]
+#[case::check_fails(
+    "timeout = \"1m\"",
+    "timeout = \"1m\"\ncheck = [\"sh\", \"-c\", \"echo no GPU driver >&2; exit 3\"]",
+    "no GPU driver"
+)]
+fn a_command_that_cannot_run_here_is_refused_before_any_trial(
+    #[case] from: &str,
+    #[case] to: &str,
+    #[case] needle: &str,
+) {
+    let sb = Sandbox::new();
+    sb.write("trial.sh", TRIAL);
+    sb.write("bad.toml", &spoil(from, to));
+    let out = sb.run(&["run", "bad.toml"]);
+    assert_refused(&out, &["bad.toml", "trial.", needle]);
+    assert!(!sb.join("tune.db").exists(), "nothing is stored");
+    assert!(!sb.join("runs").exists(), "no trial ran");
+    // A passing check and present files let it run.
+    if to.contains("check") {
+        sb.write(
+            "ok.toml",
+            &spoil(
+                from,
+                "timeout = \"1m\"\ncheck = [\"sh\", \"-c\", \"exit 0\"]",
+            ),
+        );
+        sb.ok(&["run", "ok.toml", "--no-tui"]);
+    }
 }

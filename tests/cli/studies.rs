@@ -194,3 +194,59 @@ fn a_study_run_again_with_another_space_is_refused_unless_allowed_and_the_stored
     assert!(trials[3]["params"]["lr"].is_number(), "{}", trials[3]);
     assert!(stored(&sb).contains("lr = "));
 }
+
+#[test]
+fn the_command_example_copied_anywhere_runs_or_says_what_is_missing_before_any_trial() {
+    // The README invites copying studies/command-digits.toml and its script to a directory of
+    // one's own: what is missing is named before any trial, and nothing is stored.
+    let sb = Sandbox::new();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text_of = |f: &str| std::fs::read_to_string(root.join(f)).expect("readable");
+    let study = text_of("studies/command-digits.toml")
+        .replace("trials = 12", "trials = 2")
+        .replace("\"--epochs\", \"3\"", "\"--epochs\", \"1\"");
+    assert!(
+        study.contains("trials = 2"),
+        "the budget line moved: {study}"
+    );
+    sb.write("mine/digits.toml", &study);
+
+    // The study file alone: its script is required.
+    let out = sb.run(&["run", "mine/digits.toml", "--no-tui"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = crate::common::stderr(&out);
+    assert!(
+        err.contains("trial.requires") && err.contains("digits_softmax.py"),
+        "{err}"
+    );
+    assert!(!sb.join("mine/tune.db").exists(), "nothing is stored");
+
+    // With the script but without its data: the study's check says where it looked.
+    sb.write(
+        "mine/digits_softmax.py",
+        &text_of("studies/digits_softmax.py"),
+    );
+    let out = sb.run(&["run", "mine/digits.toml", "--no-tui"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = crate::common::stderr(&out);
+    assert!(
+        err.contains("trial.check") && err.contains("digits.csv.gz not found"),
+        "{err}"
+    );
+    assert!(err.contains("looked in"), "{err}");
+    assert!(!sb.join("mine/tune.db").exists(), "nothing is stored");
+
+    // With the data beside the script, it runs its budget.
+    std::fs::copy(
+        root.join("datasets/digits.csv.gz"),
+        sb.join("mine/digits.csv.gz"),
+    )
+    .expect("copy the data");
+    sb.ok(&["run", "mine/digits.toml", "--no-tui"]);
+    let trials = sb.trials("mine/digits.toml");
+    assert_eq!(trials.len(), 2);
+    assert!(
+        trials.iter().all(|t| t["state"] == "complete"),
+        "{trials:#?}"
+    );
+}
