@@ -741,3 +741,435 @@ fn the_trial_screen_shows_the_mean_utilisation_and_peak_memory_of_its_gpu() {
         "{text}"
     );
 }
+
+// ----- epochs, the objective's range, the budget, params that do not fit -------------------
+
+/// A builtin trial's report: the trainer counts optimizer steps (312 an epoch here) and says
+/// its epoch, its total epochs and the fraction done besides.
+fn builtin_report(step: u64, value: f64) -> Report {
+    let epoch = step as f64 / 312.0;
+    let mut m = BTreeMap::new();
+    m.insert("epoch".into(), epoch);
+    m.insert("total_epochs".into(), 6.0);
+    m.insert("progress".into(), epoch / 6.0);
+    m.insert("val_loss".into(), value);
+    m.insert("samples_per_s".into(), 12_000.0);
+    m.insert("data_wait".into(), 0.05);
+    Report { step, metrics: m }
+}
+
+fn builtin_loss(n: u64, step: u64) -> f64 {
+    0.2 + 0.05 * n as f64 + 1.5 * (-0.6 * step as f64 / 312.0).exp()
+}
+
+fn reported(n: u64, slot: usize, report: Report) -> Event {
+    Event::TrialReported {
+        number: TrialNumber(n),
+        slot,
+        report,
+    }
+}
+
+/// A builtin study of 6 epochs reporting every half epoch: three trials done, two running
+/// (3 and 5.5 epochs in).
+fn builtin_state() -> UiState {
+    let mut s = fresh(Direction::Minimize, Some(12));
+    for n in 0..3 {
+        s.apply(&started(n, 0));
+        for k in 1..=12 {
+            s.apply(&reported(
+                n,
+                0,
+                builtin_report(156 * k, builtin_loss(n, 156 * k)),
+            ));
+        }
+        s.apply(&done(
+            n,
+            0,
+            TrialState::Complete,
+            Some(builtin_loss(n, 1872)),
+        ));
+    }
+    for (n, slot, halves) in [(3, 0, 6), (4, 1, 11)] {
+        s.apply(&started(n, slot));
+        for k in 1..=halves {
+            s.apply(&reported(
+                n,
+                slot,
+                builtin_report(156 * k, builtin_loss(n, 156 * k)),
+            ));
+        }
+    }
+    s
+}
+
+#[test]
+fn a_builtin_trial_shows_its_epochs_and_a_bar_not_a_bare_step() {
+    let s = builtin_state();
+    let t = s.trial(TrialNumber(3)).expect("running");
+    assert_eq!(t.progress(), Some((3.0, 6.0, "ep")));
+    let narrow = screen(&s, 80, 24);
+    let row = narrow
+        .lines()
+        .find(|l| l.contains("#3 "))
+        .expect("slot 0's row");
+    assert!(row.contains("ep 3/6   ━━━╸───"), "{row}");
+    assert!(!narrow.contains("step 936"), "{narrow}");
+    let wide = screen(&s, 160, 48);
+    assert!(wide.contains("epoch 3/6   ━━━━━━━━━───"), "{wide}");
+    assert!(wide.contains("epoch 5.5/6 ━"), "{wide}");
+}
+
+#[rstest::rstest]
+#[case::epochs_of_a_total(&[("epoch", 3.0), ("total_epochs", 6.0)], "ep 3/6")]
+#[case::steps_of_a_total(&[("total_steps", 5000.0)], "1874/5000")]
+#[case::a_fraction_of_a_time_budget(&[("epoch", 3.4), ("progress", 0.37)], "37%")]
+#[case::an_epoch_without_a_total(&[("epoch", 3.4)], "epoch 3.4")]
+#[case::nothing_but_a_step(&[], "step 1874")]
+fn a_command_trial_shows_the_progress_its_reports_give(
+    #[case] keys: &[(&str, f64)],
+    #[case] want: &str,
+) {
+    let mut s = fresh(Direction::Minimize, None);
+    s.apply(&started(0, 0));
+    let mut m: BTreeMap<String, f64> = keys.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    m.insert("val_loss".into(), 0.5);
+    s.apply(&reported(
+        0,
+        0,
+        Report {
+            step: 1874,
+            metrics: m,
+        },
+    ));
+    let text = screen(&s, 80, 24);
+    let row = text
+        .lines()
+        .find(|l| l.contains("#0 "))
+        .expect("slot 0's row");
+    assert!(row.contains(want), "{want:?} missing from {row}");
+}
+
+#[test]
+fn learning_curves_are_drawn_by_epoch_when_every_report_says_its_epoch() {
+    let s = builtin_state();
+    let text = screen(&s, 160, 48);
+    assert!(text.contains("Learning curves by epoch"), "{text}");
+    // The x axis ends at the 6th epoch, not at step 1872.
+    let x_labels = text
+        .lines()
+        .skip_while(|l| !l.contains('└'))
+        .nth(1)
+        .expect("the x axes' labels");
+    assert!(x_labels.ends_with(" 6\""), "{x_labels}");
+    let t = s.trial(TrialNumber(4)).expect("running");
+    assert_eq!(t.curve_by_epoch().map(|c| c.len()), Some(11));
+    assert_eq!(
+        t.curve_by_epoch().and_then(|c| c.last()).map(|p| p.0),
+        Some(5.5)
+    );
+
+    // A command trial that reports no epoch: by step.
+    let mut s = fresh(Direction::Minimize, None);
+    s.apply(&started(0, 0));
+    for step in [100, 200, 300] {
+        let m = BTreeMap::from([("val_loss".to_string(), 1.0 / step as f64)]);
+        s.apply(&reported(0, 0, Report { step, metrics: m }));
+    }
+    let text = screen(&s, 160, 48);
+    assert!(text.contains("Learning curves by step"), "{text}");
+    s.handle_key(code(KeyCode::Enter));
+    assert!(screen(&s, 160, 48).contains("val_loss by step"));
+}
+
+/// Eleven losses between 0.1 and 0.5 and one that diverged to 250.
+fn outlier_state() -> UiState {
+    let mut s = fresh(Direction::Minimize, Some(20));
+    for n in 0..12 {
+        let v = if n == 7 {
+            250.0
+        } else {
+            0.1 + 0.4 * ((n * 5) % 11) as f64 / 10.0
+        };
+        s.apply(&done(n, 0, TrialState::Complete, Some(v)));
+    }
+    s.apply(&done(12, 0, TrialState::Pruned, Some(90.0)));
+    s
+}
+
+/// The objective chart's y labels, top to bottom (the text left of its axis).
+fn objective_labels(text: &str) -> Vec<String> {
+    text.lines()
+        .skip_while(|l| !l.contains("Objective"))
+        .skip(1)
+        .take_while(|l| l.contains('│'))
+        .filter_map(|l| {
+            let label = l.trim_start_matches('"').split('│').next()?.trim();
+            (!label.is_empty()).then(|| label.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn one_outlier_neither_squashes_the_objective_chart_nor_takes_its_axis_below_zero() {
+    let s = outlier_state();
+    for (w, h) in [(80, 24), (160, 48)] {
+        let text = screen(&s, w, h);
+        let labels = objective_labels(&text);
+        let values: Vec<f64> = labels.iter().filter_map(|l| l.parse().ok()).collect();
+        assert_eq!(values.len(), 3, "{labels:?}\n{text}");
+        assert!(values.iter().all(|v| (0.0..1.0).contains(v)), "{labels:?}");
+        // The two beyond the range sit on its edge, marked.
+        assert!(text.contains('↑'), "{text}");
+    }
+    assert!(screen(&s, 160, 48).contains("↑2 off-scale"));
+}
+
+#[test]
+fn a_few_positive_values_never_get_a_negative_axis() {
+    let mut s = fresh(Direction::Minimize, None);
+    for (n, v) in [(0, 0.001), (1, 0.02), (2, 5.0)] {
+        s.apply(&done(n, 0, TrialState::Complete, Some(v)));
+    }
+    let labels = objective_labels(&screen(&s, 80, 24));
+    assert_eq!(
+        labels.first().map(String::as_str),
+        Some("5.25"),
+        "{labels:?}"
+    );
+    assert_eq!(labels.last().map(String::as_str), Some("0"), "{labels:?}");
+}
+
+/// Losses over four decades.
+fn log_state() -> UiState {
+    let mut s = fresh(Direction::Minimize, Some(40));
+    for n in 0..30u64 {
+        let v = 10f64.powf(-3.0 + 4.0 * ((n * 7) % 30) as f64 / 29.0);
+        s.apply(&done(n, 0, TrialState::Complete, Some(v)));
+    }
+    s
+}
+
+#[test]
+fn l_toggles_a_log_scale_that_the_chart_title_and_the_footer_name() {
+    let mut s = log_state();
+    assert!(!s.log_scale);
+    assert_eq!(s.handle_key(key('l')), None);
+    assert!(s.log_scale);
+    assert_eq!(s.notice.as_deref(), Some("objective chart: log scale"));
+    let text = screen(&s, 80, 24);
+    assert!(text.contains(" Objective log "), "{text}");
+    assert!(text.contains(" l linear "), "{text}");
+    let labels = objective_labels(&text);
+    // Decades apart: the labels say values, not their logarithms.
+    assert_eq!(
+        labels.first().map(String::as_str),
+        Some("15.8"),
+        "{labels:?}"
+    );
+    assert_eq!(
+        labels.last().map(String::as_str),
+        Some("6.31e-4"),
+        "{labels:?}"
+    );
+    s.handle_key(key('l'));
+    assert!(!s.log_scale);
+    assert!(screen(&s, 80, 24).contains(" l log "));
+
+    // A value at or below zero has no place on a log axis: the chart stays linear and says so.
+    let mut s = fresh(Direction::Maximize, None);
+    for (n, v) in [(0, -1.0), (1, 2.0)] {
+        s.apply(&done(n, 0, TrialState::Complete, Some(v)));
+    }
+    s.handle_key(key('l'));
+    assert!(s.notice.as_deref().is_some_and(|n| n.contains("positive")));
+    assert!(screen(&s, 80, 24).contains("log: a value ≤ 0"));
+}
+
+#[test]
+fn the_gauge_never_shows_more_trials_than_the_budget() {
+    let mut s = fresh(Direction::Minimize, Some(24));
+    for n in 0..38 {
+        s.apply(&done(n, 0, TrialState::Complete, Some(1.0 + n as f64)));
+    }
+    let text = screen(&s, 80, 24);
+    assert!(!text.contains("38/24"), "{text}");
+    assert!(text.contains("100%  38 trials (budget 24)"), "{text}");
+    assert_eq!(s.progress().ratio, Some(1.0));
+
+    // The same study run again with the budget raised: the new budget.
+    let existing: Vec<Trial> = (0..38)
+        .map(|n| summary(n, TrialState::Complete, Some(1.0 + n as f64)))
+        .collect();
+    s.apply(&Event::StudyStarted {
+        info: info(Some(40), 2),
+        existing,
+        at: t0(),
+    });
+    let text = screen(&s, 80, 24);
+    assert!(text.contains("38/40 trials"), "{text}");
+}
+
+#[test]
+fn interrupted_trials_do_not_count_toward_the_budget_until_they_run_again() {
+    let mut s = fresh(Direction::Minimize, Some(4));
+    s.apply(&done(0, 0, TrialState::Complete, Some(1.0)));
+    let ran = Ran::span(Placement::default(), t0(), Duration::from_secs(10));
+    let interrupted = Trial::unstored(
+        TrialNumber(1),
+        params(1),
+        TrialStatus::Failed {
+            reason: "the study was stopped".into(),
+            log_tail: None,
+            interrupted: true,
+            ran,
+        },
+    );
+    s.apply(&Event::TrialFinished {
+        slot: 0,
+        trial: interrupted,
+        at: t0(),
+    });
+    assert_eq!((s.counts.finished(), s.counts.counted()), (2, 1));
+    assert_eq!(s.progress().ratio, Some(0.25));
+    assert!(screen(&s, 80, 24).contains("1/4 trials"));
+    // Its params run again under the same number.
+    s.apply(&started(1, 0));
+    assert_eq!((s.counts.finished(), s.counts.counted()), (1, 1));
+}
+
+fn long_params(n: u64) -> crate::space::Params {
+    use crate::space::ParamValue;
+    let mut p = params(n);
+    p.insert(
+        "learning_rate_warmup".into(),
+        ParamValue::Int(500 + n as i64),
+    );
+    p.insert("label_smoothing".into(), ParamValue::Float(0.05));
+    p.insert("weight_decay".into(), ParamValue::Float(3.2e-4));
+    p
+}
+
+/// A study whose trials have seven params with long names.
+fn long_params_state() -> UiState {
+    let mut s = fresh(Direction::Minimize, Some(10));
+    for n in 0..4 {
+        let mut t = summary(n, TrialState::Complete, Some(0.5 - 0.1 * n as f64));
+        t.params = long_params(n);
+        s.apply(&Event::TrialFinished {
+            slot: 0,
+            trial: t,
+            at: t0(),
+        });
+    }
+    s.apply(&Event::TrialStarted {
+        number: TrialNumber(4),
+        slot: 1,
+        device: "cpu".into(),
+        params: long_params(4),
+        at: t0(),
+    });
+    s
+}
+
+#[test]
+fn the_best_trials_params_are_never_cut_mid_word() {
+    let s = long_params_state();
+    let best = s.best_trial().expect("a best trial");
+    let items: Vec<String> = best.params.keys().cloned().collect();
+    for w in 80..=200 {
+        let text = screen(&s, w, 24);
+        let line = text.lines().nth(2).expect("the header's third line");
+        let after = line
+            .split("0.20000")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no best value at {w}: {line}"));
+        for token in after
+            .trim_matches(|c| c == '"' || c == ' ')
+            .split_whitespace()
+        {
+            let whole = token
+                .split_once('=')
+                .is_some_and(|(k, v)| items.iter().any(|i| i == k) && !v.is_empty());
+            let more = token.starts_with('+') && token[1..].parse::<u32>().is_ok();
+            assert!(
+                whole || more || token == "more",
+                "{token:?} is a cut item at width {w}: {line}"
+            );
+        }
+    }
+    // The worker rows keep whole items too.
+    let text = screen(&s, 80, 24);
+    let row = text
+        .lines()
+        .find(|l| l.contains("#4 "))
+        .expect("slot 1's row");
+    assert!(row.contains("batch_size=128 +6"), "{row}");
+}
+
+#[test]
+fn snapshot_builtin_trials_by_epoch_80x24() {
+    insta::assert_snapshot!(screen(&builtin_state(), 80, 24));
+}
+
+#[test]
+fn snapshot_builtin_trials_by_epoch_160x48() {
+    insta::assert_snapshot!(screen(&builtin_state(), 160, 48));
+}
+
+#[test]
+fn snapshot_objective_with_outliers_80x24() {
+    insta::assert_snapshot!(screen(&outlier_state(), 80, 24));
+}
+
+#[test]
+fn snapshot_objective_with_outliers_160x48() {
+    insta::assert_snapshot!(screen(&outlier_state(), 160, 48));
+}
+
+#[test]
+fn snapshot_objective_on_a_log_scale_80x24() {
+    let mut s = log_state();
+    s.handle_key(key('l'));
+    insta::assert_snapshot!(screen(&s, 80, 24));
+}
+
+#[test]
+fn snapshot_objective_on_a_log_scale_160x48() {
+    let mut s = log_state();
+    s.handle_key(key('l'));
+    insta::assert_snapshot!(screen(&s, 160, 48));
+}
+
+fn overrun_state() -> UiState {
+    let mut s = fresh(Direction::Minimize, Some(24));
+    for n in 0..38 {
+        s.apply(&done(
+            n,
+            0,
+            TrialState::Complete,
+            Some(1.0 + (n % 7) as f64),
+        ));
+    }
+    s
+}
+
+#[test]
+fn snapshot_more_trials_than_the_budget_80x24() {
+    insta::assert_snapshot!(screen(&overrun_state(), 80, 24));
+}
+
+#[test]
+fn snapshot_more_trials_than_the_budget_160x48() {
+    insta::assert_snapshot!(screen(&overrun_state(), 160, 48));
+}
+
+#[test]
+fn snapshot_long_params_80x24() {
+    insta::assert_snapshot!(screen(&long_params_state(), 80, 24));
+}
+
+#[test]
+fn snapshot_long_params_120x30() {
+    insta::assert_snapshot!(screen(&long_params_state(), 120, 30));
+}

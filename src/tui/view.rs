@@ -775,17 +775,19 @@ fn value_labels(b: [f64; 2], log: bool) -> Vec<Span<'static>> {
     ]
 }
 
-/// A chart's title: the `required` spans, then each group of `optional` ones in order while
-/// the title still fits in `width` (a cut legend is worse than none).
+/// A chart's title: the `required` spans, then the groups of `optional` ones in order, up to
+/// the first that does not fit in `width` (a cut legend is worse than none; a group only
+/// makes sense after the ones before it).
 fn fit_title<'a>(required: Vec<Span<'a>>, optional: Vec<Vec<Span<'a>>>, width: u16) -> Line<'a> {
     let mut spans = required;
     let mut used: usize = spans.iter().map(|s| s.width()).sum();
     for group in optional {
         let w: usize = group.iter().map(|s| s.width()).sum();
-        if used + w <= width as usize {
-            used += w;
-            spans.extend(group);
+        if used + w > width as usize {
+            break;
         }
+        used += w;
+        spans.extend(group);
     }
     Line::from(spans)
 }
@@ -852,13 +854,14 @@ fn render_objective_chart(frame: &mut Frame, area: Rect, state: &UiState, theme:
     let title = fit_title(
         required,
         vec![
-            vec![Span::styled(
-                format!("{MARK_ABOVE}{off} off-scale "),
-                theme.fg(Color::Yellow),
-            )]
-            .into_iter()
-            .filter(|_| off > 0)
-            .collect(),
+            if off > 0 {
+                vec![Span::styled(
+                    format!("{MARK_ABOVE}{off} off-scale "),
+                    theme.fg(Color::Yellow),
+                )]
+            } else {
+                Vec::new()
+            },
             vec![Span::styled(
                 format!("{MARK_COMPLETE}ok {MARK_PRUNED}pruned {MARK_FAILED}failed "),
                 theme.dim(),
