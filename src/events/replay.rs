@@ -18,7 +18,7 @@ use crate::spec::{self, Overrides};
 use crate::storage::host::{hostname, process_alive};
 use crate::storage::watch::WatchWorker;
 use crate::storage::watch::{WatchSource, open_watch};
-use crate::storage::{Storage, StorageError, StorageUrl, StudyRow};
+use crate::storage::{StorageError, StorageUrl, StoredStudyFile, StudyRow};
 use crate::trial::{Report, Trial, TrialNumber, TrialState};
 
 /// How often the database is polled.
@@ -50,6 +50,9 @@ pub struct Poller {
     storage: Box<dyn WatchSource>,
     study: StudyRow,
     settings: Settings,
+    /// The stored study file the settings were read from: `tune run` with a changed file
+    /// (a raised budget) stores the new one, and the poller reads it again.
+    study_text: Option<String>,
     data_version: Option<i64>,
     /// What the UI was last told of each trial, by trial id.
     known: HashMap<i64, (TrialNumber, TrialState, Option<usize>)>,
@@ -68,11 +71,13 @@ impl Poller {
     pub fn open(db: &StorageUrl, study: &str) -> Result<Poller, StorageError> {
         let storage = open_watch(db)?;
         let row = storage.storage().study(study)?;
-        let settings = settings_of(storage.storage(), &row)?;
+        let stored = storage.storage().study_file(&row)?;
+        let settings = settings_of(&stored);
         Ok(Poller {
             storage,
             study: row,
             settings,
+            study_text: stored.text,
             data_version: None,
             known: HashMap::new(),
             last_report: 0,
@@ -200,7 +205,20 @@ impl Poller {
         }
     }
 
+    /// Reads the stored study file again when it changed, so that a budget raised since the
+    /// poller opened is the one the UI shows and the one that ends the run (else a watch shows
+    /// "38/24 trials", and ends a run whose raised budget is not yet spent).
+    fn refresh_settings(&mut self) -> Result<(), StorageError> {
+        let stored = self.storage.storage().study_file(&self.study)?;
+        if stored.text != self.study_text {
+            self.settings = settings_of(&stored);
+            self.study_text = stored.text;
+        }
+        Ok(())
+    }
+
     fn read_changes(&mut self, now: SystemTime, out: &mut Vec<Update>) -> Result<(), StorageError> {
+        self.refresh_settings()?;
         let first = self.known.is_empty() && self.last_report == 0;
         let states = self.storage.watch_states(&self.study)?;
         let changed: Vec<i64> = states
@@ -337,7 +355,7 @@ impl Poller {
     }
 }
 
-fn settings_of(storage: &dyn Storage, study: &StudyRow) -> Result<Settings, StorageError> {
+fn settings_of(stored: &StoredStudyFile) -> Settings {
     let unknown = Settings {
         sampler: "?".into(),
         pruner: "?".into(),
@@ -345,22 +363,21 @@ fn settings_of(storage: &dyn Storage, study: &StudyRow) -> Result<Settings, Stor
         timeout: None,
         grace: Duration::from_secs(30),
     };
-    let stored = storage.study_file(study)?;
-    let Some(text) = stored.text else {
-        return Ok(unknown);
+    let Some(text) = &stored.text else {
+        return unknown;
     };
-    let file = PathBuf::from(stored.path.unwrap_or_else(|| "study.toml".into()));
+    let file = PathBuf::from(stored.path.as_deref().unwrap_or("study.toml"));
     // The stored text is the study file as it was run; a file that no longer checks (moved
     // paths, say) still has a name, a metric and a direction in the database.
-    match spec::parse(&file, &text, &Overrides::default()) {
-        Ok(s) => Ok(Settings {
+    match spec::parse(&file, text, &Overrides::default()) {
+        Ok(s) => Settings {
             sampler: s.sampler.as_str().to_string(),
             pruner: s.pruner.name().to_string(),
             budget: s.trials,
             timeout: s.timeout,
             grace: s.heartbeat_grace.max(s.heartbeat * 3),
-        }),
-        Err(_) => Ok(unknown),
+        },
+        Err(_) => unknown,
     }
 }
 
@@ -622,6 +639,48 @@ mod tests {
         let last = ui.trials.iter().filter_map(|t| t.finished_at).max();
         assert_eq!(ui.finished.as_ref().map(|f| f.at), last);
         assert_eq!(ui.progress().ratio, Some(1.0));
+    }
+
+    fn study_file(trials: u64) -> String {
+        format!(
+            "[study]\nname = \"w\"\nmetric = \"loss\"\ntrials = {trials}\n\n[space]\nlr = {{ type = \"float\", low = 1e-4, high = 1.0, log = true }}\n\n[trial]\nkind = \"command\"\ncommand = [\"true\"]\n"
+        )
+    }
+
+    #[test]
+    fn a_budget_raised_while_watching_is_the_one_the_ui_shows() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("t.db");
+        let file = dir.path().join("w.toml");
+        let mut w = Writer::new(&db);
+        w.s.set_study_file(&w.study, &file, &study_file(2))
+            .expect("stores the file");
+        let mut p = Poller::open(&StorageUrl::Sqlite(db.clone()), "w").expect("opens");
+        let mut ui = UiState::new(Mode::Watch, false, SystemTime::now());
+        poll_into(&mut p, &mut ui);
+        for lr in [0.01, 0.02] {
+            let t = w.start(0, lr);
+            w.finish(t, TrialState::Complete, Some(lr));
+        }
+        poll_into(&mut p, &mut ui);
+        assert_eq!(ui.info.as_ref().and_then(|i| i.budget), Some(2));
+        assert!(ui.finished.is_some(), "the first budget is spent");
+
+        // `tune run` with the file's budget raised to 4: it stores the new file and registers
+        // its worker process, which starts a trial.
+        w.s.set_study_file(&w.study, &file, &study_file(4))
+            .expect("stores the new file");
+        w.worker =
+            w.s.register_worker(&w.study, &["cpu".into()])
+                .expect("a new worker");
+        let t = w.start(0, 0.03);
+        w.finish(t, TrialState::Complete, Some(0.03));
+        let _running = w.start(0, 0.04);
+        poll_into(&mut p, &mut ui);
+        assert_eq!(ui.info.as_ref().and_then(|i| i.budget), Some(4));
+        assert!(ui.finished.is_none(), "3 of 4: the run goes on");
+        assert_eq!(ui.counts.counted(), 3);
+        assert_eq!(ui.progress().ratio, Some(0.75));
     }
 
     #[test]
