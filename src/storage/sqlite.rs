@@ -228,6 +228,18 @@ impl SqliteStorage {
     }
 
     fn err_at(path: &Path, error: rusqlite::Error) -> StorageError {
+        // SQLite's "unable to open database file" ends with the path, which the error's
+        // message starts with already.
+        let error = match error {
+            rusqlite::Error::SqliteFailure(e, Some(m)) => {
+                let m = match m.strip_suffix(&format!(": {}", path.display())) {
+                    Some(short) => short.to_string(),
+                    None => m,
+                };
+                rusqlite::Error::SqliteFailure(e, Some(m))
+            }
+            other => other,
+        };
         StorageError::Sqlite {
             path: path.to_path_buf(),
             error,

@@ -149,14 +149,26 @@ fn an_error_says_its_cause_once() {
         );
         assert!(err.contains("x.db: file is not a database"), "{err}");
         assert!(!err.contains("Error code"), "{err}");
-        // No part of the chain says the part before it again.
-        for line in err.lines() {
-            let parts: Vec<&str> = line.split(": ").collect();
-            assert!(
-                parts.windows(2).all(|w| w[0] != w[1]),
-                "a repeated part in `{line}`"
-            );
-        }
+        said_once(&err);
+    }
+    // A file SQLite cannot open: its path once, not again at the end of SQLite's message.
+    std::fs::create_dir(sb.join("dir.db")).expect("a directory");
+    let out = sb.run(&["--db", "dir.db", "run", "s.toml", "--no-tui"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(err.contains("unable to open database file"), "{err}");
+    assert_eq!(err.matches("dir.db").count(), 1, "{err}");
+    said_once(&err);
+}
+
+/// No part of an error's chain says the part before it again.
+fn said_once(err: &str) {
+    for line in err.lines() {
+        let parts: Vec<&str> = line.split(": ").collect();
+        assert!(
+            parts.windows(2).all(|w| w[0] != w[1]),
+            "a repeated part in `{line}`"
+        );
     }
 }
 
@@ -202,6 +214,15 @@ fn a_database_with_no_tables_yet_reads_as_one_with_no_studies() {
         let list: Value = serde_json::from_slice(&out.stdout).expect("JSON");
         assert_eq!(list, Value::Array(Vec::new()), "{}", text(&out));
         assert!(t0.elapsed() < Duration::from_secs(10), "it waits briefly");
+        // `tune watch` finds no study in it, as in any database without that study.
+        let out = sb.run(&["--db", db, "watch", "--study", "s"]);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        assert!(
+            stderr(&out).contains("no study named `s`"),
+            "{}",
+            text(&out)
+        );
+        assert!(!stderr(&out).contains("older"), "{}", text(&out));
     }
     drop(wal);
 }
