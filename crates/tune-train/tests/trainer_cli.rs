@@ -171,3 +171,86 @@ fn tune_worker_links_libtorch_cuda_exactly_when_built_with_cuda() {
     assert!(names("libtorch_cpu.so"));
     assert_eq!(names("libtorch_cuda.so"), cfg!(feature = "cuda"));
 }
+
+/// The README's builtin examples, each copied alone to a directory of its own and run through
+/// `tune run` with a budget cut to two short trials: they need no file beside them (their data
+/// is built into the trainer, or installed by `scripts/setup.sh`), so they run wherever a user
+/// copies them.
+#[test]
+fn every_builtin_example_study_runs_when_copied_alone_to_another_directory() {
+    let studies = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../studies");
+    let mut ran = Vec::new();
+    for entry in std::fs::read_dir(&studies).expect("studies/") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("readable");
+        let mut doc: toml::Table = toml::from_str(&text).expect("TOML");
+        let trial = doc.get_mut("trial").and_then(|t| t.as_table_mut());
+        let Some(trial) =
+            trial.filter(|t| t.get("kind").and_then(|k| k.as_str()) == Some("builtin"))
+        else {
+            continue;
+        };
+        if text.contains("fashion-mnist") && !Path::new(tune::builtin::FASHION_MNIST_DIR).exists() {
+            panic!(
+                "{}: needs {} (scripts/setup.sh installs it)",
+                path.display(),
+                tune::builtin::FASHION_MNIST_DIR
+            );
+        }
+        // Two short trials: one epoch (or three seconds), a slice of a large dataset.
+        if trial.contains_key("epochs") {
+            trial.insert("epochs".into(), toml::Value::Integer(1));
+        }
+        if trial.contains_key("time_budget") {
+            trial.insert("time_budget".into(), toml::Value::String("3s".into()));
+        }
+        if let Some(data) = trial.get_mut("data").and_then(|d| d.as_table_mut())
+            && data.get("dataset").and_then(|d| d.as_str()) == Some("fashion-mnist")
+        {
+            data.insert("limit".into(), toml::Value::Integer(2000));
+        }
+        let study = doc
+            .get_mut("study")
+            .and_then(|s| s.as_table_mut())
+            .expect("[study]");
+        study.insert("trials".into(), toml::Value::Integer(2));
+        study.remove("storage");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let name = path.file_name().expect("a name");
+        let copy = dir.path().join(name);
+        std::fs::write(&copy, toml::to_string(&doc).expect("TOML")).expect("write the copy");
+        let out = Command::new(tune_bin())
+            .args(["run", "--no-tui"])
+            .arg(&copy)
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .expect("tune runs");
+        let said = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        let listed = Command::new(tune_bin())
+            .args(["trials", "--format", "json"])
+            .arg(&copy)
+            .output()
+            .expect("tune trials runs");
+        let trials: Vec<serde_json::Value> =
+            serde_json::from_slice(&listed.stdout).expect("the trials as JSON");
+        assert_eq!(trials.len(), 2, "{}: {said}", path.display());
+        // A trial may diverge (the space reaches high learning rates); nothing else may fail.
+        for t in &trials {
+            let diverged = t["error"].as_str().is_some_and(|e| e.contains("diverged"));
+            assert!(
+                t["state"] == "complete" || diverged,
+                "{}: trial {} ended {}: {said}",
+                path.display(),
+                t["number"],
+                t["state"]
+            );
+        }
+        ran.push(name.to_string_lossy().into_owned());
+    }
+    assert!(ran.len() >= 4, "the builtin examples: {ran:?}");
+}
