@@ -29,7 +29,8 @@ pub struct OptimizerBenchOptions {
     pub seeds: u64,
     /// Seeds of the random-search reference.
     pub random_seeds: u64,
-    /// Problem names; empty means the public ones, `all` every one, `extra` the non-public.
+    /// Problem names; empty means the public ones, `all` every one, `extra` the non-public
+    /// ones of the hidden set's kinds, `trap` the trap problems.
     pub problems: Vec<String>,
     pub budgets: Vec<usize>,
     pub samplers: Vec<SamplerKind>,
@@ -225,12 +226,17 @@ pub fn score(best: f64, opt: f64, rand_med: f64) -> f64 {
     (100.0 * (1.0 - (best - opt) / den)).clamp(-100.0, 100.0)
 }
 
-/// Figures of one sampler in one mode on one problem.
+/// Figures of one sampler in one mode on one problem, at each budget: the mean over seeds,
+/// and the robustness figures (a mean can hide a seed that never left a trap): the worst
+/// seed's score and the fraction of seeds whose best is worse than random search's median
+/// (a score below 0).
 pub struct Cell {
     pub sampler: SamplerKind,
     pub q: usize,
     pub regret: Vec<f64>,
     pub score: Vec<f64>,
+    pub worst: Vec<f64>,
+    pub below: Vec<f64>,
 }
 
 /// Everything measured on one problem.
@@ -250,18 +256,22 @@ fn selected(opts: &OptimizerBenchOptions) -> anyhow::Result<Vec<Problem>> {
     let mut out = Vec::new();
     for p in all {
         let take = opts.problems.iter().any(|w| {
-            w == p.name || w == "all" || (w == "extra" && !p.public) || (w == "public" && p.public)
+            w == p.name
+                || w == "all"
+                || (w == "extra" && !p.public && !p.trap)
+                || (w == "trap" && p.trap)
+                || (w == "public" && p.public)
         });
         if take {
             out.push(p);
         }
     }
     for w in &opts.problems {
-        if !["all", "extra", "public"].contains(&w.as_str())
+        if !["all", "extra", "public", "trap"].contains(&w.as_str())
             && !out.iter().any(|p| p.name == w.as_str())
         {
             anyhow::bail!(
-                "unknown problem `{w}` (known: {}, or all, public, extra)",
+                "unknown problem `{w}` (known: {}, or all, public, extra, trap)",
                 problems()
                     .iter()
                     .map(|p| p.name)
@@ -305,20 +315,35 @@ pub fn measure(
             for &kind in &opts.samplers {
                 let mut regret = vec![0.0; opts.budgets.len()];
                 let mut sc = vec![0.0; opts.budgets.len()];
+                let mut worst = vec![f64::INFINITY; opts.budgets.len()];
+                let mut below = vec![0.0; opts.budgets.len()];
                 for s in 0..opts.seeds {
                     let tr = run_one(&problem, kind, &sopts, s, budget, q)?;
                     for (k, &t) in opts.budgets.iter().enumerate() {
                         let b = tr.best[t - 1];
+                        let s_k = score(b, problem.optimum, rand_med[k]);
                         regret[k] += (b - problem.optimum) / opts.seeds as f64;
-                        sc[k] += score(b, problem.optimum, rand_med[k]) / opts.seeds as f64;
+                        sc[k] += s_k / opts.seeds as f64;
+                        worst[k] = worst[k].min(s_k);
+                        if b > rand_med[k] {
+                            below[k] += 1.0 / opts.seeds as f64;
+                        }
                     }
                 }
+                let r1 = |v: &[f64]| {
+                    v.iter()
+                        .map(|x| (x * 10.0).round() / 10.0)
+                        .collect::<Vec<_>>()
+                };
                 progress(&format!(
-                    "{} {} q={q}: score {:?}",
+                    "{} {} q={q}: score {:?} worst {:?} below {:?}",
                     problem.name,
                     kind.as_str(),
-                    sc.iter()
-                        .map(|x| (x * 10.0).round() / 10.0)
+                    r1(&sc),
+                    r1(&worst),
+                    below
+                        .iter()
+                        .map(|x| (x * 100.0).round() / 100.0)
                         .collect::<Vec<_>>()
                 ));
                 cells.push(Cell {
@@ -326,6 +351,8 @@ pub fn measure(
                     q,
                     regret,
                     score: sc,
+                    worst,
+                    below,
                 });
             }
         }
@@ -389,26 +416,46 @@ pub fn render(opts: &OptimizerBenchOptions, reports: &[ProblemReport]) -> String
         "### Mean score over problems ({} seeds; random reference: median of {} seeds)\n",
         opts.seeds, opts.random_seeds
     );
-    let _ = writeln!(o, "| sampler | q | {} |", hdr_b("score"));
-    let _ = writeln!(o, "|---|---|{}", "---|".repeat(b.len()));
+    let _ = writeln!(
+        o,
+        "Worst: the lowest score of any seed on any problem; below: the mean over problems of the \
+         fraction of seeds worse than random search's median.\n"
+    );
+    let _ = writeln!(
+        o,
+        "| sampler | q | {} | {} | {} |",
+        hdr_b("score"),
+        hdr_b("worst"),
+        hdr_b("below")
+    );
+    let _ = writeln!(o, "|---|---|{}", "---|".repeat(3 * b.len()));
     for &q in &opts.q {
         for &kind in &opts.samplers {
             let mut m = vec![0.0; b.len()];
+            let mut worst = vec![f64::INFINITY; b.len()];
+            let mut below = vec![0.0; b.len()];
             for r in reports {
                 if let Some(c) = r.cells.iter().find(|c| c.sampler == kind && c.q == q) {
-                    for (mk, sk) in m.iter_mut().zip(&c.score) {
-                        *mk += sk / reports.len() as f64;
+                    for k in 0..b.len() {
+                        m[k] += c.score[k] / reports.len() as f64;
+                        worst[k] = worst[k].min(c.worst[k]);
+                        below[k] += c.below[k] / reports.len() as f64;
                     }
                 }
             }
-            let _ = writeln!(
-                o,
-                "| {} | {q} | {} |",
-                kind.as_str(),
-                m.iter()
-                    .map(|x| format!("{x:.1}"))
+            let join = |v: &[f64], prec: usize| {
+                v.iter()
+                    .map(|x| format!("{x:.prec$}"))
                     .collect::<Vec<_>>()
                     .join(" | ")
+            };
+            let _ = writeln!(
+                o,
+                "| {} | {q} | {} | {} | {} |",
+                kind.as_str(),
+                join(&m, 1),
+                join(&worst, 1),
+                join(&below, 2)
             );
         }
     }
@@ -429,20 +476,30 @@ pub fn render(opts: &OptimizerBenchOptions, reports: &[ProblemReport]) -> String
         );
         let _ = writeln!(
             o,
-            "| sampler | q | {} | {} |",
+            "| sampler | q | {} | {} | {} | {} |",
             hdr_b("score"),
+            hdr_b("worst"),
+            hdr_b("below"),
             hdr_b("regret")
         );
-        let _ = writeln!(o, "|---|---|{}", "---|".repeat(2 * b.len()));
+        let _ = writeln!(o, "|---|---|{}", "---|".repeat(4 * b.len()));
+        let f1 = |v: &[f64]| {
+            v.iter()
+                .map(|x| format!("{x:.1}"))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        };
         for c in &r.cells {
             let _ = writeln!(
                 o,
-                "| {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} |",
                 c.sampler.as_str(),
                 c.q,
-                c.score
+                f1(&c.score),
+                f1(&c.worst),
+                c.below
                     .iter()
-                    .map(|x| format!("{x:.1}"))
+                    .map(|x| format!("{x:.2}"))
                     .collect::<Vec<_>>()
                     .join(" | "),
                 c.regret

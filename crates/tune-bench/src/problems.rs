@@ -1,6 +1,9 @@
 //! Benchmark problems: the four public ones of the benchmark suite's README (spaces, formulas and
-//! optima exactly as published) and a few extra ones of the same kinds, kept apart so that the
-//! optimizer is not tuned to the public four alone.
+//! optima exactly as published), a few extra ones of the same kinds, kept apart so that the
+//! optimizer is not tuned to the public four alone, and trap problems (issue "Optimizer v2"):
+//! mixed spaces where one value of a low-cardinality integer or categorical looks best in the
+//! first trials (a broad, shallow basin) while another wins (a deeper, narrow one), the shape on
+//! which a model-based sampler can lock onto the early value for the whole run.
 
 use tune::space::{ParamValue, Params, Space};
 
@@ -8,6 +11,8 @@ use tune::space::{ParamValue, Params, Space};
 pub struct Problem {
     pub name: &'static str,
     pub public: bool,
+    /// A trap problem (selected by `trap`, not by `extra`).
+    pub trap: bool,
     pub space_toml: &'static str,
     pub optimum: f64,
     pub f: fn(&Params) -> f64,
@@ -188,11 +193,90 @@ pub fn boosting_surrogate(p: &Params) -> f64 {
         + 0.00002 * n / 10.0
 }
 
+/// `a + c * |x - centre|^2`: one branch of a trap problem, a bowl in the problem's own unit
+/// coordinates whose minimum `a` is reached inside the box (so the optimum is exact).
+fn bowl(a: f64, c: f64, x: &[f64], centre: &[f64]) -> f64 {
+    a + c * x
+        .iter()
+        .zip(centre)
+        .map(|(v, m)| (v - m).powi(2))
+        .sum::<f64>()
+}
+
+/// Position of `v` in `[lo, hi]` on a log10 scale (0..1).
+fn log_pos(v: f64, lo: f64, hi: f64) -> f64 {
+    (v.log10() - lo.log10()) / (hi.log10() - lo.log10())
+}
+
+/// Trap (ordinal integer, 3 values): a polynomial degree. Degree 1 underfits: 0.30 whatever the
+/// rest (a broad, shallow bowl), so it looks best in the first trials; degree 2 reaches 0.15 in
+/// a narrow valley of (regularisation, feature scale); degree 3 overfits (0.20, narrower still).
+pub fn trap_degree3(p: &Params) -> f64 {
+    let x = [log_pos(num(p, "alpha"), 1e-6, 1e2), num(p, "scale")];
+    match num(p, "degree") as i64 {
+        1 => bowl(0.30, 0.08, &x, &[0.70, 0.50]),
+        2 => bowl(0.15, 3.0, &x, &[0.35, 0.20]),
+        _ => bowl(0.20, 4.0, &x, &[0.45, 0.25]),
+    }
+}
+
+/// Trap (ordinal integer, 5 values, 3 continuous): degree 1 broad at 0.30, the winner is degree
+/// 3 (0.16), its neighbours 2 and 4 are good but narrower, 5 overfits.
+pub fn trap_degree5(p: &Params) -> f64 {
+    let x = [
+        log_pos(num(p, "alpha"), 1e-6, 1e2),
+        log_pos(num(p, "lr"), 1e-4, 1.0),
+        num(p, "frac"),
+    ];
+    match num(p, "degree") as i64 {
+        1 => bowl(0.30, 0.06, &x, &[0.70, 0.50, 0.50]),
+        2 => bowl(0.24, 2.0, &x, &[0.45, 0.40, 0.30]),
+        3 => bowl(0.16, 3.0, &x, &[0.35, 0.30, 0.25]),
+        4 => bowl(0.20, 4.0, &x, &[0.30, 0.30, 0.20]),
+        _ => bowl(0.27, 5.0, &x, &[0.25, 0.30, 0.20]),
+    }
+}
+
+/// Trap (two categoricals): a random forest's criterion x bootstrap. (gini, bootstrap) is broad
+/// at 0.30 and looks best early; (entropy, no bootstrap) wins at 0.17 in a narrow valley of
+/// (max_features, min_samples_leaf = 4); (log_loss, no bootstrap) is its near twin at 0.20.
+pub fn trap_cat_pair(p: &Params) -> f64 {
+    let x = [
+        (num(p, "max_features") - 0.1) / 0.9,
+        num(p, "min_samples_leaf").log2() / 5.0,
+    ];
+    let boot = matches!(p.get("bootstrap"), Some(ParamValue::Bool(true)));
+    match (text(p, "criterion"), boot) {
+        ("gini", true) => bowl(0.30, 0.06, &x, &[0.5, 0.5]),
+        ("gini", false) => bowl(0.27, 1.5, &x, &[0.4, 0.2]),
+        ("entropy", true) => bowl(0.26, 1.5, &x, &[0.6, 0.6]),
+        ("entropy", false) => bowl(0.17, 2.5, &x, &[0.3, 0.4]),
+        (_, true) => bowl(0.28, 1.5, &x, &[0.6, 0.6]),
+        (_, false) => bowl(0.20, 2.5, &x, &[0.3, 0.4]),
+    }
+}
+
+/// Trap (a categorical of 5 values with an ordinal integer and two floats): an activation
+/// function. relu is broad at 0.30; gelu wins at 0.16 with 3 layers in a narrow valley of
+/// (lr, dropout); silu is close (0.19); tanh and elu are poor.
+pub fn trap_cat5(p: &Params) -> f64 {
+    let x = [log_pos(num(p, "lr"), 1e-4, 1.0), num(p, "dropout") / 0.5];
+    let layers = num(p, "layers");
+    match text(p, "activation") {
+        "relu" => bowl(0.30, 0.05, &x, &[0.5, 0.5]) + 0.005 * (layers - 2.0).powi(2),
+        "tanh" => bowl(0.34, 1.0, &x, &[0.5, 0.3]) + 0.02 * (layers - 2.0).powi(2),
+        "gelu" => bowl(0.16, 2.5, &x, &[0.4, 0.2]) + 0.03 * (layers - 3.0).powi(2),
+        "silu" => bowl(0.19, 2.5, &x, &[0.45, 0.25]) + 0.03 * (layers - 3.0).powi(2),
+        _ => bowl(0.27, 1.5, &x, &[0.55, 0.4]) + 0.02 * (layers - 2.0).powi(2),
+    }
+}
+
 pub fn problems() -> Vec<Problem> {
     vec![
         Problem {
             name: "branin",
             public: true,
+            trap: false,
             space_toml: "x0 = { type = \"float\", low = -5.0, high = 10.0 }\n\
                          x1 = { type = \"float\", low = 0.0, high = 15.0 }",
             optimum: 0.397887357729739,
@@ -201,6 +285,7 @@ pub fn problems() -> Vec<Problem> {
         Problem {
             name: "hartmann6",
             public: true,
+            trap: false,
             space_toml: "x0 = { type = \"float\", low = 0.0, high = 1.0 }\n\
                          x1 = { type = \"float\", low = 0.0, high = 1.0 }\n\
                          x2 = { type = \"float\", low = 0.0, high = 1.0 }\n\
@@ -213,6 +298,7 @@ pub fn problems() -> Vec<Problem> {
         Problem {
             name: "rosenbrock4",
             public: true,
+            trap: false,
             space_toml: "x0 = { type = \"float\", low = 0.01, high = 10.0, log = true }\n\
                          x1 = { type = \"float\", low = 0.01, high = 10.0, log = true }\n\
                          x2 = { type = \"float\", low = 0.01, high = 10.0, log = true }\n\
@@ -223,6 +309,7 @@ pub fn problems() -> Vec<Problem> {
         Problem {
             name: "train_surrogate",
             public: true,
+            trap: false,
             space_toml: "lr           = { type = \"float\", low = 1e-05, high = 1.0, log = true }\n\
                          optimizer    = { type = \"categorical\", choices = [\"sgd\", \"adam\", \"adamw\"] }\n\
                          momentum     = { type = \"float\", low = 0.0, high = 0.99, when = { optimizer = \"sgd\" } }\n\
@@ -235,6 +322,7 @@ pub fn problems() -> Vec<Problem> {
         Problem {
             name: "ackley5",
             public: false,
+            trap: false,
             space_toml: "x0 = { type = \"float\", low = -5.0, high = 10.0 }\n\
                          x1 = { type = \"float\", low = -5.0, high = 10.0 }\n\
                          x2 = { type = \"float\", low = -5.0, high = 10.0 }\n\
@@ -246,6 +334,7 @@ pub fn problems() -> Vec<Problem> {
         Problem {
             name: "svm_surrogate",
             public: false,
+            trap: false,
             space_toml: SVM_SPACE,
             optimum: 1.0 - (-0.05f64).exp(),
             f: svm_surrogate,
@@ -253,6 +342,7 @@ pub fn problems() -> Vec<Problem> {
         Problem {
             name: "svm_quantised",
             public: false,
+            trap: false,
             space_toml: SVM_SPACE,
             optimum: ((1.0 - (-0.05f64).exp()) * 360.0).ceil() / 360.0,
             f: svm_quantised,
@@ -260,6 +350,7 @@ pub fn problems() -> Vec<Problem> {
         Problem {
             name: "boosting_surrogate",
             public: false,
+            trap: false,
             space_toml: "n_estimators     = { type = \"int\", low = 50, high = 1000, step = 50 }\n\
                          max_depth        = { type = \"int\", low = 2, high = 12 }\n\
                          learning_rate    = { type = \"float\", low = 1e-3, high = 1.0, log = true }\n\
@@ -269,6 +360,49 @@ pub fn problems() -> Vec<Problem> {
             // (the integer nearest 10^0.5 on the log scale).
             optimum: 0.12 + 0.0001 + 0.01 * (3f64.log10() - 0.5).powi(2),
             f: boosting_surrogate,
+        },
+        Problem {
+            name: "trap_degree3",
+            public: false,
+            trap: true,
+            space_toml: "degree = { type = \"int\", low = 1, high = 3 }\n\
+                         alpha  = { type = \"float\", low = 1e-6, high = 1e2, log = true }\n\
+                         scale  = { type = \"float\", low = 0.0, high = 1.0 }",
+            optimum: 0.15,
+            f: trap_degree3,
+        },
+        Problem {
+            name: "trap_degree5",
+            public: false,
+            trap: true,
+            space_toml: "degree = { type = \"int\", low = 1, high = 5 }\n\
+                         alpha  = { type = \"float\", low = 1e-6, high = 1e2, log = true }\n\
+                         lr     = { type = \"float\", low = 1e-4, high = 1.0, log = true }\n\
+                         frac   = { type = \"float\", low = 0.0, high = 1.0 }",
+            optimum: 0.16,
+            f: trap_degree5,
+        },
+        Problem {
+            name: "trap_cat_pair",
+            public: false,
+            trap: true,
+            space_toml: "criterion        = { type = \"categorical\", choices = [\"gini\", \"entropy\", \"log_loss\"] }\n\
+                         bootstrap        = { type = \"categorical\", choices = [true, false] }\n\
+                         max_features     = { type = \"float\", low = 0.1, high = 1.0 }\n\
+                         min_samples_leaf = { type = \"int\", low = 1, high = 32, log = true }",
+            optimum: 0.17,
+            f: trap_cat_pair,
+        },
+        Problem {
+            name: "trap_cat5",
+            public: false,
+            trap: true,
+            space_toml: "activation = { type = \"categorical\", choices = [\"relu\", \"tanh\", \"gelu\", \"silu\", \"elu\"] }\n\
+                         layers     = { type = \"int\", low = 1, high = 4 }\n\
+                         lr         = { type = \"float\", low = 1e-4, high = 1.0, log = true }\n\
+                         dropout    = { type = \"float\", low = 0.0, high = 0.5 }",
+            optimum: 0.16,
+            f: trap_cat5,
         },
     ]
 }
@@ -316,6 +450,65 @@ mod tests {
         assert!((t - 0.0600742).abs() < 2e-4, "{t}");
         for p in problems() {
             p.space().expect("every space parses");
+        }
+    }
+
+    #[test]
+    fn trap_optima_are_reached_at_the_winning_value_and_the_early_value_is_broad() {
+        let f = |x: f64| ParamValue::Float(x);
+        let i = ParamValue::Int;
+        let s = |x: &str| ParamValue::Str(x.into());
+        // alpha = 10^(-6 + 8 * 0.35), scale 0.2, degree 2.
+        let d3 = trap_degree3(&params(&[
+            ("degree", i(2)),
+            ("alpha", f(10f64.powf(-6.0 + 8.0 * 0.35))),
+            ("scale", f(0.2)),
+        ]));
+        assert!((d3 - 0.15).abs() < 1e-12, "{d3}");
+        let d5 = trap_degree5(&params(&[
+            ("degree", i(3)),
+            ("alpha", f(10f64.powf(-6.0 + 8.0 * 0.35))),
+            ("lr", f(10f64.powf(-4.0 + 4.0 * 0.3))),
+            ("frac", f(0.25)),
+        ]));
+        assert!((d5 - 0.16).abs() < 1e-12, "{d5}");
+        let cp = trap_cat_pair(&params(&[
+            ("criterion", s("entropy")),
+            ("bootstrap", ParamValue::Bool(false)),
+            ("max_features", f(0.1 + 0.9 * 0.3)),
+            ("min_samples_leaf", i(4)),
+        ]));
+        assert!((cp - 0.17).abs() < 1e-12, "{cp}");
+        let c5 = trap_cat5(&params(&[
+            ("activation", s("gelu")),
+            ("layers", i(3)),
+            ("lr", f(10f64.powf(-4.0 + 4.0 * 0.4))),
+            ("dropout", f(0.1)),
+        ]));
+        assert!((c5 - 0.16).abs() < 1e-12, "{c5}");
+        // Every trap's optimum is its minimum over a dense sample of the space, and the early
+        // value (degree 1, gini with bootstrap, relu) never leaves [0.30, 0.40].
+        for p in problems().into_iter().filter(|p| p.trap) {
+            let space = p.space().expect("parses");
+            for k in 0..4000u64 {
+                let u: Vec<f64> = (0..space.len())
+                    .map(|j| {
+                        ((k * (2 * j as u64 + 3) * 7919 + 13 * j as u64) % 1000) as f64 / 1000.0
+                    })
+                    .collect();
+                let v = (p.f)(&space.from_unit(&u));
+                assert!(v >= p.optimum - 1e-12, "{}: {v} below the optimum", p.name);
+            }
+        }
+        for deg in [1i64] {
+            for (a, sc) in [(1e-6, 0.0), (1e2, 1.0), (1e-2, 0.5)] {
+                let v = trap_degree3(&params(&[
+                    ("degree", i(deg)),
+                    ("alpha", f(a)),
+                    ("scale", f(sc)),
+                ]));
+                assert!((0.30..0.40).contains(&v), "{v}");
+            }
         }
     }
 }
