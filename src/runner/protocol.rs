@@ -13,7 +13,9 @@
 //! Worker → orchestrator, on the worker's stdout (its only use: the worker moves whatever
 //! libtorch prints to stdout onto stderr, which goes to the trial's log file):
 //! - `{"type":"report","step":N,"metrics":{"val_loss":0.4,…}}` (a non-finite metric is
-//!   `null`, read back as NaN)
+//!   `null`, read back as NaN). `step` counts optimizer steps; among the metrics, `epoch`,
+//!   `total_epochs` and `progress` say how far the run is, the same keys a command trial may
+//!   send (`tui::state::keys`), so the UI draws both alike.
 //! - `{"type":"end","status":"finished"|"stopped"|"failed","reason":"…"}`
 //!
 //! The worker exits when its stdin closes, so it never outlives the orchestrator.
