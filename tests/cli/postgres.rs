@@ -290,6 +290,36 @@ fn a_worker_for_a_study_that_never_appears_waits_its_wait_then_exits_2() {
 }
 
 #[test]
+fn readers_racing_the_first_run_on_a_fresh_database_wait_for_its_schema() {
+    let Some((server, url)) = test_server::shared_db() else {
+        return;
+    };
+    let sb = Sandbox::new();
+    sb.write("s.toml", &sh_study("pg-race", 2, 1, "", &["{x}", "{k}"]));
+    sb.write("trial.sh", "sleep 0.3\necho 'tune: {\"loss\": 1}'\n");
+    let run = sb
+        .tune(&["run", "s.toml", "--db", &url, "--no-tui"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tune starts");
+    // Reading while the run creates the schema: each read waits for it, none says there is
+    // no schema.
+    let t0 = Instant::now();
+    loop {
+        let out = sb.run(&["studies", "--db", &url, "--format", "json"]);
+        assert!(out.status.success(), "{}", text(&out));
+        let list: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        if list.as_array().is_some_and(|l| !l.is_empty()) || t0.elapsed() > PATIENCE {
+            break;
+        }
+    }
+    let run = wait_output(run, PATIENCE);
+    assert!(run.status.success(), "{}", text(&run));
+    drop(server);
+}
+
+#[test]
 fn a_database_with_a_newer_schema_is_refused() {
     let Some((server, url)) = test_server::shared_db() else {
         return;

@@ -60,6 +60,10 @@ const NOW: &str = "(clock_timestamp() AT TIME ZONE 'UTC')";
 /// stops its study); `TUNE_DB_RETRY_SECS` changes it.
 const DEFAULT_RETRY: Duration = Duration::from_secs(120);
 
+/// How long a reader waits for a database without tune's schema to get it: the first
+/// `tune run` creates it in one transaction, well within this.
+const SCHEMA_WAIT: Duration = Duration::from_secs(2);
+
 /// Waits for a client future. The connection itself runs on the storage's own runtime, so the
 /// future only waits for its answer: no runtime is needed on this thread.
 pub(crate) fn wait<F: std::future::Future>(f: F) -> F::Output {
@@ -94,7 +98,17 @@ impl PostgresStorage {
     /// Connects for reading: the schema must be there already and not newer than this tune.
     pub fn open_read_only(url: &PgUrl) -> Result<PostgresStorage, StorageError> {
         let s = Self::connect_only(url)?;
-        let version = s.run(|c| schema_version(c))?;
+        // A reader that connects while the first `tune run` creates the schema (in one
+        // transaction) reads version 0: it waits for the schema a little before saying there
+        // is none.
+        let deadline = Instant::now() + SCHEMA_WAIT;
+        let version = loop {
+            let v = s.run(|c| schema_version(c))?;
+            if v != 0 || Instant::now() >= deadline {
+                break v;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
         let known = MIGRATIONS.len() as i64;
         if version > known {
             return Err(s.too_new(version));
