@@ -173,9 +173,10 @@ fn said_once(err: &str) {
 }
 
 #[test]
-fn a_newline_in_a_categorical_choice_stays_on_its_events_one_line() {
+fn a_newline_in_a_categorical_choice_or_the_study_name_stays_on_its_events_one_line() {
     let sb = Sandbox::new();
-    let study = sh_study("lines", 3, 1, "", &["{c}"]).replace(
+    // The study's name is TOML's "two\nlines": a newline too.
+    let study = sh_study("two\\nlines", 3, 1, "", &["{c}"]).replace(
         "choices = [\"a\", \"b\"]",
         "choices = [\"two\\nlines\", \"x\\r\\u001b[2Jy\"]",
     );
@@ -195,6 +196,10 @@ fn a_newline_in_a_categorical_choice_stays_on_its_events_one_line() {
     }
     assert!(
         stdout.contains("c=two\\nlines") || stdout.contains("c=x\\r\\u{1b}[2Jy"),
+        "{stdout}"
+    );
+    assert!(
+        lines[0].contains("study two\\nlines (minimize loss)"),
         "{stdout}"
     );
 }
