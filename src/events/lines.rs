@@ -35,7 +35,9 @@ impl Printer {
     }
 
     fn consider(&mut self, t: &Trial) {
+        // A discarded trial is never the best (storage's `best` leaves it out too).
         if t.state() == TrialState::Complete
+            && !t.discarded
             && let Some(v) = t.value()
             && self.best.is_none_or(|(_, b)| self.direction.better(v, b))
         {
@@ -58,14 +60,24 @@ impl Printer {
                 for t in existing {
                     self.consider(t);
                 }
-                // An interrupted trial is not done: its params run again as another trial.
+                // Done as the budget counts it (storage's `counted`): an interrupted trial's
+                // params run again as another trial, and a discarded trial leaves its place.
                 let interrupted = existing.iter().filter(|t| t.status.interrupted()).count();
-                let done = match interrupted {
-                    0 => format!("{} trials done", existing.len()),
-                    n => format!(
-                        "{} trials done ({n} interrupted, run again)",
-                        existing.len() - n
-                    ),
+                let discarded = existing
+                    .iter()
+                    .filter(|t| t.discarded && !t.status.interrupted())
+                    .count();
+                let mut left_out = Vec::new();
+                if interrupted > 0 {
+                    left_out.push(format!("{interrupted} interrupted, run again"));
+                }
+                if discarded > 0 {
+                    left_out.push(format!("{discarded} discarded"));
+                }
+                let counted = existing.len() - interrupted - discarded;
+                let done = match left_out.is_empty() {
+                    true => format!("{counted} trials done"),
+                    false => format!("{counted} trials done ({})", left_out.join("; ")),
                 };
                 format!(
                     "{stamp} study {} ({} {}) in {}: {done}, budget {}, {} slot(s) on {}, sampler {}, pruner {}",
@@ -357,6 +369,41 @@ mod tests {
             line.contains(": 1 trials done (1 interrupted, run again), budget 4"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn the_start_line_does_not_count_discarded_trials_as_done_nor_best() {
+        let mut p = Printer::new(Direction::Minimize, "loss".into());
+        let complete = |n, value| {
+            Trial::unstored(
+                TrialNumber(n),
+                Params::new(),
+                TrialStatus::Complete { value, ran: ran(1) },
+            )
+        };
+        let mut discarded = complete(1, 0.1);
+        discarded.discarded = true;
+        let ev = Event::StudyStarted {
+            info: crate::events::StudyInfo {
+                name: "s".into(),
+                metric: "loss".into(),
+                direction: Direction::Minimize,
+                sampler: "tpe".into(),
+                pruner: "none".into(),
+                budget: Some(4),
+                timeout: None,
+                slots: vec!["cpu".into()],
+                storage: "t.db".into(),
+            },
+            existing: vec![complete(0, 1.0), discarded],
+            at: SystemTime::UNIX_EPOCH,
+        };
+        let line = p.line(&ev, Duration::ZERO).expect("a line");
+        assert!(
+            line.contains(": 1 trials done (1 discarded), budget 4"),
+            "{line}"
+        );
+        assert_eq!(p.best, Some((0, 1.0)), "the discarded 0.1 is not the best");
     }
 
     #[test]

@@ -308,17 +308,26 @@ impl Poller {
                 },
             }));
         }
-        let finished = states.iter().filter(|(_, _, s)| s.is_finished()).count() as u64;
         let running = states.iter().any(|(_, _, s)| *s == TrialState::Running);
         if !self.finished {
             if run_now.is_none() {
                 self.finish_dead(now, out);
-            } else if !running && self.settings.budget.is_some_and(|b| finished >= b) {
+            } else if !running && self.budget_spent()? {
                 let at = self.last_finish.unwrap_or(now);
                 self.finish("the trial budget is spent".into(), at, out);
             }
         }
         Ok(())
+    }
+
+    /// Whether the trial budget is spent, counted as the scheduler counts it (storage's
+    /// `counted`, in this poll's snapshot): interrupted trials, whose params run again, and
+    /// discarded ones leave room in the budget, so they must not end the run in the UI.
+    fn budget_spent(&self) -> Result<bool, StorageError> {
+        let Some(budget) = self.settings.budget else {
+            return Ok(false);
+        };
+        Ok(self.storage.storage().counted(&self.study)? >= budget)
     }
 
     fn emit_trials(&mut self, trials: &[Trial], out: &mut Vec<Update>, now: SystemTime) {
@@ -639,6 +648,45 @@ mod tests {
         let last = ui.trials.iter().filter_map(|t| t.finished_at).max();
         assert_eq!(ui.finished.as_ref().map(|f| f.at), last);
         assert_eq!(ui.progress().ratio, Some(1.0));
+    }
+
+    #[test]
+    fn interrupted_and_discarded_trials_leave_the_budget_unspent_in_the_ui() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("t.db");
+        let mut w = Writer::new(&db);
+        let mut p = Poller::open(&StorageUrl::Sqlite(db.clone()), "w").expect("opens");
+        p.settings.budget = Some(2);
+        let mut ui = UiState::new(Mode::Watch, false, SystemTime::now());
+        poll_into(&mut p, &mut ui);
+        let a = w.start(0, 0.01);
+        w.finish(a, TrialState::Complete, Some(0.5));
+        let b = w.start(0, 0.02);
+        w.finish(b, TrialState::Complete, Some(0.1));
+        w.s.set_discarded(&w.study, &[1], true).expect("discards");
+        let c = w.start(0, 0.03);
+        let interrupted = TrialStatus::Failed {
+            reason: "its worker went silent".into(),
+            log_tail: None,
+            interrupted: true,
+            ran: crate::trial::Ran::default(),
+        };
+        w.s.finish_trial(c, &interrupted, &[]).expect("finish");
+        poll_into(&mut p, &mut ui);
+        // Three trials ended and none runs, yet only one counts: the run goes on.
+        assert_eq!(ui.counts.finished(), 3);
+        assert_eq!(ui.counts.counted(), 1);
+        assert!(ui.finished.is_none(), "{:?}", ui.finished);
+        assert_eq!(ui.progress().ratio, Some(0.5));
+        // The discarded trial had the best value, and is not the best.
+        assert_eq!(ui.best, Some(TrialNumber(0)));
+        let d = w.start(0, 0.04);
+        w.finish(d, TrialState::Complete, Some(0.7));
+        poll_into(&mut p, &mut ui);
+        assert_eq!(
+            ui.finished.as_ref().map(|f| f.reason.as_str()),
+            Some("the trial budget is spent")
+        );
     }
 
     fn study_file(trials: u64) -> String {

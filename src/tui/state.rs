@@ -56,6 +56,9 @@ pub struct TrialRow {
     /// It failed through no fault of its own (its params run again): the budget does not
     /// count it.
     pub interrupted: bool,
+    /// Set aside by `tune discard`: still listed, but the budget does not count it and it is
+    /// never the best (as storage counts it).
+    pub discarded: bool,
     /// The last line of [`error`](Self::error), for the table.
     pub why: Option<String>,
     pub started_at: Option<SystemTime>,
@@ -87,6 +90,7 @@ impl TrialRow {
             params: Params::new(),
             error: None,
             interrupted: false,
+            discarded: false,
             why: None,
             started_at: None,
             finished_at: None,
@@ -105,6 +109,12 @@ impl TrialRow {
     /// A metric of the latest report.
     pub fn metric(&self, key: &str) -> Option<f64> {
         self.last.as_ref()?.metrics.get(key).copied()
+    }
+
+    /// A finished trial the trial budget leaves out: interrupted (its params run again) or
+    /// discarded; the same rule as storage's `counted`.
+    pub fn uncounted(&self) -> bool {
+        self.state.is_finished() && (self.interrupted || self.discarded)
     }
 
     /// The latest objective value reported, for running trials.
@@ -170,7 +180,8 @@ pub struct Counts {
     pub complete: usize,
     pub pruned: usize,
     pub failed: usize,
-    /// Finished trials the budget does not count: interrupted ones, whose params run again.
+    /// Finished trials the budget does not count ([`TrialRow::uncounted`]): interrupted ones,
+    /// whose params run again, and discarded ones.
     pub uncounted: usize,
 }
 
@@ -669,23 +680,27 @@ impl UiState {
         if old != s {
             *self.counts.slot(old) -= 1;
             *self.counts.slot(s) += 1;
-            self.trials[i].state = s;
-            // An interrupted trial that runs again is no longer a finished one.
-            if !s.is_finished() {
-                self.set_interrupted(i, false);
-            }
+            self.recount(i, |row| {
+                row.state = s;
+                // An interrupted trial that runs again is no longer a finished one.
+                if !s.is_finished() {
+                    row.interrupted = false;
+                }
+            });
         }
     }
 
-    fn set_interrupted(&mut self, i: usize, interrupted: bool) {
+    /// Changes row `i` through `change`, keeping [`Counts::uncounted`] in step with it: every
+    /// change to what decides [`TrialRow::uncounted`] goes through here, so the count can
+    /// never drift from the rows (and underflow when a trial runs again).
+    fn recount(&mut self, i: usize, change: impl FnOnce(&mut TrialRow)) {
         let row = &mut self.trials[i];
-        if row.interrupted != interrupted {
-            row.interrupted = interrupted;
-            if interrupted {
-                self.counts.uncounted += 1;
-            } else {
-                self.counts.uncounted -= 1;
-            }
+        let before = row.uncounted();
+        change(row);
+        match (before, row.uncounted()) {
+            (false, true) => self.counts.uncounted += 1,
+            (true, false) => self.counts.uncounted -= 1,
+            _ => {}
         }
     }
 
@@ -693,7 +708,10 @@ impl UiState {
         let state = t.state();
         let i = self.row_index(t.number, state);
         self.set_state(i, state);
-        self.set_interrupted(i, state.is_finished() && t.status.interrupted());
+        self.recount(i, |row| {
+            row.interrupted = state.is_finished() && t.status.interrupted();
+            row.discarded = t.discarded;
+        });
         let was_best = self.best == Some(t.number);
         let row = &mut self.trials[i];
         row.value = t.value();
@@ -763,7 +781,8 @@ impl UiState {
         let Some(v) = row.value.filter(|v| v.is_finite()) else {
             return;
         };
-        if row.state != TrialState::Complete {
+        // A discarded trial is never the best: storage's `best` leaves it out too.
+        if row.state != TrialState::Complete || row.discarded {
             return;
         }
         let better = match self.best_trial().and_then(|b| b.value) {

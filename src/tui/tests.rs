@@ -1038,6 +1038,70 @@ fn interrupted_trials_do_not_count_toward_the_budget_until_they_run_again() {
     assert_eq!((s.counts.finished(), s.counts.counted()), (1, 1));
 }
 
+#[test]
+fn discarded_trials_do_not_count_toward_the_budget_and_are_never_the_best() {
+    let mut s = fresh(Direction::Minimize, Some(4));
+    s.apply(&done(0, 0, TrialState::Complete, Some(1.0)));
+    let ran = Ran::span(Placement::default(), t0(), Duration::from_secs(10));
+    let mut discarded = Trial::unstored(
+        TrialNumber(1),
+        params(1),
+        TrialStatus::Complete { value: 0.1, ran },
+    );
+    discarded.discarded = true;
+    s.apply(&Event::TrialFinished {
+        slot: 0,
+        trial: discarded.clone(),
+        at: t0(),
+    });
+    assert_eq!((s.counts.finished(), s.counts.counted()), (2, 1));
+    assert_eq!(s.progress().ratio, Some(0.25));
+    assert_eq!(
+        s.best,
+        Some(TrialNumber(0)),
+        "the discarded 0.1 is not the best"
+    );
+    assert!(screen(&s, 80, 24).contains("1/4 trials"));
+    // Restored (`tune discard --restore`): it counts again and is the best.
+    discarded.discarded = false;
+    s.apply(&Event::TrialFinished {
+        slot: 0,
+        trial: discarded,
+        at: t0(),
+    });
+    assert_eq!((s.counts.finished(), s.counts.counted()), (2, 2));
+    assert_eq!(s.best, Some(TrialNumber(1)));
+}
+
+#[test]
+fn a_resumed_studys_discarded_and_interrupted_trials_leave_its_budget_unspent() {
+    let mut s = UiState::new(Mode::Live, false, t0());
+    let ran = Ran::span(Placement::default(), t0(), Duration::from_secs(10));
+    let mut discarded = summary(1, TrialState::Complete, Some(0.5));
+    discarded.discarded = true;
+    let interrupted = Trial::unstored(
+        TrialNumber(2),
+        params(2),
+        TrialStatus::Failed {
+            reason: "the study was stopped".into(),
+            log_tail: None,
+            interrupted: true,
+            ran,
+        },
+    );
+    s.apply(&Event::StudyStarted {
+        info: info(Some(4), 2),
+        existing: vec![
+            summary(0, TrialState::Complete, Some(1.0)),
+            discarded,
+            interrupted,
+        ],
+        at: t0(),
+    });
+    assert_eq!((s.counts.finished(), s.counts.counted()), (3, 1));
+    assert!(screen(&s, 80, 24).contains("1/4 trials"));
+}
+
 fn long_params(n: u64) -> crate::space::Params {
     use crate::space::ParamValue;
     let mut p = params(n);
