@@ -34,9 +34,9 @@ pub fn load_study(file: &Path, db: Option<&StorageUrl>) -> anyhow::Result<Study>
 }
 
 /// A storage fault that is the user's to fix is bad input (status 2): a study file that
-/// disagrees with the study stored under its name, a database with a newer schema, a server
-/// that refuses the password or has no such database. Others (a server that cannot be
-/// reached, a failed write) are failures of the run (status 1).
+/// disagrees with the study stored under its name, a file that is not a database, a database
+/// with a newer schema, a server that refuses the password or has no such database. Others (a
+/// server that cannot be reached, a failed write) are failures of the run (status 1).
 pub fn storage_error(file: &Path, e: StorageError) -> anyhow::Error {
     match e {
         StorageError::Conflict { .. } => bad(format!("{}: {e}", file.display())),
@@ -48,6 +48,12 @@ pub fn storage_error(file: &Path, e: StorageError) -> anyhow::Error {
 pub fn storage_fault(e: StorageError) -> anyhow::Error {
     match &e {
         StorageError::TooNew { .. } | StorageError::NoStudy { .. } => bad(e.to_string()),
+        // `--db` names a file that is not a SQLite database: the user's to fix.
+        StorageError::Sqlite { error, .. }
+            if error.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) =>
+        {
+            bad(e.to_string())
+        }
         StorageError::Server { message, .. } if !is_unreachable(message) => bad(e.to_string()),
         _ => anyhow::Error::new(e),
     }
