@@ -167,8 +167,9 @@ impl Acq<'_> {
     }
 
     /// Coordinate search over the discrete parameters (every category, nearby grid values),
-    /// a few passes; returns the new point and score.
-    pub fn refine_discrete(&self, u: &[f64], score: f64) -> (Vec<f64>, f64) {
+    /// a few passes, the parameters at the positions `frozen` held; returns the new point and
+    /// score.
+    pub fn refine_discrete(&self, u: &[f64], score: f64, frozen: &[usize]) -> (Vec<f64>, f64) {
         let mut cur = u.to_vec();
         let mut cur_s = score;
         for _ in 0..3 {
@@ -178,6 +179,9 @@ impl Acq<'_> {
                 let Some(v) = params.get(&p.name) else {
                     continue;
                 };
+                if frozen.contains(&i) {
+                    continue;
+                }
                 match &p.kind {
                     ParamKind::Categorical { choices } => {
                         let n = choices.len();

@@ -5,7 +5,10 @@
 //! MAP with L-BFGS from several starts (`fit`); pending trials enter as kriging-believer
 //! fantasies; log expected improvement is maximised by a Sobol sweep, local perturbations of
 //! the best trials, L-BFGS on continuous floats and a coordinate search on discrete params
-//! (`acquisition`). The first trials are a scrambled Sobol design.
+//! (`acquisition`). Low-cardinality integers and categoricals (`discrete`) get every value
+//! substituted into the best points, the best point of each value refined on its own, and an
+//! exploration floor that no value can be starved below. The first trials are a scrambled
+//! Sobol design.
 //!
 //! The sampler holds one cache, the last fitted hyper-parameters, used as a warm start: a
 //! sampler rebuilt from the history (a resumed study) works the same way, only from a cold
@@ -13,6 +16,7 @@
 //! (the best half plus an even spread of the rest), which bounds the cost of an ask smoothly.
 
 mod acquisition;
+mod discrete;
 mod fit;
 mod kernel;
 
@@ -24,6 +28,7 @@ use super::{AskContext, RandomSampler, Sampler, SobolSampler, avoid_repeat, is_d
 use crate::space::{ParamKind, Params, Space};
 use crate::trial::Outcome;
 use acquisition::Acq;
+use discrete::LowCard;
 use fit::{FitData, Posterior};
 use kernel::Layout;
 
@@ -39,6 +44,10 @@ pub struct GpOptions {
     pub max_points: usize,
     /// Most trials the hyper-parameters are fitted on.
     pub max_fit_points: usize,
+    /// Low-cardinality integers and categoricals get per-value candidates and an exploration
+    /// floor (`discrete`); off, they are searched like any discrete parameter (coordinate
+    /// search from the best candidates), which can lock onto one value of a trap.
+    pub robust_discrete: bool,
 }
 
 impl Default for GpOptions {
@@ -47,6 +56,7 @@ impl Default for GpOptions {
             n_startup: None,
             max_points: 128,
             max_fit_points: 64,
+            robust_discrete: true,
         }
     }
 }
@@ -314,6 +324,44 @@ impl GpSampler {
         };
         let d = space.len();
 
+        // A value of a low-cardinality parameter that is behind its exploration floor is held
+        // for this ask (pending trials count, so a batch spreads over the starved values).
+        let low = if self.opts.robust_discrete {
+            LowCard::new(space)
+        } else {
+            LowCard { params: Vec::new() }
+        };
+        let starved = if low.is_empty() {
+            None
+        } else {
+            let counts = low.counts(space, ctx.history, ctx.pending);
+            low.starved(&counts)
+                .map(|(pi, vi)| (pi, vi, counts[pi][vi]))
+        };
+        let forced: Option<(usize, f64)> =
+            starved.map(|(pi, vi, _)| (low.params[pi].index, low.params[pi].units[vi]));
+        // A starved value's trial may be a space-filling one: the next point of a scrambled Sobol
+        // stream of its own, the value held. The model cannot be trusted there (it has seen
+        // the value little, and what it has seen may be far from the value's valley), and
+        // log EI under a confident wrong model sends such trials to the box's edges, where a
+        // narrow valley is never met; an even spread over the other parameters meets it.
+        // Every other starved ask (by the value's count) is this space-filling point; the rest
+        // hold the value and maximise the acquisition, which exploits what the spread found.
+        if let Some((pi, vi, have)) = starved.filter(|s| s.2 % 2 == 0) {
+            let stream = mix(ctx.seed, 0xF100_0000 ^ ((pi as u64) << 8) ^ vi as u64);
+            let mut u = sobol_point(have as u64, space.len(), stream);
+            u[low.params[pi].index] = low.params[pi].units[vi];
+            let p = space.from_unit(&u);
+            if !is_duplicate(&p, ctx) {
+                return Some(p);
+            }
+        }
+        let hold = |u: &mut Vec<f64>| {
+            if let Some((i, v)) = forced {
+                u[i] = v;
+            }
+        };
+
         // Candidates: a scrambled Sobol sweep plus perturbations of the best trials.
         let sweep_seed = mix(ctx.seed, ctx.trial_number.0 ^ 0xACE0_0000);
         let n_sweep = 256;
@@ -322,6 +370,7 @@ impl GpSampler {
             .collect();
         let mut ranked: Vec<&Obs> = obs.iter().filter(|o| o.complete).collect();
         ranked.sort_by(|a, b| a.z.total_cmp(&b.z));
+        let mut incumbents: Vec<Vec<f64>> = Vec::new();
         for o in ranked.iter().take(5) {
             let mut fill = || rng.random::<f64>();
             let base = to_u(space, &o.params, &mut fill);
@@ -346,17 +395,42 @@ impl GpSampler {
                     .collect();
                 cands.push(u);
             }
+            incumbents.push(base);
         }
-        let scores = acq.score(&cands);
+        cands.iter_mut().for_each(&hold);
+        let mut scores = acq.score(&cands);
+
+        // Every value (and combination) of the low-cardinality parameters, substituted into the
+        // two best trials and the three best candidates.
+        if !low.is_empty() {
+            let mut top: Vec<usize> = (0..cands.len()).collect();
+            top.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+            let bases: Vec<Vec<f64>> = incumbents
+                .iter()
+                .take(2)
+                .cloned()
+                .chain(top.iter().take(3).map(|&i| cands[i].clone()))
+                .collect();
+            let mut extra: Vec<Vec<f64>> =
+                bases.iter().flat_map(|b| low.substitutions(b)).collect();
+            extra.iter_mut().for_each(&hold);
+            scores.extend(acq.score(&extra));
+            cands.extend(extra);
+        }
 
         let mut order: Vec<usize> = (0..cands.len()).collect();
         order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
 
-        // Local refinement of the best few distinct starting points.
-        let mut finals: Vec<(Vec<f64>, f64)> = Vec::new();
+        // Starting points of the local refinement: the best few distinct candidates (their
+        // discrete values free to move), then the best candidate of each combination of
+        // low-cardinality values (those values held), so that each value competes with its own
+        // best continuous setting rather than with the incumbent's.
+        let held: Vec<usize> = forced.map(|(i, _)| i).into_iter().collect();
+        let all_low: Vec<usize> = low.params.iter().map(|p| p.index).collect();
+        let mut starts: Vec<(usize, bool)> = Vec::new();
         let mut seen: Vec<Params> = Vec::new();
         for &i in &order {
-            if finals.len() >= 3 {
+            if starts.len() >= 3 {
                 break;
             }
             let p = space.from_unit(&cands[i]);
@@ -364,8 +438,30 @@ impl GpSampler {
                 continue;
             }
             seen.push(p);
+            starts.push((i, false));
+        }
+        if !low.is_empty() {
+            let mut keys: Vec<Vec<Option<usize>>> =
+                seen.iter().map(|p| low.key(space, p)).collect();
+            let mut groups = 0;
+            for &i in &order {
+                if groups >= discrete::MAX_GROUPS_REFINED {
+                    break;
+                }
+                let k = low.key(space, &space.from_unit(&cands[i]));
+                if keys.contains(&k) {
+                    continue;
+                }
+                keys.push(k);
+                starts.push((i, true));
+                groups += 1;
+            }
+        }
+        let mut finals: Vec<(Vec<f64>, f64)> = Vec::new();
+        for (i, group) in starts {
             let (u, s) = acq.refine_continuous(&cands[i], scores[i], 25);
-            let (u, s) = acq.refine_discrete(&u, s);
+            let frozen = if group { &all_low } else { &held };
+            let (u, s) = acq.refine_discrete(&u, s, frozen);
             finals.push((u, s));
         }
         // Then every other candidate, in score order, as fall-backs against duplicates.

@@ -301,3 +301,85 @@ fn auto_is_the_gp_in_ordinary_spaces_and_tpe_in_very_wide_ones() {
         t.iter().map(|t| &t.params).collect::<Vec<_>>()
     );
 }
+
+/// A planted trap: degree 1 is broad at 0.30 and looks best early, degree 2 wins (0.15) in a
+/// narrow valley of x, degree 3 is poor.
+fn degree_trap(p: &Params) -> Option<f64> {
+    let x = p["x"].as_f64()?;
+    let y = p["y"].as_f64()?;
+    Some(match p["degree"].as_f64()? as i64 {
+        1 => 0.30 + 0.05 * ((x - 0.7).powi(2) + (y - 0.5).powi(2)),
+        2 => 0.15 + 4.0 * ((x - 0.3).powi(2) + (y - 0.2).powi(2)),
+        _ => 0.25 + 5.0 * ((x - 0.4).powi(2) + (y - 0.3).powi(2)),
+    })
+}
+
+const TRAP: &str = "degree = { type = \"int\", low = 1, high = 3 }\n\
+                    x = { type = \"float\", low = 0.0, high = 1.0 }\n\
+                    y = { type = \"float\", low = 0.0, high = 1.0 }";
+
+#[test]
+fn on_a_planted_degree_trap_every_degree_is_tried_its_floor_and_the_trap_is_left() {
+    let s = space(TRAP);
+    for (q, seed) in [(1, 0), (1, 1), (4, 2)] {
+        let h = run(&s, SamplerKind::Gp, 50, q, seed, &degree_trap);
+        let tried = |d: i64| {
+            h.iter()
+                .filter(|t| t.params["degree"] == ParamValue::Int(d))
+                .count()
+        };
+        for d in [2, 3] {
+            assert!(
+                tried(d) >= discrete::FLOOR_CAP,
+                "q={q} seed={seed}: degree {d} tried {} times",
+                tried(d)
+            );
+        }
+        let best = h
+            .iter()
+            .filter_map(|t| t.value())
+            .fold(f64::INFINITY, f64::min);
+        assert!(best < 0.2, "q={q} seed={seed}: stuck at {best}");
+    }
+}
+
+#[test]
+fn pending_asks_spread_over_starved_values() {
+    // Eight degree-1 trials finished, three asks pending at once: the floor owes degrees 2 and
+    // 3 two trials each, and pending asks count, so the three asks do not all take one value.
+    let s = space(TRAP);
+    let history: Vec<FinishedTrial> = (0..8)
+        .map(|i| {
+            let mut p = Params::new();
+            p.insert("degree".into(), ParamValue::Int(1));
+            p.insert("x".into(), ParamValue::Float(i as f64 / 8.0));
+            p.insert("y".into(), ParamValue::Float(0.5));
+            let v = degree_trap(&p).expect("complete params");
+            FinishedTrial {
+                number: TrialNumber(i),
+                params: p,
+                outcome: Outcome::Complete { value: v },
+                curve: Vec::new(),
+            }
+        })
+        .collect();
+    let mut g = GpSampler::new(GpOptions {
+        n_startup: Some(2),
+        ..GpOptions::default()
+    });
+    let mut pending: Vec<Params> = Vec::new();
+    for k in 0..3 {
+        let ctx = AskContext {
+            space: &s,
+            direction: Direction::Minimize,
+            history: &history,
+            pending: &pending,
+            trial_number: TrialNumber(8 + k),
+            seed: 4,
+        };
+        pending.push(g.ask(&ctx));
+    }
+    let degrees: Vec<&ParamValue> = pending.iter().map(|p| &p["degree"]).collect();
+    assert!(degrees.contains(&&ParamValue::Int(2)), "{degrees:?}");
+    assert!(degrees.contains(&&ParamValue::Int(3)), "{degrees:?}");
+}

@@ -1,0 +1,385 @@
+//! Low-cardinality discrete parameters: what keeps the GP from locking onto one value of an
+//! integer or categorical parameter for a whole study.
+//!
+//! The failure this room prevents (issue "Optimizer v2"): a polynomial degree in 1..3 where
+//! degree 1 is broad and looks best in the first trials while degree 2 wins in a narrow valley.
+//! A coordinate search that flips the degree at the continuous values tuned for degree 1 scores
+//! degree 2 where it is bad, and the model, fed only degree-1 trials, never learns otherwise.
+//! Two remedies live here, both pure functions of the space and the history:
+//!
+//! - **Per-value candidates** ([`LowCard::substitutions`], [`LowCard::key`]): every value (and,
+//!   when there are few, every combination of values) is substituted into the incumbent and the
+//!   best candidates, candidates are grouped by their discrete values, and the best of each group
+//!   is refined on the continuous parameters with its discrete values held: each value competes
+//!   with its own best continuous setting, not with the incumbent's.
+//! - **An exploration floor** ([`LowCard::starved`], [`floor`]): each value of a
+//!   low-cardinality parameter is owed an even share of the trials in which its parameter is
+//!   active, up to [`FLOOR_CAP`] trials; while a value is behind, the next ask holds that value
+//!   (alternately a space-filling point and the acquisition's best point, see the sampler).
+//!   Pending trials count, so a batch of asks spreads over the starved values instead of
+//!   repeating one.
+//!
+//! What does not belong here: the kernel (`kernel`), and the acquisition's maths
+//! (`acquisition`).
+
+use crate::space::{ParamKind, ParamValue, Params, Space};
+use crate::trial::FinishedTrial;
+
+/// Most distinct values for a parameter to count as low-cardinality: enough for a degree in
+/// 1..5, a bootstrap flag and a categorical of a handful of choices; an integer such as a
+/// gradient-accumulation count in 1..8 is left to the kernel, which orders it.
+pub const MAX_VALUES: usize = 6;
+
+/// Most combinations of the low-cardinality parameters that are substituted together; beyond,
+/// values are substituted one parameter at a time.
+pub const MAX_COMBOS: usize = 36;
+
+/// Most groups (combinations of low-cardinality values) whose best candidate is refined on
+/// its own, beyond the best few candidates: bounds the cost of an ask.
+pub const MAX_GROUPS_REFINED: usize = 6;
+
+/// Most trials the floor owes one value. Until then the floor is an even split (after `n`
+/// trials each of `k` values is owed `n / k`); past it the model decides alone. The cap is the
+/// "until evidence says otherwise": a value that had this many trials, half of them spread
+/// evenly over the other parameters, has been seen well enough for the model to judge it.
+/// Measured on the trap and public problems (BENCHMARKS.md): a cap of 6 keeps the public
+/// mixed problem's score; 9 or no cap frees more trap seeds and costs that problem 4-20 points.
+pub const FLOOR_CAP: usize = 6;
+
+/// One low-cardinality parameter: its position in the space, its values and their unit-cube
+/// coordinates (the centre of each value's cell).
+#[derive(Debug, Clone)]
+pub struct Discrete {
+    pub index: usize,
+    pub values: Vec<ParamValue>,
+    pub units: Vec<f64>,
+    /// Whether the parameter is always active (the floor applies only to those: forcing a
+    /// value of a conditional one would mean forcing its parents too).
+    pub unconditional: bool,
+}
+
+/// The space's low-cardinality parameters.
+#[derive(Debug, Clone)]
+pub struct LowCard {
+    pub params: Vec<Discrete>,
+}
+
+/// The value a unit-cube coordinate decodes to, as an index into the parameter's values.
+fn index_of(d: &Discrete, v: &ParamValue) -> Option<usize> {
+    d.values.iter().position(|x| x.same(v))
+}
+
+impl LowCard {
+    pub fn new(space: &Space) -> LowCard {
+        let mut params = Vec::new();
+        for (index, p) in space.params().iter().enumerate() {
+            let Some(n) = p.grid_size() else {
+                continue;
+            };
+            if !(2..=MAX_VALUES as u128).contains(&n) {
+                continue;
+            }
+            let values: Vec<ParamValue> = match &p.kind {
+                ParamKind::Categorical { choices } => choices.clone(),
+                ParamKind::Int {
+                    low, high, step, ..
+                } => (0..=(high - low) / step)
+                    .map(|k| ParamValue::Int(low + k * step))
+                    .collect(),
+                ParamKind::Float {
+                    low, step: Some(s), ..
+                } => (0..n as usize)
+                    .map(|k| p.from_unit(p.to_unit(&ParamValue::Float(low + k as f64 * s))))
+                    .collect(),
+                ParamKind::Float { step: None, .. } => continue,
+            };
+            let units = values.iter().map(|v| p.to_unit(v)).collect();
+            params.push(Discrete {
+                index,
+                values,
+                units,
+                unconditional: p.when.is_empty(),
+            });
+        }
+        LowCard { params }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.params.is_empty()
+    }
+
+    /// The discrete values of a decoded point: one value index per low-cardinality parameter
+    /// (`None` where it is inactive). Candidates with the same key compete for one group.
+    pub fn key(&self, space: &Space, params: &Params) -> Vec<Option<usize>> {
+        self.params
+            .iter()
+            .map(|d| {
+                params
+                    .get(&space.params()[d.index].name)
+                    .and_then(|v| index_of(d, v))
+            })
+            .collect()
+    }
+
+    /// `base` with every value of every low-cardinality parameter substituted one at a time,
+    /// and, when the parameters have at most [`MAX_COMBOS`] combinations, with every
+    /// combination substituted at once (a deceptive pair of categoricals is left only by
+    /// changing both).
+    pub fn substitutions(&self, base: &[f64]) -> Vec<Vec<f64>> {
+        let mut out = Vec::new();
+        for d in &self.params {
+            for &u in &d.units {
+                let mut m = base.to_vec();
+                m[d.index] = u;
+                out.push(m);
+            }
+        }
+        let combos: usize = self
+            .params
+            .iter()
+            .map(|d| d.units.len())
+            .try_fold(1usize, |a, n| a.checked_mul(n))
+            .unwrap_or(usize::MAX);
+        if self.params.len() >= 2 && combos <= MAX_COMBOS {
+            for c in 0..combos {
+                let mut m = base.to_vec();
+                let mut r = c;
+                for d in &self.params {
+                    m[d.index] = d.units[r % d.units.len()];
+                    r /= d.units.len();
+                }
+                out.push(m);
+            }
+        }
+        out
+    }
+
+    /// How many finished and pending trials ran each value, per low-cardinality parameter
+    /// (trials where the parameter is inactive count for none of its values).
+    pub fn counts(
+        &self,
+        space: &Space,
+        history: &[FinishedTrial],
+        pending: &[Params],
+    ) -> Vec<Vec<usize>> {
+        let mut counts: Vec<Vec<usize>> = self
+            .params
+            .iter()
+            .map(|d| vec![0; d.values.len()])
+            .collect();
+        for params in history.iter().map(|t| &t.params).chain(pending) {
+            for (c, k) in counts.iter_mut().zip(self.key(space, params)) {
+                if let Some(k) = k {
+                    c[k] += 1;
+                }
+            }
+        }
+        counts
+    }
+
+    /// The value most behind its floor, as (parameter position in `self.params`, value index),
+    /// or `None` when every value of every unconditional low-cardinality parameter has its
+    /// share. Ties go to the first parameter and the first value, so the choice depends on the
+    /// history alone.
+    pub fn starved(&self, counts: &[Vec<usize>]) -> Option<(usize, usize)> {
+        let mut best: Option<(usize, usize, usize)> = None;
+        for (pi, (d, c)) in self.params.iter().zip(counts).enumerate() {
+            if !d.unconditional {
+                continue;
+            }
+            let n: usize = c.iter().sum();
+            let owed = floor(n, c.len());
+            for (vi, &have) in c.iter().enumerate() {
+                if have < owed {
+                    let deficit = owed - have;
+                    if best.is_none_or(|b| deficit > b.2) {
+                        best = Some((pi, vi, deficit));
+                    }
+                }
+            }
+        }
+        best.map(|(p, v, _)| (p, v))
+    }
+}
+
+/// Trials owed to each of `k` values after `n` trials: an even split, rounded down, capped at
+/// [`FLOOR_CAP`].
+pub fn floor(n: usize, k: usize) -> usize {
+    if k == 0 {
+        return 0;
+    }
+    (n / k).min(FLOOR_CAP)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trial::{Outcome, TrialNumber};
+
+    fn space(src: &str) -> Space {
+        let t: toml::Table = toml::from_str(src).expect("toml");
+        Space::from_toml(&t).expect("space")
+    }
+
+    const SRC: &str = "degree = { type = \"int\", low = 1, high = 3 }\n\
+                       x = { type = \"float\", low = 0.0, high = 1.0 }\n\
+                       wide = { type = \"int\", low = 1, high = 8 }\n\
+                       c = { type = \"categorical\", choices = [\"a\", \"b\"] }\n\
+                       m = { type = \"float\", low = 0.0, high = 1.0, step = 0.5, when = { c = \"a\" } }";
+
+    /// A unit-cube point given by parameter name (the space orders its parameters itself).
+    fn at(s: &Space, deg: f64, c: f64) -> Vec<f64> {
+        s.params()
+            .iter()
+            .map(|p| match p.name.as_str() {
+                "degree" => deg,
+                "c" => c,
+                "x" => 0.4,
+                _ => 0.5,
+            })
+            .collect()
+    }
+
+    fn pos(s: &Space, name: &str) -> usize {
+        s.params()
+            .iter()
+            .position(|p| p.name == name)
+            .expect("a parameter of the space")
+    }
+
+    fn trial(n: u64, params: Params) -> FinishedTrial {
+        FinishedTrial {
+            number: TrialNumber(n),
+            params,
+            outcome: Outcome::Complete { value: 1.0 },
+            curve: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn low_cardinality_params_are_the_small_discrete_ones() {
+        let s = space(SRC);
+        let l = LowCard::new(&s);
+        let names: Vec<&str> = l
+            .params
+            .iter()
+            .map(|d| s.params()[d.index].name.as_str())
+            .collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        assert_eq!(
+            sorted,
+            ["c", "degree", "m"],
+            "wide (8 values) and x are left out"
+        );
+        for d in &l.params {
+            let name = s.params()[d.index].name.as_str();
+            assert_eq!(d.values.len(), if name == "c" { 2 } else { 3 }, "{name}");
+            assert_eq!(d.unconditional, name != "m", "{name}");
+        }
+    }
+
+    #[test]
+    fn substitutions_cover_every_value_and_every_combination() {
+        let s = space(SRC);
+        let l = LowCard::new(&s);
+        let base = at(&s, 0.1, 0.1);
+        let subs = l.substitutions(&base);
+        let k_of = |name: &str| {
+            l.params
+                .iter()
+                .position(|d| d.index == pos(&s, name))
+                .expect("low-cardinality")
+        };
+        let (kd, kc, km) = (k_of("degree"), k_of("c"), k_of("m"));
+        // 3 + 2 + 3 single substitutions, then 3 * 2 * 3 combinations.
+        assert_eq!(subs.len(), 8 + 18);
+        let keys: std::collections::HashSet<Vec<Option<usize>>> =
+            subs.iter().map(|u| l.key(&s, &s.from_unit(u))).collect();
+        // Every (degree, c) pair appears; m only where c = a.
+        for deg in 0..3 {
+            for c in 0..2 {
+                assert!(
+                    keys.iter().any(|k| k[kd] == Some(deg) && k[kc] == Some(c)),
+                    "{deg} {c}"
+                );
+            }
+        }
+        assert!(keys.iter().all(|k| k[km].is_none() == (k[kc] == Some(1))));
+        // The continuous coordinate is never touched.
+        let x = pos(&s, "x");
+        assert!(subs.iter().all(|u| u[x] == 0.4));
+    }
+
+    #[test]
+    fn the_floor_names_the_value_most_behind_and_counts_pending_trials() {
+        let s = space(SRC);
+        let l = LowCard::new(&s);
+        let kd = l
+            .params
+            .iter()
+            .position(|d| d.index == pos(&s, "degree"))
+            .expect("low-cardinality");
+        let kc = l
+            .params
+            .iter()
+            .position(|d| d.index == pos(&s, "c"))
+            .expect("low-cardinality");
+        let p = |deg: f64, c: f64| s.from_unit(&at(&s, deg, c));
+        // 9 trials, all degree 1 and c = b: degrees 2 and 3 are owed 9 / 3 = 3 each, c = a is
+        // owed 4 and so the furthest behind.
+        let h: Vec<FinishedTrial> = (0..9).map(|i| trial(i, p(0.1, 0.9))).collect();
+        let counts = l.counts(&s, &h, &[]);
+        assert_eq!(counts[kd], [9, 0, 0]);
+        assert_eq!(l.starved(&counts), Some((kc, 0)));
+        // Once c is balanced, degree 2 (the first of the two behind) is next.
+        let mut h2 = h.clone();
+        for t in h2.iter_mut().take(5) {
+            t.params = p(0.1, 0.1);
+        }
+        assert_eq!(l.starved(&l.counts(&s, &h2, &[])), Some((kd, 1)));
+        // Pending trials count: with three trials each of degrees 2 and 3 pending (c balanced),
+        // nothing is owed any more (15 trials: 5 each, and degree 1 has 9).
+        let mut pending = Vec::new();
+        for (deg, c) in [
+            (0.5, 0.1),
+            (0.5, 0.9),
+            (0.5, 0.1),
+            (0.9, 0.9),
+            (0.9, 0.1),
+            (0.9, 0.9),
+        ] {
+            pending.push(p(deg, c));
+        }
+        let counts = l.counts(&s, &h2, &pending);
+        assert_eq!(counts[kd], [9, 3, 3]);
+        assert_eq!(
+            l.starved(&counts),
+            Some((kd, 1)),
+            "15 trials: 5 owed, 3 had"
+        );
+        pending.extend([p(0.5, 0.1), p(0.5, 0.9), p(0.9, 0.1), p(0.9, 0.9)]);
+        // 19 trials: 6 owed to each degree (19 / 3), 5 had by degrees 2 and 3.
+        let counts = l.counts(&s, &h2, &pending);
+        assert_eq!(counts[kd], [9, 5, 5]);
+        assert_eq!(l.starved(&counts), Some((kd, 1)));
+    }
+
+    #[test]
+    fn the_floor_is_an_even_split_capped_once_a_value_has_been_seen_enough() {
+        assert_eq!(floor(2, 3), 0);
+        assert_eq!(floor(9, 3), 3);
+        assert_eq!(floor(50, 3), FLOOR_CAP);
+        assert_eq!(floor(10, 5), 2);
+        assert_eq!(floor(1000, 2), FLOOR_CAP);
+        assert_eq!(floor(10, 0), 0);
+    }
+
+    #[test]
+    fn a_value_that_has_its_cap_is_owed_nothing_more() {
+        let s = space("d = { type = \"int\", low = 1, high = 2 }");
+        let l = LowCard::new(&s);
+        assert_eq!(l.starved(&[vec![100, FLOOR_CAP]]), None);
+        assert_eq!(l.starved(&[vec![100, FLOOR_CAP - 1]]), Some((0, 1)));
+    }
+}
