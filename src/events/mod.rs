@@ -11,6 +11,7 @@ pub mod replay;
 
 use std::time::{Duration, SystemTime};
 
+pub use crate::pruner::RungSchedule;
 use crate::space::Params;
 use crate::telemetry::GpuUsage;
 use crate::trial::{Direction, Report, Trial, TrialNumber};
@@ -27,6 +28,9 @@ pub struct StudyInfo {
     pub direction: Direction,
     pub sampler: String,
     pub pruner: String,
+    /// Where an ASHA or Hyperband pruner judges trials; `None` for other pruners (and a
+    /// watched study whose stored file no longer checks).
+    pub rungs: Option<RungSchedule>,
     /// The trial budget (`trials`), if any.
     pub budget: Option<u64>,
     pub timeout: Option<Duration>,

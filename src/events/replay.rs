@@ -29,6 +29,7 @@ pub const POLL: Duration = Duration::from_secs(1);
 struct Settings {
     sampler: String,
     pruner: String,
+    rungs: Option<super::RungSchedule>,
     budget: Option<u64>,
     timeout: Option<Duration>,
     /// After this long without a heartbeat, a worker process counts as gone.
@@ -161,6 +162,7 @@ impl Poller {
             direction: self.study.direction,
             sampler: self.settings.sampler.clone(),
             pruner: self.settings.pruner.clone(),
+            rungs: self.settings.rungs.clone(),
             budget: self.settings.budget,
             timeout: self.settings.timeout,
             slots,
@@ -368,6 +370,7 @@ fn settings_of(stored: &StoredStudyFile) -> Settings {
     let unknown = Settings {
         sampler: "?".into(),
         pruner: "?".into(),
+        rungs: None,
         budget: None,
         timeout: None,
         grace: Duration::from_secs(30),
@@ -382,6 +385,7 @@ fn settings_of(stored: &StoredStudyFile) -> Settings {
         Ok(s) => Settings {
             sampler: s.sampler.as_str().to_string(),
             pruner: s.pruner.name().to_string(),
+            rungs: s.pruner.rung_schedule(),
             budget: s.trials,
             timeout: s.timeout,
             grace: s.heartbeat_grace.max(s.heartbeat * 3),

@@ -61,6 +61,11 @@ impl Rungs {
         Rungs { ladder, eta }
     }
 
+    /// The rungs' resources, ascending.
+    pub fn ladder(&self) -> &[f64] {
+        &self.ladder
+    }
+
     /// The indices of the rungs in `(after, upto]`, ascending. `after` is `None` for a trial
     /// with no earlier report.
     fn crossed(&self, after: Option<f64>, upto: f64) -> impl Iterator<Item = usize> + '_ {

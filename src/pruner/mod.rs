@@ -465,6 +465,103 @@ impl PrunerConfig {
     }
 }
 
+/// Where an ASHA or Hyperband pruner judges trials, for people: the live UI shows it, so that
+/// a trial pruned at epoch 3 reads as a rung decision rather than a crash.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RungSchedule {
+    /// What the rungs measure: `"step"` or a reported key such as `"epoch"`.
+    pub resource: String,
+    /// The rungs' resources, ascending (Hyperband: those of its most aggressive bracket; the
+    /// other brackets start further up the same ladder). At most [`RungSchedule::SHOWN`].
+    pub rungs: Vec<f64>,
+    /// The ladder goes on past the rungs listed (ASHA without `max_resource`).
+    pub more: bool,
+    /// Each rung keeps the top `1/reduction_factor`.
+    pub reduction_factor: f64,
+    /// Hyperband: the number of brackets in use.
+    pub brackets: Option<u32>,
+}
+
+impl RungSchedule {
+    /// Rungs listed before the rest is left to `…` (an ASHA without `max_resource` has an
+    /// unbounded ladder).
+    pub const SHOWN: usize = 6;
+
+    /// `rungs at 1, 3 epochs, keeps 1/3`; Hyperband says its brackets first.
+    pub fn text(&self) -> String {
+        let mut at: Vec<String> = self
+            .rungs
+            .iter()
+            .map(|&r| crate::fmt::fmt_value(Some(r)))
+            .collect();
+        if self.more {
+            at.push("…".into());
+        }
+        let unit = match self.resource.as_str() {
+            "epoch" | "step" if self.rungs.len() == 1 && !self.more && self.rungs[0] == 1.0 => {
+                format!(" {}", self.resource)
+            }
+            "epoch" | "step" => format!(" {}s", self.resource),
+            key => format!(" ({key})"),
+        };
+        let rungs = match at.as_slice() {
+            [] => "no rung below a full trial".to_string(),
+            [one] => format!("rung at {one}{unit}"),
+            many => format!("rungs at {}{unit}", many.join(", ")),
+        };
+        let keeps = format!(
+            "keeps 1/{}",
+            crate::fmt::fmt_value(Some(self.reduction_factor))
+        );
+        match self.brackets {
+            Some(1) => format!("1 bracket, {rungs}, {keeps}"),
+            Some(b) => format!("{b} brackets, {rungs}, {keeps}"),
+            None => format!("{rungs}, {keeps}"),
+        }
+    }
+}
+
+impl PrunerConfig {
+    /// The rung schedule of an ASHA or Hyperband pruner; `None` for the others.
+    pub fn rung_schedule(&self) -> Option<RungSchedule> {
+        let (min, max, eta, rate, resource, brackets) = match self {
+            PrunerConfig::None | PrunerConfig::Median(_) => return None,
+            PrunerConfig::Asha(c) => (
+                c.min_resource,
+                c.max_resource,
+                c.reduction_factor,
+                c.min_early_stopping_rate,
+                &c.resource,
+                None,
+            ),
+            PrunerConfig::Hyperband(c) => {
+                let all = c.max_resource.map_or(1, |max| {
+                    hyperband::bracket_count(c.min_resource, max, c.reduction_factor)
+                });
+                let used = c.brackets.map_or(all, |b| b.clamp(1, all));
+                (
+                    c.min_resource,
+                    c.max_resource,
+                    c.reduction_factor,
+                    0,
+                    &c.resource,
+                    Some(used),
+                )
+            }
+        };
+        // The same ladder the pruner climbs, so the UI cannot show rungs it does not judge at.
+        let ladder = asha::Rungs::new(min, max, eta, rate);
+        let all = ladder.ladder();
+        Some(RungSchedule {
+            resource: resource.clone(),
+            rungs: all.iter().copied().take(RungSchedule::SHOWN).collect(),
+            more: all.len() > RungSchedule::SHOWN,
+            reduction_factor: eta,
+            brackets,
+        })
+    }
+}
+
 fn check_resource_key(resource: &str) -> Result<(), String> {
     if resource.trim().is_empty() {
         return Err("pruner.resource must name a report key (or \"step\"), got \"\"".to_string());
@@ -515,6 +612,54 @@ mod tests {
             pruner: PrunerConfig,
         }
         toml::from_str::<Study>(toml_text).map(|s| s.pruner)
+    }
+
+    #[rstest]
+    #[case::asha_over_epochs(
+        "kind = \"asha\"\nresource = \"epoch\"\nmax_resource = 9",
+        Some("rungs at 1, 3 epochs, keeps 1/3")
+    )]
+    #[case::asha_with_a_first_rung_further_up(
+        "kind = \"asha\"\nresource = \"epoch\"\nmax_resource = 12\nmin_early_stopping_rate = 1",
+        Some("rungs at 3, 9 epochs, keeps 1/3")
+    )]
+    #[case::asha_with_one_rung(
+        "kind = \"asha\"\nresource = \"epoch\"\nmax_resource = 2\nreduction_factor = 2",
+        Some("rung at 1 epoch, keeps 1/2")
+    )]
+    #[case::asha_without_a_full_trial_lists_the_first_rungs(
+        "kind = \"asha\"",
+        Some("rungs at 1, 3, 9, 27, 81, 243, … steps, keeps 1/3")
+    )]
+    #[case::asha_over_a_reported_key(
+        "kind = \"asha\"\nresource = \"samples\"\nmin_resource = 1000\nmax_resource = 10000\nreduction_factor = 2.5",
+        Some("rungs at 1000, 2500, 6250 (samples), keeps 1/2.5")
+    )]
+    #[case::hyperband(
+        "kind = \"hyperband\"\nresource = \"epoch\"\nmax_resource = 9",
+        Some("3 brackets, rungs at 1, 3 epochs, keeps 1/3")
+    )]
+    #[case::hyperband_with_one_bracket(
+        "kind = \"hyperband\"\nmax_resource = 9\nbrackets = 1",
+        Some("1 bracket, rungs at 1, 3 steps, keeps 1/3")
+    )]
+    #[case::median_has_no_rungs("kind = \"median\"", None)]
+    #[case::none_has_no_rungs("kind = \"none\"", None)]
+    fn the_rung_schedule_says_where_trials_are_judged(
+        #[case] table: &str,
+        #[case] text: Option<&str>,
+    ) {
+        let config = parse(&format!("[pruner]\n{table}")).expect("parses");
+        config.check().expect("valid");
+        assert_eq!(config.rung_schedule().map(|r| r.text()).as_deref(), text);
+    }
+
+    #[test]
+    fn the_rung_schedule_is_the_ladder_the_pruner_judges_at() {
+        let config = PrunerConfig::builtin_default(12);
+        let schedule = config.rung_schedule().expect("asha");
+        assert_eq!(schedule.rungs, vec![1.0, 3.0, 9.0]);
+        assert!(!schedule.more);
     }
 
     #[test]

@@ -186,6 +186,7 @@ impl Scheduler {
                 direction: self.study.direction,
                 sampler: self.study.sampler.as_str().to_string(),
                 pruner: self.study.pruner.name().to_string(),
+                rungs: self.study.pruner.rung_schedule(),
                 budget: self.study.trials,
                 timeout: self.study.timeout,
                 slots: self.study.slots.clone(),

@@ -37,6 +37,7 @@ pub fn info(budget: Option<u64>, slots: usize) -> StudyInfo {
         direction: Direction::Minimize,
         sampler: "tpe".into(),
         pruner: "median".into(),
+        rungs: None,
         budget,
         timeout: None,
         slots: (0..slots)

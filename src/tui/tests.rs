@@ -803,6 +803,69 @@ fn builtin_state() -> UiState {
     s
 }
 
+/// The builtin study under ASHA over its 6 epochs, as the scheduler describes it.
+fn asha_state(mode: Mode) -> UiState {
+    let mut s = builtin_state();
+    s.mode = mode;
+    if let Some(info) = s.info.as_mut() {
+        info.pruner = "asha".into();
+        info.rungs = Some(crate::events::RungSchedule {
+            resource: "epoch".into(),
+            rungs: vec![1.0, 3.0],
+            more: false,
+            reduction_factor: 3.0,
+            brackets: None,
+        });
+    }
+    s
+}
+
+#[test]
+fn the_header_shows_the_rung_schedule_where_it_fits_and_the_help_always() {
+    for mode in [Mode::Live, Mode::Watch] {
+        let wide = screen(&asha_state(mode), 120, 36);
+        let top = wide.lines().next().expect("a first line");
+        assert!(
+            top.contains("tpe/asha (rungs at 1, 3 epochs, keeps 1/3)"),
+            "{top}"
+        );
+        assert!(top.contains("? help"), "{top}");
+        // Too narrow for it: the pruner's name alone, the status and the hint whole.
+        let narrow = screen(&asha_state(mode), 80, 24);
+        let top = narrow.lines().next().expect("a first line");
+        assert!(!top.contains("rungs"), "{top}");
+        assert!(top.contains("tpe/asha") && top.contains("? help"), "{top}");
+        let mut s = asha_state(mode);
+        s.handle_key(key('?'));
+        let help = screen(&s, 80, 24);
+        assert!(
+            help.contains("pruner: asha, rungs at 1, 3 epochs, keeps 1/3"),
+            "{help}"
+        );
+    }
+    // A pruner without rungs says nothing of them.
+    let mut s = builtin_state();
+    s.handle_key(key('?'));
+    assert!(!screen(&s, 160, 48).contains("rungs"));
+}
+
+#[test]
+fn snapshot_asha_rungs_in_the_header_120x36() {
+    insta::assert_snapshot!(screen(&asha_state(Mode::Live), 120, 36));
+}
+
+#[test]
+fn snapshot_asha_rungs_in_the_help_80x24() {
+    let mut s = asha_state(Mode::Live);
+    s.handle_key(key('?'));
+    insta::assert_snapshot!(screen(&s, 80, 24));
+}
+
+#[test]
+fn snapshot_asha_rungs_watched_160x48() {
+    insta::assert_snapshot!(screen(&asha_state(Mode::Watch), 160, 48));
+}
+
 #[test]
 fn a_builtin_trial_shows_its_epochs_and_a_bar_not_a_bare_step() {
     let s = builtin_state();

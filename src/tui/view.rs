@@ -371,16 +371,28 @@ fn render_header(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) 
         };
         l1.push(Span::styled(i.name.clone(), theme.header()));
         l1.push(Span::raw(format!(
-            "  {} {arrow}  {}/{}  ",
+            "  {} {arrow}  {}/{}",
             i.metric, i.sampler, i.pruner
         )));
     } else {
-        l1.push(Span::raw(" waiting for the study…  "));
+        l1.push(Span::raw(" waiting for the study…"));
     }
+    let after_pruner = l1.len();
+    l1.push(Span::raw("  "));
     if state.mode == super::state::Mode::Watch {
         l1.push(Span::styled("watch ", theme.dim()));
     }
     l1.push(status_span(state, theme));
+    // The rung schedule after the pruner's name where the line has room for it and the help
+    // hint (the help overlay always says it): a trial pruned at epoch 3 then reads as a rung
+    // decision.
+    if let Some(r) = state.info.as_ref().and_then(|i| i.rungs.as_ref()) {
+        let rungs = Span::styled(format!(" ({})", r.text()), theme.dim());
+        let l1_w: usize = l1.iter().map(|s| s.width()).sum();
+        if l1_w + rungs.width() + 8 < area.width as usize {
+            l1.insert(after_pruner, rungs);
+        }
+    }
 
     let p = state.progress();
     let budget = state.info.as_ref().and_then(|i| i.budget);
@@ -1548,6 +1560,18 @@ fn render_overlay(frame: &mut Frame, area: Rect, state: &UiState, o: Overlay, th
                         theme.dim(),
                     )),
                 ])
+                .chain(
+                    state
+                        .info
+                        .as_ref()
+                        .and_then(|i| Some((i.pruner.as_str(), i.rungs.as_ref()?)))
+                        .map(|(pruner, r)| {
+                            Line::from(Span::styled(
+                                format!(" pruner: {pruner}, {}", r.text()),
+                                theme.dim(),
+                            ))
+                        }),
+                )
                 .collect();
             (" Keys ".into(), lines)
         }
