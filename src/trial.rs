@@ -466,7 +466,7 @@ impl Trial {
             (Some(a), Some(b)) => b.duration_since(a).ok().map(|d| d.as_secs_f64()),
             _ => None,
         };
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "number": self.number.0,
             "state": self.state().as_str(),
             "value": self.value(),
@@ -476,8 +476,12 @@ impl Trial {
             "finished_at": rfc(self.status.finished()),
             "duration_s": duration_s,
             "error": self.status.reason(),
-            "discarded": self.discarded,
-        })
+        });
+        // Only a discarded trial has the key: every other trial keeps the shape scripts know.
+        if self.discarded {
+            v["discarded"] = serde_json::Value::Bool(true);
+        }
+        v
     }
 }
 
