@@ -583,7 +583,7 @@ fn name_char(c: char) -> bool {
     c.is_alphanumeric() || c == '_' || c == '-' || c == '.'
 }
 
-/// The placeholders of a command argument: `{name}` where the name is made of [`name_char`]s
+/// The placeholders of a command argument: `{name}` where the name is made of characters `name_char` accepts
 /// and does not start with a digit, as byte ranges and the name. Braces around anything else
 /// (`{"a": 1}`, `{1}`) are not placeholders and stay as written.
 pub fn placeholders(arg: &str) -> Vec<(usize, usize, &str)> {
