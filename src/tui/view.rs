@@ -1372,7 +1372,12 @@ fn render_trial(
         .max(8);
     lines.push(Line::from(Span::styled("params", theme.header())));
     for (k, v) in &t.params {
-        lines.push(Line::from(format!("  {k:<key_w$} {v}")));
+        // Six significant digits, as the CLI writes them: the full binary expansion
+        // (0.20127142100802745) is noise to a reader.
+        lines.push(Line::from(format!(
+            "  {k:<key_w$} {}",
+            crate::fmt::fmt_param(v)
+        )));
     }
     let mut when = Vec::new();
     if let Some(d) = &t.device {
