@@ -1,25 +1,28 @@
 #!/bin/sh
-# Makes the README's screenshots (docs/tui-*.png) from a real run of demo.toml under tmux:
-# capture-pane -e gives the screen with its colours, ansi2png.py draws it.
-#   TUNE=target/debug/tune docs/screenshots/make.sh
+# Makes the README's screenshots (docs/tui-*.png) from a real run of demo.toml (a builtin
+# study: tune-worker must sit beside tune, and a release build trains fast enough for the
+# timings below) under tmux: capture-pane -e gives the screen with its colours, ansi2png.py
+# draws it (PYTHON: a python with Pillow).
+#   TUNE=target/release/tune PYTHON=.venv/bin/python docs/screenshots/make.sh
 set -eu
-TUNE=$(realpath "${TUNE:-target/debug/tune}")
+TUNE=$(realpath "${TUNE:-target/release/tune}")
+PYTHON=${PYTHON:-python3}
 here=$(cd "$(dirname "$0")" && pwd)
 out=$(cd "$here/.." && pwd)
-work=$(mktemp -d)
+# A short directory: the trial screen's log path then fits its column whole.
+work=$(mktemp -d /tmp/t.XXX)
 cp "$here/demo.toml" "$work/"
 s="tune-shots-$$"
 trap 'tmux kill-session -t "$s" 2>/dev/null || true' EXIT
 tmux new-session -d -s "$s" -x 120 -y 36 -c "$work" "$TUNE demo.toml; sleep 600"
-shot() { tmux capture-pane -e -p -t "$s" > "$work/$1.ans"; python3 "$here/ansi2png.py" "$work/$1.ans" "$out/$1.png" "$2" "$3"; }
+shot() { tmux capture-pane -e -p -t "$s" > "$work/$1.ans"; "$PYTHON" "$here/ansi2png.py" "$work/$1.ans" "$out/$1.png" "$2" "$3"; }
 keys() { for k in "$@"; do tmux send-keys -t "$s" "$k"; sleep 0.3; done; }
 
-sleep 14
-# Stop one running trial by hand, recorded as pruned: the steering, and a pruned mark.
-keys f x p f f f f
-sleep 22
+# Mid-run: four trials training (epoch bars), ASHA's pruned trials among the finished ones.
+sleep 44
 shot tui-running 120 36
-# The best trial first, then open it.
+# Sorted by value, the first row opened: the best trial, or a running one ahead of it (its
+# curve against the best's).
 keys 3 Enter
 sleep 1
 shot tui-trial 120 36

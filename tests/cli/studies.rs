@@ -31,6 +31,14 @@ fn every_study_file_in_studies_parses() {
 }
 
 #[test]
+fn the_readme_screenshots_study_parses() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/screenshots/demo.toml");
+    if let Err(e) = tune::spec::load(&file, &tune::spec::Overrides::default()) {
+        panic!("{e}");
+    }
+}
+
+#[test]
 fn every_other_file_in_studies_is_used_by_a_study() {
     let sources: String = study_files()
         .iter()
