@@ -19,6 +19,7 @@ use argmin::solver::linesearch::MoreThuenteLineSearch;
 use argmin::solver::quasinewton::LBFGS;
 use statrs::function::erf::erfc;
 
+use super::feasibility::Feasibility;
 use super::fit::Posterior;
 use super::kernel::Layout;
 use crate::space::{ParamKind, Space};
@@ -44,7 +45,7 @@ fn norm_pdf(z: f64) -> f64 {
     (-0.5 * z * z - LN_SQRT_2PI).exp()
 }
 
-fn norm_cdf(z: f64) -> f64 {
+pub fn norm_cdf(z: f64) -> f64 {
     0.5 * erfc(-z / SQRT2)
 }
 
@@ -89,6 +90,11 @@ pub struct Acq<'a> {
     pub layout: &'a Layout,
     pub post: &'a Posterior,
     pub best: f64,
+    /// The probability of running to completion, when some trials failed: its logarithm (and a
+    /// large penalty below `feasibility::SAFE`) is added to log EI in every score (the gradient
+    /// steps of `refine_continuous` ignore it, and their result is kept only if its full score
+    /// is better).
+    pub feas: Option<&'a Feasibility>,
 }
 
 impl Acq<'_> {
@@ -96,14 +102,16 @@ impl Acq<'_> {
         self.layout.encode(self.space, &self.space.from_unit(u))
     }
 
-    /// LogEI of many points of the unit cube.
+    /// LogEI of many points of the unit cube, weighted by the chance of running.
     pub fn score(&self, us: &[Vec<f64>]) -> Vec<f64> {
         let feats: Vec<Vec<f64>> = us.iter().map(|u| self.features(u)).collect();
+        let logw = self.feas.map(|f| f.log_weight(&feats));
         self.post
             .predict(&feats)
             .into_iter()
-            .map(|(m, v)| {
-                let a = log_ei(m, v, self.best);
+            .enumerate()
+            .map(|(i, (m, v))| {
+                let a = log_ei(m, v, self.best) + logw.as_ref().map_or(0.0, |w| w[i]);
                 if a.is_nan() { f64::NEG_INFINITY } else { a }
             })
             .collect()

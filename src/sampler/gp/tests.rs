@@ -383,3 +383,95 @@ fn pending_asks_spread_over_starved_values() {
     assert!(degrees.contains(&&ParamValue::Int(2)), "{degrees:?}");
     assert!(degrees.contains(&&ParamValue::Int(3)), "{degrees:?}");
 }
+
+/// Runs the GP with the given options on `f` sequentially, returning the history.
+fn run_gp(
+    s: &Space,
+    opts: GpOptions,
+    n: usize,
+    seed: u64,
+    f: &dyn Fn(&Params) -> Option<f64>,
+) -> Vec<FinishedTrial> {
+    let mut g = GpSampler::new(opts);
+    let mut history: Vec<FinishedTrial> = Vec::new();
+    for k in 0..n as u64 {
+        let ctx = AskContext {
+            space: s,
+            direction: Direction::Minimize,
+            history: &history,
+            pending: &[],
+            trial_number: TrialNumber(k),
+            seed,
+        };
+        let p = g.ask(&ctx);
+        let outcome = match f(&p) {
+            Some(v) => Outcome::Complete { value: v },
+            None => Outcome::Failed,
+        };
+        history.push(FinishedTrial {
+            number: TrialNumber(k),
+            params: p,
+            outcome,
+            curve: Vec::new(),
+        });
+    }
+    history
+}
+
+#[test]
+fn a_learned_failure_boundary_keeps_the_search_on_the_side_that_runs() {
+    // Most of the square fails (y > 0.3: an out-of-memory region), the loss is smallest at
+    // (0.8, 0.25), inside the small region that runs.
+    let s = space(
+        "x = { type = \"float\", low = 0.0, high = 1.0 }\n\
+         y = { type = \"float\", low = 0.0, high = 1.0 }",
+    );
+    let f = |p: &Params| {
+        let (x, y) = (p["x"].as_f64()?, p["y"].as_f64()?);
+        (y <= 0.3).then(|| (x - 0.8).powi(2) + (y - 0.25).powi(2))
+    };
+    let mut fails = [0usize; 2];
+    let mut best = [0.0f64; 2];
+    for (k, learn) in [false, true].into_iter().enumerate() {
+        for seed in 0..12 {
+            let opts = GpOptions {
+                n_startup: Some(6),
+                learn_failures: learn,
+                ..GpOptions::default()
+            };
+            let h = run_gp(&s, opts, 30, seed, &f);
+            fails[k] += h[10..].iter().filter(|t| t.value().is_none()).count();
+            best[k] += h
+                .iter()
+                .filter_map(|t| t.value())
+                .fold(f64::INFINITY, f64::min);
+        }
+    }
+    eprintln!(
+        "failures after trial 10 and summed best, without / with the classifier: {fails:?} {best:?}"
+    );
+    // Measured: 92 failures without, 7 with; summed best 3.9e-4 without, 1.1e-4 with.
+    assert!(4 * fails[1] <= fails[0], "{fails:?}");
+    assert!(best[1] <= 1.5 * best[0], "{best:?}");
+}
+
+#[test]
+fn without_a_failure_the_classifier_changes_no_proposal() {
+    let s = space(
+        "x = { type = \"float\", low = 0.0, high = 1.0 }\n\
+         k = { type = \"int\", low = 1, high = 3 }",
+    );
+    let f = |p: &Params| Some((p["x"].as_f64()? - 0.3).powi(2) + p["k"].as_f64()?);
+    let run = |learn| {
+        let opts = GpOptions {
+            n_startup: Some(4),
+            learn_failures: learn,
+            ..GpOptions::default()
+        };
+        run_gp(&s, opts, 12, 7, &f)
+            .into_iter()
+            .map(|t| t.params)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(run(true), run(false));
+}
