@@ -1,7 +1,10 @@
 //! `tune bench optimizers`: runs the benchmark problems with several samplers and seeds, in the
 //! sequential setting and with q trials outstanding, and prints per problem the mean simple
 //! regret and the normalised score of the benchmark suite's README at each budget, and the median
-//! milliseconds per ask at given trial counts.
+//! milliseconds per ask at given trial counts. On failure problems (`--problems fail`) it also
+//! reports the mean number of failed trials, and the sampler `gp-penalty` is the GP without the
+//! learned failure constraint (failed trials only enter its regression at the worst value), so
+//! that one run shows both.
 //!
 //! The score's reference, the median best of random search after t trials, is measured in the
 //! same run (sequential random search with its own seeds), as the README defines it. The
@@ -17,10 +20,46 @@ use crate::cli::OptimizersArgs;
 use crate::problems::{Problem, problems};
 use tune::engine::{Engine, EngineSpec, Finish};
 use tune::pruner::PrunerConfig;
-use tune::sampler::{SamplerKind, SamplerOptions, build_with};
+use tune::sampler::{GpOptions, GpSampler, Sampler, SamplerKind, SamplerOptions, build_with};
 use tune::space::Params;
 use tune::storage::MemoryStorage;
 use tune::trial::{Direction, TrialId};
+
+/// A sampler the harness runs: one a study can name, or a variant kept for comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BenchSampler {
+    Kind(SamplerKind),
+    /// The GP with `learn_failures` off: a failed trial is only the worst value in the
+    /// regression, as before issue 13.
+    GpPenalty,
+}
+
+impl BenchSampler {
+    pub fn parse(s: &str) -> Option<BenchSampler> {
+        match s {
+            "gp-penalty" => Some(BenchSampler::GpPenalty),
+            _ => SamplerKind::parse(s).map(BenchSampler::Kind),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BenchSampler::Kind(k) => k.as_str(),
+            BenchSampler::GpPenalty => "gp-penalty",
+        }
+    }
+
+    fn build(self, opts: &SamplerOptions) -> Box<dyn Sampler> {
+        match self {
+            BenchSampler::Kind(k) => build_with(k, opts),
+            BenchSampler::GpPenalty => Box::new(GpSampler::new(GpOptions {
+                n_startup: opts.n_startup,
+                learn_failures: false,
+                ..GpOptions::default()
+            })),
+        }
+    }
+}
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -30,10 +69,10 @@ pub struct OptimizerBenchOptions {
     /// Seeds of the random-search reference.
     pub random_seeds: u64,
     /// Problem names; empty means the public ones, `all` every one, `extra` the non-public
-    /// ones of the hidden set's kinds, `trap` the trap problems.
+    /// ones of the hidden set's kinds, `trap` the trap problems, `fail` the failure problems.
     pub problems: Vec<String>,
     pub budgets: Vec<usize>,
-    pub samplers: Vec<SamplerKind>,
+    pub samplers: Vec<BenchSampler>,
     /// Outstanding trials: 1 is sequential.
     pub q: Vec<usize>,
     /// Trial counts at which the time per ask is reported (sequential runs).
@@ -50,9 +89,9 @@ impl OptimizerBenchOptions {
             .samplers
             .iter()
             .map(|n| {
-                SamplerKind::parse(n).ok_or_else(|| {
+                BenchSampler::parse(n).ok_or_else(|| {
                     anyhow::anyhow!(
-                        "unknown sampler `{n}` (one of {})",
+                        "unknown sampler `{n}` (one of {}, gp-penalty)",
                         SamplerKind::NAMES.join(", ")
                     )
                 })
@@ -90,10 +129,10 @@ impl Default for OptimizerBenchOptions {
             problems: Vec::new(),
             budgets: vec![10, 25, 50],
             samplers: vec![
-                SamplerKind::Random,
-                SamplerKind::Tpe,
-                SamplerKind::Gp,
-                SamplerKind::Auto,
+                BenchSampler::Kind(SamplerKind::Random),
+                BenchSampler::Kind(SamplerKind::Tpe),
+                BenchSampler::Kind(SamplerKind::Gp),
+                BenchSampler::Kind(SamplerKind::Auto),
             ],
             q: vec![1, 4],
             timing_at: vec![25, 50, 100, 200],
@@ -103,10 +142,12 @@ impl Default for OptimizerBenchOptions {
     }
 }
 
-/// One run: the best value after each told trial, and the time of each ask (ms): wall clock,
-/// as the harness sees it, and this thread's CPU time, which a busy machine does not inflate.
+/// One run: the best value after each told trial, the failed trials among the first t, and the
+/// time of each ask (ms): wall clock, as the harness sees it, and this thread's CPU time, which
+/// a busy machine does not inflate.
 pub struct RunTrace {
     pub best: Vec<f64>,
+    pub failed: Vec<usize>,
     pub ask_ms: Vec<f64>,
     pub ask_cpu_ms: Vec<f64>,
 }
@@ -130,7 +171,7 @@ fn thread_cpu_ms() -> f64 {
 /// ask/tell engine (in memory), as `tune ask-tell` does.
 pub fn run_one(
     problem: &Problem,
-    kind: SamplerKind,
+    kind: BenchSampler,
     opts: &SamplerOptions,
     seed: u64,
     budget: usize,
@@ -155,11 +196,13 @@ pub fn run_one(
     let mut engine = Engine::open(
         Box::new(MemoryStorage::new()),
         &spec,
-        build_with(kind, opts),
+        kind.build(opts),
         tune::pruner::build(&pruner),
     )?;
     let mut pending: VecDeque<(TrialId, Params)> = VecDeque::new();
     let mut best = Vec::with_capacity(budget);
+    let mut failed = Vec::with_capacity(budget);
+    let mut n_failed = 0;
     let mut ask_ms = Vec::with_capacity(budget);
     let mut ask_cpu_ms = Vec::with_capacity(budget);
     let mut best_so_far = f64::INFINITY;
@@ -189,6 +232,7 @@ pub fn run_one(
             best_so_far = best_so_far.min(v);
             Finish::Value(v)
         } else {
+            n_failed += 1;
             Finish::Failed {
                 reason: "not finite".into(),
                 log_tail: None,
@@ -196,9 +240,11 @@ pub fn run_one(
         };
         engine.finish(id, finish, &[])?;
         best.push(best_so_far);
+        failed.push(n_failed);
     }
     Ok(RunTrace {
         best,
+        failed,
         ask_ms,
         ask_cpu_ms,
     })
@@ -229,14 +275,15 @@ pub fn score(best: f64, opt: f64, rand_med: f64) -> f64 {
 /// Figures of one sampler in one mode on one problem, at each budget: the mean over seeds,
 /// and the robustness figures (a mean can hide a seed that never left a trap): the worst
 /// seed's score and the fraction of seeds whose best is worse than random search's median
-/// (a score below 0).
+/// (a score below 0); and the mean number of failed trials among the first t.
 pub struct Cell {
-    pub sampler: SamplerKind,
+    pub sampler: BenchSampler,
     pub q: usize,
     pub regret: Vec<f64>,
     pub score: Vec<f64>,
     pub worst: Vec<f64>,
     pub below: Vec<f64>,
+    pub failed: Vec<f64>,
 }
 
 /// Everything measured on one problem.
@@ -245,7 +292,9 @@ pub struct ProblemReport {
     pub rand_med: Vec<f64>,
     pub cells: Vec<Cell>,
     /// (sampler, wall ms per ask at each `timing_at`, CPU ms per ask at each).
-    pub timing: Vec<(SamplerKind, Vec<f64>, Vec<f64>)>,
+    pub timing: Vec<(BenchSampler, Vec<f64>, Vec<f64>)>,
+    /// A failure problem: its table also shows the failed trials.
+    pub fail: bool,
 }
 
 fn selected(opts: &OptimizerBenchOptions) -> anyhow::Result<Vec<Problem>> {
@@ -258,8 +307,9 @@ fn selected(opts: &OptimizerBenchOptions) -> anyhow::Result<Vec<Problem>> {
         let take = opts.problems.iter().any(|w| {
             w == p.name
                 || w == "all"
-                || (w == "extra" && !p.public && !p.trap)
+                || (w == "extra" && !p.public && !p.trap && !p.fail)
                 || (w == "trap" && p.trap)
+                || (w == "fail" && p.fail)
                 || (w == "public" && p.public)
         });
         if take {
@@ -267,11 +317,11 @@ fn selected(opts: &OptimizerBenchOptions) -> anyhow::Result<Vec<Problem>> {
         }
     }
     for w in &opts.problems {
-        if !["all", "extra", "public", "trap"].contains(&w.as_str())
+        if !["all", "extra", "public", "trap", "fail"].contains(&w.as_str())
             && !out.iter().any(|p| p.name == w.as_str())
         {
             anyhow::bail!(
-                "unknown problem `{w}` (known: {}, or all, public, extra, trap)",
+                "unknown problem `{w}` (known: {}, or all, public, extra, trap, fail)",
                 problems()
                     .iter()
                     .map(|p| p.name)
@@ -299,7 +349,7 @@ pub fn measure(
         for s in 0..opts.random_seeds {
             let tr = run_one(
                 &problem,
-                SamplerKind::Random,
+                BenchSampler::Kind(SamplerKind::Random),
                 &sopts,
                 1_000_000 + s,
                 budget,
@@ -317,6 +367,7 @@ pub fn measure(
                 let mut sc = vec![0.0; opts.budgets.len()];
                 let mut worst = vec![f64::INFINITY; opts.budgets.len()];
                 let mut below = vec![0.0; opts.budgets.len()];
+                let mut failed = vec![0.0; opts.budgets.len()];
                 for s in 0..opts.seeds {
                     let tr = run_one(&problem, kind, &sopts, s, budget, q)?;
                     for (k, &t) in opts.budgets.iter().enumerate() {
@@ -328,6 +379,7 @@ pub fn measure(
                         if b > rand_med[k] {
                             below[k] += 1.0 / opts.seeds as f64;
                         }
+                        failed[k] += tr.failed[t - 1] as f64 / opts.seeds as f64;
                     }
                 }
                 let r1 = |v: &[f64]| {
@@ -336,7 +388,7 @@ pub fn measure(
                         .collect::<Vec<_>>()
                 };
                 progress(&format!(
-                    "{} {} q={q}: score {:?} worst {:?} below {:?}",
+                    "{} {} q={q}: score {:?} worst {:?} below {:?} failed {:?}",
                     problem.name,
                     kind.as_str(),
                     r1(&sc),
@@ -344,7 +396,8 @@ pub fn measure(
                     below
                         .iter()
                         .map(|x| (x * 100.0).round() / 100.0)
-                        .collect::<Vec<_>>()
+                        .collect::<Vec<_>>(),
+                    r1(&failed)
                 ));
                 cells.push(Cell {
                     sampler: kind,
@@ -353,6 +406,7 @@ pub fn measure(
                     score: sc,
                     worst,
                     below,
+                    failed,
                 });
             }
         }
@@ -385,6 +439,7 @@ pub fn measure(
             rand_med,
             cells,
             timing,
+            fail: problem.fail,
         });
     }
     Ok(reports)
@@ -474,15 +529,24 @@ pub fn render(opts: &OptimizerBenchOptions, reports: &[ProblemReport]) -> String
                 .collect::<Vec<_>>()
                 .join(" / ")
         );
+        let fail_cols = if r.fail {
+            format!(" {} |", hdr_b("failed"))
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             o,
-            "| sampler | q | {} | {} | {} | {} |",
+            "| sampler | q | {} | {} | {} | {} |{fail_cols}",
             hdr_b("score"),
             hdr_b("worst"),
             hdr_b("below"),
             hdr_b("regret")
         );
-        let _ = writeln!(o, "|---|---|{}", "---|".repeat(4 * b.len()));
+        let _ = writeln!(
+            o,
+            "|---|---|{}",
+            "---|".repeat((4 + usize::from(r.fail)) * b.len())
+        );
         let f1 = |v: &[f64]| {
             v.iter()
                 .map(|x| format!("{x:.1}"))
@@ -490,9 +554,14 @@ pub fn render(opts: &OptimizerBenchOptions, reports: &[ProblemReport]) -> String
                 .join(" | ")
         };
         for c in &r.cells {
+            let fails = if r.fail {
+                format!(" {} |", f1(&c.failed))
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 o,
-                "| {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} |{fails}",
                 c.sampler.as_str(),
                 c.q,
                 f1(&c.score),
@@ -610,9 +679,14 @@ mod tests {
         let opts = OptimizerBenchOptions {
             seeds: 1,
             random_seeds: 3,
-            problems: vec!["branin".into(), "svm_surrogate".into()],
+            problems: vec!["branin".into(), "fail_oom".into()],
             budgets: vec![5, 8],
-            samplers: vec![SamplerKind::Random, SamplerKind::Tpe, SamplerKind::Gp],
+            samplers: vec![
+                BenchSampler::Kind(SamplerKind::Random),
+                BenchSampler::Kind(SamplerKind::Tpe),
+                BenchSampler::Kind(SamplerKind::Gp),
+                BenchSampler::GpPenalty,
+            ],
             q: vec![1, 4],
             timing_at: vec![8],
             timing_seeds: 1,
@@ -622,6 +696,11 @@ mod tests {
         let text = render(&opts, &reports);
         assert!(
             text.contains("### branin") && text.contains("ms/ask@8"),
+            "{text}"
+        );
+        // A failure problem's table counts the failed trials, for every sampler.
+        assert!(
+            text.contains("failed@8") && text.contains("| gp-penalty |"),
             "{text}"
         );
         assert!(

@@ -3,7 +3,9 @@
 //! optimizer is not tuned to the public four alone, and trap problems (issue "Optimizer v2"):
 //! mixed spaces where one value of a low-cardinality integer or categorical looks best in the
 //! first trials (a broad, shallow basin) while another wins (a deeper, narrow one), the shape on
-//! which a model-based sampler can lock onto the early value for the whole run.
+//! which a model-based sampler can lock onto the early value for the whole run; and failure
+//! problems (issue 13): a region of the space where the trial fails (diverges, runs out of
+//! memory, crashes) and gives no value, bordering or containing the unconstrained optimum.
 
 use tune::space::{ParamValue, Params, Space};
 
@@ -13,6 +15,9 @@ pub struct Problem {
     pub public: bool,
     /// A trap problem (selected by `trap`, not by `extra`).
     pub trap: bool,
+    /// A failure problem (selected by `fail`, not by `extra`): `f` is NaN where a trial fails
+    /// (diverges, runs out of memory, crashes), and the harness tells such a trial as failed.
+    pub fail: bool,
     pub space_toml: &'static str,
     pub optimum: f64,
     pub f: fn(&Params) -> f64,
@@ -271,12 +276,64 @@ pub fn trap_cat5(p: &Params) -> f64 {
     }
 }
 
+/// Failure (a diverging learning rate): a training surrogate whose run diverges (fails, no
+/// value) when the learning rate passes a limit that grows with the square root of the batch
+/// size; the best learning rate is half that limit, so the optimum lies 0.3 decades from the
+/// failing region. Best: 0.08 at batch 64, lr 0.0075, weight decay 0.01.
+pub fn fail_diverge(p: &Params) -> f64 {
+    let lr = num(p, "lr");
+    let bs = num(p, "batch_size");
+    let wd = num(p, "weight_decay");
+    let lr_div = 0.03 * (bs / 256.0).sqrt();
+    if lr > lr_div {
+        return f64::NAN;
+    }
+    let d = (lr / (0.5 * lr_div)).log10();
+    0.08 + 0.04 * d * d + 0.004 * (bs / 64.0).log2().powi(2) + 2.0 * (wd - 0.01).powi(2)
+}
+
+/// Failure (out of memory): batch size x width above 65 536 does not fit; the loss wants a
+/// width of 1024 and a batch of 128 (product 131 072, inside the failing region), so the best
+/// that runs lies on the border: 0.105004793919 at batch 90, width 728, lr 10^-2.5.
+pub fn fail_oom(p: &Params) -> f64 {
+    let bs = num(p, "batch_size");
+    let w = num(p, "width");
+    let lr = num(p, "lr");
+    if bs * w > 65536.0 {
+        return f64::NAN;
+    }
+    0.10 + 0.01 * (w.log2() - 10.0).powi(2)
+        + 0.01 * (bs.log2() - 7.0).powi(2)
+        + 0.05 * (lr.log10() + 2.5).powi(2)
+}
+
+/// Failure (a crash region that contains the unconstrained optimum, in a mixed space): every
+/// run with lr above 0.3 diverges, and fp16 runs overflow (crash) when lr exceeds
+/// 0.003 * (1 + 10 * warmup). fp16 is the best precision and its best lr (10^-1.5) crashes at
+/// the best warmup (0.2), so the optimum trades warmup for lr on the crash border:
+/// 0.106181202293 at fp16, warmup 0.41241, lr 0.015372; bf16's best is 0.11.
+pub fn fail_crash(p: &Params) -> f64 {
+    let lr = num(p, "lr");
+    let w = num(p, "warmup");
+    let prec = text(p, "precision");
+    if lr > 0.3 || (prec == "fp16" && lr > 0.003 * (1.0 + 10.0 * w)) {
+        return f64::NAN;
+    }
+    let base = match prec {
+        "fp16" => 0.10,
+        "bf16" => 0.11,
+        _ => 0.13,
+    };
+    base + 0.04 * (lr.log10() + 1.5).powi(2) + 0.05 * (w - 0.2).powi(2)
+}
+
 pub fn problems() -> Vec<Problem> {
     vec![
         Problem {
             name: "branin",
             public: true,
             trap: false,
+            fail: false,
             space_toml: "x0 = { type = \"float\", low = -5.0, high = 10.0 }\n\
                          x1 = { type = \"float\", low = 0.0, high = 15.0 }",
             optimum: 0.397887357729739,
@@ -286,6 +343,7 @@ pub fn problems() -> Vec<Problem> {
             name: "hartmann6",
             public: true,
             trap: false,
+            fail: false,
             space_toml: "x0 = { type = \"float\", low = 0.0, high = 1.0 }\n\
                          x1 = { type = \"float\", low = 0.0, high = 1.0 }\n\
                          x2 = { type = \"float\", low = 0.0, high = 1.0 }\n\
@@ -299,6 +357,7 @@ pub fn problems() -> Vec<Problem> {
             name: "rosenbrock4",
             public: true,
             trap: false,
+            fail: false,
             space_toml: "x0 = { type = \"float\", low = 0.01, high = 10.0, log = true }\n\
                          x1 = { type = \"float\", low = 0.01, high = 10.0, log = true }\n\
                          x2 = { type = \"float\", low = 0.01, high = 10.0, log = true }\n\
@@ -310,6 +369,7 @@ pub fn problems() -> Vec<Problem> {
             name: "train_surrogate",
             public: true,
             trap: false,
+            fail: false,
             space_toml: "lr           = { type = \"float\", low = 1e-05, high = 1.0, log = true }\n\
                          optimizer    = { type = \"categorical\", choices = [\"sgd\", \"adam\", \"adamw\"] }\n\
                          momentum     = { type = \"float\", low = 0.0, high = 0.99, when = { optimizer = \"sgd\" } }\n\
@@ -323,6 +383,7 @@ pub fn problems() -> Vec<Problem> {
             name: "ackley5",
             public: false,
             trap: false,
+            fail: false,
             space_toml: "x0 = { type = \"float\", low = -5.0, high = 10.0 }\n\
                          x1 = { type = \"float\", low = -5.0, high = 10.0 }\n\
                          x2 = { type = \"float\", low = -5.0, high = 10.0 }\n\
@@ -335,6 +396,7 @@ pub fn problems() -> Vec<Problem> {
             name: "svm_surrogate",
             public: false,
             trap: false,
+            fail: false,
             space_toml: SVM_SPACE,
             optimum: 1.0 - (-0.05f64).exp(),
             f: svm_surrogate,
@@ -343,6 +405,7 @@ pub fn problems() -> Vec<Problem> {
             name: "svm_quantised",
             public: false,
             trap: false,
+            fail: false,
             space_toml: SVM_SPACE,
             optimum: ((1.0 - (-0.05f64).exp()) * 360.0).ceil() / 360.0,
             f: svm_quantised,
@@ -351,6 +414,7 @@ pub fn problems() -> Vec<Problem> {
             name: "boosting_surrogate",
             public: false,
             trap: false,
+            fail: false,
             space_toml: "n_estimators     = { type = \"int\", low = 50, high = 1000, step = 50 }\n\
                          max_depth        = { type = \"int\", low = 2, high = 12 }\n\
                          learning_rate    = { type = \"float\", low = 1e-3, high = 1.0, log = true }\n\
@@ -365,6 +429,7 @@ pub fn problems() -> Vec<Problem> {
             name: "trap_degree3",
             public: false,
             trap: true,
+            fail: false,
             space_toml: "degree = { type = \"int\", low = 1, high = 3 }\n\
                          alpha  = { type = \"float\", low = 1e-6, high = 1e2, log = true }\n\
                          scale  = { type = \"float\", low = 0.0, high = 1.0 }",
@@ -375,6 +440,7 @@ pub fn problems() -> Vec<Problem> {
             name: "trap_degree5",
             public: false,
             trap: true,
+            fail: false,
             space_toml: "degree = { type = \"int\", low = 1, high = 5 }\n\
                          alpha  = { type = \"float\", low = 1e-6, high = 1e2, log = true }\n\
                          lr     = { type = \"float\", low = 1e-4, high = 1.0, log = true }\n\
@@ -386,6 +452,7 @@ pub fn problems() -> Vec<Problem> {
             name: "trap_cat_pair",
             public: false,
             trap: true,
+            fail: false,
             space_toml: "criterion        = { type = \"categorical\", choices = [\"gini\", \"entropy\", \"log_loss\"] }\n\
                          bootstrap        = { type = \"categorical\", choices = [true, false] }\n\
                          max_features     = { type = \"float\", low = 0.1, high = 1.0 }\n\
@@ -397,12 +464,46 @@ pub fn problems() -> Vec<Problem> {
             name: "trap_cat5",
             public: false,
             trap: true,
+            fail: false,
             space_toml: "activation = { type = \"categorical\", choices = [\"relu\", \"tanh\", \"gelu\", \"silu\", \"elu\"] }\n\
                          layers     = { type = \"int\", low = 1, high = 4 }\n\
                          lr         = { type = \"float\", low = 1e-4, high = 1.0, log = true }\n\
                          dropout    = { type = \"float\", low = 0.0, high = 0.5 }",
             optimum: 0.16,
             f: trap_cat5,
+        },
+        Problem {
+            name: "fail_diverge",
+            public: false,
+            trap: false,
+            fail: true,
+            space_toml: "lr           = { type = \"float\", low = 1e-5, high = 1.0, log = true }\n\
+                         batch_size   = { type = \"int\", low = 16, high = 1024, log = true }\n\
+                         weight_decay = { type = \"float\", low = 0.0, high = 0.1 }",
+            optimum: 0.08,
+            f: fail_diverge,
+        },
+        Problem {
+            name: "fail_oom",
+            public: false,
+            trap: false,
+            fail: true,
+            space_toml: "batch_size = { type = \"int\", low = 16, high = 1024, log = true }\n\
+                         width      = { type = \"int\", low = 32, high = 2048, log = true }\n\
+                         lr         = { type = \"float\", low = 1e-4, high = 0.1, log = true }",
+            optimum: 0.1050047939192687,
+            f: fail_oom,
+        },
+        Problem {
+            name: "fail_crash",
+            public: false,
+            trap: false,
+            fail: true,
+            space_toml: "precision = { type = \"categorical\", choices = [\"fp32\", \"bf16\", \"fp16\"] }\n\
+                         lr        = { type = \"float\", low = 1e-4, high = 1.0, log = true }\n\
+                         warmup    = { type = \"float\", low = 0.0, high = 1.0 }",
+            optimum: 0.10618120229300967,
+            f: fail_crash,
         },
     ]
 }
@@ -509,6 +610,69 @@ mod tests {
                 ]));
                 assert!((0.30..0.40).contains(&v), "{v}");
             }
+        }
+    }
+
+    #[test]
+    fn failure_optima_run_and_nothing_that_runs_is_below_them() {
+        let f = |x: f64| ParamValue::Float(x);
+        let i = ParamValue::Int;
+        let dv = fail_diverge(&params(&[
+            ("lr", f(0.0075)),
+            ("batch_size", i(64)),
+            ("weight_decay", f(0.01)),
+        ]));
+        assert!((dv - 0.08).abs() < 1e-12, "{dv}");
+        assert!(
+            fail_diverge(&params(&[
+                ("lr", f(0.016)),
+                ("batch_size", i(64)),
+                ("weight_decay", f(0.01)),
+            ]))
+            .is_nan()
+        );
+        let oom = fail_oom(&params(&[
+            ("batch_size", i(90)),
+            ("width", i(728)),
+            ("lr", f(10f64.powf(-2.5))),
+        ]));
+        assert!((oom - 0.1050047939192687).abs() < 1e-12, "{oom}");
+        assert!(
+            fail_oom(&params(&[
+                ("batch_size", i(128)),
+                ("width", i(1024)),
+                ("lr", f(10f64.powf(-2.5))),
+            ]))
+            .is_nan()
+        );
+        let w = 0.41240712079313746;
+        let cr = fail_crash(&params(&[
+            ("precision", ParamValue::Str("fp16".into())),
+            ("lr", f(0.003 * (1.0 + 10.0 * w))),
+            ("warmup", f(w)),
+        ]));
+        assert!((cr - 0.10618120229300967).abs() < 1e-12, "{cr}");
+        // Each problem fails on a sizeable part of its space, and nothing that runs is better
+        // than the stated optimum.
+        for p in problems().into_iter().filter(|p| p.fail) {
+            let space = p.space().expect("parses");
+            let mut failed = 0;
+            let n = 4000u64;
+            for k in 0..n {
+                let u: Vec<f64> = (0..space.len())
+                    .map(|j| {
+                        ((k * (2 * j as u64 + 3) * 7919 + 13 * j as u64) % 1000) as f64 / 1000.0
+                    })
+                    .collect();
+                let v = (p.f)(&space.from_unit(&u));
+                if v.is_nan() {
+                    failed += 1;
+                } else {
+                    assert!(v >= p.optimum - 1e-12, "{}: {v} below the optimum", p.name);
+                }
+            }
+            let frac = failed as f64 / n as f64;
+            assert!((0.1..0.6).contains(&frac), "{}: {frac} fails", p.name);
         }
     }
 }
