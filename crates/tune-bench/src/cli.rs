@@ -146,13 +146,15 @@ pub struct OptimizersArgs {
     /// Seeds of the random-search reference.
     #[arg(long, default_value_t = 50)]
     pub random_seeds: u64,
-    /// Problems (comma list): names, `public` (the default), `extra` or `all`.
+    /// Problems (comma list): names, `public` (the default), `extra`, `trap` (a low-cardinality
+    /// value that looks best early, another that wins), `fail` (regions where trials fail) or `all`.
     #[arg(long, value_delimiter = ',')]
     pub problems: Vec<String>,
     /// Budgets (trials) at which regret and score are reported.
     #[arg(long, value_delimiter = ',', default_value = "10,25,50")]
     pub budgets: Vec<usize>,
-    /// Samplers to compare.
+    /// Samplers to compare: `random`, `tpe`, `gp`, `auto`, and `gp-penalty` (the GP without its
+    /// failure classifier: a failed trial only enters the model at the worst value).
     #[arg(long, value_delimiter = ',', default_value = "random,tpe,gp,auto")]
     pub samplers: Vec<String>,
     /// Outstanding asks: 1 is sequential.
