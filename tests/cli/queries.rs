@@ -335,7 +335,11 @@ fn discarded_trials_stay_visible_but_give_the_budget_back_and_the_sampler_forget
             crate::common::text(&out)
         );
     }
-    assert!(sb.trials("s.toml").iter().all(|t| t.get("discarded").is_none()));
+    assert!(
+        sb.trials("s.toml")
+            .iter()
+            .all(|t| t.get("discarded").is_none())
+    );
 
     let out = sb.ok(&["discard", "s.toml", "--state", "failed"]);
     let said = String::from_utf8(out.stdout).expect("UTF-8");
