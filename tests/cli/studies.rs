@@ -38,6 +38,49 @@ fn the_readme_screenshots_study_parses() {
     }
 }
 
+/// Issue 12, item 14: the quickstart shows the mission, searching the learning rate, the
+/// optimizer, the batch size, gradient-accumulation steps and the precision together (the
+/// trainer tests run it whole), and the README's walk-through says so.
+#[test]
+fn the_quickstart_searches_lr_optimizer_batch_size_accumulation_and_precision() {
+    use tune::space::{ParamKind, ParamValue};
+    let study = tune::spec::load(
+        &studies_dir().join("quickstart.toml"),
+        &tune::spec::Overrides::default(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let param = |name: &str| {
+        study
+            .space
+            .get(name)
+            .unwrap_or_else(|| panic!("the quickstart does not search {name}"))
+    };
+    for name in ["lr", "optimizer", "batch_size"] {
+        param(name);
+    }
+    match &param("accumulation").kind {
+        ParamKind::Int { low, high, .. } => assert!(*low == 1 && *high > 1, "{low}..{high}"),
+        other => panic!("accumulation is searched as {other:?}"),
+    }
+    match &param("amp").kind {
+        ParamKind::Categorical { choices } => {
+            for want in ["bf16", "off"] {
+                assert!(
+                    choices.contains(&ParamValue::Str(want.to_string())),
+                    "amp choices {choices:?} lack {want}"
+                );
+            }
+        }
+        other => panic!("amp is searched as {other:?}"),
+    }
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("README");
+    assert!(
+        readme.contains("gradient-accumulation steps, precision"),
+        "the README's first study does not name what the quickstart searches"
+    );
+}
+
 #[test]
 fn every_other_file_in_studies_is_used_by_a_study() {
     let sources: String = study_files()
