@@ -118,7 +118,8 @@ pub struct WorkerArgs {
     #[arg(long, value_name = "N")]
     pub count: Option<u64>,
     /// This machine's devices for the slots: `auto`, or a comma-separated list such as
-    /// `cuda:0,cuda:1` or `cpu` (default: the study file's `workers.devices`).
+    /// `cuda:0,cuda:1` or `cpu` (default: the study file's `workers.devices`). A list without
+    /// `--count` gets one slot per device listed.
     #[arg(long, value_name = "LIST")]
     pub devices: Option<String>,
     /// Where this machine writes trial directories (default: the study file's `runs_dir`,

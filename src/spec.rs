@@ -491,6 +491,9 @@ fn workers(raw: Option<&RawWorkers>) -> Result<Vec<String>, String> {
             ));
         }
     };
+    let listed = raw
+        .and_then(|w| w.devices.as_ref())
+        .is_some_and(|d| d.as_str() != Some("auto"));
     let devices: Vec<String> = match raw.and_then(|w| w.devices.as_ref()) {
         None => auto_devices(),
         Some(toml::Value::String(s)) if s == "auto" => auto_devices(),
@@ -523,6 +526,17 @@ fn workers(raw: Option<&RawWorkers>) -> Result<Vec<String>, String> {
             .collect());
     }
     let n = count.unwrap_or(devices.len());
+    // Devices written out one by one are each meant to be used: fewer slots than devices would
+    // leave the last ones idle without a word. ("auto" may find more GPUs than a count wants.)
+    if listed && n < devices.len() {
+        let unused = devices[n..].join(", ");
+        return Err(format!(
+            "key `workers.count`: {n} slot{} over the {} devices listed in `workers.devices` would leave {unused} unused; raise `count` to {} or more, or list only the devices to use",
+            if n == 1 { "" } else { "s" },
+            devices.len(),
+            devices.len()
+        ));
+    }
     Ok((0..n).map(|i| devices[i % devices.len()].clone()).collect())
 }
 
@@ -795,6 +809,11 @@ opt = "adam"
             ),
             ("trials = 4", "", "budget"),
             ("count = 2", "count = 0", "workers.count"),
+            (
+                "count = 2\ndevices = [\"cpu\"]",
+                "count = 1\ndevices = [\"cpu\", \"cuda:0\"]",
+                "cuda:0 unused",
+            ),
             (
                 "devices = [\"cpu\"]",
                 "devices = [\"gpu\"]",

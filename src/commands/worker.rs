@@ -127,9 +127,16 @@ fn with_workers(text: &str, count: Option<u64>, devices: Option<&str>) -> Result
     let Some(workers) = workers.as_table_mut() else {
         return Err("`workers` is not a table".into());
     };
+    // The command line's slots replace the file's whole: `--count` its count or its
+    // slots_per_device, and a `--devices` list without `--count` one slot per device listed (a
+    // stored count of 1 would otherwise leave the others idle), unless slots_per_device says how
+    // many; `--devices auto` keeps the stored count.
     if let Some(n) = count {
         let n = i64::try_from(n).map_err(|_| format!("--count {n} is too large"))?;
+        workers.remove("slots_per_device");
         workers.insert("count".into(), toml::Value::Integer(n));
+    } else if devices.is_some_and(|d| d.trim() != "auto") {
+        workers.remove("count");
     }
     if let Some(d) = devices {
         let value = if d.trim() == "auto" {
@@ -167,5 +174,28 @@ mod tests {
         assert_eq!(with_workers(text, None, None).expect("same"), text);
         let auto = with_workers(text, None, Some("auto")).expect("auto");
         assert!(auto.contains("devices = \"auto\""), "{auto}");
+        assert!(
+            auto.contains("count = 2"),
+            "--devices auto keeps the count: {auto}"
+        );
+    }
+
+    #[test]
+    fn a_devices_list_without_a_count_gets_one_slot_per_device_and_a_count_replaces_slots_per_device()
+     {
+        let one = "[workers]\ncount = 1\ndevices = [\"cpu\"]\n";
+        let doc: toml::Table =
+            toml::from_str(&with_workers(one, None, Some("cuda:0,cuda:1")).expect("edits"))
+                .expect("parses");
+        assert!(doc["workers"].get("count").is_none(), "{doc}");
+        let per = "[workers]\nslots_per_device = 2\ndevices = [\"cpu\"]\n";
+        let doc: toml::Table =
+            toml::from_str(&with_workers(per, Some(3), None).expect("edits")).expect("parses");
+        assert!(doc["workers"].get("slots_per_device").is_none(), "{doc}");
+        assert_eq!(doc["workers"]["count"].as_integer(), Some(3));
+        let doc: toml::Table =
+            toml::from_str(&with_workers(per, None, Some("cuda:0,cuda:1")).expect("edits"))
+                .expect("parses");
+        assert_eq!(doc["workers"]["slots_per_device"].as_integer(), Some(2));
     }
 }
