@@ -108,7 +108,17 @@ impl Printer {
                 self.gpu.insert(number.0, *usage);
                 return None;
             }
-            Event::TrialFinished { trial, at, .. } => {
+            Event::TrialFinished {
+                trial,
+                at,
+                study_best,
+                ..
+            } => {
+                // Storage's best of the whole study (other processes' trials too) wins over
+                // the best this printer saw, which it includes.
+                if study_best.is_some() {
+                    self.best = *study_best;
+                }
                 let gpu = self.gpu.remove(&trial.number.0);
                 let dur = trial
                     .duration(*at)
@@ -226,6 +236,7 @@ mod tests {
             slot: 0,
             trial: Trial::unstored(TrialNumber(n), p, status),
             at: SystemTime::UNIX_EPOCH,
+            study_best: None,
         }
     }
 
@@ -235,6 +246,38 @@ mod tests {
             SystemTime::UNIX_EPOCH,
             Duration::from_secs(secs),
         )
+    }
+
+    #[test]
+    fn a_trials_line_names_the_best_of_the_whole_study_when_storage_says_it() {
+        let mut p = Printer::new(Direction::Minimize, "loss".into());
+        let mut ev = finished(
+            4,
+            TrialStatus::Complete {
+                value: 0.5,
+                ran: ran(2),
+            },
+        );
+        // Trial 3, run by another process, is better than anything this one saw.
+        if let Event::TrialFinished { study_best, .. } = &mut ev {
+            *study_best = Some((3, 0.25));
+        }
+        let a = p.line(&ev, Duration::ZERO).expect("a line");
+        assert!(a.ends_with("loss=0.5 (best 0.25 at trial 3)"), "{a}");
+        // Without storage's word, the printer keeps the study's best it was last told.
+        let b = p
+            .line(
+                &finished(
+                    5,
+                    TrialStatus::Complete {
+                        value: 0.4,
+                        ran: ran(1),
+                    },
+                ),
+                Duration::ZERO,
+            )
+            .expect("a line");
+        assert!(b.ends_with("loss=0.4 (best 0.25 at trial 3)"), "{b}");
     }
 
     #[test]

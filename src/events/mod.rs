@@ -65,6 +65,10 @@ pub enum Event {
         slot: usize,
         trial: Trial,
         at: SystemTime,
+        /// The study's best `(number, value)` as stored once this trial ended, with the
+        /// trials of every other process on the study; `None` where the source does not say
+        /// (a replay, a test), and readers fall back to the best they saw.
+        study_best: Option<(u64, f64)>,
     },
     /// The GPU of a running trial's slot, sampled (about once a second) while it runs: only
     /// where NVML is there (`crate::telemetry`), for command and builtin trials alike.

@@ -359,6 +359,7 @@ impl Poller {
                     slot: slot.unwrap_or(NO_SLOT),
                     trial: t.clone(),
                     at: t.status.finished().unwrap_or(now),
+                    study_best: None,
                 }));
             }
             self.known.insert(t.id.0, (t.number, state, slot));

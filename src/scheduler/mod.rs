@@ -586,7 +586,20 @@ impl Scheduler {
             _ => {}
         }
         let at = trial.status.finished().unwrap_or_else(SystemTime::now);
-        self.emit(Event::TrialFinished { slot, trial, at });
+        // The best of the whole study, other processes' trials included, for the event line's
+        // "(best … at trial N)"; a storage hiccup here only loses that hint.
+        let study_best = self
+            .engine
+            .storage()
+            .best(self.engine.study())
+            .ok()
+            .flatten();
+        self.emit(Event::TrialFinished {
+            slot,
+            trial,
+            at,
+            study_best,
+        });
         Ok(())
     }
 }

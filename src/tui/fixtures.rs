@@ -166,6 +166,7 @@ pub fn study_events(
                 Ran::span(Placement::default(), start, took),
             ),
             at: start + took,
+            study_best: None,
         });
     }
     let now_base = t0() + trial_time * (finished / per_slot) as u32;

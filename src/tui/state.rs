@@ -621,7 +621,9 @@ impl UiState {
                 // Only the step column can change order, and only when sorting by it.
                 self.table.sort == STEP_COLUMN
             }
-            Event::TrialFinished { slot, trial, at } => {
+            Event::TrialFinished {
+                slot, trial, at, ..
+            } => {
                 self.upsert_trial(trial, Some(*at));
                 if let Some(s) = self.slots.get_mut(*slot)
                     && s.trial == Some(trial.number)

@@ -69,6 +69,7 @@ fn done(n: u64, slot: usize, state: TrialState, value: Option<f64>) -> Event {
         slot,
         trial: summary(n, state, value),
         at: t0() + Duration::from_secs(10),
+        study_best: None,
     }
 }
 
@@ -634,6 +635,7 @@ fn a_long_traceback_keeps_its_first_and_last_lines_and_the_log_paths_on_screen()
         slot: 0,
         trial: t,
         at: t0(),
+        study_best: None,
     });
     s.handle_key(code(KeyCode::Enter));
     let text = screen(&s, 80, 24);
@@ -1092,6 +1094,7 @@ fn interrupted_trials_do_not_count_toward_the_budget_until_they_run_again() {
         slot: 0,
         trial: interrupted,
         at: t0(),
+        study_best: None,
     });
     assert_eq!((s.counts.finished(), s.counts.counted()), (2, 1));
     assert_eq!(s.progress().ratio, Some(0.25));
@@ -1116,6 +1119,7 @@ fn discarded_trials_do_not_count_toward_the_budget_and_are_never_the_best() {
         slot: 0,
         trial: discarded.clone(),
         at: t0(),
+        study_best: None,
     });
     assert_eq!((s.counts.finished(), s.counts.counted()), (2, 1));
     assert_eq!(s.progress().ratio, Some(0.25));
@@ -1131,6 +1135,7 @@ fn discarded_trials_do_not_count_toward_the_budget_and_are_never_the_best() {
         slot: 0,
         trial: discarded,
         at: t0(),
+        study_best: None,
     });
     assert_eq!((s.counts.finished(), s.counts.counted()), (2, 2));
     assert_eq!(s.best, Some(TrialNumber(1)));
@@ -1187,6 +1192,7 @@ fn long_params_state() -> UiState {
             slot: 0,
             trial: t,
             at: t0(),
+            study_best: None,
         });
     }
     s.apply(&Event::TrialStarted {

@@ -95,6 +95,7 @@ pub fn apply_ms(state: &UiState, reps: u32) -> f64 {
                     ),
                 ),
                 at: s.now,
+                study_best: None,
             },
         ];
         for e in &events {
