@@ -70,6 +70,9 @@ struct RawSampler {
     kind: Option<String>,
     #[serde(default)]
     n_startup: Option<i64>,
+    /// Read as any value, so that a wrong type is refused naming the key.
+    #[serde(default)]
+    cost_aware: Option<toml::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -261,6 +264,15 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
             Some(n) => {
                 return Err(err(format!(
                     "key `sampler.n_startup`: must be between 1 and 100000, not {n}"
+                )));
+            }
+        },
+        cost_aware: match raw.sampler.as_ref().and_then(|r| r.cost_aware.as_ref()) {
+            None => None,
+            Some(toml::Value::Boolean(b)) => Some(*b),
+            Some(v) => {
+                return Err(err(format!(
+                    "key `sampler.cost_aware`: must be true or false, not {v}"
                 )));
             }
         },
@@ -792,6 +804,15 @@ opt = "adam"
     }
 
     #[test]
+    fn sampler_cost_aware_is_read_and_left_to_the_default_when_absent() {
+        let s = check(GOOD).expect("good");
+        assert_eq!(s.sampler_options.cost_aware, None);
+        let src = GOOD.replacen("[workers]", "[sampler]\ncost_aware = false\n[workers]", 1);
+        let s = check(&src).expect("cost_aware = false");
+        assert_eq!(s.sampler_options.cost_aware, Some(false));
+    }
+
+    #[test]
     fn every_mistake_names_the_file_and_the_key() {
         let cases: &[(&str, &str, &str)] = &[
             ("trials = 4", "trials = -1", "study.trials"),
@@ -832,6 +853,11 @@ opt = "adam"
                 "[workers]",
                 "[sampler]\nkind = \"magic\"\n[workers]",
                 "sampler.kind",
+            ),
+            (
+                "[workers]",
+                "[sampler]\ncost_aware = \"yes\"\n[workers]",
+                "sampler.cost_aware",
             ),
             (
                 "count = 2",

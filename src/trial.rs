@@ -153,6 +153,9 @@ pub struct FinishedTrial {
     pub outcome: Outcome,
     /// The objective's intermediate values, by step, in report order.
     pub curve: Vec<(u64, f64)>,
+    /// How long it ran, in seconds, when both its start and its end are known: what the GP's
+    /// cost model learns from (`sampler::gp` `cost`).
+    pub seconds: Option<f64>,
 }
 
 impl FinishedTrial {
@@ -425,6 +428,12 @@ impl Trial {
         end.duration_since(start).ok()
     }
 
+    /// How long a finished trial ran, in seconds, when its start and end are both known.
+    pub fn seconds(&self) -> Option<f64> {
+        let (start, end) = (self.status.started()?, self.status.finished()?);
+        end.duration_since(start).ok().map(|d| d.as_secs_f64())
+    }
+
     /// What samplers learn from this trial, when it is finished and not interrupted (its
     /// rerun stands for it). `curve` is the objective's intermediate values by step.
     pub fn to_finished(&self, curve: Vec<(u64, f64)>) -> Option<FinishedTrial> {
@@ -433,6 +442,7 @@ impl Trial {
             params: self.params.clone(),
             outcome: self.outcome(&curve)?,
             curve,
+            seconds: self.seconds(),
         })
     }
 

@@ -109,6 +109,9 @@ impl SamplerKind {
 pub struct SamplerOptions {
     /// Trials of the initial (Sobol) design; `None`: a default that fits the dimension.
     pub n_startup: Option<usize>,
+    /// The GP's cost model (`[sampler] cost_aware`): expected improvement per expected second
+    /// when trial durations vary; `None`: the GP's default (on).
+    pub cost_aware: Option<bool>,
 }
 
 /// Builds the sampler a study asked for, with default settings.
@@ -137,6 +140,7 @@ pub fn build_with(kind: SamplerKind, opts: &SamplerOptions) -> Box<dyn Sampler> 
 fn gp_options(opts: &SamplerOptions) -> GpOptions {
     GpOptions {
         n_startup: opts.n_startup,
+        cost_aware: opts.cost_aware.unwrap_or(GpOptions::default().cost_aware),
         ..GpOptions::default()
     }
 }

@@ -414,6 +414,7 @@ pub(crate) fn history_of<'a>(
                         params: in_space(t),
                         outcome,
                         curve: c,
+                        seconds: t.seconds(),
                     });
                 }
             }

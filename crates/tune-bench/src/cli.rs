@@ -147,14 +147,16 @@ pub struct OptimizersArgs {
     #[arg(long, default_value_t = 50)]
     pub random_seeds: u64,
     /// Problems (comma list): names, `public` (the default), `extra`, `trap` (a low-cardinality
-    /// value that looks best early, another that wins), `fail` (regions where trials fail) or `all`.
+    /// value that looks best early, another that wins), `fail` (regions where trials fail), `cost` (trial durations that vary with
+    /// the params: regret within budgets of simulated time) or `all`.
     #[arg(long, value_delimiter = ',')]
     pub problems: Vec<String>,
     /// Budgets (trials) at which regret and score are reported.
     #[arg(long, value_delimiter = ',', default_value = "10,25,50")]
     pub budgets: Vec<usize>,
     /// Samplers to compare: `random`, `tpe`, `gp`, `auto`, and `gp-penalty` (the GP without its
-    /// failure classifier: a failed trial only enters the model at the worst value).
+    /// failure classifier: a failed trial only enters the model at the worst value) and
+    /// `gp-plain` (the GP without its cost model: plain log EI).
     #[arg(long, value_delimiter = ',', default_value = "random,tpe,gp,auto")]
     pub samplers: Vec<String>,
     /// Outstanding asks: 1 is sequential.

@@ -11,6 +11,7 @@
 //! one subcommand, and its errors end up printed at the binary's edge, never matched on.
 
 pub mod cli;
+pub mod cost;
 pub mod optimizers;
 pub mod overhead;
 pub mod problems;

@@ -4,7 +4,9 @@
 //! milliseconds per ask at given trial counts. On failure problems (`--problems fail`) it also
 //! reports the mean number of failed trials, and the sampler `gp-penalty` is the GP without the
 //! learned failure constraint (failed trials only enter its regression at the worst value), so
-//! that one run shows both.
+//! that one run shows both. Cost problems (`--problems cost`) are measured per unit of
+//! simulated time instead (`cost`), with `gp-plain`, the GP without its cost model, as the
+//! reference.
 //!
 //! The score's reference, the median best of random search after t trials, is measured in the
 //! same run (sequential random search with its own seeds), as the README defines it. The
@@ -32,12 +34,15 @@ pub enum BenchSampler {
     /// The GP with `learn_failures` off: a failed trial is only the worst value in the
     /// regression, as before issue 13.
     GpPenalty,
+    /// The GP with `cost_aware` off: plain log EI whatever the trials' durations (issue 13).
+    GpPlain,
 }
 
 impl BenchSampler {
     pub fn parse(s: &str) -> Option<BenchSampler> {
         match s {
             "gp-penalty" => Some(BenchSampler::GpPenalty),
+            "gp-plain" => Some(BenchSampler::GpPlain),
             _ => SamplerKind::parse(s).map(BenchSampler::Kind),
         }
     }
@@ -46,15 +51,21 @@ impl BenchSampler {
         match self {
             BenchSampler::Kind(k) => k.as_str(),
             BenchSampler::GpPenalty => "gp-penalty",
+            BenchSampler::GpPlain => "gp-plain",
         }
     }
 
-    fn build(self, opts: &SamplerOptions) -> Box<dyn Sampler> {
+    pub(crate) fn build(self, opts: &SamplerOptions) -> Box<dyn Sampler> {
         match self {
             BenchSampler::Kind(k) => build_with(k, opts),
             BenchSampler::GpPenalty => Box::new(GpSampler::new(GpOptions {
                 n_startup: opts.n_startup,
                 learn_failures: false,
+                ..GpOptions::default()
+            })),
+            BenchSampler::GpPlain => Box::new(GpSampler::new(GpOptions {
+                n_startup: opts.n_startup,
+                cost_aware: false,
                 ..GpOptions::default()
             })),
         }
@@ -91,7 +102,7 @@ impl OptimizerBenchOptions {
             .map(|n| {
                 BenchSampler::parse(n).ok_or_else(|| {
                     anyhow::anyhow!(
-                        "unknown sampler `{n}` (one of {}, gp-penalty)",
+                        "unknown sampler `{n}` (one of {}, gp-penalty, gp-plain)",
                         SamplerKind::NAMES.join(", ")
                     )
                 })
@@ -307,9 +318,10 @@ fn selected(opts: &OptimizerBenchOptions) -> anyhow::Result<Vec<Problem>> {
         let take = opts.problems.iter().any(|w| {
             w == p.name
                 || w == "all"
-                || (w == "extra" && !p.public && !p.trap && !p.fail)
+                || (w == "extra" && !p.public && !p.trap && !p.fail && p.cost.is_none())
                 || (w == "trap" && p.trap)
                 || (w == "fail" && p.fail)
+                || (w == "cost" && p.cost.is_some())
                 || (w == "public" && p.public)
         });
         if take {
@@ -317,11 +329,11 @@ fn selected(opts: &OptimizerBenchOptions) -> anyhow::Result<Vec<Problem>> {
         }
     }
     for w in &opts.problems {
-        if !["all", "extra", "public", "trap", "fail"].contains(&w.as_str())
+        if !["all", "extra", "public", "trap", "fail", "cost"].contains(&w.as_str())
             && !out.iter().any(|p| p.name == w.as_str())
         {
             anyhow::bail!(
-                "unknown problem `{w}` (known: {}, or all, public, extra, trap, fail)",
+                "unknown problem `{w}` (known: {}, or all, public, extra, trap, fail, cost)",
                 problems()
                     .iter()
                     .map(|p| p.name)
@@ -340,10 +352,12 @@ pub fn measure(
 ) -> anyhow::Result<Vec<ProblemReport>> {
     let sopts = SamplerOptions {
         n_startup: opts.n_startup,
+        cost_aware: None,
     };
     let budget = opts.budgets.iter().copied().max().unwrap_or(0);
     let mut reports = Vec::new();
-    for problem in selected(opts)? {
+    // Cost problems are measured against simulated time (`cost`), not here.
+    for problem in selected(opts)?.into_iter().filter(|p| p.cost.is_none()) {
         // Reference: sequential random search.
         let mut rand_best: Vec<Vec<f64>> = vec![Vec::new(); opts.budgets.len()];
         for s in 0..opts.random_seeds {
@@ -619,8 +633,15 @@ pub fn run(opts: &OptimizerBenchOptions) -> anyhow::Result<()> {
     if opts.q.is_empty() || opts.q.contains(&0) {
         anyhow::bail!("q must be at least 1");
     }
-    let reports = measure(opts, &mut |line| eprintln!("{line}"))?;
-    print!("{}", render(opts, &reports));
+    let chosen = selected(opts)?;
+    if chosen.iter().any(|p| p.cost.is_none()) {
+        let reports = measure(opts, &mut |line| eprintln!("{line}"))?;
+        print!("{}", render(opts, &reports));
+    }
+    if chosen.iter().any(|p| p.cost.is_some()) {
+        let text = crate::cost::measure(opts, &chosen, &mut |line| eprintln!("{line}"))?;
+        print!("{text}");
+    }
     Ok(())
 }
 

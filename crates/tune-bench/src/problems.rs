@@ -5,7 +5,11 @@
 //! first trials (a broad, shallow basin) while another wins (a deeper, narrow one), the shape on
 //! which a model-based sampler can lock onto the early value for the whole run; and failure
 //! problems (issue 13): a region of the space where the trial fails (diverges, runs out of
-//! memory, crashes) and gives no value, bordering or containing the unconstrained optimum.
+//! memory, crashes) and gives no value, bordering or containing the unconstrained optimum;
+//! and cost problems (issue 13, cost-aware search): training-shaped problems whose trials take
+//! a simulated time that depends on the params (epochs, width, layers, batch size), 16 to 40
+//! times longer in the slowest corner than in the fastest, with an optimum that is not the
+//! cheapest point.
 
 use tune::space::{ParamValue, Params, Space};
 
@@ -18,6 +22,9 @@ pub struct Problem {
     /// A failure problem (selected by `fail`, not by `extra`): `f` is NaN where a trial fails
     /// (diverges, runs out of memory, crashes), and the harness tells such a trial as failed.
     pub fail: bool,
+    /// A cost problem (selected by `cost`): the simulated seconds a trial at these params
+    /// takes; `tune-bench optimizers` reports the best value within budgets of simulated time.
+    pub cost: Option<fn(&Params) -> f64>,
     pub space_toml: &'static str,
     pub optimum: f64,
     pub f: fn(&Params) -> f64,
@@ -327,6 +334,63 @@ pub fn fail_crash(p: &Params) -> f64 {
     base + 0.04 * (lr.log10() + 1.5).powi(2) + 0.05 * (w - 0.2).powi(2)
 }
 
+/// Cost (an MLP's batch size, width, epochs and learning rate): more epochs help with
+/// diminishing returns. Best: 0.10 + 0.15 e^(-10/3) at batch 64, width 256, 10 epochs, lr
+/// 10^-2.5; a trial takes epochs x (1 + width / 512) x (1 + 32 / batch) seconds (2.3 to 90;
+/// 22.5 at the optimum).
+pub fn cost_mlp(p: &Params) -> f64 {
+    let (bs, w, ep, lr) = (
+        num(p, "batch_size"),
+        num(p, "width"),
+        num(p, "epochs"),
+        num(p, "lr"),
+    );
+    0.10 + 0.01 * (w.log2() - 8.0).powi(2)
+        + 0.008 * (bs.log2() - 6.0).powi(2)
+        + 0.05 * (lr.log10() + 2.5).powi(2)
+        + 0.15 * (-ep / 3.0).exp()
+}
+
+pub fn cost_mlp_seconds(p: &Params) -> f64 {
+    let (bs, w, ep) = (num(p, "batch_size"), num(p, "width"), num(p, "epochs"));
+    ep * (1.0 + w / 512.0) * (1.0 + 32.0 / bs)
+}
+
+/// Cost (a network's depth and width, dropout and learning rate). Best: 0.12 at 4 layers, width
+/// 512, dropout 0.2, lr 10^-3; a trial takes (1 + layers) x (1 + width / 256) seconds (2.5 to
+/// 45; 15 at the optimum).
+pub fn cost_depth(p: &Params) -> f64 {
+    let (l, w, d, lr) = (
+        num(p, "layers"),
+        num(p, "width"),
+        num(p, "dropout"),
+        num(p, "lr"),
+    );
+    0.12 + 0.005 * (l - 4.0).powi(2)
+        + 0.01 * (w.log2() - 9.0).powi(2)
+        + 0.1 * (d - 0.2).powi(2)
+        + 0.04 * (lr.log10() + 3.0).powi(2)
+}
+
+pub fn cost_depth_seconds(p: &Params) -> f64 {
+    (1.0 + num(p, "layers")) * (1.0 + num(p, "width") / 256.0)
+}
+
+/// Cost (epochs against batch size, the learning rate scaled with the batch): the loss falls
+/// as 0.5 / (epochs + 2), so the optimum is at the most epochs. Best: 0.08 + 0.5 / 32 at 30
+/// epochs, batch 128, lr 10^-2; a trial takes (5 + epochs) x (1 + 64 / batch) seconds (6.4 to
+/// 105; 52.5 at the optimum).
+pub fn cost_epochs(p: &Params) -> f64 {
+    let (ep, bs, lr) = (num(p, "epochs"), num(p, "batch_size"), num(p, "lr"));
+    0.08 + 0.5 / (ep + 2.0)
+        + 0.01 * (bs.log2() - 7.0).powi(2)
+        + 0.05 * (lr.log10() + 2.0 - 0.5 * (bs / 128.0).log10()).powi(2)
+}
+
+pub fn cost_epochs_seconds(p: &Params) -> f64 {
+    (5.0 + num(p, "epochs")) * (1.0 + 64.0 / num(p, "batch_size"))
+}
+
 pub fn problems() -> Vec<Problem> {
     vec![
         Problem {
@@ -334,6 +398,7 @@ pub fn problems() -> Vec<Problem> {
             public: true,
             trap: false,
             fail: false,
+            cost: None,
             space_toml: "x0 = { type = \"float\", low = -5.0, high = 10.0 }\n\
                          x1 = { type = \"float\", low = 0.0, high = 15.0 }",
             optimum: 0.397887357729739,
@@ -344,6 +409,7 @@ pub fn problems() -> Vec<Problem> {
             public: true,
             trap: false,
             fail: false,
+            cost: None,
             space_toml: "x0 = { type = \"float\", low = 0.0, high = 1.0 }\n\
                          x1 = { type = \"float\", low = 0.0, high = 1.0 }\n\
                          x2 = { type = \"float\", low = 0.0, high = 1.0 }\n\
@@ -358,6 +424,7 @@ pub fn problems() -> Vec<Problem> {
             public: true,
             trap: false,
             fail: false,
+            cost: None,
             space_toml: "x0 = { type = \"float\", low = 0.01, high = 10.0, log = true }\n\
                          x1 = { type = \"float\", low = 0.01, high = 10.0, log = true }\n\
                          x2 = { type = \"float\", low = 0.01, high = 10.0, log = true }\n\
@@ -370,6 +437,7 @@ pub fn problems() -> Vec<Problem> {
             public: true,
             trap: false,
             fail: false,
+            cost: None,
             space_toml: "lr           = { type = \"float\", low = 1e-05, high = 1.0, log = true }\n\
                          optimizer    = { type = \"categorical\", choices = [\"sgd\", \"adam\", \"adamw\"] }\n\
                          momentum     = { type = \"float\", low = 0.0, high = 0.99, when = { optimizer = \"sgd\" } }\n\
@@ -384,6 +452,7 @@ pub fn problems() -> Vec<Problem> {
             public: false,
             trap: false,
             fail: false,
+            cost: None,
             space_toml: "x0 = { type = \"float\", low = -5.0, high = 10.0 }\n\
                          x1 = { type = \"float\", low = -5.0, high = 10.0 }\n\
                          x2 = { type = \"float\", low = -5.0, high = 10.0 }\n\
@@ -397,6 +466,7 @@ pub fn problems() -> Vec<Problem> {
             public: false,
             trap: false,
             fail: false,
+            cost: None,
             space_toml: SVM_SPACE,
             optimum: 1.0 - (-0.05f64).exp(),
             f: svm_surrogate,
@@ -406,6 +476,7 @@ pub fn problems() -> Vec<Problem> {
             public: false,
             trap: false,
             fail: false,
+            cost: None,
             space_toml: SVM_SPACE,
             optimum: ((1.0 - (-0.05f64).exp()) * 360.0).ceil() / 360.0,
             f: svm_quantised,
@@ -415,6 +486,7 @@ pub fn problems() -> Vec<Problem> {
             public: false,
             trap: false,
             fail: false,
+            cost: None,
             space_toml: "n_estimators     = { type = \"int\", low = 50, high = 1000, step = 50 }\n\
                          max_depth        = { type = \"int\", low = 2, high = 12 }\n\
                          learning_rate    = { type = \"float\", low = 1e-3, high = 1.0, log = true }\n\
@@ -430,6 +502,7 @@ pub fn problems() -> Vec<Problem> {
             public: false,
             trap: true,
             fail: false,
+            cost: None,
             space_toml: "degree = { type = \"int\", low = 1, high = 3 }\n\
                          alpha  = { type = \"float\", low = 1e-6, high = 1e2, log = true }\n\
                          scale  = { type = \"float\", low = 0.0, high = 1.0 }",
@@ -441,6 +514,7 @@ pub fn problems() -> Vec<Problem> {
             public: false,
             trap: true,
             fail: false,
+            cost: None,
             space_toml: "degree = { type = \"int\", low = 1, high = 5 }\n\
                          alpha  = { type = \"float\", low = 1e-6, high = 1e2, log = true }\n\
                          lr     = { type = \"float\", low = 1e-4, high = 1.0, log = true }\n\
@@ -453,6 +527,7 @@ pub fn problems() -> Vec<Problem> {
             public: false,
             trap: true,
             fail: false,
+            cost: None,
             space_toml: "criterion        = { type = \"categorical\", choices = [\"gini\", \"entropy\", \"log_loss\"] }\n\
                          bootstrap        = { type = \"categorical\", choices = [true, false] }\n\
                          max_features     = { type = \"float\", low = 0.1, high = 1.0 }\n\
@@ -465,6 +540,7 @@ pub fn problems() -> Vec<Problem> {
             public: false,
             trap: true,
             fail: false,
+            cost: None,
             space_toml: "activation = { type = \"categorical\", choices = [\"relu\", \"tanh\", \"gelu\", \"silu\", \"elu\"] }\n\
                          layers     = { type = \"int\", low = 1, high = 4 }\n\
                          lr         = { type = \"float\", low = 1e-4, high = 1.0, log = true }\n\
@@ -477,6 +553,7 @@ pub fn problems() -> Vec<Problem> {
             public: false,
             trap: false,
             fail: true,
+            cost: None,
             space_toml: "lr           = { type = \"float\", low = 1e-5, high = 1.0, log = true }\n\
                          batch_size   = { type = \"int\", low = 16, high = 1024, log = true }\n\
                          weight_decay = { type = \"float\", low = 0.0, high = 0.1 }",
@@ -488,6 +565,7 @@ pub fn problems() -> Vec<Problem> {
             public: false,
             trap: false,
             fail: true,
+            cost: None,
             space_toml: "batch_size = { type = \"int\", low = 16, high = 1024, log = true }\n\
                          width      = { type = \"int\", low = 32, high = 2048, log = true }\n\
                          lr         = { type = \"float\", low = 1e-4, high = 0.1, log = true }",
@@ -499,11 +577,50 @@ pub fn problems() -> Vec<Problem> {
             public: false,
             trap: false,
             fail: true,
+            cost: None,
             space_toml: "precision = { type = \"categorical\", choices = [\"fp32\", \"bf16\", \"fp16\"] }\n\
                          lr        = { type = \"float\", low = 1e-4, high = 1.0, log = true }\n\
                          warmup    = { type = \"float\", low = 0.0, high = 1.0 }",
             optimum: 0.10618120229300967,
             f: fail_crash,
+        },
+        Problem {
+            name: "cost_mlp",
+            public: false,
+            trap: false,
+            fail: false,
+            cost: Some(cost_mlp_seconds),
+            space_toml: "batch_size = { type = \"int\", low = 16, high = 512, log = true }\n\
+                         width      = { type = \"int\", low = 32, high = 1024, log = true }\n\
+                         epochs     = { type = \"int\", low = 2, high = 10 }\n\
+                         lr         = { type = \"float\", low = 1e-4, high = 1e-1, log = true }",
+            optimum: 0.10 + 0.15 * (-10.0f64 / 3.0).exp(),
+            f: cost_mlp,
+        },
+        Problem {
+            name: "cost_depth",
+            public: false,
+            trap: false,
+            fail: false,
+            cost: Some(cost_depth_seconds),
+            space_toml: "layers  = { type = \"int\", low = 1, high = 8 }\n\
+                         width   = { type = \"int\", low = 64, high = 1024, log = true }\n\
+                         dropout = { type = \"float\", low = 0.0, high = 0.5 }\n\
+                         lr      = { type = \"float\", low = 1e-4, high = 1e-1, log = true }",
+            optimum: 0.12,
+            f: cost_depth,
+        },
+        Problem {
+            name: "cost_epochs",
+            public: false,
+            trap: false,
+            fail: false,
+            cost: Some(cost_epochs_seconds),
+            space_toml: "epochs     = { type = \"int\", low = 1, high = 30 }\n\
+                         batch_size = { type = \"int\", low = 32, high = 1024, log = true }\n\
+                         lr         = { type = \"float\", low = 1e-4, high = 1e-1, log = true }",
+            optimum: 0.08 + 0.5 / 32.0,
+            f: cost_epochs,
         },
     ]
 }

@@ -19,6 +19,7 @@ use argmin::solver::linesearch::MoreThuenteLineSearch;
 use argmin::solver::quasinewton::LBFGS;
 use statrs::function::erf::erfc;
 
+use super::cost::Cost;
 use super::feasibility::Feasibility;
 use super::fit::Posterior;
 use super::kernel::Layout;
@@ -95,6 +96,9 @@ pub struct Acq<'a> {
     /// steps of `refine_continuous` ignore it, and their result is kept only if its full score
     /// is better).
     pub feas: Option<&'a Feasibility>,
+    /// The model of log duration, when durations vary: minus its prediction (times
+    /// `cost::COST_EXPONENT`) is added to every score, as `feas` is (EI per second).
+    pub cost: Option<&'a Cost>,
 }
 
 impl Acq<'_> {
@@ -106,12 +110,15 @@ impl Acq<'_> {
     pub fn score(&self, us: &[Vec<f64>]) -> Vec<f64> {
         let feats: Vec<Vec<f64>> = us.iter().map(|u| self.features(u)).collect();
         let logw = self.feas.map(|f| f.log_weight(&feats));
+        let logc = self.cost.map(|c| c.log_weight(&feats));
         self.post
             .predict(&feats)
             .into_iter()
             .enumerate()
             .map(|(i, (m, v))| {
-                let a = log_ei(m, v, self.best) + logw.as_ref().map_or(0.0, |w| w[i]);
+                let a = log_ei(m, v, self.best)
+                    + logw.as_ref().map_or(0.0, |w| w[i])
+                    + logc.as_ref().map_or(0.0, |c| c[i]);
                 if a.is_nan() { f64::NEG_INFINITY } else { a }
             })
             .collect()

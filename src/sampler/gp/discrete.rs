@@ -253,6 +253,7 @@ mod tests {
             params,
             outcome: Outcome::Complete { value: 1.0 },
             curve: Vec::new(),
+            seconds: None,
         }
     }
 

@@ -16,6 +16,7 @@
 //! (the best half plus an even spread of the rest), which bounds the cost of an ask smoothly.
 
 mod acquisition;
+mod cost;
 mod discrete;
 mod feasibility;
 mod fit;
@@ -29,6 +30,7 @@ use super::{AskContext, RandomSampler, Sampler, SobolSampler, avoid_repeat, is_d
 use crate::space::{ParamKind, Params, Space};
 use crate::trial::Outcome;
 use acquisition::Acq;
+use cost::Cost;
 use discrete::LowCard;
 use feasibility::Feasibility;
 use fit::{FitData, Posterior};
@@ -54,6 +56,10 @@ pub struct GpOptions {
     /// acquisition (`feasibility`); off, they only enter the regression at the worst value
     /// (where they stay with it on as well). With no failure in the history it changes nothing.
     pub learn_failures: bool,
+    /// The durations of complete trials train a model of log duration, and the acquisition is
+    /// expected improvement per expected second (`cost`). With fewer than five known durations,
+    /// or durations that vary less than 1.5-fold, it changes nothing.
+    pub cost_aware: bool,
 }
 
 impl Default for GpOptions {
@@ -64,6 +70,7 @@ impl Default for GpOptions {
             max_fit_points: 64,
             robust_discrete: true,
             learn_failures: true,
+            cost_aware: true,
         }
     }
 }
@@ -178,6 +185,8 @@ struct Obs {
     complete: bool,
     /// Failed, or finished with a value that is not finite (NaN, infinite): did not run.
     failed: bool,
+    /// How long it ran (complete trials only): what the cost model learns from.
+    seconds: Option<f64>,
 }
 
 /// Unit-cube coordinates of a trial's params; inactive params (which have none) get `fill`.
@@ -265,6 +274,9 @@ impl GpSampler {
                 z,
                 complete: is_complete,
                 failed,
+                seconds: t
+                    .seconds
+                    .filter(|s| is_complete && s.is_finite() && *s >= 0.0),
             });
         }
         Some(obs)
@@ -354,12 +366,35 @@ impl GpSampler {
                 &theta,
             )
         };
+        // Durations: EI per expected second when they vary (none are known, or they barely
+        // vary: no model, the same proposals as without it).
+        let cost = if !self.opts.cost_aware {
+            None
+        } else {
+            let cidx: Vec<usize> = subset(&obs, self.opts.max_points)
+                .into_iter()
+                .filter(|&i| obs[i].seconds.is_some())
+                .collect();
+            Cost::fit(
+                &layout,
+                &cidx
+                    .iter()
+                    .map(|&i| obs[i].feat.clone())
+                    .collect::<Vec<_>>(),
+                &cidx
+                    .iter()
+                    .filter_map(|&i| obs[i].seconds)
+                    .collect::<Vec<_>>(),
+                &theta,
+            )
+        };
         let acq = Acq {
             space,
             layout: &layout,
             post: &post,
             best,
             feas: feas.as_ref(),
+            cost: cost.as_ref(),
         };
         let d = space.len();
 

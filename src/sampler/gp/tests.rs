@@ -38,7 +38,13 @@ fn run(
     seed: u64,
     f: &dyn Fn(&Params) -> Option<f64>,
 ) -> Vec<FinishedTrial> {
-    let mut sampler = build_with(kind, &SamplerOptions { n_startup: Some(4) });
+    let mut sampler = build_with(
+        kind,
+        &SamplerOptions {
+            n_startup: Some(4),
+            cost_aware: None,
+        },
+    );
     let mut history: Vec<FinishedTrial> = Vec::new();
     let mut pending: Vec<(u64, Params)> = Vec::new();
     let mut asked = 0u64;
@@ -69,6 +75,7 @@ fn run(
             params: p,
             outcome,
             curve: Vec::new(),
+            seconds: None,
         });
     }
     history
@@ -199,6 +206,7 @@ fn trial(n: u64, x: f64, outcome: Outcome) -> FinishedTrial {
         params,
         outcome,
         curve: Vec::new(),
+        seconds: None,
     }
 }
 
@@ -360,6 +368,7 @@ fn pending_asks_spread_over_starved_values() {
                 params: p,
                 outcome: Outcome::Complete { value: v },
                 curve: Vec::new(),
+                seconds: None,
             }
         })
         .collect();
@@ -413,6 +422,7 @@ fn run_gp(
             params: p,
             outcome,
             curve: Vec::new(),
+            seconds: None,
         });
     }
     history
@@ -474,4 +484,121 @@ fn without_a_failure_the_classifier_changes_no_proposal() {
             .collect::<Vec<_>>()
     };
     assert_eq!(run(true), run(false));
+}
+
+/// Runs the GP for `n` trials on `f`, each complete trial told with the simulated duration
+/// `dur(params)` (`None`: no duration known).
+fn run_gp_timed(
+    s: &Space,
+    opts: GpOptions,
+    n: usize,
+    seed: u64,
+    f: &dyn Fn(&Params) -> f64,
+    dur: &dyn Fn(&Params) -> Option<f64>,
+) -> Vec<FinishedTrial> {
+    let mut g = GpSampler::new(opts);
+    let mut history: Vec<FinishedTrial> = Vec::new();
+    for k in 0..n as u64 {
+        let ctx = AskContext {
+            space: s,
+            direction: Direction::Minimize,
+            history: &history,
+            pending: &[],
+            trial_number: TrialNumber(k),
+            seed,
+        };
+        let p = g.ask(&ctx);
+        history.push(FinishedTrial {
+            number: TrialNumber(k),
+            outcome: Outcome::Complete { value: f(&p) },
+            seconds: dur(&p),
+            params: p,
+            curve: Vec::new(),
+        });
+    }
+    history
+}
+
+/// The best value among the trials that ended within `budget` simulated seconds.
+fn best_within(h: &[FinishedTrial], budget: f64) -> f64 {
+    let mut spent = 0.0;
+    let mut best = f64::INFINITY;
+    for t in h {
+        spent += t.seconds.unwrap_or(0.0);
+        if spent > budget {
+            break;
+        }
+        best = best.min(t.value().unwrap_or(f64::INFINITY));
+    }
+    best
+}
+
+#[test]
+fn with_the_cost_term_a_slow_half_is_bought_only_when_it_pays() {
+    // Durations grow 20-fold along x; the loss is a little better on the slow side (the best
+    // at x = 0.8 is 0.032 below the best at x = 0).
+    let s = space(
+        "x = { type = \"float\", low = 0.0, high = 1.0 }\n\
+         y = { type = \"float\", low = 0.0, high = 1.0 }",
+    );
+    let f = |p: &Params| {
+        let (x, y) = (
+            p["x"].as_f64().unwrap_or(0.0),
+            p["y"].as_f64().unwrap_or(0.0),
+        );
+        (y - 0.4).powi(2) + 0.05 * (x - 0.8).powi(2)
+    };
+    let dur = |p: &Params| Some(20f64.powf(p["x"].as_f64().unwrap_or(0.0)));
+    let (mut spent, mut best) = ([0.0f64; 2], [0.0f64; 2]);
+    for seed in 0..8 {
+        let opts = |on| GpOptions {
+            n_startup: Some(5),
+            cost_aware: on,
+            ..GpOptions::default()
+        };
+        let plain = run_gp_timed(&s, opts(false), 20, seed, &f, &dur);
+        let budget: f64 = plain.iter().filter_map(|t| t.seconds).sum();
+        let aware = run_gp_timed(&s, opts(true), 20, seed, &f, &dur);
+        spent[0] += budget;
+        spent[1] += aware.iter().filter_map(|t| t.seconds).sum::<f64>();
+        best[0] += best_within(&plain, budget);
+        best[1] += best_within(&aware, budget);
+    }
+    eprintln!(
+        "simulated seconds of 20 trials and summed best at plain's time, plain / aware: {spent:?} {best:?}"
+    );
+    // Measured: 1568 s against 1411 s for 20 trials, summed best 3.0e-5 against 1.4e-5.
+    assert!(spent[1] < spent[0], "{spent:?}");
+    assert!(best[1] <= best[0] * 1.05, "{best:?}");
+}
+
+#[test]
+fn without_durations_that_vary_the_cost_term_changes_no_proposal() {
+    let s = space(
+        "x = { type = \"float\", low = 0.0, high = 1.0 }\n\
+         k = { type = \"int\", low = 1, high = 3 }",
+    );
+    let f = |p: &Params| {
+        (p["x"].as_f64().unwrap_or(0.0) - 0.3).powi(2) + p["k"].as_f64().unwrap_or(0.0)
+    };
+    let run = |on, dur: &dyn Fn(&Params) -> Option<f64>| {
+        let opts = GpOptions {
+            n_startup: Some(4),
+            cost_aware: on,
+            ..GpOptions::default()
+        };
+        run_gp_timed(&s, opts, 12, 7, &f, dur)
+            .into_iter()
+            .map(|t| t.params)
+            .collect::<Vec<_>>()
+    };
+    let off = run(false, &|_| None);
+    assert_eq!(run(true, &|_| None), off);
+    // Durations that vary less than 1.5-fold are ignored too.
+    assert_eq!(
+        run(true, &|p: &Params| Some(
+            10.0 + p["x"].as_f64().unwrap_or(0.0)
+        )),
+        off
+    );
 }
