@@ -7,7 +7,7 @@
 //! problems (issue 13): a region of the space where the trial fails (diverges, runs out of
 //! memory, crashes) and gives no value, bordering or containing the unconstrained optimum;
 //! and cost problems (issue 13, cost-aware search): training-shaped problems whose trials take
-//! a simulated time that depends on the params (epochs, width, layers, batch size), 16 to 40
+//! a simulated time that depends on the params (epochs, width, layers, batch size), 16 to 96
 //! times longer in the slowest corner than in the fastest, with an optimum that is not the
 //! cheapest point.
 
@@ -391,6 +391,44 @@ pub fn cost_epochs_seconds(p: &Params) -> f64 {
     (5.0 + num(p, "epochs")) * (1.0 + 64.0 / num(p, "batch_size"))
 }
 
+/// Cost (eight training settings, where 50 trials do not solve it): width, depth, epochs and
+/// batch size set the time; learning rate, weight decay, dropout and warmup are free. Best:
+/// 0.10 + 0.12 e^-3 at batch 64, width 256, 3 layers, 12 epochs, lr 10^-2.5, weight decay
+/// 10^-4, dropout 0.2, warmup 0.1; a trial takes epochs x (1 + layers / 4) x (1 + width / 512)
+/// x (1 + 32 / batch) seconds (2.8 to 270; 47.3 at the optimum).
+pub fn cost_wide(p: &Params) -> f64 {
+    let (bs, w, l, ep) = (
+        num(p, "batch_size"),
+        num(p, "width"),
+        num(p, "layers"),
+        num(p, "epochs"),
+    );
+    let (lr, wd, d, wu) = (
+        num(p, "lr"),
+        num(p, "weight_decay"),
+        num(p, "dropout"),
+        num(p, "warmup"),
+    );
+    0.10 + 0.01 * (w.log2() - 8.0).powi(2)
+        + 0.006 * (l - 3.0).powi(2)
+        + 0.12 * (-ep / 4.0).exp()
+        + 0.008 * (bs.log2() - 6.0).powi(2)
+        + 0.05 * (lr.log10() + 2.5).powi(2)
+        + 0.01 * (wd.log10() + 4.0).powi(2)
+        + 0.1 * (d - 0.2).powi(2)
+        + 0.2 * (wu - 0.1).powi(2)
+}
+
+pub fn cost_wide_seconds(p: &Params) -> f64 {
+    let (bs, w, l, ep) = (
+        num(p, "batch_size"),
+        num(p, "width"),
+        num(p, "layers"),
+        num(p, "epochs"),
+    );
+    ep * (1.0 + l / 4.0) * (1.0 + w / 512.0) * (1.0 + 32.0 / bs)
+}
+
 pub fn problems() -> Vec<Problem> {
     vec![
         Problem {
@@ -621,6 +659,23 @@ pub fn problems() -> Vec<Problem> {
                          lr         = { type = \"float\", low = 1e-4, high = 1e-1, log = true }",
             optimum: 0.08 + 0.5 / 32.0,
             f: cost_epochs,
+        },
+        Problem {
+            name: "cost_wide",
+            public: false,
+            trap: false,
+            fail: false,
+            cost: Some(cost_wide_seconds),
+            space_toml: "batch_size   = { type = \"int\", low = 16, high = 512, log = true }\n\
+                         width        = { type = \"int\", low = 32, high = 1024, log = true }\n\
+                         layers       = { type = \"int\", low = 1, high = 6 }\n\
+                         epochs       = { type = \"int\", low = 2, high = 12 }\n\
+                         lr           = { type = \"float\", low = 1e-4, high = 1e-1, log = true }\n\
+                         weight_decay = { type = \"float\", low = 1e-6, high = 1e-2, log = true }\n\
+                         dropout      = { type = \"float\", low = 0.0, high = 0.5 }\n\
+                         warmup       = { type = \"float\", low = 0.0, high = 0.3 }",
+            optimum: 0.10 + 0.12 * (-3.0f64).exp(),
+            f: cost_wide,
         },
     ]
 }
