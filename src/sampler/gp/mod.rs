@@ -201,6 +201,17 @@ fn to_u(space: &Space, params: &Params, fill: &mut impl FnMut() -> f64) -> Vec<f
         .collect()
 }
 
+/// The features of the trials `idx` that `label` gives a label, with those labels, in order.
+fn labelled<T>(
+    obs: &[Obs],
+    idx: &[usize],
+    label: impl Fn(&Obs) -> Option<T>,
+) -> (Vec<Vec<f64>>, Vec<T>) {
+    idx.iter()
+        .filter_map(|&i| label(&obs[i]).map(|y| (obs[i].feat.clone(), y)))
+        .unzip()
+}
+
 /// Picks at most `max` observations: the best half by model output, then an even spread of the
 /// rest (deterministic, so that the same history gives the same model).
 fn subset(obs: &[Obs], max: usize) -> Vec<usize> {
@@ -349,45 +360,28 @@ impl GpSampler {
         // tune-bench's three failure problems (20 seeds, 50 trials) the score rose on fail_oom
         // (92.6 against 79.5) but the failed trials went from 3.7 / 5.9 / 5.4 to 3.6 / 10.3 /
         // 5.1, and to 21.5 / 36.5 / 25.2 without the `SAFE` rank rule.
-        let fidx: Vec<usize> = subset(&obs, self.opts.max_points)
-            .into_iter()
-            .filter(|&i| obs[i].complete || obs[i].failed)
-            .collect();
-        let feas = if !self.opts.learn_failures {
-            None
-        } else {
-            Feasibility::fit(
-                &layout,
-                &fidx
-                    .iter()
-                    .map(|&i| obs[i].feat.clone())
-                    .collect::<Vec<_>>(),
-                &fidx.iter().map(|&i| obs[i].complete).collect::<Vec<_>>(),
-                &theta,
-            )
-        };
-        // Durations: EI per expected second when they vary (none are known, or they barely
-        // vary: no model, the same proposals as without it).
-        let cost = if !self.opts.cost_aware {
-            None
-        } else {
-            let cidx: Vec<usize> = subset(&obs, self.opts.max_points)
-                .into_iter()
-                .filter(|&i| obs[i].seconds.is_some())
-                .collect();
-            Cost::fit(
-                &layout,
-                &cidx
-                    .iter()
-                    .map(|&i| obs[i].feat.clone())
-                    .collect::<Vec<_>>(),
-                &cidx
-                    .iter()
-                    .filter_map(|&i| obs[i].seconds)
-                    .collect::<Vec<_>>(),
-                &theta,
-            )
-        };
+        // Durations give EI per expected second when they vary (none known, or barely varying:
+        // no model, the same proposals as without it). Both side models learn from the same
+        // spread of trials (`subset`).
+        let kept = subset(&obs, self.opts.max_points);
+        let feas = self
+            .opts
+            .learn_failures
+            .then(|| {
+                let (x, ok) = labelled(&obs, &kept, |o| {
+                    (o.complete || o.failed).then_some(o.complete)
+                });
+                Feasibility::fit(&layout, &x, &ok, &theta)
+            })
+            .flatten();
+        let cost = self
+            .opts
+            .cost_aware
+            .then(|| {
+                let (x, seconds) = labelled(&obs, &kept, |o| o.seconds);
+                Cost::fit(&layout, &x, &seconds, &theta)
+            })
+            .flatten();
         let acq = Acq {
             space,
             layout: &layout,

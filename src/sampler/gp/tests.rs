@@ -393,7 +393,8 @@ fn pending_asks_spread_over_starved_values() {
     assert!(degrees.contains(&&ParamValue::Int(3)), "{degrees:?}");
 }
 
-/// Runs the GP with the given options on `f` sequentially, returning the history.
+/// Runs the GP with the given options on `f` sequentially (`None`: the trial failed),
+/// returning the history; no trial's duration is known.
 fn run_gp(
     s: &Space,
     opts: GpOptions,
@@ -401,31 +402,7 @@ fn run_gp(
     seed: u64,
     f: &dyn Fn(&Params) -> Option<f64>,
 ) -> Vec<FinishedTrial> {
-    let mut g = GpSampler::new(opts);
-    let mut history: Vec<FinishedTrial> = Vec::new();
-    for k in 0..n as u64 {
-        let ctx = AskContext {
-            space: s,
-            direction: Direction::Minimize,
-            history: &history,
-            pending: &[],
-            trial_number: TrialNumber(k),
-            seed,
-        };
-        let p = g.ask(&ctx);
-        let outcome = match f(&p) {
-            Some(v) => Outcome::Complete { value: v },
-            None => Outcome::Failed,
-        };
-        history.push(FinishedTrial {
-            number: TrialNumber(k),
-            params: p,
-            outcome,
-            curve: Vec::new(),
-            seconds: None,
-        });
-    }
-    history
+    run_gp_timed(s, opts, n, seed, f, &|_| None)
 }
 
 #[test]
@@ -486,14 +463,14 @@ fn without_a_failure_the_classifier_changes_no_proposal() {
     assert_eq!(run(true), run(false));
 }
 
-/// Runs the GP for `n` trials on `f`, each complete trial told with the simulated duration
-/// `dur(params)` (`None`: no duration known).
+/// Runs the GP for `n` trials on `f` (`None`: the trial failed), each complete trial told with
+/// the simulated duration `dur(params)` (`None`: no duration known).
 fn run_gp_timed(
     s: &Space,
     opts: GpOptions,
     n: usize,
     seed: u64,
-    f: &dyn Fn(&Params) -> f64,
+    f: &dyn Fn(&Params) -> Option<f64>,
     dur: &dyn Fn(&Params) -> Option<f64>,
 ) -> Vec<FinishedTrial> {
     let mut g = GpSampler::new(opts);
@@ -508,12 +485,16 @@ fn run_gp_timed(
             seed,
         };
         let p = g.ask(&ctx);
+        let (outcome, seconds) = match f(&p) {
+            Some(value) => (Outcome::Complete { value }, dur(&p)),
+            None => (Outcome::Failed, None),
+        };
         history.push(FinishedTrial {
             number: TrialNumber(k),
-            outcome: Outcome::Complete { value: f(&p) },
-            seconds: dur(&p),
             params: p,
+            outcome,
             curve: Vec::new(),
+            seconds,
         });
     }
     history
@@ -546,7 +527,7 @@ fn with_the_cost_term_a_slow_half_is_bought_only_when_it_pays() {
             p["x"].as_f64().unwrap_or(0.0),
             p["y"].as_f64().unwrap_or(0.0),
         );
-        (y - 0.4).powi(2) + 0.05 * (x - 0.8).powi(2)
+        Some((y - 0.4).powi(2) + 0.05 * (x - 0.8).powi(2))
     };
     let dur = |p: &Params| Some(20f64.powf(p["x"].as_f64().unwrap_or(0.0)));
     let (mut spent, mut best) = ([0.0f64; 2], [0.0f64; 2]);
@@ -579,7 +560,7 @@ fn without_durations_that_vary_the_cost_term_changes_no_proposal() {
          k = { type = \"int\", low = 1, high = 3 }",
     );
     let f = |p: &Params| {
-        (p["x"].as_f64().unwrap_or(0.0) - 0.3).powi(2) + p["k"].as_f64().unwrap_or(0.0)
+        Some((p["x"].as_f64().unwrap_or(0.0) - 0.3).powi(2) + p["k"].as_f64().unwrap_or(0.0))
     };
     let run = |on, dur: &dyn Fn(&Params) -> Option<f64>| {
         let opts = GpOptions {
