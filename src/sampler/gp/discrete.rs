@@ -12,9 +12,10 @@
 //!   best candidates, candidates are grouped by their discrete values, and the best of each group
 //!   is refined on the continuous parameters with its discrete values held: each value competes
 //!   with its own best continuous setting, not with the incumbent's.
-//! - **An exploration floor** ([`LowCard::starved`], [`floor`]): each value of a
+//! - **An exploration floor** ([`LowCard::starved_with`], [`floor`]): each value of a
 //!   low-cardinality parameter is owed an even share of the trials in which its parameter is
-//!   active, up to [`FLOOR_CAP`] trials; while a value is behind, the next ask holds that value
+//!   active, up to [`FLOOR_CAP`] trials, or uncapped while the value is unresolved
+//!   ([`UNRESOLVED`]); while a value is behind, the next ask holds that value
 //!   (alternately a space-filling point and the acquisition's best point, see the sampler).
 //!   Pending trials count, so a batch of asks spreads over the starved values instead of
 //!   repeating one.
@@ -39,7 +40,8 @@ pub const MAX_COMBOS: usize = 36;
 pub const MAX_GROUPS_REFINED: usize = 6;
 
 /// Most trials the floor owes one value. Until then the floor is an even split (after `n`
-/// trials each of `k` values is owed `n / k`); past it the model decides alone. The cap is the
+/// trials each of `k` values is owed `n / k`); past it the model decides alone, unless the value
+/// is unresolved ([`UNRESOLVED`]). The cap is the
 /// "until evidence says otherwise": a value that had this many trials, half of them spread
 /// evenly over the other parameters, has been seen well enough for the model to judge it.
 /// Measured on the trap and public problems (BENCHMARKS.md): a cap of 6 keeps the public
@@ -181,15 +183,33 @@ impl LowCard {
     /// or `None` when every value of every unconditional low-cardinality parameter has its
     /// share. Ties go to the first parameter and the first value, so the choice depends on the
     /// history alone.
+    #[cfg(test)]
     pub fn starved(&self, counts: &[Vec<usize>]) -> Option<(usize, usize)> {
+        let resolved: Vec<Vec<bool>> = counts.iter().map(|c| vec![false; c.len()]).collect();
+        self.starved_with(counts, &resolved)
+    }
+
+    /// The value most behind its floor, as (parameter position, value index), or `None`;
+    /// ties go to the first. A value marked unresolved (one flag per value, laid out as
+    /// `counts`) is owed the uncapped even split ([`unresolved_floor`]), any other its capped
+    /// share ([`floor`]).
+    pub fn starved_with(
+        &self,
+        counts: &[Vec<usize>],
+        unresolved: &[Vec<bool>],
+    ) -> Option<(usize, usize)> {
         let mut best: Option<(usize, usize, usize)> = None;
         for (pi, (d, c)) in self.params.iter().zip(counts).enumerate() {
             if !d.unconditional {
                 continue;
             }
             let n: usize = c.iter().sum();
-            let owed = floor(n, c.len());
             for (vi, &have) in c.iter().enumerate() {
+                let owed = if unresolved[pi][vi] {
+                    unresolved_floor(n, c.len())
+                } else {
+                    floor(n, c.len())
+                };
                 if have < owed {
                     let deficit = owed - have;
                     if best.is_none_or(|b| deficit > b.2) {
@@ -200,6 +220,20 @@ impl LowCard {
         }
         best.map(|(p, v, _)| (p, v))
     }
+}
+
+/// The band of quantiles (of the complete trials' warped losses, best first) where a value's
+/// best trial must lie for the floor to keep owing it an even share past [`FLOOR_CAP`]: a value
+/// whose best is among the best 40% is already competitive (the acquisition tries it on its
+/// own), one whose best is in the worst 30% is clearly bad; in between, the value is plausible
+/// but unresolved, as a trap's winner is while its narrow valley has not been met. Measured on
+/// the trap and public problems (BENCHMARKS.md, "Adaptive floor").
+pub const UNRESOLVED: (f64, f64) = (0.4, 0.7);
+
+/// Trials owed to each of `k` values after `n` trials to a value that is still unresolved
+/// (see [`UNRESOLVED`]): the even split, uncapped.
+pub fn unresolved_floor(n: usize, k: usize) -> usize {
+    n.checked_div(k).unwrap_or(0)
 }
 
 /// Trials owed to each of `k` values after `n` trials: an even split, rounded down, capped at
@@ -382,5 +416,25 @@ mod tests {
         let l = LowCard::new(&s);
         assert_eq!(l.starved(&[vec![100, FLOOR_CAP]]), None);
         assert_eq!(l.starved(&[vec![100, FLOOR_CAP - 1]]), Some((0, 1)));
+    }
+
+    #[test]
+    fn an_unresolved_value_stays_owed_an_even_share_past_the_cap() {
+        let s = space("d = { type = \"int\", low = 1, high = 3 }");
+        let l = LowCard::new(&s);
+        let counts = [vec![40, FLOOR_CAP, 8]];
+        assert_eq!(l.starved(&counts), None);
+        // 54 trials: 18 owed to an unresolved value, so 12 to degree 2 (6 had) and 10 to
+        // degree 3 (8 had); a resolved value is owed its cap only.
+        assert_eq!(
+            l.starved_with(&counts, &[vec![false, true, true]]),
+            Some((0, 1))
+        );
+        assert_eq!(
+            l.starved_with(&counts, &[vec![false, false, true]]),
+            Some((0, 2))
+        );
+        assert_eq!(unresolved_floor(54, 3), 18);
+        assert_eq!(unresolved_floor(5, 0), 0);
     }
 }

@@ -403,7 +403,29 @@ impl GpSampler {
             None
         } else {
             let counts = low.counts(space, ctx.history, ctx.pending);
-            low.starved(&counts)
+            // Past its cap a value stays owed an even share while it is unresolved: its best
+            // trial is neither among the best (the acquisition already tries it) nor among
+            // the worst (clearly bad) of the complete trials (`discrete::UNRESOLVED`).
+            let mut zs: Vec<f64> = obs.iter().filter(|o| o.complete).map(|o| o.z).collect();
+            zs.sort_by(f64::total_cmp);
+            let (lo, hi) = discrete::UNRESOLVED;
+            let (lo, hi) = (quantile(&zs, lo), quantile(&zs, hi));
+            let mut best_z: Vec<Vec<f64>> = counts
+                .iter()
+                .map(|c| vec![f64::INFINITY; c.len()])
+                .collect();
+            for o in obs.iter().filter(|o| o.complete) {
+                for (bz, k) in best_z.iter_mut().zip(low.key(space, &o.params)) {
+                    if let Some(k) = k {
+                        bz[k] = bz[k].min(o.z);
+                    }
+                }
+            }
+            let unresolved: Vec<Vec<bool>> = best_z
+                .iter()
+                .map(|bz| bz.iter().map(|&z| z > lo && z <= hi).collect())
+                .collect();
+            low.starved_with(&counts, &unresolved)
                 .map(|(pi, vi)| (pi, vi, counts[pi][vi]))
         };
         let forced: Option<(usize, f64)> =
