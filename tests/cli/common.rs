@@ -221,3 +221,20 @@ pub fn assert_numbers_once(trials: &[Value]) {
     let want: Vec<u64> = (0..n.len() as u64).collect();
     assert_eq!(n, want, "trial numbers are 0..N, each once");
 }
+
+/// Rows of `SELECT number, state` on the sandbox's `tune.db`, read-only; empty while the file
+/// or its tables do not exist yet.
+pub fn states(sb: &Sandbox) -> Vec<(u64, String)> {
+    let Ok(db) = rusqlite::Connection::open_with_flags(
+        sb.join("tune.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    ) else {
+        return Vec::new();
+    };
+    let Ok(mut stmt) = db.prepare("SELECT number, state FROM trials ORDER BY number") else {
+        return Vec::new();
+    };
+    stmt.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?)))
+        .map(|rows| rows.filter_map(Result::ok).collect())
+        .unwrap_or_default()
+}

@@ -6,10 +6,9 @@
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use rusqlite::OpenFlags;
 use serde_json::Value;
 
-use crate::common::{PATIENCE, Sandbox, sh_study, stderr, text, wait_output, wait_until};
+use crate::common::{PATIENCE, Sandbox, sh_study, states, stderr, text, wait_output, wait_until};
 
 /// The last line of what a run printed on stdout.
 fn last_line(out: &Output) -> String {
@@ -73,21 +72,6 @@ fn every_process_of_a_shared_study_ends_on_the_best_of_the_whole_study() {
         "process B ran trials of its own: {}",
         text(&b)
     );
-}
-
-/// `SELECT number, state FROM trials`, read-only; empty while the tables do not exist.
-fn states(sb: &Sandbox) -> Vec<(u64, String)> {
-    let Ok(db) =
-        rusqlite::Connection::open_with_flags(sb.join("tune.db"), OpenFlags::SQLITE_OPEN_READ_ONLY)
-    else {
-        return Vec::new();
-    };
-    let Ok(mut stmt) = db.prepare("SELECT number, state FROM trials ORDER BY number") else {
-        return Vec::new();
-    };
-    stmt.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?)))
-        .map(|rows| rows.filter_map(Result::ok).collect())
-        .unwrap_or_default()
 }
 
 #[test]

@@ -78,18 +78,27 @@ fn with_gpus(mut c: Command, gpus: usize) -> Command {
     c
 }
 
+/// Writes `s.toml`, a two-trial command study on `devices` (a TOML value), and runs it with
+/// `tune run` on a machine that says it has `gpus` GPUs.
+fn run_on_gpus(sb: &Sandbox, devices: &str, gpus: usize) -> Output {
+    sb.write(
+        "s.toml",
+        &with_devices(&sh_study("gpu", 2, 1, "", &[]), devices),
+    );
+    output_within(
+        with_gpus(
+            sb.tune(&["--db", "t.db", "run", "s.toml", "--no-tui"]),
+            gpus,
+        ),
+        PATIENCE,
+    )
+}
+
 #[test]
 fn cuda_7_on_a_machine_with_one_gpu_is_refused_naming_the_one_it_has() {
     let sb = Sandbox::new();
     sb.write("trial.sh", "echo 'tune: {\"loss\": 1}'\n");
-    sb.write(
-        "s.toml",
-        &with_devices(&sh_study("gpu", 2, 1, "", &[]), "[\"cuda:7\"]"),
-    );
-    let out = output_within(
-        with_gpus(sb.tune(&["--db", "t.db", "run", "s.toml", "--no-tui"]), 1),
-        PATIENCE,
-    );
+    let out = run_on_gpus(&sb, "[\"cuda:7\"]", 1);
     refused(
         &sb,
         &out,
@@ -104,14 +113,7 @@ fn cuda_7_on_a_machine_with_one_gpu_is_refused_naming_the_one_it_has() {
         "trial.sh",
         "echo \"gpu=$CUDA_VISIBLE_DEVICES\" >&2\necho 'tune: {\"loss\": 1}'\n",
     );
-    sb.write(
-        "s.toml",
-        &with_devices(&sh_study("gpu", 2, 1, "", &[]), "[\"cuda:0\"]"),
-    );
-    let out = output_within(
-        with_gpus(sb.tune(&["--db", "t.db", "run", "s.toml", "--no-tui"]), 1),
-        PATIENCE,
-    );
+    let out = run_on_gpus(&sb, "[\"cuda:0\"]", 1);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }
 
@@ -161,15 +163,8 @@ fn tune_worker_devices_naming_a_gpu_the_machine_lacks_is_refused_naming_the_flag
 fn a_stored_study_on_a_gpu_this_worker_machine_lacks_is_refused_naming_the_stored_key() {
     let sb = Sandbox::new();
     sb.write("trial.sh", "echo 'tune: {\"loss\": 1}'\n");
-    sb.write(
-        "s.toml",
-        &with_devices(&sh_study("gpu", 2, 1, "", &[]), "[\"cuda:7\"]"),
-    );
     // Created on a machine with eight GPUs...
-    let out = output_within(
-        with_gpus(sb.tune(&["--db", "t.db", "run", "s.toml", "--no-tui"]), 8),
-        PATIENCE,
-    );
+    let out = run_on_gpus(&sb, "[\"cuda:7\"]", 8);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     // ...joined from one with a single GPU.
     let out = output_within(
@@ -217,6 +212,17 @@ fn tune_beside_worker(sb: &Sandbox, caps: &str) -> PathBuf {
     );
     std::fs::set_permissions(&worker, std::fs::Permissions::from_mode(0o755))
         .expect("make the stand-in worker executable");
+    // Another test's fork can hold the script's write descriptor for a moment, and an exec
+    // meanwhile fails with ETXTBSY ("Text file busy"): wait until the script runs here, so
+    // that `tune`'s own exec of it cannot meet that.
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while let Err(e) = Command::new(&worker).arg("--capabilities").output() {
+        assert!(
+            e.raw_os_error() == Some(26) && std::time::Instant::now() < deadline,
+            "the stand-in worker does not run: {e}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     tune
 }
 

@@ -6,28 +6,12 @@ use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::Duration;
 
-use rusqlite::OpenFlags;
 use serde_json::Value;
 
 use crate::common::{
-    PATIENCE, Sandbox, assert_numbers_once, counted, sh_study, text, wait_until, wait_within,
+    PATIENCE, Sandbox, assert_numbers_once, counted, sh_study, states, text, wait_until,
+    wait_within,
 };
-
-/// Rows of `SELECT number, state` on the study's database, read-only; empty while the file
-/// or its tables do not exist yet.
-fn states(sb: &Sandbox) -> Vec<(u64, String)> {
-    let Ok(db) =
-        rusqlite::Connection::open_with_flags(sb.join("tune.db"), OpenFlags::SQLITE_OPEN_READ_ONLY)
-    else {
-        return Vec::new();
-    };
-    let Ok(mut stmt) = db.prepare("SELECT number, state FROM trials ORDER BY number") else {
-        return Vec::new();
-    };
-    stmt.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?)))
-        .map(|rows| rows.filter_map(Result::ok).collect())
-        .unwrap_or_default()
-}
 
 fn is_interrupted(t: &Value) -> bool {
     t["state"] == "failed"
