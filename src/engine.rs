@@ -211,6 +211,7 @@ impl Engine {
         let sampler = &mut self.sampler;
         let mut propose = |history: &crate::storage::History, number: TrialNumber| {
             sampler.ask(&AskContext {
+                others: &[],
                 space,
                 direction,
                 history: &history.finished,
@@ -388,6 +389,7 @@ impl Engine {
         let valued = |v: f64| {
             if v.is_finite() {
                 TrialStatus::Complete {
+                    others: Vec::new(),
                     value: v,
                     ran: ran.clone(),
                 }

@@ -55,6 +55,15 @@ impl Direction {
     }
 }
 
+/// One objective of a study: the report key whose value it is, and which way is better. A
+/// multi-objective study has several; the first is the one pruners and single-objective views
+/// use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Objective {
+    pub metric: String,
+    pub direction: Direction,
+}
+
 /// The states of the CLI contract (`docs/cli.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -156,6 +165,9 @@ pub struct FinishedTrial {
     /// How long it ran, in seconds, when both its start and its end are known: what the GP's
     /// cost model learns from (`sampler::gp` `cost`).
     pub seconds: Option<f64>,
+    /// A complete trial's values of the study's further objectives (multi-objective studies),
+    /// in their own directions; empty otherwise.
+    pub others: Vec<f64>,
 }
 
 impl FinishedTrial {
@@ -165,6 +177,17 @@ impl FinishedTrial {
             Outcome::Complete { value } => Some(value),
             _ => None,
         }
+    }
+
+    /// A complete trial's value of every objective, in order (the first objective's, then the
+    /// further ones').
+    pub fn values(&self) -> Option<Vec<f64>> {
+        let v = self.value()?;
+        Some(
+            std::iter::once(v)
+                .chain(self.others.iter().copied())
+                .collect(),
+        )
     }
 }
 
@@ -219,6 +242,9 @@ pub enum TrialStatus {
     },
     Complete {
         value: f64,
+        /// The values of the study's further objectives (a multi-objective study), in order;
+        /// empty for a single objective.
+        others: Vec<f64>,
         ran: Ran,
     },
     /// Stopped by the pruner (or the user as pruned): its last reported objective and the
@@ -256,6 +282,14 @@ impl TrialStatus {
             TrialStatus::Complete { value, .. } => Some(*value),
             TrialStatus::Pruned { value, .. } => *value,
             _ => None,
+        }
+    }
+
+    /// A complete trial's values of the further objectives (empty otherwise).
+    pub fn others(&self) -> &[f64] {
+        match self {
+            TrialStatus::Complete { others, .. } => others,
+            _ => &[],
         }
     }
 
@@ -348,6 +382,7 @@ impl TrialStatus {
     pub fn ended(state: TrialState, value: Option<f64>, reason: &str, ran: Ran) -> TrialStatus {
         match state {
             TrialState::Complete => TrialStatus::Complete {
+                others: Vec::new(),
                 value: value.unwrap_or(f64::NAN),
                 ran,
             },
@@ -443,6 +478,7 @@ impl Trial {
             outcome: self.outcome(&curve)?,
             curve,
             seconds: self.seconds(),
+            others: self.status.others().to_vec(),
         })
     }
 

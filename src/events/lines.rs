@@ -254,6 +254,7 @@ mod tests {
         let mut ev = finished(
             4,
             TrialStatus::Complete {
+                others: Vec::new(),
                 value: 0.5,
                 ran: ran(2),
             },
@@ -270,6 +271,7 @@ mod tests {
                 &finished(
                     5,
                     TrialStatus::Complete {
+                        others: Vec::new(),
                         value: 0.4,
                         ran: ran(1),
                     },
@@ -289,6 +291,7 @@ mod tests {
                 &finished(
                     0,
                     TrialStatus::Complete {
+                        others: Vec::new(),
                         value: 0.5,
                         ran: ran(2),
                     },
@@ -305,6 +308,7 @@ mod tests {
                 &finished(
                     1,
                     TrialStatus::Complete {
+                        others: Vec::new(),
                         value: 0.7,
                         ran: ran(1),
                     },
@@ -351,6 +355,7 @@ mod tests {
     fn the_finishing_line_names_the_studys_best_over_the_one_this_process_saw() {
         let mut p = Printer::new(Direction::Minimize, "loss".into());
         let done = TrialStatus::Complete {
+            others: Vec::new(),
             value: 0.5,
             ran: ran(1),
         };
@@ -392,6 +397,7 @@ mod tests {
                 trial(
                     0,
                     TrialStatus::Complete {
+                        others: Vec::new(),
                         value: 1.0,
                         ran: ran(1),
                     },
@@ -422,7 +428,11 @@ mod tests {
             Trial::unstored(
                 TrialNumber(n),
                 Params::new(),
-                TrialStatus::Complete { value, ran: ran(1) },
+                TrialStatus::Complete {
+                    others: Vec::new(),
+                    value,
+                    ran: ran(1),
+                },
             )
         };
         let mut discarded = complete(1, 0.1);
@@ -528,6 +538,7 @@ mod tests {
                 &finished(
                     0,
                     TrialStatus::Complete {
+                        others: Vec::new(),
                         value: 0.5,
                         ran: ran(2),
                     },
@@ -545,6 +556,7 @@ mod tests {
                 &finished(
                     1,
                     TrialStatus::Complete {
+                        others: Vec::new(),
                         value: 0.7,
                         ran: ran(2),
                     },

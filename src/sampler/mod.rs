@@ -7,6 +7,7 @@
 //! values.
 
 pub mod gp;
+pub mod multi;
 mod qmc;
 mod random;
 pub mod tpe;
@@ -27,6 +28,9 @@ pub use tpe::{TpeOptions, TpeSampler};
 pub struct AskContext<'a> {
     pub space: &'a Space,
     pub direction: Direction,
+    /// The directions of the study's further objectives (a multi-objective study); empty for
+    /// one objective. A complete trial's values of them are its `others`.
+    pub others: &'a [Direction],
     /// Finished trials (complete, pruned, failed), in trial-number order.
     pub history: &'a [FinishedTrial],
     /// Params of trials asked for but not finished yet (running or queued elsewhere).
@@ -38,6 +42,18 @@ pub struct AskContext<'a> {
 }
 
 impl AskContext<'_> {
+    /// Whether the study has more than one objective.
+    pub fn is_multi(&self) -> bool {
+        !self.others.is_empty()
+    }
+
+    /// The direction of every objective, in order.
+    pub fn directions(&self) -> Vec<Direction> {
+        std::iter::once(self.direction)
+            .chain(self.others.iter().copied())
+            .collect()
+    }
+
     /// A deterministic RNG for this trial: the same study seed and trial number always give
     /// the same stream, whatever ran before in this process.
     pub fn rng(&self) -> ChaCha8Rng {
@@ -77,10 +93,13 @@ pub enum SamplerKind {
     /// Picks for the study: the GP, handing over to TPE in spaces too wide for it.
     #[default]
     Auto,
+    /// NSGA-II, the evolutionary multi-objective sampler.
+    Nsga2,
 }
 
 impl SamplerKind {
-    pub const NAMES: &'static [&'static str] = &["auto", "gp", "tpe", "random", "sobol", "qmc"];
+    pub const NAMES: &'static [&'static str] =
+        &["auto", "gp", "tpe", "nsga2", "random", "sobol", "qmc"];
 
     pub fn parse(s: &str) -> Option<SamplerKind> {
         Some(match s {
@@ -89,6 +108,7 @@ impl SamplerKind {
             "gp" => SamplerKind::Gp,
             "tpe" => SamplerKind::Tpe,
             "auto" => SamplerKind::Auto,
+            "nsga2" | "nsga-ii" | "nsgaii" => SamplerKind::Nsga2,
             _ => return None,
         })
     }
@@ -100,6 +120,7 @@ impl SamplerKind {
             SamplerKind::Gp => "gp",
             SamplerKind::Tpe => "tpe",
             SamplerKind::Auto => "auto",
+            SamplerKind::Nsga2 => "nsga2",
         }
     }
 }
@@ -119,21 +140,30 @@ pub fn build(kind: SamplerKind) -> Box<dyn Sampler> {
     build_with(kind, &SamplerOptions::default())
 }
 
-/// Builds the sampler a study asked for.
+/// Builds the sampler a study asked for. The GP and TPE search a multi-objective study's
+/// Pareto front through random scalarisations ([`multi::Parego`]); on one objective they are
+/// themselves.
 pub fn build_with(kind: SamplerKind, opts: &SamplerOptions) -> Box<dyn Sampler> {
+    let tpe = || TpeSampler {
+        opts: tpe_options(opts),
+    };
     match kind {
         SamplerKind::Random => Box::new(RandomSampler),
         SamplerKind::Sobol => Box::new(SobolSampler),
-        SamplerKind::Gp => Box::new(GpSampler::new(gp_options(opts))),
-        SamplerKind::Tpe => Box::new(TpeSampler {
-            opts: tpe_options(opts),
+        SamplerKind::Gp => Box::new(multi::Parego {
+            inner: GpSampler::new(gp_options(opts)),
         }),
-        SamplerKind::Auto => Box::new(AutoSampler {
-            gp: GpSampler::new(gp_options(opts)),
-            tpe: TpeSampler {
-                opts: tpe_options(opts),
+        SamplerKind::Tpe => Box::new(multi::Parego { inner: tpe() }),
+        SamplerKind::Auto => Box::new(multi::Parego {
+            inner: AutoSampler {
+                gp: GpSampler::new(gp_options(opts)),
+                tpe: tpe(),
             },
         }),
+        SamplerKind::Nsga2 => Box::new(multi::Nsga2Sampler::new(multi::Nsga2Options {
+            n_startup: opts.n_startup,
+            ..multi::Nsga2Options::default()
+        })),
     }
 }
 

@@ -128,6 +128,7 @@ fn the_proposer_sees_finished_trials_and_pending_params() {
         s.finish_trial(
             a.id,
             &TrialStatus::Complete {
+                others: Vec::new(),
                 value: 0.5,
                 ran: Ran::default(),
             },
@@ -162,6 +163,7 @@ fn the_proposer_sees_finished_trials_and_pending_params() {
         s.finish_trial(
             rows[1].id,
             &TrialStatus::Complete {
+                others: Vec::new(),
                 value: 0.25,
                 ran: Ran::default(),
             },
@@ -214,6 +216,7 @@ fn reports_values_and_failures_round_trip() {
         s.finish_trial(
             t.id,
             &TrialStatus::Complete {
+                others: Vec::new(),
                 value: 0.7,
                 ran: Ran::default(),
             },
@@ -364,6 +367,7 @@ fn a_late_result_for_a_trial_declared_interrupted_is_fenced_off() {
             "{name}: {e}"
         );
         let done = TrialStatus::Complete {
+            others: Vec::new(),
             value: 0.1,
             ran: Ran::default(),
         };
@@ -407,6 +411,7 @@ fn deleting_a_study_removes_it_whole_and_leaves_the_others() {
             s.finish_trial(
                 t.id,
                 &TrialStatus::Complete {
+                    others: Vec::new(),
                     value: v,
                     ran: Ran::default(),
                 },
@@ -450,6 +455,7 @@ fn a_discarded_trial_is_kept_but_left_out_of_the_history_the_budget_and_the_best
         let study = study(s.as_mut(), Direction::Minimize, "loss");
         let w = s.register_worker(&study, &["cpu".into()]).expect("worker");
         let complete = |v: f64| TrialStatus::Complete {
+            others: Vec::new(),
             value: v,
             ran: Ran::default(),
         };

@@ -410,6 +410,7 @@ pub(crate) fn history_of<'a>(
                 let c = curve(t.id);
                 if let Some(outcome) = t.outcome(&c) {
                     h.finished.push(FinishedTrial {
+                        others: Vec::new(),
                         number: t.number,
                         params: in_space(t),
                         outcome,

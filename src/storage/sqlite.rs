@@ -1301,6 +1301,7 @@ impl StoredStatus {
             // A complete trial without a value (written by another tool) reads as NaN, which
             // samplers treat as a failure.
             TrialState::Complete => TrialStatus::Complete {
+                others: Vec::new(),
                 value: self.value.unwrap_or(f64::NAN),
                 ran,
             },

@@ -109,7 +109,11 @@ fn outcome(n: u64) -> (TrialState, u64) {
 /// error and the last lines of its standard error).
 pub fn finished_trial(n: u64, state: TrialState, value: f64, ran: Ran) -> Trial {
     let status = match state {
-        TrialState::Complete => TrialStatus::Complete { value, ran },
+        TrialState::Complete => TrialStatus::Complete {
+            others: Vec::new(),
+            value,
+            ran,
+        },
         TrialState::Pruned => TrialStatus::Pruned {
             value: Some(value),
             step: None,

@@ -1112,7 +1112,11 @@ fn discarded_trials_do_not_count_toward_the_budget_and_are_never_the_best() {
     let mut discarded = Trial::unstored(
         TrialNumber(1),
         params(1),
-        TrialStatus::Complete { value: 0.1, ran },
+        TrialStatus::Complete {
+            others: Vec::new(),
+            value: 0.1,
+            ran,
+        },
     );
     discarded.discarded = true;
     s.apply(&Event::TrialFinished {

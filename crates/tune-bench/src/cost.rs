@@ -40,6 +40,7 @@ fn run(
     while spent < max_time && history.len() < max_trials {
         let n = history.len() as u64;
         let params = sampler.ask(&AskContext {
+            others: &[],
             space: &space,
             direction: Direction::Minimize,
             history: &history,
@@ -60,6 +61,7 @@ fn run(
         best = f64::min(best, v);
         trace.push((spent, best));
         history.push(FinishedTrial {
+            others: Vec::new(),
             number: TrialNumber(n),
             params,
             outcome: Outcome::Complete { value: v },

@@ -247,6 +247,7 @@ fn fill_query_study(path: &Path, n: u64) -> anyhow::Result<()> {
         s.finish_trial(
             trial_id,
             &TrialStatus::Complete {
+                others: Vec::new(),
                 value: v,
                 ran: Ran::default(),
             },

@@ -156,6 +156,7 @@ pub fn watch_poll_ms(n: u64) -> anyhow::Result<[f64; 3]> {
         w.finish_trial(
             trial.id,
             &TrialStatus::Complete {
+                others: Vec::new(),
                 value: val_loss(k, 3),
                 ran: Ran::default(),
             },

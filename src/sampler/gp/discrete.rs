@@ -283,6 +283,7 @@ mod tests {
 
     fn trial(n: u64, params: Params) -> FinishedTrial {
         FinishedTrial {
+            others: Vec::new(),
             number: TrialNumber(n),
             params,
             outcome: Outcome::Complete { value: 1.0 },

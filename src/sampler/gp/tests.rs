@@ -52,6 +52,7 @@ fn run(
         while pending.len() < q && (asked as usize) < n {
             let pp: Vec<Params> = pending.iter().map(|p| p.1.clone()).collect();
             let ctx = AskContext {
+                others: &[],
                 space: s,
                 direction: Direction::Minimize,
                 history: &history,
@@ -71,6 +72,7 @@ fn run(
             None => Outcome::Failed,
         };
         history.push(FinishedTrial {
+            others: Vec::new(),
             number: TrialNumber(num),
             params: p,
             outcome,
@@ -202,6 +204,7 @@ fn trial(n: u64, x: f64, outcome: Outcome) -> FinishedTrial {
     let mut params = Params::new();
     params.insert("x".into(), ParamValue::Float(x));
     FinishedTrial {
+        others: Vec::new(),
         number: TrialNumber(n),
         params,
         outcome,
@@ -236,6 +239,7 @@ fn failed_trials_count_as_the_worst_and_pruned_ones_no_better_than_the_median() 
         ),
     ];
     let ctx = AskContext {
+        others: &[],
         space: &s,
         direction: Direction::Minimize,
         history: &history,
@@ -273,6 +277,7 @@ fn maximisation_is_turned_into_minimisation() {
         })
         .collect();
     let ctx = AskContext {
+        others: &[],
         space: &s,
         direction: Direction::Maximize,
         history: &history,
@@ -364,6 +369,7 @@ fn pending_asks_spread_over_starved_values() {
             p.insert("y".into(), ParamValue::Float(0.5));
             let v = degree_trap(&p).expect("complete params");
             FinishedTrial {
+                others: Vec::new(),
                 number: TrialNumber(i),
                 params: p,
                 outcome: Outcome::Complete { value: v },
@@ -379,6 +385,7 @@ fn pending_asks_spread_over_starved_values() {
     let mut pending: Vec<Params> = Vec::new();
     for k in 0..3 {
         let ctx = AskContext {
+            others: &[],
             space: &s,
             direction: Direction::Minimize,
             history: &history,
@@ -477,6 +484,7 @@ fn run_gp_timed(
     let mut history: Vec<FinishedTrial> = Vec::new();
     for k in 0..n as u64 {
         let ctx = AskContext {
+            others: &[],
             space: s,
             direction: Direction::Minimize,
             history: &history,
@@ -490,6 +498,7 @@ fn run_gp_timed(
             None => (Outcome::Failed, None),
         };
         history.push(FinishedTrial {
+            others: Vec::new(),
             number: TrialNumber(k),
             params: p,
             outcome,

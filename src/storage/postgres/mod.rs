@@ -1509,6 +1509,7 @@ mod tests {
                         let Some(t) = claimed else { break };
                         got.push(t.number.0);
                         let done = TrialStatus::Complete {
+                            others: Vec::new(),
                             value: t.number.0 as f64,
                             ran: Default::default(),
                         };
