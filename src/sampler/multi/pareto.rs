@@ -78,18 +78,17 @@ pub fn crowding_distance(points: &[Vec<f64>], front: &[usize]) -> Vec<f64> {
     }
     let k = points[front[0]].len();
     let mut order: Vec<usize> = (0..m).collect();
-    for obj in 0..k {
-        let at = |i: usize| points[front[i]][obj];
-        order.sort_by(|&a, &b| at(a).total_cmp(&at(b)).then(a.cmp(&b)));
-        let (lo, hi) = (at(order[0]), at(order[m - 1]));
+    let column = |obj: usize| -> Vec<f64> { front.iter().map(|&i| points[i][obj]).collect() };
+    for vals in (0..k).map(column) {
+        order.sort_by(|&a, &b| vals[a].total_cmp(&vals[b]).then(a.cmp(&b)));
+        let range = vals[order[m - 1]] - vals[order[0]];
         dist[order[0]] = f64::INFINITY;
         dist[order[m - 1]] = f64::INFINITY;
-        let range = hi - lo;
         if range <= 0.0 || !range.is_finite() {
             continue;
         }
-        for w in 1..m - 1 {
-            dist[order[w]] += (at(order[w + 1]) - at(order[w - 1])) / range;
+        for w in order.windows(3) {
+            dist[w[1]] += (vals[w[2]] - vals[w[0]]) / range;
         }
     }
     dist
