@@ -18,8 +18,8 @@ use crate::sampler::{AskContext, Sampler};
 use crate::space::{Params, Space};
 use crate::storage::{ClaimRequest, NewStudy, Storage, StorageError, StudyRow};
 use crate::trial::{
-    Direction, FINAL_KEY, Placement, Ran, Report, Trial, TrialId, TrialNumber, TrialState,
-    TrialStatus, WorkerId,
+    Direction, FINAL_KEY, Objective, Placement, Ran, Report, Trial, TrialId, TrialNumber,
+    TrialState, TrialStatus, WorkerId,
 };
 
 /// What the engine needs of a study.
@@ -28,6 +28,8 @@ pub struct EngineSpec<'a> {
     pub name: &'a str,
     pub metric: &'a str,
     pub direction: Direction,
+    /// The further objectives of a multi-objective study (empty for one).
+    pub others: &'a [Objective],
     pub space: &'a Space,
     pub seed: u64,
     /// Trials that end on their own, at most.
@@ -59,8 +61,12 @@ pub enum Finish {
     /// Ran to its end on its own: complete with its final report's objective (else its last
     /// one), failed when it reported none or a value that is not finite.
     Ended,
-    /// Told its value directly (`tune ask-tell`): complete when finite, else failed.
+    /// Told its value directly (`tune ask-tell`): complete when finite, else failed. A
+    /// multi-objective trial takes its further objectives' values from its reports.
     Value(f64),
+    /// Told every objective's value directly (`tune ask-tell` on a multi-objective study):
+    /// complete when all are finite, else failed.
+    Values(Vec<f64>),
     /// Stopped as pruned, with this value (`None`: its last reported one).
     Pruned { value: Option<f64> },
     /// Failed by its own fault.
@@ -80,8 +86,32 @@ struct Live {
     /// The objective's last intermediate value, and the final report's.
     last_value: Option<f64>,
     final_value: Option<f64>,
+    /// Every metric's last value over the reports, and the final report's metrics: where a
+    /// multi-objective trial's further objectives come from.
+    seen: BTreeMap<String, f64>,
+    final_metrics: BTreeMap<String, f64>,
     /// Being stopped already: later reports are stored but not judged.
     stopping: bool,
+}
+
+impl Live {
+    /// Remembers a report's metrics.
+    fn note(&mut self, metrics: &BTreeMap<String, f64>, is_final: bool) {
+        let into = if is_final {
+            &mut self.final_metrics
+        } else {
+            &mut self.seen
+        };
+        into.extend(metrics.iter().map(|(k, v)| (k.clone(), *v)));
+    }
+
+    /// A further objective's value: the final report's, else the last reported one.
+    fn other(&self, metric: &str) -> Option<f64> {
+        self.final_metrics
+            .get(metric)
+            .or_else(|| self.seen.get(metric))
+            .copied()
+    }
 }
 
 pub struct Engine {
@@ -113,6 +143,7 @@ impl Engine {
             name: spec.name,
             direction: spec.direction,
             metric: spec.metric,
+            others: spec.others,
             file: spec.file,
             source: spec.source,
         })?;
@@ -208,10 +239,11 @@ impl Engine {
     /// more now.
     pub fn ask(&mut self, slot: usize, device: &str) -> Result<Option<Trial>, StorageError> {
         let (space, direction, seed) = (&self.space, self.study.direction, self.seed);
+        let others: Vec<Direction> = self.study.others.iter().map(|o| o.direction).collect();
         let sampler = &mut self.sampler;
         let mut propose = |history: &crate::storage::History, number: TrialNumber| {
             sampler.ask(&AskContext {
-                others: &[],
+                others: &others,
                 space,
                 direction,
                 history: &history.finished,
@@ -238,6 +270,8 @@ impl Engine {
                 last_step: None,
                 last_value: None,
                 final_value: None,
+                seen: BTreeMap::new(),
+                final_metrics: BTreeMap::new(),
                 stopping: false,
             },
         );
@@ -264,6 +298,7 @@ impl Engine {
             .add_report(id, live.seq, &report, is_final, &self.study.metric)?;
         live.seq += 1;
         live.trial.metrics = report.metrics.clone();
+        live.note(&report.metrics, is_final);
         let value = report.metrics.get(&self.study.metric).copied();
         if is_final {
             live.final_value = value.or(live.final_value);
@@ -331,9 +366,12 @@ impl Engine {
             last_step: None,
             last_value: None,
             final_value: None,
+            seen: BTreeMap::new(),
+            final_metrics: BTreeMap::new(),
             stopping: false,
         };
         for r in stored {
+            live.note(&r.report.metrics, r.is_final);
             let value = r.report.metrics.get(metric).copied();
             if r.is_final {
                 live.final_value = value.or(live.final_value);
@@ -386,27 +424,51 @@ impl Engine {
             interrupted: false,
             ran: ran.clone(),
         };
-        let valued = |v: f64| {
-            if v.is_finite() {
-                TrialStatus::Complete {
-                    others: Vec::new(),
-                    value: v,
-                    ran: ran.clone(),
+        // Every objective's value, or why the trial failed: the first objective's from `first`,
+        // the further ones' from `others` (else from the reports).
+        let valued = |first: Option<f64>, others: Option<Vec<f64>>| {
+            let mut values = vec![(metric.as_str(), first)];
+            for (i, o) in self.study.others.iter().enumerate() {
+                let v = match &others {
+                    Some(given) => given.get(i).copied(),
+                    None => live.other(&o.metric),
+                };
+                values.push((o.metric.as_str(), v));
+            }
+            for (m, v) in &values {
+                match v {
+                    None => {
+                        return failed(format!(
+                            "no value: the trial ended without reporting `{m}`"
+                        ));
+                    }
+                    Some(v) if !v.is_finite() => {
+                        return failed(format!("the value of `{m}` is {v}, not a finite number"));
+                    }
+                    Some(_) => {}
                 }
-            } else {
-                failed(format!(
-                    "the value of `{metric}` is {v}, not a finite number"
-                ))
+            }
+            let mut values = values.into_iter().map(|(_, v)| v.unwrap_or(f64::NAN));
+            TrialStatus::Complete {
+                value: values.next().unwrap_or(f64::NAN),
+                others: values.collect(),
+                ran: ran.clone(),
             }
         };
         let status = match how {
-            Finish::Ended => match live.final_value.or(live.last_value) {
-                Some(v) => valued(v),
-                None => failed(format!(
-                    "no value: the trial ended without reporting `{metric}`"
-                )),
-            },
-            Finish::Value(v) => valued(v),
+            Finish::Ended => valued(live.final_value.or(live.last_value), None),
+            Finish::Value(v) => valued(Some(v), None),
+            Finish::Values(vs) => {
+                let k = self.study.others.len() + 1;
+                if vs.len() == k {
+                    valued(vs.first().copied(), Some(vs[1..].to_vec()))
+                } else {
+                    failed(format!(
+                        "{} values told for a study with {k} objectives",
+                        vs.len()
+                    ))
+                }
+            }
             Finish::Pruned { value } => TrialStatus::Pruned {
                 value: value.or(live.last_value),
                 step: live.last_step,
@@ -456,6 +518,7 @@ mod tests {
     fn engine(storage: Box<dyn Storage>, budget: Option<u64>, pruner: &PrunerConfig) -> Engine {
         let space = space();
         let spec = EngineSpec {
+            others: &[],
             name: "s",
             metric: "loss",
             direction: Direction::Minimize,

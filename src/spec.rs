@@ -12,7 +12,7 @@ use crate::pruner::PrunerConfig;
 use crate::sampler::{SamplerKind, SamplerOptions};
 use crate::space::{ParamValue, Params, Space};
 use crate::study::{CommandSpec, Study, TrialSpec};
-use crate::trial::Direction;
+use crate::trial::{Direction, Objective};
 
 /// A mistake in a study file.
 #[derive(Debug, thiserror::Error)]
@@ -38,13 +38,30 @@ struct RawStudyFile {
     enqueue: Vec<toml::Table>,
 }
 
+/// `metric` and `direction`: one name, or a list (a multi-objective study).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    fn list(&self) -> Vec<String> {
+        match self {
+            OneOrMany::One(s) => vec![s.clone()],
+            OneOrMany::Many(v) => v.clone(),
+        }
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawStudy {
     name: String,
-    metric: String,
+    metric: OneOrMany,
     #[serde(default)]
-    direction: Option<String>,
+    direction: Option<OneOrMany>,
     #[serde(default)]
     trials: Option<i64>,
     #[serde(default)]
@@ -127,6 +144,62 @@ pub fn load(file: &Path, overrides: &Overrides) -> Result<Study, SpecError> {
 }
 
 /// Parses and checks a study file's text (`file` names it in errors and anchors relative paths).
+/// The study's objectives from `study.metric` and `study.direction`: one metric (direction
+/// "minimize" unless named), or lists of equal length (a multi-objective study).
+fn objectives(s: &RawStudy) -> Result<Vec<Objective>, String> {
+    let metrics = s.metric.list();
+    let multi = matches!(s.metric, OneOrMany::Many(_));
+    if metrics.is_empty() {
+        return Err(
+            "key `study.metric`: the list is empty (name at least one reported metric)".into(),
+        );
+    }
+    for (i, m) in metrics.iter().enumerate() {
+        if m.trim().is_empty() || m == "step" || m == "final" {
+            return Err(format!(
+                "key `study.metric`: `{m}` cannot be the objective (name a reported metric such as \"val_loss\")"
+            ));
+        }
+        if metrics[..i].contains(m) {
+            return Err(format!("key `study.metric`: `{m}` is named twice"));
+        }
+    }
+    let directions = match &s.direction {
+        None if multi && metrics.len() > 1 => {
+            return Err(format!(
+                "key `study.direction`: missing; a study with {} metrics needs a list of {} directions, such as [\"minimize\", \"maximize\"]",
+                metrics.len(),
+                metrics.len()
+            ));
+        }
+        None => vec!["minimize".to_string(); metrics.len()],
+        Some(d) => d.list(),
+    };
+    if directions.len() != metrics.len() {
+        return Err(format!(
+            "key `study.direction`: {} direction(s) for {} metric(s); give one per metric, in the same order",
+            directions.len(),
+            metrics.len()
+        ));
+    }
+    metrics
+        .into_iter()
+        .zip(directions)
+        .map(|(metric, d)| {
+            let direction = match d.as_str() {
+                "minimize" => Direction::Minimize,
+                "maximize" => Direction::Maximize,
+                other => {
+                    return Err(format!(
+                        "key `study.direction`: \"{other}\" is neither \"minimize\" nor \"maximize\""
+                    ));
+                }
+            };
+            Ok(Objective { metric, direction })
+        })
+        .collect()
+}
+
 pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, SpecError> {
     let err = |message: String| SpecError {
         file: file.to_path_buf(),
@@ -151,21 +224,8 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
     if s.name.trim().is_empty() {
         return Err(err("key `study.name`: must not be empty".into()));
     }
-    if s.metric.trim().is_empty() || s.metric == "step" || s.metric == "final" {
-        return Err(err(format!(
-            "key `study.metric`: `{}` cannot be the objective (name a reported metric such as \"val_loss\")",
-            s.metric
-        )));
-    }
-    let direction = match s.direction.as_deref() {
-        None | Some("minimize") => Direction::Minimize,
-        Some("maximize") => Direction::Maximize,
-        Some(other) => {
-            return Err(err(format!(
-                "key `study.direction`: \"{other}\" is neither \"minimize\" nor \"maximize\""
-            )));
-        }
-    };
+    let objectives = objectives(s).map_err(err)?;
+    let (first, others) = objectives.split_first().expect("at least one objective");
     let trials = match s.trials {
         None => None,
         Some(n) if n > 0 => Some(n as u64),
@@ -374,8 +434,9 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
         dir,
         source: source.to_string(),
         name: s.name.clone(),
-        metric: s.metric.clone(),
-        direction,
+        metric: first.metric.clone(),
+        direction: first.direction,
+        others: others.to_vec(),
         trials,
         timeout,
         seed,
@@ -801,6 +862,64 @@ opt = "adam"
         };
         assert_eq!(c.timeout, Some(Duration::from_secs(300)));
         assert_eq!(c.grace, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn metric_and_direction_lists_make_a_multi_objective_study() {
+        let src = GOOD.replacen(
+            "metric = \"val_loss\"",
+            "metric = [\"val_loss\", \"samples_per_s\"]\ndirection = [\"minimize\", \"maximize\"]",
+            1,
+        );
+        let s = check(&src).expect("valid");
+        assert_eq!(s.metric, "val_loss");
+        assert_eq!(s.direction, Direction::Minimize);
+        assert_eq!(
+            s.others,
+            [Objective {
+                metric: "samples_per_s".into(),
+                direction: Direction::Maximize
+            }]
+        );
+        assert!(s.is_multi());
+        // One metric in a list is a single-objective study.
+        let s = check(&GOOD.replacen("metric = \"val_loss\"", "metric = [\"val_loss\"]", 1))
+            .expect("one in a list");
+        assert!(!s.is_multi());
+        let bad: &[(&str, &str)] = &[
+            ("metric = []", "the list is empty"),
+            (
+                "metric = [\"a\", \"b\"]",
+                "a study with 2 metrics needs a list of 2 directions",
+            ),
+            (
+                "metric = [\"a\", \"b\"]\ndirection = [\"minimize\"]",
+                "1 direction(s) for 2 metric(s)",
+            ),
+            (
+                "metric = [\"a\", \"a\"]\ndirection = [\"minimize\", \"minimize\"]",
+                "`a` is named twice",
+            ),
+            (
+                "metric = [\"a\", \"step\"]\ndirection = [\"minimize\", \"minimize\"]",
+                "`step` cannot be the objective",
+            ),
+            (
+                "metric = [\"a\", \"b\"]\ndirection = [\"minimize\", \"up\"]",
+                "\"up\" is neither",
+            ),
+        ];
+        for (with, says) in bad {
+            let e = check(&GOOD.replacen("metric = \"val_loss\"", with, 1))
+                .expect_err(with)
+                .to_string();
+            assert!(e.contains("studies/x.toml"), "{e}");
+            assert!(
+                e.contains("study.metric") || e.contains("study.direction"),
+                "{e}"
+            );
+            assert!(e.contains(says), "{with}: {e}");
+        }
     }
 
     #[test]

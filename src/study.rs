@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::pruner::PrunerConfig;
 use crate::sampler::{SamplerKind, SamplerOptions};
 use crate::space::{Params, Space};
-use crate::trial::Direction;
+use crate::trial::{Direction, Objective};
 
 /// How each trial runs.
 #[derive(Debug, Clone)]
@@ -56,8 +56,11 @@ pub struct Study {
     /// The file's text, stored with the study so a database says how it was made.
     pub source: String,
     pub name: String,
+    /// The first objective: what a single-objective study optimises, and what pruners judge.
     pub metric: String,
     pub direction: Direction,
+    /// The further objectives of a multi-objective study (empty for one objective).
+    pub others: Vec<Objective>,
     pub trials: Option<u64>,
     pub timeout: Option<Duration>,
     pub seed: u64,
@@ -85,4 +88,20 @@ pub struct Study {
     pub max_consecutive_failures: u64,
     /// Where trial directories (logs) go.
     pub runs_dir: PathBuf,
+}
+
+impl Study {
+    /// Every objective, in order.
+    pub fn objectives(&self) -> Vec<Objective> {
+        std::iter::once(Objective {
+            metric: self.metric.clone(),
+            direction: self.direction,
+        })
+        .chain(self.others.iter().cloned())
+        .collect()
+    }
+
+    pub fn is_multi(&self) -> bool {
+        !self.others.is_empty()
+    }
 }

@@ -63,6 +63,7 @@ impl AskTell {
             name,
             metric: "value",
             direction,
+            others: &[],
             space: &space,
             seed,
             budget: None,

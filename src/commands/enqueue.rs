@@ -37,6 +37,7 @@ pub fn enqueue(args: &EnqueueArgs, db: Option<&StorageUrl>) -> anyhow::Result<Ex
             name: &study.name,
             direction: study.direction,
             metric: &study.metric,
+            others: &study.others,
             file: Some(&study.file),
             source: Some(&study.source),
         })

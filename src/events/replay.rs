@@ -470,6 +470,7 @@ mod tests {
             let mut s = SqliteStorage::open(path).expect("opens");
             let study = s
                 .create_or_load_study(&crate::storage::NewStudy {
+                    others: &[],
                     name: "w",
                     direction: Direction::Minimize,
                     metric: "loss",

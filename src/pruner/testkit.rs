@@ -88,6 +88,7 @@ fn space() -> Space {
 fn open(storage: &MemoryStorage, config: &PrunerConfig, direction: Direction) -> Engine {
     let space = space();
     let spec = EngineSpec {
+        others: &[],
         name: "scripted",
         metric: METRIC,
         direction,

@@ -121,6 +121,7 @@ impl Scheduler {
             name: &study.name,
             metric: &study.metric,
             direction: study.direction,
+            others: &study.others,
             space: &study.space,
             seed: study.seed,
             budget: study.trials,

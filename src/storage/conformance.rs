@@ -41,6 +41,7 @@ fn backends() -> Vec<(&'static str, Box<dyn Storage>, KeepAlive)> {
 
 fn study(s: &mut dyn Storage, direction: Direction, metric: &str) -> StudyRow {
     s.create_or_load_study(&NewStudy {
+        others: &[],
         name: "x",
         direction,
         metric,
@@ -267,6 +268,7 @@ fn reports_values_and_failures_round_trip() {
         // The same name with another direction is refused.
         assert!(
             s.create_or_load_study(&NewStudy {
+                others: &[],
                 name: "x",
                 direction: Direction::Minimize,
                 metric: "acc",
@@ -395,6 +397,7 @@ fn deleting_a_study_removes_it_whole_and_leaves_the_others() {
         let doomed = study(s.as_mut(), Direction::Minimize, "loss");
         let kept = s
             .create_or_load_study(&NewStudy {
+                others: &[],
                 name: "kept",
                 direction: Direction::Minimize,
                 metric: "loss",
@@ -528,5 +531,87 @@ fn a_discarded_trial_is_kept_but_left_out_of_the_history_the_budget_and_the_best
         let h = propose(s.as_mut());
         let numbers: Vec<u64> = h.finished.iter().map(|f| f.number.0).collect();
         assert_eq!(numbers, [0], "{name}");
+    }
+}
+
+#[test]
+fn a_multi_objective_study_keeps_every_objective_and_every_value() {
+    use crate::trial::Objective;
+    let others = [
+        Objective {
+            metric: "samples_per_s".into(),
+            direction: Direction::Maximize,
+        },
+        Objective {
+            metric: "mem".into(),
+            direction: Direction::Minimize,
+        },
+    ];
+    let new = NewStudy {
+        name: "mo",
+        direction: Direction::Minimize,
+        metric: "val_loss",
+        others: &others,
+        file: None,
+        source: None,
+    };
+    for (name, mut s, _dir) in backends() {
+        let study = s.create_or_load_study(&new).expect("study");
+        assert_eq!(study.others, others, "{name}");
+        assert_eq!(
+            s.study("mo").expect("found").others,
+            others,
+            "{name}: read back"
+        );
+        let w = s.register_worker(&study, &["cpu".into()]).expect("worker");
+        let a = claim(s.as_mut(), &study, w, None, &params(0.1)).expect("a");
+        s.finish_trial(
+            a.id,
+            &TrialStatus::Complete {
+                value: 0.5,
+                others: vec![1200.0, 3.5],
+                ran: Ran::default(),
+            },
+            &[],
+        )
+        .expect("finish");
+        let b = claim(s.as_mut(), &study, w, None, &params(0.2)).expect("b");
+        s.finish_trial(b.id, &failed("crashed", false), &[])
+            .expect("finish");
+        let rows = s.trials(&study, None).expect("rows");
+        assert_eq!(rows[0].status.others(), [1200.0, 3.5], "{name}");
+        assert!(rows[1].status.others().is_empty(), "{name}");
+        let one = s.trial(&study, 0).expect("read").expect("trial 0");
+        assert_eq!(one.status.others(), [1200.0, 3.5], "{name}");
+        let h = s.history(&study, &space()).expect("history");
+        assert_eq!(
+            h.finished[0].values(),
+            Some(vec![0.5, 1200.0, 3.5]),
+            "{name}"
+        );
+        assert_eq!(h.finished[1].values(), None, "{name}");
+
+        // The same name with other objectives is refused, naming both sets.
+        let changed = [Objective {
+            metric: "samples_per_s".into(),
+            direction: Direction::Minimize,
+        }];
+        let err = s
+            .create_or_load_study(&NewStudy {
+                others: &changed,
+                ..new
+            })
+            .expect_err("other objectives");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("samples_per_s (maximize)") && msg.contains("samples_per_s (minimize)"),
+            "{name}: {msg}"
+        );
+        // A single-objective study of the same metric is refused too.
+        assert!(
+            s.create_or_load_study(&NewStudy { others: &[], ..new })
+                .is_err(),
+            "{name}"
+        );
     }
 }

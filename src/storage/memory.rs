@@ -159,6 +159,7 @@ impl Storage for Data {
             name: new.name.to_string(),
             direction: new.direction,
             metric: new.metric.to_string(),
+            others: new.others.to_vec(),
         };
         self.studies.push(Study {
             row: row.clone(),

@@ -49,8 +49,8 @@ use std::time::{Duration, SystemTime};
 
 use crate::space::{Params, Space};
 use crate::trial::{
-    Direction, FinishedTrial, Report, Trial, TrialId, TrialNumber, TrialState, TrialStatus,
-    WorkerId,
+    Direction, FinishedTrial, Objective, Report, Trial, TrialId, TrialNumber, TrialState,
+    TrialStatus, WorkerId,
 };
 
 /// A study as stored.
@@ -58,8 +58,28 @@ use crate::trial::{
 pub struct StudyRow {
     pub id: i64,
     pub name: String,
+    /// The first objective.
     pub direction: Direction,
     pub metric: String,
+    /// The further objectives of a multi-objective study (Optuna's `study_directions` rows 1..n,
+    /// their names in the study system attribute `study:metric_names`); empty for one.
+    pub others: Vec<Objective>,
+}
+
+impl StudyRow {
+    /// Every objective, in order.
+    pub fn objectives(&self) -> Vec<Objective> {
+        std::iter::once(Objective {
+            metric: self.metric.clone(),
+            direction: self.direction,
+        })
+        .chain(self.others.iter().cloned())
+        .collect()
+    }
+
+    pub fn is_multi(&self) -> bool {
+        !self.others.is_empty()
+    }
 }
 
 /// A study to create, or to load when it exists with the same direction and metric.
@@ -68,6 +88,8 @@ pub struct NewStudy<'a> {
     pub name: &'a str,
     pub direction: Direction,
     pub metric: &'a str,
+    /// The further objectives (a multi-objective study).
+    pub others: &'a [Objective],
     /// The study file and its text, kept with the study so a database says how it was made.
     pub file: Option<&'a Path>,
     pub source: Option<&'a str>,
@@ -410,7 +432,7 @@ pub(crate) fn history_of<'a>(
                 let c = curve(t.id);
                 if let Some(outcome) = t.outcome(&c) {
                     h.finished.push(FinishedTrial {
-                        others: Vec::new(),
+                        others: t.status.others().to_vec(),
                         number: t.number,
                         params: in_space(t),
                         outcome,
@@ -448,7 +470,93 @@ pub(crate) fn check_same(
             existing.name, existing.metric, new.metric
         )));
     }
+    if existing.others != new.others {
+        let list = |first: &str, d: Direction, o: &[Objective]| {
+            std::iter::once(format!("{first} ({})", d.as_str()))
+                .chain(
+                    o.iter()
+                        .map(|o| format!("{} ({})", o.metric, o.direction.as_str())),
+                )
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        return Err(conflict(format!(
+            "study `{}` is stored with objectives {}, but the study file says {}; use another `study.name`",
+            existing.name,
+            list(&existing.metric, existing.direction, &existing.others),
+            list(new.metric, new.direction, new.others)
+        )));
+    }
     Ok(existing)
+}
+
+/// Optuna's study system attribute that names a study's objectives (`Study.metric_names`),
+/// which optuna-dashboard shows on its axes.
+pub(crate) const METRIC_NAMES_KEY: &str = "study:metric_names";
+
+/// The directions (Optuna's spelling) of a study's further objectives, in order.
+pub(crate) const OTHER_DIRECTIONS: &str = "SELECT direction FROM study_directions
+     WHERE study_id = $1 AND objective > 0 ORDER BY objective";
+
+/// The study's objective names as Optuna stores them (a JSON list).
+pub(crate) const METRIC_NAMES: &str = r#"SELECT value_json FROM study_system_attributes
+     WHERE study_id = $1 AND "key" = 'study:metric_names'"#;
+
+/// The JSON list of every objective's name, the value of [`METRIC_NAMES_KEY`].
+pub(crate) fn metric_names_json(metric: &str, others: &[Objective]) -> String {
+    let names: Vec<&str> = std::iter::once(metric)
+        .chain(others.iter().map(|o| o.metric.as_str()))
+        .collect();
+    serde_json::to_string(&names).unwrap_or_default()
+}
+
+/// Optuna's spelling of a direction in `study_directions`.
+pub(crate) fn optuna_direction(d: Direction) -> &'static str {
+    match d {
+        Direction::Minimize => "MINIMIZE",
+        Direction::Maximize => "MAXIMIZE",
+    }
+}
+
+/// The further objectives from their stored directions and the stored names (objective `i`
+/// without a name is called `value{i}`, as a study that Optuna wrote without names).
+pub(crate) fn others_of(directions: &[String], names_json: Option<&str>) -> Vec<Objective> {
+    let names: Vec<String> = names_json
+        .and_then(|j| serde_json::from_str(j).ok())
+        .unwrap_or_default();
+    directions
+        .iter()
+        .enumerate()
+        .map(|(i, d)| Objective {
+            metric: names
+                .get(i + 1)
+                .cloned()
+                .unwrap_or_else(|| format!("value{}", i + 1)),
+            direction: if d == "MAXIMIZE" {
+                Direction::Maximize
+            } else {
+                Direction::Minimize
+            },
+        })
+        .collect()
+}
+
+/// Puts the further objectives' values (trial id → value per objective 1..n, read from
+/// `trial_values`) into the complete trials among `trials`.
+pub(crate) fn attach_others(
+    trials: &mut [Trial],
+    mut values: std::collections::HashMap<i64, Vec<f64>>,
+) {
+    if values.is_empty() {
+        return;
+    }
+    for t in trials {
+        if let TrialStatus::Complete { others, .. } = &mut t.status
+            && let Some(v) = values.remove(&t.id.0)
+        {
+            *others = v;
+        }
+    }
 }
 
 /// A fault of storage. Unlike a failed trial, this stops a study (cleanly).

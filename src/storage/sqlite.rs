@@ -16,8 +16,8 @@ use super::{
 };
 use crate::space::{ParamValue, Params, Space};
 use crate::trial::{
-    Direction, Placement, Ran, Report, Trial, TrialId, TrialNumber, TrialState, TrialStatus,
-    WorkerId,
+    Direction, Objective, Placement, Ran, Report, Trial, TrialId, TrialNumber, TrialState,
+    TrialStatus, WorkerId,
 };
 
 /// The migrations, in order. `user_version` records how many were applied.
@@ -595,6 +595,27 @@ impl SqliteStorage {
                 r.params = p;
             }
         }
+        if study.is_multi() {
+            let mut vstmt = self
+                .conn
+                .prepare_cached(&format!(
+                    "SELECT v.trial_id, v.value FROM trial_values v JOIN trials t ON t.trial_id = v.trial_id
+                     WHERE t.study_id = ?1 AND v.objective > 0 {f2} ORDER BY v.trial_id, v.objective"
+                ))
+                .map_err(|e| self.err(e))?;
+            let mut values: std::collections::HashMap<i64, Vec<f64>> =
+                std::collections::HashMap::new();
+            let vrows = vstmt
+                .query_map(params![study.id, number.map(|n| n as i64)], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, Option<f64>>(1)?))
+                })
+                .map_err(|e| self.err(e))?;
+            for v in vrows {
+                let (id, v) = v.map_err(|e| self.err(e))?;
+                values.entry(id).or_default().push(v.unwrap_or(f64::NAN));
+            }
+            super::attach_others(&mut rows, values);
+        }
         Ok(rows)
     }
 
@@ -616,6 +637,28 @@ impl SqliteStorage {
             .query_trials(study, None, Some(number as u64))?
             .into_iter()
             .next())
+    }
+
+    /// A study's further objectives, as stored.
+    fn others(&self, study: i64) -> Result<Vec<Objective>, StorageError> {
+        let q = || -> rusqlite::Result<Vec<Objective>> {
+            let dirs = self
+                .conn
+                .prepare_cached(&super::OTHER_DIRECTIONS.replace('$', "?"))?
+                .query_map([study], |r| r.get::<_, String>(0))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            if dirs.is_empty() {
+                return Ok(Vec::new());
+            }
+            let names: Option<String> = self
+                .conn
+                .query_row(&super::METRIC_NAMES.replace('$', "?"), [study], |r| {
+                    r.get(0)
+                })
+                .optional()?;
+            Ok(super::others_of(&dirs, names.as_deref()))
+        };
+        q().map_err(|e| self.err(e))
     }
 
     /// Direct access for read-only tools (`watch`) and tests.
@@ -649,11 +692,17 @@ impl Storage for SqliteStorage {
                             Direction::Minimize
                         },
                         metric: r.get(3)?,
+                        others: Vec::new(),
                     })
                 },
             )
             .optional()
-            .map_err(|e| self.err(e))
+            .map_err(|e| self.err(e))?
+            .map(|mut row| {
+                row.others = self.others(row.id)?;
+                Ok(row)
+            })
+            .transpose()
     }
 
     fn study(&self, name: &str) -> Result<StudyRow, StorageError> {
@@ -671,6 +720,7 @@ impl Storage for SqliteStorage {
             metric,
             file: study_file,
             source: config_toml,
+            others: _,
         } = *new;
         if let Some(s) = self.find_study(name)? {
             return super::check_same(&self.location(), s, new);
@@ -697,6 +747,20 @@ impl Storage for SqliteStorage {
             tx.execute(
                 "INSERT INTO study_directions (direction, study_id, objective) VALUES (?1, ?2, 0)",
                 params![dir, id],
+            )?;
+            for (i, o) in new.others.iter().enumerate() {
+                tx.execute(
+                    "INSERT INTO study_directions (direction, study_id, objective) VALUES (?1, ?2, ?3)",
+                    params![super::optuna_direction(o.direction), id, i as i64 + 1],
+                )?;
+            }
+            tx.execute(
+                "INSERT INTO study_system_attributes (study_id, \"key\", value_json) VALUES (?1, ?2, ?3)",
+                params![
+                    id,
+                    super::METRIC_NAMES_KEY,
+                    super::metric_names_json(metric, new.others)
+                ],
             )?;
             tx.execute(
                 "INSERT INTO tune_studies (study_id, metric, study_file, config_toml, created_at)
@@ -1045,6 +1109,13 @@ impl Storage for SqliteStorage {
                 return Ok(true);
             }
             finish_in(tx, trial_id, state, value)?;
+            for (i, v) in status.others().iter().enumerate() {
+                tx.execute(
+                    "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (trial_id, objective) DO UPDATE SET value = excluded.value, value_type = excluded.value_type",
+                    params![trial_id, i as i64 + 1, v.is_finite().then_some(*v), value_type(*v)],
+                )?;
+            }
             tx.execute(
                 "INSERT INTO tune_trials (trial_id, error, log_tail, logs_json, pruned_step, interrupted)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)

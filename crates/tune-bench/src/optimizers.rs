@@ -191,6 +191,7 @@ pub fn run_one(
     let space = problem.space()?;
     let pruner = PrunerConfig::None;
     let spec = EngineSpec {
+        others: &[],
         name: problem.name,
         metric: "value",
         direction: Direction::Minimize,

@@ -199,6 +199,7 @@ fn fill_query_study(path: &Path, n: u64) -> anyhow::Result<()> {
     )?;
     let space = Space::from_toml(&space_t)?;
     let row = s.create_or_load_study(&NewStudy {
+        others: &[],
         name: "big",
         direction: Direction::Minimize,
         metric: "val_loss",

@@ -42,6 +42,7 @@ pub fn client(a: &StorageClientArgs) -> anyhow::Result<ExitCode> {
         .ok_or_else(|| anyhow::anyhow!("unknown sampler {}", a.sampler))?;
     let slots = vec!["cpu".to_string(); SLOTS];
     let spec = EngineSpec {
+        others: &[],
         name: STUDY,
         metric: "value",
         direction: Direction::Minimize,
@@ -150,6 +151,7 @@ fn run_tune(
         let u = StorageUrl::parse(url, Path::new(""))?;
         let mut s = tune::storage::open(&u)?;
         s.create_or_load_study(&tune::storage::NewStudy {
+            others: &[],
             name: STUDY,
             direction: Direction::Minimize,
             metric: "value",

@@ -122,6 +122,7 @@ pub fn watch_poll_ms(n: u64) -> anyhow::Result<[f64; 3]> {
     )?)?;
     let mut w = SqliteStorage::open(&db)?;
     let study = w.create_or_load_study(&NewStudy {
+        others: &[],
         name: "bench",
         direction: Direction::Minimize,
         metric: "val_loss",

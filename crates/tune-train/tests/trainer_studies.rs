@@ -101,6 +101,7 @@ async fn run_study(path: &Path, dir: &Path) -> (Vec<f64>, f64) {
     let pruner = PrunerConfig::None;
     let device = vec!["cpu".to_string(); slots];
     let spec = EngineSpec {
+        others: &[],
         name: "trainer-study",
         metric: &metric,
         direction: Direction::Minimize,

@@ -406,7 +406,7 @@ const TAKEN: &str =
            AND COALESCE(x.discarded, 0) = 0";
 
 fn find_study(c: &impl GenericClient, name: &str) -> PgResult<Option<StudyRow>> {
-    Ok(wait(c.query_opt(
+    wait(c.query_opt(
         "SELECT s.study_id, s.study_name, d.direction::text, COALESCE(t.metric, 'value')
          FROM studies s
          LEFT JOIN study_directions d ON d.study_id = s.study_id AND d.objective = 0
@@ -419,7 +419,25 @@ fn find_study(c: &impl GenericClient, name: &str) -> PgResult<Option<StudyRow>> 
         name: r.get(1),
         direction: direction_of(r.get::<_, Option<&str>>(2)),
         metric: r.get(3),
-    }))
+        others: Vec::new(),
+    })
+    .map(|mut row| {
+        let sid = id32(row.id);
+        let dirs: Vec<String> = wait(c.query(
+            &super::OTHER_DIRECTIONS.replace("direction FROM", "direction::text FROM"),
+            &[&sid],
+        ))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+        if !dirs.is_empty() {
+            let names: Option<String> =
+                wait(c.query_opt(super::METRIC_NAMES, &[&sid]))?.and_then(|r| r.get(0));
+            row.others = super::others_of(&dirs, names.as_deref());
+        }
+        Ok(row)
+    })
+    .transpose()
 }
 
 /// The trials of a study (one by number, or all of one state, or all), with their params.
@@ -487,6 +505,21 @@ fn query_trials_where(
             t.params = p;
         }
     }
+    let vrows = wait(c.query(
+        "SELECT v.trial_id, v.value FROM trial_values v JOIN trials t ON t.trial_id = v.trial_id
+         WHERE v.objective > 0 AND ($1::int IS NULL OR t.study_id = $1)
+               AND ($2::int IS NULL OR t.number = $2) AND ($3::int[] IS NULL OR t.trial_id = ANY($3))
+         ORDER BY v.trial_id, v.objective",
+        &[&study, &number, &ids],
+    ))?;
+    let mut values: HashMap<i64, Vec<f64>> = HashMap::new();
+    for r in vrows {
+        values
+            .entry(r.get::<_, i32>(0) as i64)
+            .or_default()
+            .push(r.get::<_, Option<f64>>(1).unwrap_or(f64::NAN));
+    }
+    super::attach_others(&mut trials, values);
     Ok(trials)
 }
 
@@ -636,6 +669,11 @@ const END_TRIAL: &str = "WITH beat AS (DELETE FROM trial_heartbeats WHERE trial_
         datetime_complete = (clock_timestamp() AT TIME ZONE 'UTC') WHERE trial_id = $2";
 const PUT_VALUE: &str = "INSERT INTO trial_values (trial_id, objective, value, value_type)
      VALUES ($1, 0, $2, $3::text::trialvaluetype)
+     ON CONFLICT (trial_id, objective) DO UPDATE SET value = excluded.value,
+        value_type = excluded.value_type";
+/// A further objective's value (objective `$2`) of a complete multi-objective trial.
+const PUT_VALUE_AT: &str = "INSERT INTO trial_values (trial_id, objective, value, value_type)
+     VALUES ($1, $2, $3, $4::text::trialvaluetype)
      ON CONFLICT (trial_id, objective) DO UPDATE SET value = excluded.value,
         value_type = excluded.value_type";
 const PUT_ENDING: &str =
@@ -861,6 +899,22 @@ impl Storage for PostgresStorage {
                      VALUES ($1::text::studydirection, $2, 0)",
                     &[&dir, &id],
                 ))?;
+                for (i, o) in new.others.iter().enumerate() {
+                    wait(tx.execute(
+                        "INSERT INTO study_directions (direction, study_id, objective)
+                         VALUES ($1::text::studydirection, $2, $3)",
+                        &[&super::optuna_direction(o.direction), &id, &(i as i32 + 1)],
+                    ))?;
+                }
+                wait(tx.execute(
+                    r#"INSERT INTO study_system_attributes (study_id, "key", value_json)
+                       VALUES ($1, $2, $3)"#,
+                    &[
+                        &id,
+                        &super::METRIC_NAMES_KEY,
+                        &super::metric_names_json(new.metric, new.others),
+                    ],
+                ))?;
                 wait(tx.execute(
                     &format!(
                         "INSERT INTO tune_studies (study_id, metric, study_file, config_toml, created_at)
@@ -904,6 +958,7 @@ impl Storage for PostgresStorage {
                 name: r.get(1),
                 direction: direction_of(r.get::<_, Option<&str>>(2)),
                 metric: r.get(3),
+                others: Vec::new(),
             };
             let best = self.best(&row)?;
             out.push(StudySummary {
@@ -1233,6 +1288,17 @@ impl Storage for PostgresStorage {
                     ],
                 ))?;
             }
+            for (i, v) in status.others().iter().enumerate() {
+                wait(tx.execute(
+                    &st.get(&tx, PUT_VALUE_AT)?,
+                    &[
+                        &id,
+                        &(i as i32 + 1),
+                        &v.is_finite().then_some(*v),
+                        &value_type(*v).replace("NAN", "FINITE"),
+                    ],
+                ))?;
+            }
             wait(tx.execute(
                 &st.get(&tx, PUT_ENDING)?,
                 &[
@@ -1481,6 +1547,7 @@ mod tests {
                     let mut s = open(&url);
                     let study = s
                         .create_or_load_study(&NewStudy {
+                            others: &[],
                             name: "race",
                             direction: Direction::Minimize,
                             metric: "loss",
@@ -1593,6 +1660,7 @@ mod tests {
         let mut s = open(&url);
         let study = s
             .create_or_load_study(&NewStudy {
+                others: &[],
                 name: "r",
                 direction: Direction::Minimize,
                 metric: "loss",
