@@ -523,6 +523,16 @@ impl Trial {
             "duration_s": duration_s,
             "error": self.status.reason(),
         });
+        // Only a complete trial of a multi-objective study has `values` (every objective's, in
+        // order; `value` stays the first's): single-objective trials keep the shape scripts know.
+        if !self.status.others().is_empty()
+            && let Some(first) = self.value()
+        {
+            let values: Vec<f64> = std::iter::once(first)
+                .chain(self.status.others().iter().copied())
+                .collect();
+            v["values"] = serde_json::json!(values);
+        }
         // Only a discarded trial has the key: every other trial keeps the shape scripts know.
         if self.discarded {
             v["discarded"] = serde_json::Value::Bool(true);

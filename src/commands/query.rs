@@ -11,7 +11,7 @@ use super::{bad, fmt_params, fmt_value, open_study};
 use crate::cli::{
     BestArgs, Format, ShowArgs, SortKey, StateFilter, StudiesArgs, StudyRef, TrialsArgs,
 };
-use crate::storage::{StorageUrl, StudyRow};
+use crate::storage::{Storage, StorageUrl, StudyRow};
 use crate::trial::{Trial, TrialState, TrialStatus};
 
 fn table() -> Table {
@@ -225,8 +225,95 @@ fn duration_s(t: &Trial) -> Option<f64> {
     t.to_json()["duration_s"].as_f64()
 }
 
+/// The complete trials (not discarded) of a multi-objective study that no other complete trial
+/// dominates, in number order.
+pub(crate) fn pareto_trials(study: &StudyRow, trials: Vec<Trial>) -> Vec<Trial> {
+    let objectives = study.objectives();
+    let done: Vec<(Trial, Vec<f64>)> = trials
+        .into_iter()
+        .filter(|t| !t.discarded)
+        .filter_map(|t| {
+            let first = match t.status {
+                TrialStatus::Complete { value, .. } => value,
+                _ => return None,
+            };
+            let values: Vec<f64> = std::iter::once(first)
+                .chain(t.status.others().iter().copied())
+                .collect();
+            (values.len() == objectives.len() && values.iter().all(|v| v.is_finite())).then(|| {
+                let losses = values
+                    .iter()
+                    .zip(&objectives)
+                    .map(|(v, o)| o.direction.loss(*v))
+                    .collect();
+                (t, losses)
+            })
+        })
+        .collect();
+    let losses: Vec<Vec<f64>> = done.iter().map(|(_, l)| l.clone()).collect();
+    let front: std::collections::HashSet<usize> =
+        crate::sampler::multi::pareto::pareto_front(&losses)
+            .into_iter()
+            .collect();
+    done.into_iter()
+        .enumerate()
+        .filter(|(i, _)| front.contains(i))
+        .map(|(_, (t, _))| t)
+        .collect()
+}
+
+/// `tune best` on a multi-objective study: its Pareto front.
+fn best_front(study: &StudyRow, storage: &dyn Storage, format: Format) -> anyhow::Result<ExitCode> {
+    let front = pareto_trials(study, storage.trials(study, Some(TrialState::Complete))?);
+    if front.is_empty() {
+        eprintln!("tune: study `{}` has no complete trial yet", study.name);
+        return Ok(ExitCode::from(1));
+    }
+    let objectives = study.objectives();
+    match format {
+        Format::Json => {
+            let v: Vec<_> = front.iter().map(Trial::to_json).collect();
+            print_json(&serde_json::Value::Array(v))?;
+        }
+        Format::Csv => print_trials(&front, Format::Csv)?,
+        Format::Table => {
+            let names: Vec<String> = objectives
+                .iter()
+                .map(|o| format!("{} ({})", o.metric, o.direction.as_str()))
+                .collect();
+            println!(
+                "Pareto front of `{}`: {} trial(s) that no other complete trial beats on every objective: {}",
+                study.name,
+                front.len(),
+                names.join(", ")
+            );
+            let params: BTreeSet<&String> = front.iter().flat_map(|r| r.params.keys()).collect();
+            let mut t = table();
+            let mut header = vec!["trial".to_string()];
+            header.extend(objectives.iter().map(|o| o.metric.clone()));
+            header.extend(params.iter().map(|p| p.to_string()));
+            t.set_header(header);
+            for r in &front {
+                let mut row = vec![r.number.to_string(), fmt_value(r.value())];
+                row.extend(r.status.others().iter().map(|v| fmt_value(Some(*v))));
+                row.extend(
+                    params
+                        .iter()
+                        .map(|p| r.params.get(*p).map(|v| v.to_string()).unwrap_or_default()),
+                );
+                t.add_row(row);
+            }
+            println!("{t}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn best(args: &BestArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> {
     let (storage, study, _) = open_study(&args.study, db)?;
+    if study.is_multi() {
+        return best_front(&study, storage.as_ref(), args.format);
+    }
     let Some((n, _)) = storage.best(&study)? else {
         eprintln!("tune: study `{}` has no complete trial yet", study.name);
         return Ok(ExitCode::from(1));

@@ -42,7 +42,8 @@ fn follow_the_file(
     let Ok(row) = storage.study(&study.name) else {
         return Ok(()); // a new study
     };
-    if row.direction != study.direction || row.metric != study.metric {
+    if row.direction != study.direction || row.metric != study.metric || row.others != study.others
+    {
         return Ok(()); // refused when the study opens, with the database untouched
     }
     let stored = storage.study_file(&row).map_err(super::storage_fault)?;

@@ -10,6 +10,7 @@ mod consistency;
 mod database_docs;
 mod devices;
 mod multi_host;
+mod multi_objective;
 mod optuna_compat;
 mod postgres;
 mod queries;
