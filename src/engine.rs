@@ -124,6 +124,10 @@ pub struct Engine {
     grace: Duration,
     sampler: Box<dyn Sampler>,
     pruner: Box<dyn Pruner>,
+    /// One pruner per further objective of a multi-objective study (the same rule as
+    /// `pruner`, with its own memo): a trial is pruned only when every objective it reports
+    /// along the way would prune it.
+    other_pruners: Vec<Box<dyn Pruner>>,
     resource: String,
     /// Every trial of the study with reports, as the pruner sees them (refreshed from
     /// storage, so other processes' trials count too).
@@ -163,6 +167,11 @@ impl Engine {
             grace: spec.heartbeat_grace,
             sampler,
             pruner,
+            other_pruners: spec
+                .others
+                .iter()
+                .map(|_| crate::pruner::build(spec.pruner))
+                .collect(),
             resource: spec.pruner.resource().to_string(),
             curves: BTreeMap::new(),
             running: BTreeMap::new(),
@@ -330,20 +339,37 @@ impl Engine {
 
     /// What the pruner says of trial `number` now, from every trial of the study as this
     /// engine last read them. Asking twice gives the same answer.
+    ///
+    /// A multi-objective study asks the rule once per objective that the trial reports along
+    /// the way (the first always) and prunes only when every one says so: a trial among the
+    /// best on any objective is a candidate for the Pareto front and runs on.
     pub fn judge(&mut self, number: TrialNumber) -> Decision {
         let trials: Vec<TrialCurve> = self.curves.values().cloned().collect();
-        let ctx = PruneContext {
-            direction: self.study.direction,
-            metric: &self.study.metric,
-            resource: &self.resource,
-            trial: number,
-            trials: &trials,
+        let own = trials.iter().find(|t| t.number == number);
+        let reports = |metric: &str| {
+            own.is_some_and(|t| t.reports.iter().any(|r| r.metrics.contains_key(metric)))
         };
-        if self.pruner.should_prune(&ctx) {
-            Decision::Prune
-        } else {
-            Decision::Continue
+        let first = std::iter::once((&self.study.metric, self.study.direction, &mut self.pruner));
+        let others = self
+            .study
+            .others
+            .iter()
+            .zip(self.other_pruners.iter_mut())
+            .map(|(o, p)| (&o.metric, o.direction, p))
+            .filter(|(m, _, _)| reports(m));
+        for (metric, direction, pruner) in first.chain(others) {
+            let ctx = PruneContext {
+                direction,
+                metric,
+                resource: &self.resource,
+                trial: number,
+                trials: &trials,
+            };
+            if !pruner.should_prune(&ctx) {
+                return Decision::Continue;
+            }
         }
+        Decision::Prune
     }
 
     /// Takes over running trial `number` of the study, whose run goes on while the engine
@@ -660,6 +686,78 @@ mod tests {
                 .expect("trial");
             assert_eq!(stored.state(), TrialState::Pruned);
             assert_eq!(stored.value(), Some(9.5));
+        }
+    }
+
+    #[test]
+    fn a_multi_objective_trial_is_pruned_only_when_every_objective_it_reports_says_so() {
+        let asha = PrunerConfig::Asha(AshaConfig {
+            min_resource: 1.0,
+            reduction_factor: 2.0,
+            ..AshaConfig::default()
+        });
+        let others = [Objective {
+            metric: "speed".into(),
+            direction: Direction::Maximize,
+        }];
+        let r = |step: u64, loss: f64, speed: Option<f64>| Report {
+            step,
+            metrics: std::iter::once(("loss".to_string(), loss))
+                .chain(speed.map(|v| ("speed".to_string(), v)))
+                .collect(),
+        };
+        let space = space();
+        let spec = EngineSpec {
+            others: &others,
+            name: "mo",
+            metric: "loss",
+            direction: Direction::Minimize,
+            space: &space,
+            seed: 7,
+            budget: None,
+            heartbeat_grace: Duration::from_secs(60),
+            pruner: &asha,
+            file: None,
+            source: None,
+            slots: &["cpu".to_string()],
+            enqueue: &[],
+        };
+        for (storage, _dir) in backends() {
+            let mut e = Engine::open(
+                storage,
+                &spec,
+                build_sampler(SamplerKind::Random),
+                build_pruner(&asha),
+            )
+            .expect("engine");
+            // The first trial sets the rung: good loss, slow.
+            let first = e.ask(0, "cpu").expect("ask").expect("a trial");
+            e.report(first.id, r(1, 0.1, Some(10.0))).expect("r");
+            e.report(first.id, r(2, 0.05, Some(10.0))).expect("r");
+            let done = e.finish(first.id, Finish::Ended, &[]).expect("finish");
+            assert_eq!(done.status.others(), [10.0]);
+            // Worse loss but much faster: on the front, kept.
+            let fast = e.ask(0, "cpu").expect("ask").expect("a trial");
+            assert_eq!(
+                e.report(fast.id, r(1, 0.9, Some(500.0))).expect("r"),
+                Decision::Continue
+            );
+            e.finish(fast.id, Finish::Ended, &[]).expect("finish");
+            // Worse on both: pruned.
+            let bad = e.ask(0, "cpu").expect("ask").expect("a trial");
+            assert_eq!(
+                e.report(bad.id, r(1, 0.9, Some(5.0))).expect("r"),
+                Decision::Prune
+            );
+            e.finish(bad.id, Finish::Pruned { value: None }, &[])
+                .expect("finish");
+            // An objective the trial does not report along the way does not vote: worse loss
+            // alone prunes, as in a single-objective study.
+            let silent = e.ask(0, "cpu").expect("ask").expect("a trial");
+            assert_eq!(
+                e.report(silent.id, r(1, 0.95, None)).expect("r"),
+                Decision::Prune
+            );
         }
     }
 }
