@@ -306,7 +306,8 @@ pub struct AskTellArgs {
     /// The sampler's seed: the same seed and tells give the same asks.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// `minimize` or `maximize` the told values.
+    /// `minimize` or `maximize` the told values; several objectives: a comma-separated list
+    /// (`minimize,maximize`), each trial then told `"values": [..]`, one per objective.
     #[arg(long, default_value = "minimize")]
     pub direction: String,
     /// Record the exchange as this study in the database given by --db.

@@ -16,7 +16,7 @@ use crate::pruner::PrunerConfig;
 use crate::sampler::SamplerKind;
 use crate::space::Space;
 use crate::storage::{MemoryStorage, Storage, StorageUrl};
-use crate::trial::{Direction, TrialId, TrialState};
+use crate::trial::{Direction, Objective, TrialId, TrialState};
 
 /// Reads the `[space]` table of a file (or a file that is only the table's keys).
 pub fn read_space(path: &Path) -> anyhow::Result<Space> {
@@ -43,6 +43,8 @@ pub struct AskTell {
     engine: Engine,
     /// Trials asked and not told yet.
     pending: BTreeMap<u64, TrialId>,
+    /// How many objectives a complete trial is told (`value` for one, `values` for more).
+    objectives: usize,
 }
 
 /// The study name ask-tell uses in memory.
@@ -56,14 +58,24 @@ impl AskTell {
         space: Space,
         kind: SamplerKind,
         seed: u64,
-        direction: Direction,
+        directions: &[Direction],
     ) -> anyhow::Result<AskTell> {
         let pruner = PrunerConfig::None;
+        // Optuna's names for unnamed objectives: `value`, then `value1`, `value2`, …
+        let others: Vec<Objective> = directions
+            .iter()
+            .enumerate()
+            .skip(1)
+            .map(|(i, d)| Objective {
+                metric: format!("value{i}"),
+                direction: *d,
+            })
+            .collect();
         let spec = EngineSpec {
             name,
             metric: "value",
-            direction,
-            others: &[],
+            direction: directions.first().copied().unwrap_or_default(),
+            others: &others,
             space: &space,
             seed,
             budget: None,
@@ -83,11 +95,12 @@ impl AskTell {
         Ok(AskTell {
             engine,
             pending: BTreeMap::new(),
+            objectives: directions.len().max(1),
         })
     }
 
     /// A session that keeps nothing once it ends.
-    pub fn new(space: Space, kind: SamplerKind, seed: u64, direction: Direction) -> AskTell {
+    pub fn new(space: Space, kind: SamplerKind, seed: u64, directions: &[Direction]) -> AskTell {
         // Memory storage never fails, so neither does opening a study in it.
         Self::open(
             Box::new(MemoryStorage::new()),
@@ -95,7 +108,7 @@ impl AskTell {
             space,
             kind,
             seed,
-            direction,
+            directions,
         )
         .expect("a study in memory always opens")
     }
@@ -160,8 +173,10 @@ impl AskTell {
             );
         };
         for k in t.keys() {
-            if !matches!(k.as_str(), "trial" | "value" | "state") {
-                return Err(format!("unknown key `{k}` in tell (trial, value, state)"));
+            if !matches!(k.as_str(), "trial" | "value" | "values" | "state") {
+                return Err(format!(
+                    "unknown key `{k}` in tell (trial, value, values, state)"
+                ));
             }
         }
         let number = t
@@ -182,8 +197,36 @@ impl AskTell {
             Some(Value::Number(n)) => n.as_f64(),
             Some(other) => return Err(format!("`value` must be a number, not {other}")),
         };
-        if state == TrialState::Complete && value.is_none() {
-            return Err("a complete trial needs a `value`".into());
+        let values = match t.get("values") {
+            None | Some(Value::Null) => None,
+            Some(Value::Array(a)) => Some(
+                a.iter()
+                    .map(Value::as_f64)
+                    .collect::<Option<Vec<f64>>>()
+                    .ok_or_else(|| {
+                        format!("`values` must be numbers, not {}", Value::Array(a.clone()))
+                    })?,
+            ),
+            Some(other) => return Err(format!("`values` must be a list of numbers, not {other}")),
+        };
+        let k = self.objectives;
+        if state == TrialState::Complete {
+            match (&value, &values) {
+                (Some(_), None) if k == 1 => {}
+                (None, Some(v)) if v.len() == k => {}
+                (_, Some(v)) if v.len() != k => {
+                    return Err(format!(
+                        "`values` has {} numbers; this session has {k} objective(s)",
+                        v.len()
+                    ));
+                }
+                _ if k == 1 => return Err("a complete trial needs a `value`".into()),
+                _ => {
+                    return Err(format!(
+                        "a complete trial of this session needs `values`, a list of {k} numbers"
+                    ));
+                }
+            }
         }
         let Some(id) = self.pending.remove(&number) else {
             let told = self
@@ -198,9 +241,12 @@ impl AskTell {
                 format!("unknown trial {number}: it was never asked")
             });
         };
-        let finish = match (state, value) {
-            (TrialState::Pruned, value) => Finish::Pruned { value },
-            (TrialState::Complete, Some(v)) => Finish::Value(v),
+        let finish = match (state, value, values) {
+            (TrialState::Pruned, value, values) => Finish::Pruned {
+                value: value.or_else(|| values.and_then(|v| v.first().copied())),
+            },
+            (TrialState::Complete, _, Some(vs)) => Finish::Values(vs),
+            (TrialState::Complete, Some(v), None) => Finish::Value(v),
             _ => Finish::Failed {
                 reason: "told as failed".into(),
                 log_tail: None,
@@ -222,15 +268,17 @@ pub fn ask_tell(args: &AskTellArgs, db: Option<&StorageUrl>) -> anyhow::Result<E
             SamplerKind::NAMES.join(", ")
         ))
     })?;
-    let direction = match args.direction.as_str() {
-        "minimize" => Direction::Minimize,
-        "maximize" => Direction::Maximize,
-        other => {
-            return Err(bad(format!(
-                "--direction: \"{other}\" is neither minimize nor maximize"
-            )));
-        }
-    };
+    let directions = args
+        .direction
+        .split(',')
+        .map(|d| match d.trim() {
+            "minimize" => Ok(Direction::Minimize),
+            "maximize" => Ok(Direction::Maximize),
+            other => Err(bad(format!(
+                "--direction: \"{other}\" is neither minimize nor maximize (several objectives: a comma-separated list, e.g. minimize,maximize)"
+            ))),
+        })
+        .collect::<anyhow::Result<Vec<Direction>>>()?;
     let mut at = match (db, &args.study) {
         (Some(url), Some(name)) => AskTell::open(
             crate::storage::open(url).map_err(super::storage_fault)?,
@@ -238,10 +286,10 @@ pub fn ask_tell(args: &AskTellArgs, db: Option<&StorageUrl>) -> anyhow::Result<E
             space,
             kind,
             args.seed,
-            direction,
+            &directions,
         )?,
         (None, Some(_)) => return Err(bad("--study needs --db PATH (or TUNE_DB)")),
-        _ => AskTell::new(space, kind, args.seed, direction),
+        _ => AskTell::new(space, kind, args.seed, &directions),
     };
     let stdin = std::io::stdin();
     let mut out = std::io::stdout().lock();
@@ -283,7 +331,7 @@ mod tests {
             Space::from_toml(&t).expect("space"),
             SamplerKind::Random,
             1,
-            Direction::Minimize,
+            &[Direction::Minimize],
         )
     }
 
@@ -328,5 +376,57 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(run(), run());
+    }
+
+    #[test]
+    fn a_session_with_two_directions_is_told_values_and_searches_the_front() {
+        let t: toml::Table =
+            toml::from_str(r#"x = { type = "float", low = 0.0, high = 1.0 }"#).expect("toml");
+        let mut s = AskTell::new(
+            Space::from_toml(&t).expect("space"),
+            SamplerKind::Gp,
+            3,
+            &[Direction::Minimize, Direction::Maximize],
+        );
+        let a = s.handle(r#"{"ask": {}}"#);
+        assert!(
+            s.handle(r#"{"tell": {"trial": 0, "value": 0.5}}"#)["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("`values`, a list of 2 numbers")),
+        );
+        assert!(
+            s.handle(r#"{"tell": {"trial": 0, "values": [0.5]}}"#)["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("has 1 numbers; this session has 2")),
+        );
+        let x = a["params"]["x"].as_f64().expect("x");
+        assert_eq!(
+            s.handle(&format!(
+                r#"{{"tell": {{"trial": 0, "values": [{x}, {x}]}}}}"#
+            )),
+            json!({"ok": true})
+        );
+        // Both objectives grow with x, one minimised and one maximised: every point is on the
+        // front, and the session goes on proposing and storing both values.
+        for n in 1..12 {
+            let a = s.handle(r#"{"ask": {}}"#);
+            let x = a["params"]["x"].as_f64().expect("x");
+            assert_eq!(
+                s.handle(&format!(
+                    r#"{{"tell": {{"trial": {n}, "values": [{x}, {x}]}}}}"#
+                )),
+                json!({"ok": true})
+            );
+        }
+        let stored = s
+            .engine
+            .storage()
+            .trials(s.engine.study(), None)
+            .expect("trials");
+        assert_eq!(stored.len(), 12);
+        for t in &stored {
+            assert_eq!(t.status.others().len(), 1, "{t:?}");
+            assert_eq!(Some(t.status.others()[0]), t.value());
+        }
     }
 }
