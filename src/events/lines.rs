@@ -20,6 +20,10 @@ pub struct Printer {
     direction: Direction,
     metric: String,
     best: Option<(u64, f64)>,
+    /// A multi-objective study's further objectives (from its start), and every complete
+    /// trial's losses on all objectives, for the size of the Pareto front.
+    others: Vec<crate::trial::Objective>,
+    points: Vec<(u64, Vec<f64>)>,
     /// The GPU use of running trials, for their finishing line (where NVML samples them).
     gpu: std::collections::HashMap<u64, crate::telemetry::GpuUsage>,
 }
@@ -30,6 +34,8 @@ impl Printer {
             direction,
             metric,
             best: None,
+            others: Vec::new(),
+            points: Vec::new(),
             gpu: std::collections::HashMap::new(),
         }
     }
@@ -43,6 +49,32 @@ impl Printer {
         {
             self.best = Some((t.number.0, v));
         }
+        if !self.others.is_empty()
+            && t.state() == TrialState::Complete
+            && !t.discarded
+            && let Some(v) = t.value()
+            && t.status.others().len() == self.others.len()
+        {
+            let losses = std::iter::once(self.direction.loss(v))
+                .chain(
+                    t.status
+                        .others()
+                        .iter()
+                        .zip(&self.others)
+                        .map(|(v, o)| o.direction.loss(*v)),
+                )
+                .collect();
+            self.points.push((t.number.0, losses));
+        }
+    }
+
+    /// The trials on the Pareto front of what this printer saw.
+    fn front(&self) -> Vec<u64> {
+        let losses: Vec<Vec<f64>> = self.points.iter().map(|p| p.1.clone()).collect();
+        crate::sampler::multi::pareto::pareto_front(&losses)
+            .into_iter()
+            .map(|i| self.points[i].0)
+            .collect()
     }
 
     /// The line for `ev`, `elapsed` after the printer started, with no line break in it;
@@ -57,6 +89,7 @@ impl Printer {
         let metric = self.metric.clone();
         Some(match ev {
             Event::StudyStarted { info, existing, .. } => {
+                self.others = info.others.clone();
                 for t in existing {
                     self.consider(t);
                 }
@@ -129,6 +162,29 @@ impl Printer {
                     None => dur,
                 };
                 match trial.state() {
+                    TrialState::Complete if !self.others.is_empty() => {
+                        self.consider(trial);
+                        let values: Vec<String> =
+                            std::iter::once(format!("{metric}={}", fmt_value(trial.value())))
+                                .chain(
+                                    self.others.iter().zip(trial.status.others()).map(|(o, v)| {
+                                        format!("{}={}", o.metric, fmt_value(Some(*v)))
+                                    }),
+                                )
+                                .collect();
+                        let front = self.front();
+                        let on = if front.contains(&trial.number.0) {
+                            ", this one on it"
+                        } else {
+                            ""
+                        };
+                        format!(
+                            "{stamp} trial {} complete{dur}: {} (Pareto front: {} trial(s){on})",
+                            trial.number,
+                            values.join(" "),
+                            front.len()
+                        )
+                    }
                     TrialState::Complete => {
                         self.consider(trial);
                         let v = trial.value().unwrap_or(f64::NAN);
@@ -164,6 +220,13 @@ impl Printer {
                     "running trials are stopped"
                 }
             ),
+            Event::StudyFinished { reason, .. } if !self.others.is_empty() => {
+                let front = self.front();
+                format!(
+                    "{stamp} study finished: {reason}; the Pareto front has {} trial(s) (`tune best` lists them)",
+                    front.len()
+                )
+            }
             Event::StudyFinished { reason, best, .. } => {
                 // The study's best as stored, with the trials of every other process that runs
                 // it; this printer saw only this one's.
@@ -382,6 +445,7 @@ mod tests {
         let trial = |n, status| Trial::unstored(TrialNumber(n), Params::new(), status);
         let ev = Event::StudyStarted {
             info: crate::events::StudyInfo {
+                others: Vec::new(),
                 name: "s".into(),
                 metric: "loss".into(),
                 direction: Direction::Minimize,
@@ -439,6 +503,7 @@ mod tests {
         discarded.discarded = true;
         let ev = Event::StudyStarted {
             info: crate::events::StudyInfo {
+                others: Vec::new(),
                 name: "s".into(),
                 metric: "loss".into(),
                 direction: Direction::Minimize,

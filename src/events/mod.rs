@@ -26,6 +26,8 @@ pub struct StudyInfo {
     pub name: String,
     pub metric: String,
     pub direction: Direction,
+    /// The further objectives of a multi-objective study (empty for one).
+    pub others: Vec<crate::trial::Objective>,
     pub sampler: String,
     pub pruner: String,
     /// Where an ASHA or Hyperband pruner judges trials; `None` for other pruners (and a

@@ -160,6 +160,7 @@ impl Poller {
             name: self.study.name.clone(),
             metric: self.study.metric.clone(),
             direction: self.study.direction,
+            others: self.study.others.clone(),
             sampler: self.settings.sampler.clone(),
             pruner: self.settings.pruner.clone(),
             rungs: self.settings.rungs.clone(),

@@ -185,6 +185,7 @@ impl Scheduler {
                 name: self.study.name.clone(),
                 metric: self.study.metric.clone(),
                 direction: self.study.direction,
+                others: self.study.others.clone(),
                 sampler: self.study.sampler.as_str().to_string(),
                 pruner: self.study.pruner.name().to_string(),
                 rungs: self.study.pruner.rung_schedule(),

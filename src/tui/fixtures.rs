@@ -35,6 +35,7 @@ pub fn info(budget: Option<u64>, slots: usize) -> StudyInfo {
         name: "mnist-mlp".into(),
         metric: "val_loss".into(),
         direction: Direction::Minimize,
+        others: Vec::new(),
         sampler: "tpe".into(),
         pruner: "median".into(),
         rungs: None,

@@ -12,7 +12,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use crate::events::{Control, Event, StudyInfo};
 pub use crate::events::{NO_SLOT, Update};
 use crate::space::{ParamValue, Params};
-use crate::trial::{Direction, Report, Trial, TrialNumber, TrialState};
+use crate::trial::{Direction, Objective, Report, Trial, TrialNumber, TrialState};
 
 /// Metric keys the built-in trainer reports besides the objective; shown where present.
 pub mod keys {
@@ -51,6 +51,8 @@ pub struct TrialRow {
     pub state: TrialState,
     /// The final value (complete), or the last reported one (pruned), as the scheduler said.
     pub value: Option<f64>,
+    /// A complete trial's values of the further objectives (a multi-objective study).
+    pub others: Vec<f64>,
     pub params: Params,
     pub error: Option<String>,
     /// It failed through no fault of its own (its params run again): the budget does not
@@ -87,6 +89,7 @@ impl TrialRow {
             number,
             state,
             value: None,
+            others: Vec::new(),
             params: Params::new(),
             error: None,
             interrupted: false,
@@ -430,6 +433,44 @@ impl UiState {
             .unwrap_or(Direction::Minimize)
     }
 
+    /// The study's further objectives (empty for a single-objective study).
+    pub fn others(&self) -> &[Objective] {
+        self.info.as_ref().map_or(&[], |i| i.others.as_slice())
+    }
+
+    /// A multi-objective study's Pareto front: its complete, counted trials that no other beats
+    /// on every objective, by number.
+    pub fn pareto_front(&self) -> Vec<&TrialRow> {
+        let Some(info) = &self.info else {
+            return Vec::new();
+        };
+        let rows: Vec<(&TrialRow, Vec<f64>)> = self
+            .trials
+            .iter()
+            .filter(|t| t.state == TrialState::Complete && !t.uncounted())
+            .filter(|t| t.others.len() == info.others.len())
+            .filter_map(|t| {
+                let first = t.value.filter(|v| v.is_finite())?;
+                let losses: Vec<f64> = std::iter::once(info.direction.loss(first))
+                    .chain(
+                        t.others
+                            .iter()
+                            .zip(&info.others)
+                            .map(|(v, o)| o.direction.loss(*v)),
+                    )
+                    .collect();
+                losses.iter().all(|l| l.is_finite()).then_some((t, losses))
+            })
+            .collect();
+        let points: Vec<Vec<f64>> = rows.iter().map(|(_, l)| l.clone()).collect();
+        let mut front: Vec<&TrialRow> = crate::sampler::multi::pareto::pareto_front(&points)
+            .into_iter()
+            .map(|i| rows[i].0)
+            .collect();
+        front.sort_by_key(|t| t.number);
+        front
+    }
+
     pub fn best_trial(&self) -> Option<&TrialRow> {
         self.best.and_then(|n| self.trial(n))
     }
@@ -717,6 +758,7 @@ impl UiState {
         let was_best = self.best == Some(t.number);
         let row = &mut self.trials[i];
         row.value = t.value();
+        row.others = t.status.others().to_vec();
         row.params = t.params.clone();
         row.error = t.status.error();
         // The table's column is narrow: the last line of the error (the exception its

@@ -4,6 +4,8 @@
 //! Every mark that tells states apart has a shape as well as a colour, so the screen reads
 //! the same under `NO_COLOR` and in a monochrome `capture-pane`.
 
+use std::collections::BTreeSet;
+
 use ratatui::Frame;
 use ratatui::layout::{Alignment, Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -16,7 +18,7 @@ use ratatui::widgets::{
 
 use super::state::{Column, Filter, Overlay, Screen, TrialRow, UiState, keys};
 use crate::space::{ParamValue, Params};
-use crate::trial::{Direction, TrialState};
+use crate::trial::{Direction, TrialNumber, TrialState};
 
 /// Marks of the objective chart, one shape per state.
 const MARK_COMPLETE: char = '•';
@@ -322,7 +324,11 @@ fn render_main(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) {
         let [left, right] =
             Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
                 .areas(l.charts);
-        render_objective_chart(frame, left, state, theme);
+        match state.others().len() {
+            0 => render_objective_chart(frame, left, state, theme),
+            1 => render_pareto_chart(frame, left, state, theme),
+            _ => render_front_table(frame, left, state, theme),
+        }
         render_curves_chart(frame, right, state, theme);
     }
     render_table(frame, l.table, state, theme);
@@ -370,9 +376,17 @@ fn render_header(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) 
             Direction::Maximize => "↑ max",
         };
         l1.push(Span::styled(i.name.clone(), theme.header()));
+        let objectives = std::iter::once(format!("{} {arrow}", i.metric))
+            .chain(
+                i.others
+                    .iter()
+                    .map(|o| format!("{} {}", o.metric, arrow_of(o.direction))),
+            )
+            .collect::<Vec<_>>()
+            .join(" × ");
         l1.push(Span::raw(format!(
-            "  {} {arrow}  {}/{}",
-            i.metric, i.sampler, i.pruner
+            "  {objectives}  {}/{}",
+            i.sampler, i.pruner
         )));
     } else {
         l1.push(Span::raw(" waiting for the study…"));
@@ -966,6 +980,164 @@ fn render_objective_chart(frame: &mut Frame, area: Rect, state: &UiState, theme:
                 .style(theme.dim()),
         );
     frame.render_widget(chart, area);
+}
+
+fn arrow_of(d: Direction) -> &'static str {
+    match d {
+        Direction::Minimize => "↓ min",
+        Direction::Maximize => "↑ max",
+    }
+}
+
+/// A two-objective study's complete trials, one objective on each axis, with the Pareto front
+/// drawn over them (its points joined in the order of the first objective).
+fn render_pareto_chart(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) {
+    let (Some(info), [second]) = (&state.info, state.others()) else {
+        return;
+    };
+    let front = state.pareto_front();
+    let on_front: BTreeSet<TrialNumber> = front.iter().map(|t| t.number).collect();
+    let points: Vec<(TrialNumber, f64, f64)> = state
+        .trials
+        .iter()
+        .filter(|t| t.state == TrialState::Complete && !t.uncounted())
+        .filter_map(|t| Some((t.number, t.value?, *t.others.first()?)))
+        .filter(|(_, x, y)| x.is_finite() && y.is_finite())
+        .collect();
+    let title = fit_title(
+        vec![Span::styled(" Pareto front ", theme.title())],
+        vec![
+            vec![Span::styled(
+                format!("{} of {} ", front.len(), points.len()),
+                theme.header(),
+            )],
+            vec![Span::styled(
+                format!("{MARK_COMPLETE}trial ●front "),
+                theme.dim(),
+            )],
+        ],
+        area.width,
+    );
+    let block = section(title, theme);
+    if points.is_empty() {
+        frame.render_widget(
+            Paragraph::new(Span::styled(" no complete trial yet", theme.dim())).block(block),
+            area,
+        );
+        return;
+    }
+    let mut xs: Vec<f64> = points.iter().map(|p| p.1).collect();
+    let mut ys: Vec<f64> = points.iter().map(|p| p.2).collect();
+    let xb = robust_bounds(&mut xs, info.direction);
+    let yb = robust_bounds(&mut ys, second.direction);
+    let clamp = |x: f64, y: f64| (x.clamp(xb[0], xb[1]), y.clamp(yb[0], yb[1]));
+    let dominated: Vec<(f64, f64)> = points
+        .iter()
+        .filter(|p| !on_front.contains(&p.0))
+        .map(|p| clamp(p.1, p.2))
+        .collect();
+    let mut front_pts: Vec<(f64, f64)> = points
+        .iter()
+        .filter(|p| on_front.contains(&p.0))
+        .map(|p| clamp(p.1, p.2))
+        .collect();
+    front_pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let datasets = vec![
+        Dataset::default()
+            .marker(Marker::Braille)
+            .graph_type(GraphType::Line)
+            .style(theme.best())
+            .data(&front_pts),
+        Dataset::default()
+            .marker(Marker::Custom(MARK_COMPLETE))
+            .style(theme.dim())
+            .data(&dominated),
+        Dataset::default()
+            .marker(Marker::Custom('●'))
+            .style(theme.best())
+            .data(&front_pts),
+    ];
+    let chart = Chart::new(datasets)
+        .block(block)
+        .legend_position(None)
+        .x_axis(
+            Axis::default()
+                .title(Span::styled(
+                    format!("{} {}", info.metric, arrow_of(info.direction)),
+                    theme.dim(),
+                ))
+                .bounds(xb)
+                .labels(value_labels(xb, false))
+                .style(theme.dim()),
+        )
+        .y_axis(
+            Axis::default()
+                .title(Span::styled(
+                    format!("{} {}", second.metric, arrow_of(second.direction)),
+                    theme.dim(),
+                ))
+                .bounds(yb)
+                .labels(value_labels(yb, false))
+                .style(theme.dim()),
+        );
+    frame.render_widget(chart, area);
+}
+
+/// A study with three or more objectives: its Pareto front as a table, one trial a row, in the
+/// order of the first objective.
+fn render_front_table(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) {
+    let Some(info) = &state.info else {
+        return;
+    };
+    let mut front = state.pareto_front();
+    let title = fit_title(
+        vec![Span::styled(" Pareto front ", theme.title())],
+        vec![vec![Span::styled(
+            format!("{} trial(s) ", front.len()),
+            theme.header(),
+        )]],
+        area.width,
+    );
+    let block = section(title, theme);
+    if front.is_empty() {
+        frame.render_widget(
+            Paragraph::new(Span::styled(" no complete trial yet", theme.dim())).block(block),
+            area,
+        );
+        return;
+    }
+    front.sort_by(|a, b| {
+        let l = |t: &TrialRow| info.direction.loss(t.value.unwrap_or(f64::NAN));
+        l(a).total_cmp(&l(b))
+    });
+    let mut header = vec![Cell::from("#")];
+    header.push(Cell::from(format!(
+        "{} {}",
+        info.metric,
+        arrow_of(info.direction).chars().next().unwrap_or(' ')
+    )));
+    header.extend(info.others.iter().map(|o| {
+        Cell::from(format!(
+            "{} {}",
+            o.metric,
+            arrow_of(o.direction).chars().next().unwrap_or(' ')
+        ))
+    }));
+    let rows: Vec<Row> = front
+        .iter()
+        .map(|t| {
+            let mut cells = vec![Cell::from(t.number.0.to_string())];
+            cells.push(Cell::from(t.value.map(fmt_value).unwrap_or_default()));
+            cells.extend(t.others.iter().map(|v| Cell::from(fmt_value(*v))));
+            Row::new(cells)
+        })
+        .collect();
+    let mut widths = vec![Constraint::Length(5)];
+    widths.extend((0..=info.others.len()).map(|_| Constraint::Fill(1)));
+    let table = Table::new(rows, widths)
+        .header(Row::new(header).style(theme.header()))
+        .block(block);
+    frame.render_widget(table, area);
 }
 
 /// The curves of `rows` (the objective by report), by epoch when every one of them knows its

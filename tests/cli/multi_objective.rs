@@ -48,7 +48,7 @@ fn a_two_objective_study_stores_both_values_and_best_prints_its_pareto_front() {
         let sb = Sandbox::new();
         sb.write("trial.sh", TRIAL);
         sb.write("s.toml", &mo_study("mo", 14, sampler));
-        sb.ok(&["run", "s.toml", "--no-tui"]);
+        let lines = text(&sb.ok(&["run", "s.toml", "--no-tui"]));
         let all = sb.trials("s.toml");
         assert_eq!(all.len(), 14, "{sampler}");
         let mut points = Vec::new();
@@ -80,6 +80,19 @@ fn a_two_objective_study_stores_both_values_and_best_prints_its_pareto_front() {
             .collect();
         assert_eq!(got, want, "{sampler}");
         assert!(want.len() >= 2, "{sampler}: a front of one point: {points:?}");
+        // The event lines give every objective and the front's size as it grows.
+        assert!(
+            lines.contains(" complete in ") && lines.contains("(Pareto front: "),
+            "{lines}"
+        );
+        assert!(
+            lines.lines().any(|l| l.contains("loss=") && l.contains(" cost=")),
+            "{lines}"
+        );
+        assert!(
+            lines.contains(&format!("the Pareto front has {} trial(s)", want.len())),
+            "{lines}"
+        );
         let table = text(&sb.ok(&["best", "s.toml"]));
         assert!(
             table.contains("Pareto front of `mo`")
