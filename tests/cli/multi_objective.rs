@@ -79,14 +79,19 @@ fn a_two_objective_study_stores_both_values_and_best_prints_its_pareto_front() {
             .map(|t| t["number"].as_u64().unwrap())
             .collect();
         assert_eq!(got, want, "{sampler}");
-        assert!(want.len() >= 2, "{sampler}: a front of one point: {points:?}");
+        assert!(
+            want.len() >= 2,
+            "{sampler}: a front of one point: {points:?}"
+        );
         // The event lines give every objective and the front's size as it grows.
         assert!(
             lines.contains(" complete in ") && lines.contains("(Pareto front: "),
             "{lines}"
         );
         assert!(
-            lines.lines().any(|l| l.contains("loss=") && l.contains(" cost=")),
+            lines
+                .lines()
+                .any(|l| l.contains("loss=") && l.contains(" cost=")),
             "{lines}"
         );
         assert!(
@@ -184,7 +189,10 @@ print(json.dumps({
     let out = output_within(cmd, Duration::from_secs(120));
     assert!(out.status.success(), "{}", text(&out));
     let seen: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert_eq!(seen["directions"], serde_json::json!(["MINIMIZE", "MINIMIZE"]));
+    assert_eq!(
+        seen["directions"],
+        serde_json::json!(["MINIMIZE", "MINIMIZE"])
+    );
     assert_eq!(seen["metric_names"], serde_json::json!(["loss", "cost"]));
     for t in &all {
         let n = t["number"].as_u64().unwrap().to_string();
