@@ -37,10 +37,26 @@ const STUDY_COLUMNS: [&str; 9] = [
 ];
 
 fn study_cells(s: &crate::storage::StudySummary) -> Vec<String> {
+    // A multi-objective study lists every objective, comma-separated.
+    let list = |first: String, rest: Vec<String>| {
+        std::iter::once(first)
+            .chain(rest)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
     vec![
         s.name.clone(),
-        s.direction.as_str().into(),
-        s.metric.clone(),
+        list(
+            s.direction.as_str().into(),
+            s.others
+                .iter()
+                .map(|o| o.direction.as_str().into())
+                .collect(),
+        ),
+        list(
+            s.metric.clone(),
+            s.others.iter().map(|o| o.metric.clone()).collect(),
+        ),
         s.trials.to_string(),
         s.complete.to_string(),
         s.pruned.to_string(),
@@ -52,7 +68,16 @@ fn study_cells(s: &crate::storage::StudySummary) -> Vec<String> {
 
 pub fn studies(args: &StudiesArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> {
     let storage = super::open_read(&super::default_storage(db))?;
-    let list = storage.list_studies()?;
+    let mut list = storage.list_studies()?;
+    for s in &mut list {
+        if let Some(row) = storage.find_study(&s.name)?
+            && row.is_multi()
+        {
+            let front = pareto_trials(&row, storage.trials(&row, Some(TrialState::Complete))?);
+            s.pareto_front = Some(front.len() as u64);
+            s.others = row.others;
+        }
+    }
     match args.format {
         Format::Json => print_json(&serde_json::to_value(&list)?)?,
         Format::Csv => {
@@ -75,11 +100,11 @@ pub fn studies(args: &StudiesArgs, db: Option<&StorageUrl>) -> anyhow::Result<Ex
             t.set_header(header);
             for s in &list {
                 let mut row = study_cells(s);
-                row.push(
-                    s.best_trial
-                        .map(|n| format!("{} (trial {n})", fmt_value(s.best_value)))
-                        .unwrap_or_else(|| "-".into()),
-                );
+                row.push(match (s.pareto_front, s.best_trial) {
+                    (Some(k), _) if k > 0 => format!("Pareto front: {k} trial(s)"),
+                    (_, Some(n)) => format!("{} (trial {n})", fmt_value(s.best_value)),
+                    _ => "-".into(),
+                });
                 t.add_row(row);
             }
             println!("{t}");

@@ -182,6 +182,8 @@ impl Storage for Data {
             };
             let best = self.best(&s.row)?;
             out.push(StudySummary {
+                others: Vec::new(),
+                pareto_front: None,
                 name: s.row.name.clone(),
                 direction: s.row.direction,
                 metric: s.row.metric.clone(),

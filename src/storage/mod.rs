@@ -109,6 +109,13 @@ pub struct StudySummary {
     pub failed: u64,
     pub best_value: Option<f64>,
     pub best_trial: Option<u64>,
+    /// A multi-objective study's further objectives (absent from JSON for one objective).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub others: Vec<Objective>,
+    /// A multi-objective study's Pareto front: how many complete trials are on it (`best_value`
+    /// and `best_trial` are then the first objective's alone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pareto_front: Option<u64>,
 }
 
 /// What samplers learn from: the finished trials (interrupted ones left out: their reruns

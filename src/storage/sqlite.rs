@@ -796,6 +796,8 @@ impl Storage for SqliteStorage {
                     Ok(r.get::<_, Option<i64>>(i)?.unwrap_or(0) as u64)
                 };
                 Ok(StudySummary {
+                    others: Vec::new(),
+                    pareto_front: None,
                     name: r.get(0)?,
                     direction: if dir.as_deref() == Some("MAXIMIZE") {
                         Direction::Maximize

@@ -104,6 +104,17 @@ fn a_two_objective_study_stores_both_values_and_best_prints_its_pareto_front() {
                 && table.contains("loss (minimize), cost (minimize)"),
             "{table}"
         );
+        let studies = text(&sb.ok(&["studies"]));
+        assert!(
+            studies.contains("loss,cost")
+                && studies.contains("minimize,minimize")
+                && studies.contains(&format!("Pareto front: {} trial(s)", want.len())),
+            "{studies}"
+        );
+        let listed: Value =
+            serde_json::from_slice(&sb.ok(&["studies", "--format", "json"]).stdout).expect("JSON");
+        assert_eq!(listed[0]["pareto_front"], want.len(), "{listed}");
+        assert_eq!(listed[0]["others"][0]["metric"], "cost", "{listed}");
         for n in &want {
             assert!(
                 table.lines().any(|l| l.starts_with(&format!("| {n} "))),

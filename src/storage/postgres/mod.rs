@@ -962,6 +962,8 @@ impl Storage for PostgresStorage {
             };
             let best = self.best(&row)?;
             out.push(StudySummary {
+                others: Vec::new(),
+                pareto_front: None,
                 name: row.name.clone(),
                 direction: row.direction,
                 metric: row.metric.clone(),
