@@ -45,6 +45,10 @@ pub enum BenchCommand {
     /// as many processes and tune on one SQLite file: trials/s, p50/p95 ask-and-claim latency,
     /// connections held, errors; with `--trial-ms 1000`, the orchestration overhead.
     Storage(StorageArgs),
+    /// Multi-objective search (issue 13): hypervolume of the Pareto front after each budget on
+    /// ZDT1, ZDT2, DTLZ2 (3 objectives) and a training-shaped problem (loss, seconds), mean
+    /// and worst seed, as a fraction of the true front's, and ms per ask.
+    Multi(MultiArgs),
     /// One process of `tune bench storage` (internal).
     #[command(hide = true)]
     StorageClient(StorageClientArgs),
@@ -171,6 +175,25 @@ pub struct OptimizersArgs {
     /// Trials of the initial design (default: each sampler's own).
     #[arg(long)]
     pub n_startup: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+pub struct MultiArgs {
+    /// Samplers to compare: `tune`'s names, or `nsga2-pN` (NSGA-II with population N).
+    #[arg(long, value_delimiter = ',', default_value = "random,nsga2,tpe,gp")]
+    pub samplers: Vec<String>,
+    /// Seeds per sampler and problem (0..seeds).
+    #[arg(long, default_value_t = 10)]
+    pub seeds: u64,
+    /// Budgets (trials) at which hypervolume is reported.
+    #[arg(long, value_delimiter = ',', default_value = "25,50")]
+    pub budgets: Vec<usize>,
+    /// Outstanding asks: 1 is sequential.
+    #[arg(long, default_value_t = 1)]
+    pub q: usize,
+    /// Problems (comma list; default all): zdt1, zdt2, dtlz2, train.
+    #[arg(long, value_delimiter = ',')]
+    pub problems: Vec<String>,
 }
 
 #[derive(Debug, Args)]

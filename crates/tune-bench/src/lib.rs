@@ -12,6 +12,7 @@
 
 pub mod cli;
 pub mod cost;
+pub mod multi;
 pub mod optimizers;
 pub mod overhead;
 pub mod problems;
@@ -36,6 +37,7 @@ pub fn run(cmd: &BenchCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         BenchCommand::Pruning(a) => pruning::run(a),
+        BenchCommand::Multi(a) => multi::run_cli(a),
         BenchCommand::Trainer(a) => trainer::run(a),
         BenchCommand::Tui(a) => tui::run(a),
         BenchCommand::Storage(a) => storage::run(a),
