@@ -83,8 +83,21 @@ pub fn scalarised(
     let lo: Vec<f64> = (0..k)
         .map(|i| all.iter().map(|l| l[i]).fold(f64::INFINITY, f64::min))
         .collect();
+    // The range runs from the ideal point to the nadir of the Pareto front, not to the worst
+    // trial: one far-off trial would otherwise squash the whole front into a corner of [0, 1].
+    let front = super::pareto::pareto_front(&all);
+    let worst = |i: usize, idx: &mut dyn Iterator<Item = usize>| {
+        idx.map(|j| all[j][i]).fold(f64::NEG_INFINITY, f64::max)
+    };
     let hi: Vec<f64> = (0..k)
-        .map(|i| all.iter().map(|l| l[i]).fold(f64::NEG_INFINITY, f64::max))
+        .map(|i| {
+            let nadir = worst(i, &mut front.iter().copied());
+            if nadir > lo[i] {
+                nadir
+            } else {
+                worst(i, &mut (0..all.len()))
+            }
+        })
         .collect();
     history
         .iter()
@@ -174,5 +187,24 @@ mod tests {
         assert!(s[0].value() < s[1].value());
         let s = scalarised(&h, &dirs, &[0.01, 0.99]);
         assert!(s[1].value() < s[0].value());
+    }
+
+    #[test]
+    fn a_far_off_dominated_trial_does_not_change_the_front_s_scalarisation() {
+        let dirs = [Direction::Minimize, Direction::Minimize];
+        let front = vec![done(0, 0.0, vec![1.0]), done(1, 1.0, vec![0.0])];
+        let mut with_outlier = front.clone();
+        with_outlier.push(done(2, 5.0, vec![1e6]));
+        let w = [0.3, 0.7];
+        let a: Vec<f64> = scalarised(&front, &dirs, &w)
+            .iter()
+            .map(|t| t.value().unwrap())
+            .collect();
+        let b: Vec<f64> = scalarised(&with_outlier, &dirs, &w)
+            .iter()
+            .map(|t| t.value().unwrap())
+            .collect();
+        assert_eq!(a, b[..2]);
+        assert!(b[2] > b[0] && b[2] > b[1]);
     }
 }
