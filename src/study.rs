@@ -93,12 +93,7 @@ pub struct Study {
 impl Study {
     /// Every objective, in order.
     pub fn objectives(&self) -> Vec<Objective> {
-        std::iter::once(Objective {
-            metric: self.metric.clone(),
-            direction: self.direction,
-        })
-        .chain(self.others.iter().cloned())
-        .collect()
+        crate::trial::objectives(&self.metric, self.direction, &self.others)
     }
 
     pub fn is_multi(&self) -> bool {

@@ -64,6 +64,34 @@ pub struct Objective {
     pub direction: Direction,
 }
 
+/// Every objective of a study, in order: the first (`metric`, `direction`), then `others`.
+pub fn objectives(metric: &str, direction: Direction, others: &[Objective]) -> Vec<Objective> {
+    std::iter::once(Objective {
+        metric: metric.to_string(),
+        direction,
+    })
+    .chain(others.iter().cloned())
+    .collect()
+}
+
+/// A complete trial's losses (lower is better) on every objective of a study whose first
+/// objective goes `direction` and whose further ones are `others`: `None` unless the trial has
+/// one finite value per objective (`first`, then `rest`).
+pub fn losses(
+    direction: Direction,
+    others: &[Objective],
+    first: f64,
+    rest: &[f64],
+) -> Option<Vec<f64>> {
+    if rest.len() != others.len() {
+        return None;
+    }
+    let l: Vec<f64> = std::iter::once(direction.loss(first))
+        .chain(rest.iter().zip(others).map(|(v, o)| o.direction.loss(*v)))
+        .collect();
+    l.iter().all(|x| x.is_finite()).then_some(l)
+}
+
 /// The states of the CLI contract (`docs/cli.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

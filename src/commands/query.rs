@@ -253,26 +253,15 @@ fn duration_s(t: &Trial) -> Option<f64> {
 /// The complete trials (not discarded) of a multi-objective study that no other complete trial
 /// dominates, in number order.
 pub(crate) fn pareto_trials(study: &StudyRow, trials: Vec<Trial>) -> Vec<Trial> {
-    let objectives = study.objectives();
     let done: Vec<(Trial, Vec<f64>)> = trials
         .into_iter()
         .filter(|t| !t.discarded)
         .filter_map(|t| {
-            let first = match t.status {
-                TrialStatus::Complete { value, .. } => value,
-                _ => return None,
+            let TrialStatus::Complete { value, others, .. } = &t.status else {
+                return None;
             };
-            let values: Vec<f64> = std::iter::once(first)
-                .chain(t.status.others().iter().copied())
-                .collect();
-            (values.len() == objectives.len() && values.iter().all(|v| v.is_finite())).then(|| {
-                let losses = values
-                    .iter()
-                    .zip(&objectives)
-                    .map(|(v, o)| o.direction.loss(*v))
-                    .collect();
-                (t, losses)
-            })
+            let l = crate::trial::losses(study.direction, &study.others, *value, others)?;
+            Some((t, l))
         })
         .collect();
     let losses: Vec<Vec<f64>> = done.iter().map(|(_, l)| l.clone()).collect();

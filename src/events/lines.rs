@@ -53,18 +53,10 @@ impl Printer {
             && t.state() == TrialState::Complete
             && !t.discarded
             && let Some(v) = t.value()
-            && t.status.others().len() == self.others.len()
+            && let Some(l) =
+                crate::trial::losses(self.direction, &self.others, v, t.status.others())
         {
-            let losses = std::iter::once(self.direction.loss(v))
-                .chain(
-                    t.status
-                        .others()
-                        .iter()
-                        .zip(&self.others)
-                        .map(|(v, o)| o.direction.loss(*v)),
-                )
-                .collect();
-            self.points.push((t.number.0, losses));
+            self.points.push((t.number.0, l));
         }
     }
 

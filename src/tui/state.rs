@@ -448,18 +448,9 @@ impl UiState {
             .trials
             .iter()
             .filter(|t| t.state == TrialState::Complete && !t.uncounted())
-            .filter(|t| t.others.len() == info.others.len())
             .filter_map(|t| {
-                let first = t.value.filter(|v| v.is_finite())?;
-                let losses: Vec<f64> = std::iter::once(info.direction.loss(first))
-                    .chain(
-                        t.others
-                            .iter()
-                            .zip(&info.others)
-                            .map(|(v, o)| o.direction.loss(*v)),
-                    )
-                    .collect();
-                losses.iter().all(|l| l.is_finite()).then_some((t, losses))
+                let l = crate::trial::losses(info.direction, &info.others, t.value?, &t.others)?;
+                Some((t, l))
             })
             .collect();
         let points: Vec<Vec<f64>> = rows.iter().map(|(_, l)| l.clone()).collect();
