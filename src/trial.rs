@@ -182,6 +182,24 @@ pub enum Outcome {
     Failed,
 }
 
+impl Outcome {
+    /// A pruned trial's place among pruned trials, in the study's `direction`: the step it
+    /// reached (deeper is better) and its last value as a loss (infinite when it has none or
+    /// none finite). `None` for other outcomes.
+    pub fn pruned_rank(&self, direction: Direction) -> Option<(u64, f64)> {
+        match *self {
+            Outcome::Pruned { value, step } => Some((
+                step.unwrap_or(0),
+                value
+                    .map(|v| direction.loss(v))
+                    .filter(|v| v.is_finite())
+                    .unwrap_or(f64::INFINITY),
+            )),
+            _ => None,
+        }
+    }
+}
+
 /// A finished trial: what samplers and pruners learn from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FinishedTrial {

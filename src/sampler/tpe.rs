@@ -175,14 +175,11 @@ impl TpeSampler {
                 Outcome::Complete { value } if ctx.direction.loss(value).is_finite() => {
                     complete.push((ctx.direction.loss(value), &t.params));
                 }
-                Outcome::Pruned { value, step } => pruned.push((
-                    step.unwrap_or(0),
-                    value
-                        .map(|v| ctx.direction.loss(v))
-                        .filter(|v| v.is_finite())
-                        .unwrap_or(f64::INFINITY),
-                    &t.params,
-                )),
+                Outcome::Pruned { .. } => {
+                    if let Some((step, loss)) = t.outcome.pruned_rank(ctx.direction) {
+                        pruned.push((step, loss, &t.params));
+                    }
+                }
                 _ => rest.push(&t.params),
             }
         }

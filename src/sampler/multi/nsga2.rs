@@ -22,7 +22,6 @@ use rand_chacha::ChaCha8Rng;
 use super::pareto::{crowding_distance, losses, non_dominated_sort};
 use crate::sampler::{AskContext, Sampler, SobolSampler, avoid_repeat, is_duplicate};
 use crate::space::{ParamKind, Params};
-use crate::trial::Outcome;
 
 /// NSGA-II's settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -141,16 +140,9 @@ impl Nsga2Sampler {
         let mut pruned: Vec<(u64, f64, &Params)> = ctx
             .history
             .iter()
-            .filter_map(|t| match t.outcome {
-                Outcome::Pruned { value, step } => Some((
-                    step.unwrap_or(0),
-                    value
-                        .map(|v| ctx.direction.loss(v))
-                        .filter(|v| v.is_finite())
-                        .unwrap_or(f64::INFINITY),
-                    &t.params,
-                )),
-                _ => None,
+            .filter_map(|t| {
+                let (step, loss) = t.outcome.pruned_rank(ctx.direction)?;
+                Some((step, loss, &t.params))
             })
             .collect();
         pruned.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.total_cmp(&b.1)));
@@ -282,7 +274,7 @@ mod tests {
     use crate::sampler::RandomSampler;
     use crate::sampler::multi::pareto::hypervolume;
     use crate::space::{Param, ParamValue, Space};
-    use crate::trial::{Direction, FinishedTrial, TrialNumber};
+    use crate::trial::{Direction, FinishedTrial, Outcome, TrialNumber};
 
     fn float(name: &str, low: f64, high: f64, log: bool) -> Param {
         Param {
