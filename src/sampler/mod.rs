@@ -140,9 +140,10 @@ pub fn build(kind: SamplerKind) -> Box<dyn Sampler> {
     build_with(kind, &SamplerOptions::default())
 }
 
-/// Builds the sampler a study asked for. The GP and TPE search a multi-objective study's
-/// Pareto front through random scalarisations ([`multi::Parego`]); on one objective they are
-/// themselves.
+/// Builds the sampler a study asked for. On a multi-objective study the GP searches the Pareto
+/// front by expected hypervolume improvement and random scalarisations in turn (two
+/// objectives) or random scalarisations alone (more), TPE by random scalarisations
+/// ([`multi::Parego`]); on one objective they are themselves.
 pub fn build_with(kind: SamplerKind, opts: &SamplerOptions) -> Box<dyn Sampler> {
     let tpe = || TpeSampler {
         opts: tpe_options(opts),
@@ -150,15 +151,11 @@ pub fn build_with(kind: SamplerKind, opts: &SamplerOptions) -> Box<dyn Sampler> 
     match kind {
         SamplerKind::Random => Box::new(RandomSampler),
         SamplerKind::Sobol => Box::new(SobolSampler),
-        SamplerKind::Gp => Box::new(multi::Parego {
-            inner: GpSampler::new(gp_options(opts)),
-        }),
+        SamplerKind::Gp => Box::new(GpSampler::new(gp_options(opts))),
         SamplerKind::Tpe => Box::new(multi::Parego { inner: tpe() }),
-        SamplerKind::Auto => Box::new(multi::Parego {
-            inner: AutoSampler {
-                gp: GpSampler::new(gp_options(opts)),
-                tpe: tpe(),
-            },
+        SamplerKind::Auto => Box::new(AutoSampler {
+            gp: GpSampler::new(gp_options(opts)),
+            tpe: multi::Parego { inner: tpe() },
         }),
         SamplerKind::Nsga2 => Box::new(multi::Nsga2Sampler::new(multi::Nsga2Options {
             n_startup: opts.n_startup,
@@ -192,7 +189,7 @@ pub const AUTO_GP_MAX_PARAMS: usize = 24;
 /// time); the GP bounds its own cost on long studies by modelling a subset.
 pub struct AutoSampler {
     gp: GpSampler,
-    tpe: TpeSampler,
+    tpe: multi::Parego<TpeSampler>,
 }
 
 impl Sampler for AutoSampler {

@@ -20,7 +20,9 @@ use std::time::Instant;
 
 use tune::sampler::multi::pareto::{hypervolume, losses};
 use tune::sampler::multi::{Nsga2Options, Nsga2Sampler};
-use tune::sampler::{AskContext, Sampler, SamplerKind, SamplerOptions, build_with};
+use tune::sampler::{
+    AskContext, GpOptions, GpSampler, Sampler, SamplerKind, SamplerOptions, build_with,
+};
 use tune::space::{ParamValue, Params, Space};
 use tune::trial::{Direction, FinishedTrial, Outcome, TrialNumber};
 
@@ -234,10 +236,15 @@ pub fn grid_front_hv(problem: &MultiProblem, per: usize) -> anyhow::Result<f64> 
 pub enum MultiSampler {
     Kind(SamplerKind),
     Nsga2Pop(usize),
+    /// The GP searching random scalarisations (ParEGO) instead of EHVI.
+    GpParego,
 }
 
 impl MultiSampler {
     pub fn parse(s: &str) -> Option<MultiSampler> {
+        if s == "gp-parego" {
+            return Some(MultiSampler::GpParego);
+        }
         if let Some(n) = s.strip_prefix("nsga2-p") {
             return n
                 .parse()
@@ -252,6 +259,7 @@ impl MultiSampler {
         match self {
             MultiSampler::Kind(k) => k.as_str().to_string(),
             MultiSampler::Nsga2Pop(n) => format!("nsga2-p{n}"),
+            MultiSampler::GpParego => "gp-parego".to_string(),
         }
     }
 
@@ -261,6 +269,10 @@ impl MultiSampler {
             MultiSampler::Nsga2Pop(n) => Box::new(Nsga2Sampler::new(Nsga2Options {
                 population_size: n,
                 ..Nsga2Options::default()
+            })),
+            MultiSampler::GpParego => Box::new(GpSampler::new(GpOptions {
+                ehvi: false,
+                ..GpOptions::default()
             })),
         }
     }
@@ -393,7 +405,7 @@ pub fn run_cli(args: &MultiArgs) -> anyhow::Result<ExitCode> {
         .map(|s| {
             MultiSampler::parse(s).ok_or_else(|| {
                 anyhow::anyhow!(
-                    "unknown sampler {s:?} (one of {}, or nsga2-pN)",
+                    "unknown sampler {s:?} (one of {}, gp-parego, or nsga2-pN)",
                     SamplerKind::NAMES.join(", ")
                 )
             })

@@ -42,7 +42,7 @@ fn erfcx(x: f64) -> f64 {
     }
 }
 
-fn norm_pdf(z: f64) -> f64 {
+pub fn norm_pdf(z: f64) -> f64 {
     (-0.5 * z * z - LN_SQRT_2PI).exp()
 }
 

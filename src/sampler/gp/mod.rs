@@ -18,9 +18,11 @@
 mod acquisition;
 mod cost;
 mod discrete;
+mod ehvi;
 mod feasibility;
 mod fit;
 mod kernel;
+mod multi;
 
 use rand::Rng;
 use rand_distr::StandardNormal;
@@ -60,6 +62,10 @@ pub struct GpOptions {
     /// expected improvement per expected second (`cost`). With fewer than five known durations,
     /// or durations that vary less than 1.5-fold, it changes nothing.
     pub cost_aware: bool,
+    /// On a study with two objectives, every other trial is proposed by expected hypervolume
+    /// improvement over one GP per objective (`ehvi`); off, or with more objectives, every
+    /// trial by a random scalarisation of the objectives (ParEGO) over one GP.
+    pub ehvi: bool,
 }
 
 impl Default for GpOptions {
@@ -71,6 +77,7 @@ impl Default for GpOptions {
             robust_discrete: true,
             learn_failures: true,
             cost_aware: true,
+            ehvi: true,
         }
     }
 }
@@ -83,11 +90,17 @@ pub fn default_startup(space: &Space) -> usize {
 pub struct GpSampler {
     opts: GpOptions,
     theta: Option<Vec<f64>>,
+    /// Each objective's last fitted hyper-parameters, on a multi-objective study.
+    thetas: Vec<Option<Vec<f64>>>,
 }
 
 impl GpSampler {
     pub fn new(opts: GpOptions) -> GpSampler {
-        GpSampler { opts, theta: None }
+        GpSampler {
+            opts,
+            theta: None,
+            thetas: Vec::new(),
+        }
     }
 }
 
@@ -231,128 +244,208 @@ fn subset(obs: &[Obs], max: usize) -> Vec<usize> {
     keep
 }
 
-impl GpSampler {
-    fn observations(&self, ctx: &AskContext<'_>, layout: &Layout) -> Option<Vec<Obs>> {
-        let mut complete = Vec::new();
-        for t in ctx.history {
-            if let Outcome::Complete { value } = t.outcome {
-                let l = ctx.direction.loss(value);
-                if l.is_finite() {
-                    complete.push(l);
-                }
+/// Which objective the model learns: the study's only one, or one of a multi-objective study's.
+#[derive(Clone, Copy)]
+enum Objective {
+    Single,
+    /// The objective at this position of [`AskContext::directions`].
+    Multi(usize),
+}
+
+/// The finished trials as the model of `objective` sees them; `None` with fewer than two
+/// complete trials.
+fn observations(ctx: &AskContext<'_>, layout: &Layout, objective: Objective) -> Option<Vec<Obs>> {
+    let directions = ctx.directions();
+    // A complete trial's loss on the objective: infinite (did not run) when any of its
+    // objectives is missing or not finite.
+    let loss = |t: &crate::trial::FinishedTrial, value: f64| -> f64 {
+        match objective {
+            Objective::Single => ctx.direction.loss(value),
+            Objective::Multi(j) => t
+                .values()
+                .filter(|v| v.len() == directions.len() && v.iter().all(|x| x.is_finite()))
+                .map_or(f64::INFINITY, |v| directions[j].loss(v[j])),
+        }
+    };
+    let mut complete = Vec::new();
+    for t in ctx.history {
+        if let Outcome::Complete { value } = t.outcome {
+            let l = loss(t, value);
+            if l.is_finite() {
+                complete.push(l);
             }
         }
-        if complete.len() < 2 {
-            return None;
-        }
-        let warp = Warp::fit(&complete);
-        let mut zs: Vec<f64> = complete.iter().map(|&y| warp.apply(y)).collect();
-        zs.sort_by(f64::total_cmp);
-        let worst = zs[zs.len() - 1];
-        let median = quantile(&zs, 0.5);
-        let mut obs = Vec::with_capacity(ctx.history.len());
-        for t in ctx.history {
-            // Failed and diverged trials get the worst value seen (they teach the model where
-            // not to go, without a made-up huge loss that would flatten it); pruned ones their
-            // last value, but no better than the median: they were stopped for looking bad.
-            let (z, is_complete) = match t.outcome {
-                Outcome::Complete { value } => {
-                    let l = ctx.direction.loss(value);
-                    if l.is_finite() {
-                        (warp.apply(l), true)
-                    } else {
-                        (worst, false)
-                    }
-                }
-                Outcome::Pruned { value, .. } => {
-                    let v = value
-                        .map(|v| ctx.direction.loss(v))
-                        .filter(|l| l.is_finite())
-                        .map(|l| warp.apply(l).max(median))
-                        .unwrap_or(median);
-                    (v, false)
-                }
-                Outcome::Failed => (worst, false),
-            };
-            let failed = match t.outcome {
-                Outcome::Failed => true,
-                Outcome::Complete { .. } => !is_complete,
-                Outcome::Pruned { .. } => false,
-            };
-            obs.push(Obs {
-                feat: layout.encode(ctx.space, &t.params),
-                params: t.params.clone(),
-                z,
-                complete: is_complete,
-                failed,
-                seconds: t
-                    .seconds
-                    .filter(|s| is_complete && s.is_finite() && *s >= 0.0),
-            });
-        }
-        Some(obs)
     }
+    if complete.len() < 2 {
+        return None;
+    }
+    let warp = Warp::fit(&complete);
+    let mut zs: Vec<f64> = complete.iter().map(|&y| warp.apply(y)).collect();
+    zs.sort_by(f64::total_cmp);
+    let worst = zs[zs.len() - 1];
+    let median = quantile(&zs, 0.5);
+    let mut obs = Vec::with_capacity(ctx.history.len());
+    for t in ctx.history {
+        // Failed and diverged trials get the worst value seen (they teach the model where
+        // not to go, without a made-up huge loss that would flatten it); pruned ones their
+        // last value, but no better than the median: they were stopped for looking bad. (A
+        // multi-objective trial's last value may be any objective's: the median.)
+        let (z, is_complete) = match t.outcome {
+            Outcome::Complete { value } => {
+                let l = loss(t, value);
+                if l.is_finite() {
+                    (warp.apply(l), true)
+                } else {
+                    (worst, false)
+                }
+            }
+            Outcome::Pruned { value, .. } => {
+                let v = value
+                    .filter(|_| matches!(objective, Objective::Single))
+                    .map(|v| ctx.direction.loss(v))
+                    .filter(|l| l.is_finite())
+                    .map(|l| warp.apply(l).max(median))
+                    .unwrap_or(median);
+                (v, false)
+            }
+            Outcome::Failed => (worst, false),
+        };
+        let failed = match t.outcome {
+            Outcome::Failed => true,
+            Outcome::Complete { .. } => !is_complete,
+            Outcome::Pruned { .. } => false,
+        };
+        obs.push(Obs {
+            feat: layout.encode(ctx.space, &t.params),
+            params: t.params.clone(),
+            z,
+            complete: is_complete,
+            failed,
+            seconds: t
+                .seconds
+                .filter(|s| is_complete && s.is_finite() && *s >= 0.0),
+        });
+    }
+    Some(obs)
+}
 
+/// The kernel's hyper-parameters fitted on (a subset of) `obs`, warm-started from `cache` (the
+/// last ask's fit, which it then holds): a cold start searches longer and from more places.
+fn fit_theta(
+    opts: &GpOptions,
+    cache: &mut Option<Vec<f64>>,
+    layout: &Layout,
+    obs: &[Obs],
+    trial_number: u64,
+    rng: &mut impl Rng,
+) -> Vec<f64> {
+    let fit_idx = subset(obs, opts.max_fit_points);
+    let fx: Vec<Vec<f64>> = fit_idx.iter().map(|&i| obs[i].feat.clone()).collect();
+    let fy: Vec<f64> = fit_idx.iter().map(|&i| obs[i].z).collect();
+    let data = FitData::new(layout, &fx, &fy);
+    let default = data.default_theta();
+    let mut starts = Vec::new();
+    let cached = cache.clone().filter(|t| t.len() == data.dim());
+    let cold = cached.is_none();
+    if let Some(t) = cached {
+        starts.push(t);
+    }
+    if cold || obs.len() < 30 || trial_number.is_multiple_of(10) {
+        starts.push(default.clone());
+    }
+    if cold || obs.len() < 20 {
+        let mut t = default.clone();
+        for v in t.iter_mut().take(layout.groups) {
+            *v += 0.7 * rng.sample::<f64, _>(StandardNormal);
+        }
+        starts.push(t);
+    }
+    let theta = fit::fit(
+        &data,
+        &starts,
+        if cold { 80 } else { 15 },
+        if cold { 1e-5 } else { 0.05 },
+    )
+    .map(|(t, _)| t)
+    .unwrap_or(default);
+    *cache = Some(theta.clone());
+    theta
+}
+
+/// The posterior on (a subset of) `obs`, with the pending trials as fantasies at its mean
+/// (kriging believer), so that a batch spreads out.
+fn posterior(
+    opts: &GpOptions,
+    ctx: &AskContext<'_>,
+    layout: &Layout,
+    obs: &[Obs],
+    theta: &[f64],
+) -> Option<Posterior> {
+    let idx = subset(obs, opts.max_points);
+    let mut x: Vec<Vec<f64>> = idx.iter().map(|&i| obs[i].feat.clone()).collect();
+    let mut y: Vec<f64> = idx.iter().map(|&i| obs[i].z).collect();
+    let post = Posterior::new(layout, x.clone(), &y, theta)?;
+    if ctx.pending.is_empty() {
+        return Some(post);
+    }
+    let pf: Vec<Vec<f64>> = ctx
+        .pending
+        .iter()
+        .map(|p| layout.encode(ctx.space, p))
+        .collect();
+    for (f, (m, _)) in pf.iter().zip(post.predict(&pf)) {
+        x.push(f.clone());
+        y.push(m);
+    }
+    Posterior::new(layout, x, &y, theta)
+}
+
+/// Unit-cube candidates around `base`: `n` Gaussian steps, the first half with a standard
+/// deviation of 0.02, the rest 0.1; a categorical is redrawn with probability 0.15.
+fn perturbations(space: &Space, base: &[f64], n: usize, rng: &mut impl Rng) -> Vec<Vec<f64>> {
+    (0..n)
+        .map(|k| {
+            let sd = if k < n / 2 { 0.02 } else { 0.1 };
+            base.iter()
+                .zip(space.params())
+                .map(|(&b, p)| match p.kind {
+                    ParamKind::Categorical { .. } => {
+                        if rng.random::<f64>() < 0.15 {
+                            rng.random::<f64>()
+                        } else {
+                            b
+                        }
+                    }
+                    _ => {
+                        let e: f64 = rng.sample(StandardNormal);
+                        (b + sd * e).clamp(0.0, 1.0)
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+impl GpSampler {
     fn propose(&mut self, ctx: &AskContext<'_>) -> Option<Params> {
         let space = ctx.space;
         let layout = Layout::new(space);
-        let obs = self.observations(ctx, &layout)?;
+        let obs = observations(ctx, &layout, Objective::Single)?;
         let mut rng = ctx.rng();
-
-        // Hyper-parameters, on a subset for large studies.
-        let fit_idx = subset(&obs, self.opts.max_fit_points);
-        let fx: Vec<Vec<f64>> = fit_idx.iter().map(|&i| obs[i].feat.clone()).collect();
-        let fy: Vec<f64> = fit_idx.iter().map(|&i| obs[i].z).collect();
-        let data = FitData::new(&layout, &fx, &fy);
-        let default = data.default_theta();
-        let mut starts = Vec::new();
-        let cached = self.theta.clone().filter(|t| t.len() == data.dim());
-        let cold = cached.is_none();
-        if let Some(t) = cached {
-            starts.push(t);
-        }
-        if cold || obs.len() < 30 || ctx.trial_number.0.is_multiple_of(10) {
-            starts.push(default.clone());
-        }
-        if cold || obs.len() < 20 {
-            let mut t = default.clone();
-            for v in t.iter_mut().take(layout.groups) {
-                *v += 0.7 * rng.sample::<f64, _>(StandardNormal);
-            }
-            starts.push(t);
-        }
-        let theta = fit::fit(
-            &data,
-            &starts,
-            if cold { 80 } else { 15 },
-            if cold { 1e-5 } else { 0.05 },
-        )
-        .map(|(t, _)| t)
-        .unwrap_or(default);
-        self.theta = Some(theta.clone());
-
-        // Posterior on real observations, then pending trials as fantasies at its mean.
-        let idx = subset(&obs, self.opts.max_points);
-        let mut x: Vec<Vec<f64>> = idx.iter().map(|&i| obs[i].feat.clone()).collect();
-        let mut y: Vec<f64> = idx.iter().map(|&i| obs[i].z).collect();
+        let theta = fit_theta(
+            &self.opts,
+            &mut self.theta,
+            &layout,
+            &obs,
+            ctx.trial_number.0,
+            &mut rng,
+        );
+        let post = posterior(&self.opts, ctx, &layout, &obs, &theta)?;
         let best = obs
             .iter()
             .filter(|o| o.complete)
             .map(|o| o.z)
             .min_by(f64::total_cmp)?;
-        let mut post = Posterior::new(&layout, x.clone(), &y, &theta)?;
-        if !ctx.pending.is_empty() {
-            let pf: Vec<Vec<f64>> = ctx
-                .pending
-                .iter()
-                .map(|p| layout.encode(space, p))
-                .collect();
-            for (f, (m, _)) in pf.iter().zip(post.predict(&pf)) {
-                x.push(f.clone());
-                y.push(m);
-            }
-            post = Posterior::new(&layout, x, &y, &theta)?;
-        }
 
         // Failed trials as a constraint: where they cluster, the chance of running falls. They
         // stay in the regression at the worst value too. Taken out of it (the issue's "no longer
@@ -464,27 +557,7 @@ impl GpSampler {
         for o in ranked.iter().take(5) {
             let mut fill = || rng.random::<f64>();
             let base = to_u(space, &o.params, &mut fill);
-            for k in 0..32 {
-                let sd = if k < 16 { 0.02 } else { 0.1 };
-                let u: Vec<f64> = base
-                    .iter()
-                    .zip(space.params())
-                    .map(|(&b, p)| match p.kind {
-                        ParamKind::Categorical { .. } => {
-                            if rng.random::<f64>() < 0.15 {
-                                rng.random::<f64>()
-                            } else {
-                                b
-                            }
-                        }
-                        _ => {
-                            let e: f64 = rng.sample(StandardNormal);
-                            (b + sd * e).clamp(0.0, 1.0)
-                        }
-                    })
-                    .collect();
-                cands.push(u);
-            }
+            cands.extend(perturbations(space, &base, 32, &mut rng));
             incumbents.push(base);
         }
         cands.iter_mut().for_each(&hold);
@@ -572,6 +645,9 @@ impl GpSampler {
 
 impl Sampler for GpSampler {
     fn ask(&mut self, ctx: &AskContext<'_>) -> Params {
+        if ctx.is_multi() && !self.uses_ehvi(ctx) {
+            return crate::sampler::multi::parego::ask(self, ctx);
+        }
         let n_startup = self
             .opts
             .n_startup
@@ -579,7 +655,12 @@ impl Sampler for GpSampler {
         if (ctx.trial_number.0 as usize) < n_startup {
             return avoid_repeat(SobolSampler.ask(ctx), ctx);
         }
-        let p = match self.propose(ctx) {
+        let proposal = if ctx.is_multi() {
+            self.propose_ehvi(ctx)
+        } else {
+            self.propose(ctx)
+        };
+        let p = match proposal {
             Some(p) => p,
             // Too little data (fewer than two complete trials), a model that cannot be built,
             // or nothing new among the candidates: keep exploring.

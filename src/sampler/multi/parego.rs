@@ -33,25 +33,31 @@ pub struct Parego<S> {
 
 impl<S: Sampler> Sampler for Parego<S> {
     fn ask(&mut self, ctx: &AskContext<'_>) -> Params {
-        if !ctx.is_multi() {
-            return self.inner.ask(ctx);
-        }
-        let weights = weights(
-            ctx.others.len() + 1,
-            mix(ctx.seed, ctx.trial_number.0 ^ WEIGHT_STREAM),
-        );
-        let history = scalarised(ctx.history, &ctx.directions(), &weights);
-        let inner = AskContext {
-            space: ctx.space,
-            direction: Direction::Minimize,
-            others: &[],
-            history: &history,
-            pending: ctx.pending,
-            trial_number: ctx.trial_number,
-            seed: ctx.seed,
-        };
-        self.inner.ask(&inner)
+        ask(&mut self.inner, ctx)
     }
+}
+
+/// `inner`'s proposal for the scalarisation of this trial's weights (on a study with one
+/// objective, its proposal for that objective).
+pub fn ask(inner: &mut dyn Sampler, ctx: &AskContext<'_>) -> Params {
+    if !ctx.is_multi() {
+        return inner.ask(ctx);
+    }
+    let weights = weights(
+        ctx.others.len() + 1,
+        mix(ctx.seed, ctx.trial_number.0 ^ WEIGHT_STREAM),
+    );
+    let history = scalarised(ctx.history, &ctx.directions(), &weights);
+    let ctx = AskContext {
+        space: ctx.space,
+        direction: Direction::Minimize,
+        others: &[],
+        history: &history,
+        pending: ctx.pending,
+        trial_number: ctx.trial_number,
+        seed: ctx.seed,
+    };
+    inner.ask(&ctx)
 }
 
 /// Weights drawn uniformly on the simplex (normalised exponentials), kept off zero so that
