@@ -684,3 +684,71 @@ z = { type = "float", low = 0.0, high = 1.0 }
         ehvi / 6.0
     );
 }
+
+#[test]
+fn a_two_objective_study_with_failed_pruned_and_non_finite_trials_gets_valid_new_proposals() {
+    // A mixed, conditional space; the second objective is maximised. Among the finished
+    // trials: failures, pruned trials (with and without a last value), a trial whose second
+    // value is NaN, and a constant first objective. Three asks stay pending throughout.
+    let s = space(MIXED);
+    let others = [Direction::Maximize];
+    let mut history: Vec<FinishedTrial> = Vec::new();
+    let mut pending: Vec<Params> = Vec::new();
+    let mut g = GpSampler::default();
+    for k in 0..24u64 {
+        let p = g.ask(&AskContext {
+            others: &others,
+            space: &s,
+            direction: Direction::Minimize,
+            history: &history,
+            pending: &pending,
+            trial_number: TrialNumber(k),
+            seed: 5,
+        });
+        s.validate(&p).expect("valid proposal");
+        assert!(!pending.contains(&p), "trial {k} repeats a pending one");
+        assert!(
+            history.iter().all(|t| t.params != p),
+            "trial {k} repeats a finished one"
+        );
+        pending.push(p);
+        if pending.len() < 3 {
+            continue;
+        }
+        let p = pending.remove(0);
+        let n = history.len() as u64;
+        let (outcome, others) = match n % 6 {
+            0 if n > 0 => (Outcome::Failed, Vec::new()),
+            1 => (
+                Outcome::Pruned {
+                    value: Some(mixed_loss(&p)),
+                    step: Some(2),
+                },
+                Vec::new(),
+            ),
+            2 => (
+                Outcome::Pruned {
+                    value: None,
+                    step: None,
+                },
+                Vec::new(),
+            ),
+            3 => (Outcome::Complete { value: 1.0 }, vec![f64::NAN]),
+            _ => (
+                Outcome::Complete {
+                    value: if n < 12 { 1.0 } else { mixed_loss(&p) },
+                },
+                vec![-mixed_loss(&p) + p["lr"].as_f64().unwrap_or(0.0)],
+            ),
+        };
+        history.push(FinishedTrial {
+            others,
+            number: TrialNumber(n),
+            params: p,
+            outcome,
+            curve: Vec::new(),
+            seconds: None,
+        });
+    }
+    assert_eq!(history.len(), 22);
+}
