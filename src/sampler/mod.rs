@@ -8,7 +8,7 @@
 
 pub mod gp;
 pub mod multi;
-mod qmc;
+pub(crate) mod qmc;
 mod random;
 pub mod tpe;
 

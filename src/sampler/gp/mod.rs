@@ -646,7 +646,8 @@ impl GpSampler {
 impl Sampler for GpSampler {
     fn ask(&mut self, ctx: &AskContext<'_>) -> Params {
         if ctx.is_multi() && !self.uses_ehvi(ctx) {
-            return crate::sampler::multi::parego::ask(self, ctx);
+            let index = self.scalarisation_index(ctx);
+            return crate::sampler::multi::parego::ask_at(self, ctx, index);
         }
         let n_startup = self
             .opts

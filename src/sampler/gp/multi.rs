@@ -27,13 +27,28 @@ const MOVES_PER_STEP: usize = 16;
 
 impl GpSampler {
     /// Whether this ask searches by EHVI (rather than a random scalarisation): odd-numbered
-    /// trials do, even ones search a scalarisation with their own random weights. Measured on
+    /// trials do, even ones search a scalarisation with their own weights. Measured on
     /// tune-bench multi (20 seeds, HV at 50 trials as % of the front's, q = 1): EHVI alone
     /// reached 99.77 / 97.28 / 93.11 on zdt1 / zdt2 / train, ParEGO alone 99.96 / 99.95 /
     /// 79.90, the two alternating 99.92 / 99.97 / 90.56; at 25 trials EHVI alone trailed
     /// ParEGO on zdt2 by 8 points (91.9 against 99.8) and the alternation by 0.8.
     pub(super) fn uses_ehvi(&self, ctx: &AskContext<'_>) -> bool {
-        self.opts.ehvi && ctx.others.len() < ehvi::MAX_OBJECTIVES && ctx.trial_number.0 % 2 == 1
+        self.alternates(ctx) && ctx.trial_number.0 % 2 == 1
+    }
+
+    /// The point of the weight sequence that a ParEGO trial takes: the count of ParEGO trials
+    /// before it, so that they get consecutive, evenly spread weights.
+    pub(super) fn scalarisation_index(&self, ctx: &AskContext<'_>) -> u64 {
+        if self.alternates(ctx) {
+            ctx.trial_number.0 / 2
+        } else {
+            ctx.trial_number.0
+        }
+    }
+
+    /// Whether EHVI and ParEGO take turns on this study.
+    fn alternates(&self, ctx: &AskContext<'_>) -> bool {
+        self.opts.ehvi && ctx.others.len() < ehvi::MAX_OBJECTIVES
     }
 
     /// The EHVI proposal; `None` when the models cannot be built (fewer than two complete

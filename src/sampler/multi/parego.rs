@@ -1,18 +1,15 @@
 //! ParEGO (Knowles 2006): a single-objective sampler searches a Pareto front when each of its
 //! proposals minimises a different random scalarisation of the objectives.
 //!
-//! For each ask, weights λ are drawn uniformly on the simplex from the trial's own RNG stream
-//! (so a resumed study proposes the same, and pending trials get different weights: the batch
-//! spreads along the front). Every complete trial's losses are normalised to [0, 1] by the
+//! For each ask, weights λ are the trial's point of a scrambled Sobol sequence mapped onto the
+//! simplex (so a resumed study proposes the same, and pending trials get different, evenly
+//! spread weights: the batch spreads along the front). Every complete trial's losses are normalised to [0, 1] by the
 //! range seen so far and turned into the augmented Chebyshev scalarisation
 //! `max_i λ_i f_i + ρ Σ_i λ_i f_i`, whose minimisers are Pareto optimal and which, unlike a
 //! weighted sum, reaches the concave parts of a front too. The inner sampler (the GP, TPE)
 //! then sees an ordinary minimisation.
 
-use rand::Rng;
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
-
+use crate::sampler::qmc::sobol_point;
 use crate::sampler::{AskContext, Sampler, mix};
 use crate::space::Params;
 use crate::trial::{Direction, FinishedTrial, Outcome};
@@ -21,8 +18,7 @@ use crate::trial::{Direction, FinishedTrial, Outcome};
 /// enough to break ties between weakly dominated points.
 const RHO: f64 = 0.05;
 
-/// The stream index (xored with the trial number) of the weights' RNG, apart from the inner
-/// sampler's.
+/// The stream of the weights' sequence, apart from the inner sampler's.
 const WEIGHT_STREAM: u64 = 0x9A2E_60B1;
 
 /// A single-objective sampler made to search the Pareto front of a multi-objective study. On
@@ -38,15 +34,20 @@ impl<S: Sampler> Sampler for Parego<S> {
 }
 
 /// `inner`'s proposal for the scalarisation of this trial's weights (on a study with one
-/// objective, its proposal for that objective).
+/// objective, its proposal for that objective). The weights are the trial number's point of
+/// the study's weight sequence.
 pub fn ask(inner: &mut dyn Sampler, ctx: &AskContext<'_>) -> Params {
+    ask_at(inner, ctx, ctx.trial_number.0)
+}
+
+/// As [`ask`], with the weights of point `index` of the study's weight sequence: a sampler
+/// that scalarises only some of its trials numbers those trials itself, so that they get
+/// consecutive points (every other point of a Sobol sequence is not evenly spread).
+pub fn ask_at(inner: &mut dyn Sampler, ctx: &AskContext<'_>, index: u64) -> Params {
     if !ctx.is_multi() {
         return inner.ask(ctx);
     }
-    let weights = weights(
-        ctx.others.len() + 1,
-        mix(ctx.seed, ctx.trial_number.0 ^ WEIGHT_STREAM),
-    );
+    let weights = weights(ctx.others.len() + 1, index, ctx.seed);
     let history = scalarised(ctx.history, &ctx.directions(), &weights);
     let ctx = AskContext {
         space: ctx.space,
@@ -60,12 +61,18 @@ pub fn ask(inner: &mut dyn Sampler, ctx: &AskContext<'_>) -> Params {
     inner.ask(&ctx)
 }
 
-/// Weights drawn uniformly on the simplex (normalised exponentials), kept off zero so that
-/// every objective counts a little.
-pub fn weights(k: usize, seed: u64) -> Vec<f64> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let e: Vec<f64> = (0..k)
-        .map(|_| -(1.0 - rng.random::<f64>()).ln() + 1e-3)
+/// Weights on the simplex for `k` objectives: point `index` of a scrambled Sobol sequence (one
+/// per study seed) mapped through normalised exponentials, which takes a uniform point of the
+/// cube to a uniform point of the simplex, kept off zero so that every objective counts a
+/// little. Consecutive points spread evenly, so a short study's scalarisations cover the front
+/// better than independent draws: tune-bench multi, 30 seeds, HV at 50 trials as % of the
+/// front's (q = 1), dtlz2 41.07 -> 45.65 for the GP, zdt1 and train within 0.1, TPE within 1.6
+/// either way.
+pub fn weights(k: usize, index: u64, seed: u64) -> Vec<f64> {
+    let u = sobol_point(index, k, mix(seed, WEIGHT_STREAM));
+    let e: Vec<f64> = u
+        .iter()
+        .map(|x| -(1.0 - x.min(1.0 - 1e-12)).ln() + 1e-3)
         .collect();
     let s: f64 = e.iter().sum();
     e.into_iter().map(|x| x / s).collect()
@@ -164,12 +171,28 @@ mod tests {
 
     #[test]
     fn weights_lie_on_the_simplex_and_differ_by_trial() {
-        let a = weights(3, 1);
-        let b = weights(3, 2);
+        let a = weights(3, 1, 7);
+        let b = weights(3, 2, 7);
         assert!((a.iter().sum::<f64>() - 1.0).abs() < 1e-12);
         assert!(a.iter().all(|w| *w > 0.0));
         assert_ne!(a, b);
-        assert_eq!(a, weights(3, 1));
+        assert_eq!(a, weights(3, 1, 7));
+        assert_ne!(a, weights(3, 1, 8));
+    }
+
+    #[test]
+    fn consecutive_weights_spread_evenly_over_the_simplex() {
+        // Two objectives: the first weight of points 0..32 leaves no gap wider than 0.15 in
+        // [0, 1] (32 independent uniform draws leave about 0.12 on average, and more than
+        // 0.15 in about one seed in five).
+        for seed in 0..20 {
+            let mut w: Vec<f64> = (0..32).map(|i| weights(2, i, seed)[0]).collect();
+            w.push(0.0);
+            w.push(1.0);
+            w.sort_by(f64::total_cmp);
+            let gap = w.windows(2).map(|p| p[1] - p[0]).fold(0.0, f64::max);
+            assert!(gap < 0.15, "seed {seed}: widest gap {gap}");
+        }
     }
 
     #[test]
@@ -183,7 +206,7 @@ mod tests {
         ];
         let dirs = [Direction::Minimize, Direction::Maximize];
         for seed in 0..50 {
-            let w = weights(2, seed);
+            let w = weights(2, seed, 3);
             let s = scalarised(&h, &dirs, &w);
             let v: Vec<f64> = s.iter().map(|t| t.value().unwrap()).collect();
             assert!(v[1] < v[2], "weights {w:?}: {v:?}");
