@@ -519,6 +519,23 @@ impl GpSampler {
                 .map(|bz| bz.iter().map(|&z| z > lo && z <= hi).collect())
                 .collect();
             low.starved_with(&counts, &unresolved)
+                .or_else(|| {
+                    // Stalled on a plateau: the least-tried other value, held the same way.
+                    let done: Vec<discrete::Done> = ctx
+                        .history
+                        .iter()
+                        .zip(&obs)
+                        .filter(|(_, o)| o.complete)
+                        .filter_map(|(t, o)| {
+                            Some(discrete::Done {
+                                key: low.key(space, &t.params),
+                                z: o.z,
+                                loss: ctx.direction.loss(t.value()?),
+                            })
+                        })
+                        .collect();
+                    low.plateau_escape(&done, &counts)
+                })
                 .map(|(pi, vi)| (pi, vi, counts[pi][vi]))
         };
         let forced: Option<(usize, f64)> =
