@@ -16,7 +16,8 @@
 //!   low-cardinality parameter is owed an even share of the trials in which its parameter is
 //!   active, up to [`FLOOR_CAP`] trials, or uncapped while the value is unresolved
 //!   ([`UNRESOLVED`]); while a value is behind, the next ask holds that value
-//!   (alternately a space-filling point and the acquisition's best point, see the sampler).
+//!   (alternately a space-filling point and the acquisition's best point within a box around
+//!   the value's best trial, see the sampler).
 //!   Pending trials count, so a batch of asks spreads over the starved values instead of
 //!   repeating one.
 //! - **A way off a plateau** ([`LowCard::plateau_escape`]): when [`STALL`] complete trials in a

@@ -398,6 +398,58 @@ fn pending_asks_spread_over_starved_values() {
     assert!(degrees.contains(&&ParamValue::Int(3)), "{degrees:?}");
 }
 
+#[test]
+fn a_starved_value_s_model_guided_ask_searches_near_that_value_s_best_trial() {
+    // Eight degree-1 trials, one degree-2 trial in the middle of the square, three degree-3
+    // trials: the floor owes degree 2 the next ask, and its count (1) gives that ask to the
+    // acquisition with degree 2 held. The model has seen degree 2 once, so it is most unsure at
+    // the square's corners, where unbounded log EI would send the ask; it stays within
+    // `HELD_RADIUS` of degree 2's one trial instead.
+    let s = space(TRAP);
+    let trial_at = |n: u64, degree: i64, x: f64, y: f64| {
+        let mut p = Params::new();
+        p.insert("degree".into(), ParamValue::Int(degree));
+        p.insert("x".into(), ParamValue::Float(x));
+        p.insert("y".into(), ParamValue::Float(y));
+        let v = degree_trap(&p).expect("complete params");
+        FinishedTrial {
+            others: Vec::new(),
+            number: TrialNumber(n),
+            params: p,
+            outcome: Outcome::Complete { value: v },
+            curve: Vec::new(),
+            seconds: None,
+        }
+    };
+    let mut history: Vec<FinishedTrial> = (0..8)
+        .map(|i| trial_at(i, 1, (i as f64 + 0.5) / 8.0, 0.1 + 0.1 * i as f64))
+        .collect();
+    history.push(trial_at(8, 2, 0.55, 0.5));
+    history.extend((0..3).map(|i| trial_at(9 + i, 3, 0.2 + 0.3 * i as f64, 0.8)));
+    for seed in 0..6 {
+        let mut g = GpSampler::new(GpOptions {
+            n_startup: Some(2),
+            ..GpOptions::default()
+        });
+        let ctx = AskContext {
+            others: &[],
+            space: &s,
+            direction: Direction::Minimize,
+            history: &history,
+            pending: &[],
+            trial_number: TrialNumber(12),
+            seed,
+        };
+        let p = g.ask(&ctx);
+        assert_eq!(p["degree"], ParamValue::Int(2), "seed {seed}: {p:?}");
+        let (x, y) = (p["x"].as_f64().unwrap(), p["y"].as_f64().unwrap());
+        assert!(
+            (x - 0.55).abs() <= HELD_RADIUS + 1e-9 && (y - 0.5).abs() <= HELD_RADIUS + 1e-9,
+            "seed {seed}: {p:?} is outside the box around degree 2's trial"
+        );
+    }
+}
+
 /// Runs the GP with the given options on `f` sequentially (`None`: the trial failed),
 /// returning the history; no trial's duration is known.
 fn run_gp(
