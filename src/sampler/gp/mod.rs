@@ -131,6 +131,21 @@ const CAP: f64 = 2.5;
 /// (0.35 and 0.5 fewer at q = 4); 0.15 cost svm_quantised a seed at -75, 0.25 none.
 const HELD_RADIUS: f64 = 0.25;
 
+/// How far below the best warped loss (model outputs have unit variance) improvement counts
+/// once the incumbent has a twin: a complete trial closer than [`TWIN`] in every feature. A
+/// model sure of a slope into a box's edge finds its best log EI in re-running the incumbent a
+/// hair away, for a gain too small to matter, and does so again after every such trial: on
+/// branin one seed in 60 spent 12 of its last 35 trials within 0.005 of one point on the edge
+/// x0 = 10 and ended at the floor (-100). Applied always, the margin (0.003 to 0.02 tried) ends
+/// that too but stops short of the last digits of a smooth bowl (the failure-classifier and
+/// cost-model tests lose their precision); held back until a twin appears, it moves no other
+/// benchmark problem's mean score by more than a point (BENCHMARKS.md, "An improvement margin
+/// once the incumbent has a twin").
+const EI_MARGIN: f64 = 0.01;
+
+/// Distance (in every feature) under which two trials are twins for [`EI_MARGIN`].
+const TWIN: f64 = 1e-3;
+
 fn quantile(sorted: &[f64], q: f64) -> f64 {
     let pos = q * (sorted.len() - 1) as f64;
     let lo = pos.floor() as usize;
@@ -447,11 +462,21 @@ impl GpSampler {
             &mut rng,
         );
         let post = posterior(&self.opts, ctx, &layout, &obs, &theta)?;
-        let best = obs
+        let incumbent = obs
             .iter()
             .filter(|o| o.complete)
-            .map(|o| o.z)
-            .min_by(f64::total_cmp)?;
+            .min_by(|a, b| a.z.total_cmp(&b.z))?;
+        let best = incumbent.z;
+        // Once the incumbent has a twin (another complete trial closer than `TWIN` in every
+        // feature), improvement counts only beyond `EI_MARGIN`.
+        let twinned = obs.iter().filter(|o| o.complete).any(|o| {
+            !std::ptr::eq(o, incumbent)
+                && o.feat
+                    .iter()
+                    .zip(&incumbent.feat)
+                    .all(|(a, b)| (a - b).abs() < TWIN)
+        });
+        let margin = if twinned { EI_MARGIN } else { 0.0 };
 
         // Failed trials as a constraint: where they cluster, the chance of running falls. They
         // stay in the regression at the worst value too. Taken out of it (the issue's "no longer
@@ -485,7 +510,7 @@ impl GpSampler {
             space,
             layout: &layout,
             post: &post,
-            best,
+            best: best - margin,
             feas: feas.as_ref(),
             cost: cost.as_ref(),
         };

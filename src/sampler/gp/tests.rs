@@ -804,3 +804,89 @@ fn a_two_objective_study_with_failed_pruned_and_non_finite_trials_gets_valid_new
     }
     assert_eq!(history.len(), 22);
 }
+
+/// Branin (minimum 0.3979 at (-pi, 12.275), (pi, 2.275) and (9.42478, 2.475)).
+fn branin(x0: f64, x1: f64) -> f64 {
+    let pi = std::f64::consts::PI;
+    (x1 - 5.1 / (4.0 * pi * pi) * x0 * x0 + 5.0 / pi * x0 - 6.0).powi(2)
+        + 10.0 * (1.0 - 1.0 / (8.0 * pi)) * x0.cos()
+        + 10.0
+}
+
+#[test]
+fn the_incumbent_at_the_box_s_edge_is_not_proposed_again_to_win_a_hair() {
+    // The first 23 trials of a branin run (tune-bench, seed 55) that stuck at the edge x0 = 10
+    // (value 1.943; the minimum nearby is 0.398 at x0 = 9.42): the model, sure of a slope
+    // towards the edge, found its best expected improvement in re-running the incumbent a
+    // hair away (x1 3.0061 -> 3.0069), and came back there 12 times in 35 trials. Once the
+    // incumbent has a twin, improvement counts only beyond a margin (`EI_MARGIN`), so the
+    // next ask goes somewhere new.
+    let s = space(
+        "x0 = { type = \"float\", low = -5.0, high = 10.0 }\n\
+         x1 = { type = \"float\", low = 0.0, high = 15.0 }",
+    );
+    let pts: [(f64, f64); 23] = [
+        (-1.7190450429916382, 4.536352157592773),
+        (7.348573803901672, 10.296891331672668),
+        (5.57458221912384, 2.9877912998199463),
+        (0.787397027015686, 13.961495161056519),
+        (2.550756335258484, 12.401368618011475),
+        (0.267463977311559, 1.0159611121649268),
+        (10.0, 3.6600690477283133),
+        (10.0, 4.730454060992426),
+        (10.0, 0.0),
+        (10.0, 2.1442824401251666),
+        (10.0, 2.952002634550776),
+        (-5.0, 8.035017036402698),
+        (8.69127729278792, 2.490317126586721),
+        (-5.0, 0.0),
+        (10.0, 15.0),
+        (10.0, 2.9965969830190256),
+        (-5.0, 15.0),
+        (10.0, 3.0243494557861617),
+        (3.6743734541026836, 6.941320452329574),
+        (-5.0, 11.986208299140289),
+        (10.0, 3.0090826327759586),
+        (10.0, 7.4279854382904436),
+        (10.0, 3.006141062789186),
+    ];
+    let history: Vec<FinishedTrial> = pts
+        .iter()
+        .enumerate()
+        .map(|(i, &(x0, x1))| {
+            let mut p = Params::new();
+            p.insert("x0".into(), ParamValue::Float(x0));
+            p.insert("x1".into(), ParamValue::Float(x1));
+            FinishedTrial {
+                others: Vec::new(),
+                number: TrialNumber(i as u64),
+                params: p,
+                outcome: Outcome::Complete {
+                    value: branin(x0, x1),
+                },
+                curve: Vec::new(),
+                seconds: None,
+            }
+        })
+        .collect();
+    let mut g = GpSampler::default();
+    let ctx = AskContext {
+        others: &[],
+        space: &s,
+        direction: Direction::Minimize,
+        history: &history,
+        pending: &[],
+        trial_number: TrialNumber(23),
+        seed: 55,
+    };
+    let p = g.ask(&ctx);
+    let (x0, x1) = (p["x0"].as_f64().unwrap(), p["x1"].as_f64().unwrap());
+    let nearest = pts
+        .iter()
+        .map(|&(a, b)| ((x0 - a) / 15.0).hypot((x1 - b) / 15.0))
+        .fold(f64::INFINITY, f64::min);
+    assert!(
+        nearest > 0.005,
+        "({x0}, {x1}) is {nearest} (unit cube) from a trial already run"
+    );
+}
