@@ -1,0 +1,308 @@
+#!/usr/bin/env python3
+"""Optuna's side of the trap and failure problems of `tune bench optimizers --problems trap,fail`
+(issue 13): Optuna's GPSampler and TPESampler on the same problems and seeds. A trial that fails
+(diverges, runs out of memory, crashes) is told as `TrialState.FAIL`, which is how an Optuna user
+sees a crash (`study.optimize` does the same for an objective that raises, with `catch`).
+
+    .venv/bin/python crates/tune-bench/python/optuna_optimizers_bench.py --problems trap --seeds 10
+
+The formulas, spaces and constants are those of crates/tune-bench/src/problems.rs
+(`trap_degree3`, `trap_degree5`, `trap_cat_pair`, `trap_cat5`, `fail_diverge`, `fail_oom`,
+`fail_crash`), and the figures are those of the Rust harness:
+  - seeds 0 .. S-1 are the samplers' seeds (`seed=` of each sampler);
+  - with `--q 4`, four asks are outstanding and told oldest first, one new ask per finished
+    trial, as tune's harness does;
+  - the score is 100 at the optimum and 0 at random search's median best after t trials,
+    clipped to +-100; the reference is Optuna's RandomSampler with seeds 1 000 000 .. +R-1
+    (the seeds tune's harness gives its own random search), or the medians given with
+    `--rand-med NAME=V25,V50` (e.g. the ones tune's run printed, to score on one reference);
+  - `worst` is the lowest score of any seed, `below` the fraction of seeds worse than the
+    random median;
+  - a run's best counts only trials that ran; "failed" is the mean number of FAIL trials among
+    the first t.
+Requires optuna (GPSampler also needs torch and scipy). Prints one Markdown table per problem.
+"""
+
+import argparse
+import math
+import statistics
+import sys
+
+import optuna
+from optuna.trial import TrialState
+
+NAN = float("nan")
+
+
+def fail_diverge(p):
+    lr, bs, wd = p["lr"], p["batch_size"], p["weight_decay"]
+    lr_div = 0.03 * math.sqrt(bs / 256.0)
+    if lr > lr_div:
+        return NAN
+    d = math.log10(lr / (0.5 * lr_div))
+    return 0.08 + 0.04 * d * d + 0.004 * math.log2(bs / 64.0) ** 2 + 2.0 * (wd - 0.01) ** 2
+
+
+def fail_oom(p):
+    bs, w, lr = p["batch_size"], p["width"], p["lr"]
+    if bs * w > 65536:
+        return NAN
+    return (
+        0.10
+        + 0.01 * (math.log2(w) - 10.0) ** 2
+        + 0.01 * (math.log2(bs) - 7.0) ** 2
+        + 0.05 * (math.log10(lr) + 2.5) ** 2
+    )
+
+
+def fail_crash(p):
+    lr, w, prec = p["lr"], p["warmup"], p["precision"]
+    if lr > 0.3 or (prec == "fp16" and lr > 0.003 * (1.0 + 10.0 * w)):
+        return NAN
+    base = {"fp16": 0.10, "bf16": 0.11}.get(prec, 0.13)
+    return base + 0.04 * (math.log10(lr) + 1.5) ** 2 + 0.05 * (w - 0.2) ** 2
+
+
+def bowl(a, c, x, centre):
+    """`a + c |x - centre|^2`: one branch of a trap problem (problems.rs `bowl`)."""
+    return a + c * sum((v - m) ** 2 for v, m in zip(x, centre))
+
+
+def log_pos(v, lo, hi):
+    return (math.log10(v) - math.log10(lo)) / (math.log10(hi) - math.log10(lo))
+
+
+def trap_degree3(p):
+    x = [log_pos(p["alpha"], 1e-6, 1e2), p["scale"]]
+    d = p["degree"]
+    if d == 1:
+        return bowl(0.30, 0.08, x, [0.70, 0.50])
+    if d == 2:
+        return bowl(0.15, 3.0, x, [0.35, 0.20])
+    return bowl(0.20, 4.0, x, [0.45, 0.25])
+
+
+def trap_degree5(p):
+    x = [log_pos(p["alpha"], 1e-6, 1e2), log_pos(p["lr"], 1e-4, 1.0), p["frac"]]
+    branches = {
+        1: (0.30, 0.06, [0.70, 0.50, 0.50]),
+        2: (0.24, 2.0, [0.45, 0.40, 0.30]),
+        3: (0.16, 3.0, [0.35, 0.30, 0.25]),
+        4: (0.20, 4.0, [0.30, 0.30, 0.20]),
+    }
+    a, c, centre = branches.get(p["degree"], (0.27, 5.0, [0.25, 0.30, 0.20]))
+    return bowl(a, c, x, centre)
+
+
+def trap_cat_pair(p):
+    x = [(p["max_features"] - 0.1) / 0.9, math.log2(p["min_samples_leaf"]) / 5.0]
+    branches = {
+        ("gini", True): (0.30, 0.06, [0.5, 0.5]),
+        ("gini", False): (0.27, 1.5, [0.4, 0.2]),
+        ("entropy", True): (0.26, 1.5, [0.6, 0.6]),
+        ("entropy", False): (0.17, 2.5, [0.3, 0.4]),
+        ("log_loss", True): (0.28, 1.5, [0.6, 0.6]),
+        ("log_loss", False): (0.20, 2.5, [0.3, 0.4]),
+    }
+    a, c, centre = branches[(p["criterion"], p["bootstrap"])]
+    return bowl(a, c, x, centre)
+
+
+def trap_cat5(p):
+    x = [log_pos(p["lr"], 1e-4, 1.0), p["dropout"] / 0.5]
+    # activation: (floor, curvature, centre, layer penalty, best layers)
+    branches = {
+        "relu": (0.30, 0.05, [0.5, 0.5], 0.005, 2.0),
+        "tanh": (0.34, 1.0, [0.5, 0.3], 0.02, 2.0),
+        "gelu": (0.16, 2.5, [0.4, 0.2], 0.03, 3.0),
+        "silu": (0.19, 2.5, [0.45, 0.25], 0.03, 3.0),
+        "elu": (0.27, 1.5, [0.55, 0.4], 0.02, 2.0),
+    }
+    a, c, centre, lp, best = branches[p["activation"]]
+    return bowl(a, c, x, centre) + lp * (p["layers"] - best) ** 2
+
+
+def space_degree3(t):
+    return {
+        "degree": t.suggest_int("degree", 1, 3),
+        "alpha": t.suggest_float("alpha", 1e-6, 1e2, log=True),
+        "scale": t.suggest_float("scale", 0.0, 1.0),
+    }
+
+
+def space_degree5(t):
+    return {
+        "degree": t.suggest_int("degree", 1, 5),
+        "alpha": t.suggest_float("alpha", 1e-6, 1e2, log=True),
+        "lr": t.suggest_float("lr", 1e-4, 1.0, log=True),
+        "frac": t.suggest_float("frac", 0.0, 1.0),
+    }
+
+
+def space_cat_pair(t):
+    return {
+        "criterion": t.suggest_categorical("criterion", ["gini", "entropy", "log_loss"]),
+        "bootstrap": t.suggest_categorical("bootstrap", [True, False]),
+        "max_features": t.suggest_float("max_features", 0.1, 1.0),
+        "min_samples_leaf": t.suggest_int("min_samples_leaf", 1, 32, log=True),
+    }
+
+
+def space_cat5(t):
+    return {
+        "activation": t.suggest_categorical("activation", ["relu", "tanh", "gelu", "silu", "elu"]),
+        "layers": t.suggest_int("layers", 1, 4),
+        "lr": t.suggest_float("lr", 1e-4, 1.0, log=True),
+        "dropout": t.suggest_float("dropout", 0.0, 0.5),
+    }
+
+
+
+def space_diverge(t):
+    return {
+        "lr": t.suggest_float("lr", 1e-5, 1.0, log=True),
+        "batch_size": t.suggest_int("batch_size", 16, 1024, log=True),
+        "weight_decay": t.suggest_float("weight_decay", 0.0, 0.1),
+    }
+
+
+def space_oom(t):
+    return {
+        "batch_size": t.suggest_int("batch_size", 16, 1024, log=True),
+        "width": t.suggest_int("width", 32, 2048, log=True),
+        "lr": t.suggest_float("lr", 1e-4, 0.1, log=True),
+    }
+
+
+def space_crash(t):
+    return {
+        "precision": t.suggest_categorical("precision", ["fp32", "bf16", "fp16"]),
+        "lr": t.suggest_float("lr", 1e-4, 1.0, log=True),
+        "warmup": t.suggest_float("warmup", 0.0, 1.0),
+    }
+
+
+# name, space, formula, optimum (as in problems.rs)
+PROBLEMS = [
+    ("trap_degree3", space_degree3, trap_degree3, 0.15),
+    ("trap_degree5", space_degree5, trap_degree5, 0.16),
+    ("trap_cat_pair", space_cat_pair, trap_cat_pair, 0.17),
+    ("trap_cat5", space_cat5, trap_cat5, 0.16),
+    ("fail_diverge", space_diverge, fail_diverge, 0.08),
+    ("fail_oom", space_oom, fail_oom, 0.1050047939192687),
+    ("fail_crash", space_crash, fail_crash, 0.10618120229300967),
+]
+
+
+def run(sampler, space, f, budget, q=1):
+    """Best value after each trial, and failed trials among the first t; `q` asks outstanding,
+    told oldest first."""
+    study = optuna.create_study(direction="minimize", sampler=sampler)
+    best, failed, n_failed, b = [], [], 0, math.inf
+    pending = []
+    while len(best) < budget:
+        while len(pending) < q and len(best) + len(pending) < budget:
+            trial = study.ask()
+            pending.append((trial, space(trial)))
+        trial, params = pending.pop(0)
+        v = f(params)
+        if math.isfinite(v):
+            study.tell(trial, v)
+            b = min(b, v)
+        else:
+            study.tell(trial, state=TrialState.FAIL)
+            n_failed += 1
+        best.append(b)
+        failed.append(n_failed)
+    return best, failed
+
+
+def score(best, opt, rand_med):
+    den = rand_med - opt
+    if den <= 0.0:
+        return 100.0 if best <= opt else -100.0
+    return max(-100.0, min(100.0, 100.0 * (1.0 - (best - opt) / den)))
+
+
+def make(name, seed):
+    if name == "optuna-gp":
+        return optuna.samplers.GPSampler(seed=seed)
+    if name == "optuna-tpe":
+        return optuna.samplers.TPESampler(seed=seed)
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--random-seeds", type=int, default=50)
+    ap.add_argument("--budgets", default="25,50")
+    ap.add_argument("--samplers", default="optuna-gp,optuna-tpe")
+    ap.add_argument(
+        "--problems",
+        default="trap,fail",
+        help="names, or `trap` / `fail` for all the trap / failure problems",
+    )
+    ap.add_argument("--q", type=int, default=1, help="outstanding asks (1: sequential)")
+    ap.add_argument("--rand-med", action="append", default=[], metavar="NAME=V1,V2")
+    a = ap.parse_args()
+    budgets = [int(x) for x in a.budgets.split(",")]
+    samplers = a.samplers.split(",")
+    wanted = set()
+    for w in a.problems.split(","):
+        group = [p[0] for p in PROBLEMS if p[0].startswith(w + "_")]
+        wanted.update(group or [w])
+    given = {}
+    for item in a.rand_med:
+        k, _, vs = item.partition("=")
+        given[k] = [float(x) for x in vs.split(",")]
+        if len(given[k]) != len(budgets):
+            sys.exit(f"--rand-med {k}: one value per budget")
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    tmax = max(budgets)
+    for name, space, f, opt in PROBLEMS:
+        if name not in wanted:
+            continue
+        if name in given:
+            rand_med, ref = given[name], "given"
+        else:
+            per = [[] for _ in budgets]
+            for s in range(a.random_seeds):
+                best, _ = run(make("random", 1_000_000 + s), space, f, tmax)
+                for k, t in enumerate(budgets):
+                    per[k].append(best[t - 1])
+            rand_med = [statistics.median(v) for v in per]
+            ref = f"Optuna RandomSampler, {a.random_seeds} seeds"
+        print(f"\n### {name}\n")
+        print(
+            "random median best @"
+            + "/".join(map(str, budgets))
+            + ": "
+            + " / ".join(f"{v:.4f}" for v in rand_med)
+            + f" ({ref})\n"
+        )
+        cols = ["score", "worst", "below", "failed"]
+        print("| sampler | q | " + " | ".join(f"{c}@{t}" for c in cols for t in budgets) + " |")
+        print("|---|---|" + "---|" * (len(cols) * len(budgets)))
+        for sname in samplers:
+            per = [[] for _ in budgets]
+            fl = [0.0] * len(budgets)
+            for s in range(a.seeds):
+                best, failed = run(make(sname, s), space, f, tmax, a.q)
+                for k, t in enumerate(budgets):
+                    per[k].append(score(best[t - 1], opt, rand_med[k]))
+                    fl[k] += failed[t - 1] / a.seeds
+            sc = [sum(v) / len(v) for v in per]
+            worst = [min(v) for v in per]
+            below = [sum(x < 0.0 for x in v) / len(v) for v in per]
+            cells = [f"{x:.1f}" for x in sc + worst] + [f"{x:.2f}" for x in below]
+            cells += [f"{x:.1f}" for x in fl]
+            print(f"| {sname} | {a.q} | " + " | ".join(cells) + " |", flush=True)
+            print(
+                f"{name} {sname} q={a.q}: score {sc} worst {worst} below {below} failed {fl}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+if __name__ == "__main__":
+    main()
