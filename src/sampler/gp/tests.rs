@@ -354,27 +354,30 @@ fn on_a_planted_degree_trap_every_degree_is_tried_its_floor_and_the_trap_is_left
     }
 }
 
+/// A complete trial of the planted degree trap at (`degree`, `x`, `y`).
+fn trap_trial(n: u64, degree: i64, x: f64, y: f64) -> FinishedTrial {
+    let mut p = Params::new();
+    p.insert("degree".into(), ParamValue::Int(degree));
+    p.insert("x".into(), ParamValue::Float(x));
+    p.insert("y".into(), ParamValue::Float(y));
+    let v = degree_trap(&p).expect("complete params");
+    FinishedTrial {
+        others: Vec::new(),
+        number: TrialNumber(n),
+        params: p,
+        outcome: Outcome::Complete { value: v },
+        curve: Vec::new(),
+        seconds: None,
+    }
+}
+
 #[test]
 fn pending_asks_spread_over_starved_values() {
     // Eight degree-1 trials finished, three asks pending at once: the floor owes degrees 2 and
     // 3 two trials each, and pending asks count, so the three asks do not all take one value.
     let s = space(TRAP);
     let history: Vec<FinishedTrial> = (0..8)
-        .map(|i| {
-            let mut p = Params::new();
-            p.insert("degree".into(), ParamValue::Int(1));
-            p.insert("x".into(), ParamValue::Float(i as f64 / 8.0));
-            p.insert("y".into(), ParamValue::Float(0.5));
-            let v = degree_trap(&p).expect("complete params");
-            FinishedTrial {
-                others: Vec::new(),
-                number: TrialNumber(i),
-                params: p,
-                outcome: Outcome::Complete { value: v },
-                curve: Vec::new(),
-                seconds: None,
-            }
-        })
+        .map(|i| trap_trial(i, 1, i as f64 / 8.0, 0.5))
         .collect();
     let mut g = GpSampler::new(GpOptions {
         n_startup: Some(2),
@@ -406,26 +409,11 @@ fn a_starved_value_s_model_guided_ask_searches_near_that_value_s_best_trial() {
     // the square's corners, where unbounded log EI would send the ask; it stays within
     // `HELD_RADIUS` of degree 2's one trial instead.
     let s = space(TRAP);
-    let trial_at = |n: u64, degree: i64, x: f64, y: f64| {
-        let mut p = Params::new();
-        p.insert("degree".into(), ParamValue::Int(degree));
-        p.insert("x".into(), ParamValue::Float(x));
-        p.insert("y".into(), ParamValue::Float(y));
-        let v = degree_trap(&p).expect("complete params");
-        FinishedTrial {
-            others: Vec::new(),
-            number: TrialNumber(n),
-            params: p,
-            outcome: Outcome::Complete { value: v },
-            curve: Vec::new(),
-            seconds: None,
-        }
-    };
     let mut history: Vec<FinishedTrial> = (0..8)
-        .map(|i| trial_at(i, 1, (i as f64 + 0.5) / 8.0, 0.1 + 0.1 * i as f64))
+        .map(|i| trap_trial(i, 1, (i as f64 + 0.5) / 8.0, 0.1 + 0.1 * i as f64))
         .collect();
-    history.push(trial_at(8, 2, 0.55, 0.5));
-    history.extend((0..3).map(|i| trial_at(9 + i, 3, 0.2 + 0.3 * i as f64, 0.8)));
+    history.push(trap_trial(8, 2, 0.55, 0.5));
+    history.extend((0..3).map(|i| trap_trial(9 + i, 3, 0.2 + 0.3 * i as f64, 0.8)));
     for seed in 0..6 {
         let mut g = GpSampler::new(GpOptions {
             n_startup: Some(2),
