@@ -152,7 +152,9 @@ pub struct OptimizersArgs {
     pub random_seeds: u64,
     /// Problems (comma list): names, `public` (the default), `extra`, `trap` (a low-cardinality
     /// value that looks best early, another that wins), `fail` (regions where trials fail), `cost` (trial durations that vary with
-    /// the params: regret within budgets of simulated time) or `all`.
+    /// the params: regret within budgets of simulated time), `noisy` (public problems with
+    /// Gaussian noise on every value, scored on the true value of the trial that looked best) or
+    /// `all`.
     #[arg(long, value_delimiter = ',')]
     pub problems: Vec<String>,
     /// Budgets (trials) at which regret and score are reported.

@@ -18,11 +18,16 @@ use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use rand_distr::StandardNormal;
+
 use crate::cli::OptimizersArgs;
 use crate::problems::{Problem, problems};
 use tune::engine::{Engine, EngineSpec, Finish};
 use tune::pruner::PrunerConfig;
-use tune::sampler::{GpOptions, GpSampler, Sampler, SamplerKind, SamplerOptions, build_with};
+use tune::sampler::{
+    GpOptions, GpSampler, Sampler, SamplerKind, SamplerOptions, build_with, mix as mix_seed,
+};
 use tune::space::Params;
 use tune::storage::MemoryStorage;
 use tune::trial::{Direction, TrialId};
@@ -218,6 +223,7 @@ pub fn run_one(
     let mut ask_ms = Vec::with_capacity(budget);
     let mut ask_cpu_ms = Vec::with_capacity(budget);
     let mut best_so_far = f64::INFINITY;
+    let mut best_seen = f64::INFINITY;
     while best.len() < budget {
         while pending.len() < q.max(1) {
             let c0 = thread_cpu_ms();
@@ -239,9 +245,19 @@ pub fn run_one(
         let Some((id, params)) = pending.pop_front() else {
             anyhow::bail!("the engine stopped asking before the budget");
         };
-        let v = (problem.f)(&params);
+        let truth = (problem.f)(&params);
+        let v = if problem.noise > 0.0 {
+            let mut rng = StdRng::seed_from_u64(mix_seed(seed, best.len() as u64));
+            truth + problem.noise * rng.sample::<f64, _>(StandardNormal)
+        } else {
+            truth
+        };
         let finish = if v.is_finite() {
-            best_so_far = best_so_far.min(v);
+            // The incumbent is the trial that looks best; its score is its noise-free value.
+            if v < best_seen {
+                best_seen = v;
+                best_so_far = truth;
+            }
             Finish::Value(v)
         } else {
             n_failed += 1;
@@ -319,7 +335,13 @@ fn selected(opts: &OptimizerBenchOptions) -> anyhow::Result<Vec<Problem>> {
         let take = opts.problems.iter().any(|w| {
             w == p.name
                 || w == "all"
-                || (w == "extra" && !p.public && !p.trap && !p.fail && p.cost.is_none())
+                || (w == "extra"
+                    && !p.public
+                    && !p.trap
+                    && !p.fail
+                    && p.cost.is_none()
+                    && p.noise == 0.0)
+                || (w == "noisy" && p.noise > 0.0)
                 || (w == "trap" && p.trap)
                 || (w == "fail" && p.fail)
                 || (w == "cost" && p.cost.is_some())
@@ -330,11 +352,11 @@ fn selected(opts: &OptimizerBenchOptions) -> anyhow::Result<Vec<Problem>> {
         }
     }
     for w in &opts.problems {
-        if !["all", "extra", "public", "trap", "fail", "cost"].contains(&w.as_str())
+        if !["all", "extra", "public", "trap", "fail", "cost", "noisy"].contains(&w.as_str())
             && !out.iter().any(|p| p.name == w.as_str())
         {
             anyhow::bail!(
-                "unknown problem `{w}` (known: {}, or all, public, extra, trap, fail, cost)",
+                "unknown problem `{w}` (known: {}, or all, public, extra, trap, fail, cost, noisy)",
                 problems()
                     .iter()
                     .map(|p| p.name)
@@ -734,6 +756,55 @@ mod tests {
                 &mut |_| {}
             )
             .is_err()
+        );
+    }
+
+    #[test]
+    fn a_noisy_problem_is_scored_on_the_true_value_of_the_trial_that_looked_best() {
+        let branin = problems()
+            .into_iter()
+            .find(|p| p.name == "branin")
+            .expect("branin");
+        // Noise far above branin's values: the luckiest draw is far below the optimum, the
+        // true value of any trial never is.
+        let noisy = Problem {
+            name: "branin_very_noisy",
+            noise: 100.0,
+            ..branin
+        };
+        let opts = SamplerOptions::default();
+        let trace = run_one(
+            &noisy,
+            BenchSampler::Kind(SamplerKind::Random),
+            &opts,
+            3,
+            30,
+            1,
+        )
+        .expect("runs");
+        assert_eq!(trace.best.len(), 30);
+        assert!(
+            trace.best.iter().all(|&b| b >= branin.optimum - 1e-12),
+            "{:?}",
+            trace.best
+        );
+        // The same seeds without noise give other incumbents: the noise did reach the sampler.
+        let exact = run_one(
+            &branin,
+            BenchSampler::Kind(SamplerKind::Random),
+            &opts,
+            3,
+            30,
+            1,
+        )
+        .expect("runs");
+        assert_eq!(exact.best.len(), 30);
+        assert!(exact.best.windows(2).all(|w| w[1] <= w[0]));
+        // With noise this large a worse trial looks best at least once: the true value rises.
+        assert!(
+            trace.best.windows(2).any(|w| w[1] > w[0]),
+            "{:?}",
+            trace.best
         );
     }
 }

@@ -9,7 +9,8 @@
 //! and cost problems (issue 13, cost-aware search): training-shaped problems whose trials take
 //! a simulated time that depends on the params (epochs, width, layers, batch size), 16 to 96
 //! times longer in the slowest corner than in the fastest, with an optimum that is not the
-//! cheapest point.
+//! cheapest point; and noisy problems: public ones whose every value comes with Gaussian noise,
+//! scored on the true value of the trial that looked best.
 
 use tune::space::{ParamValue, Params, Space};
 
@@ -25,6 +26,11 @@ pub struct Problem {
     /// A cost problem (selected by `cost`): the simulated seconds a trial at these params
     /// takes; `tune-bench optimizers` reports the best value within budgets of simulated time.
     pub cost: Option<fn(&Params) -> f64>,
+    /// A noisy problem (selected by `noisy`, not by `extra`): the standard deviation of the
+    /// Gaussian noise the harness adds to every value it tells, as a rerun of the same training
+    /// with another data order would. The score is of the noise-free value of the trial with the
+    /// best observed value (the one a user would pick), not of the luckiest draw. 0: exact.
+    pub noise: f64,
     pub space_toml: &'static str,
     pub optimum: f64,
     pub f: fn(&Params) -> f64,
@@ -430,13 +436,14 @@ pub fn cost_wide_seconds(p: &Params) -> f64 {
 }
 
 pub fn problems() -> Vec<Problem> {
-    vec![
+    let mut all = vec![
         Problem {
             name: "branin",
             public: true,
             trap: false,
             fail: false,
             cost: None,
+            noise: 0.0,
             space_toml: "x0 = { type = \"float\", low = -5.0, high = 10.0 }\n\
                          x1 = { type = \"float\", low = 0.0, high = 15.0 }",
             optimum: 0.397887357729739,
@@ -448,6 +455,7 @@ pub fn problems() -> Vec<Problem> {
             trap: false,
             fail: false,
             cost: None,
+            noise: 0.0,
             space_toml: "x0 = { type = \"float\", low = 0.0, high = 1.0 }\n\
                          x1 = { type = \"float\", low = 0.0, high = 1.0 }\n\
                          x2 = { type = \"float\", low = 0.0, high = 1.0 }\n\
@@ -463,6 +471,7 @@ pub fn problems() -> Vec<Problem> {
             trap: false,
             fail: false,
             cost: None,
+            noise: 0.0,
             space_toml: "x0 = { type = \"float\", low = 0.01, high = 10.0, log = true }\n\
                          x1 = { type = \"float\", low = 0.01, high = 10.0, log = true }\n\
                          x2 = { type = \"float\", low = 0.01, high = 10.0, log = true }\n\
@@ -476,6 +485,7 @@ pub fn problems() -> Vec<Problem> {
             trap: false,
             fail: false,
             cost: None,
+            noise: 0.0,
             space_toml: "lr           = { type = \"float\", low = 1e-05, high = 1.0, log = true }\n\
                          optimizer    = { type = \"categorical\", choices = [\"sgd\", \"adam\", \"adamw\"] }\n\
                          momentum     = { type = \"float\", low = 0.0, high = 0.99, when = { optimizer = \"sgd\" } }\n\
@@ -491,6 +501,7 @@ pub fn problems() -> Vec<Problem> {
             trap: false,
             fail: false,
             cost: None,
+            noise: 0.0,
             space_toml: "x0 = { type = \"float\", low = -5.0, high = 10.0 }\n\
                          x1 = { type = \"float\", low = -5.0, high = 10.0 }\n\
                          x2 = { type = \"float\", low = -5.0, high = 10.0 }\n\
@@ -505,6 +516,7 @@ pub fn problems() -> Vec<Problem> {
             trap: false,
             fail: false,
             cost: None,
+            noise: 0.0,
             space_toml: SVM_SPACE,
             optimum: 1.0 - (-0.05f64).exp(),
             f: svm_surrogate,
@@ -515,6 +527,7 @@ pub fn problems() -> Vec<Problem> {
             trap: false,
             fail: false,
             cost: None,
+            noise: 0.0,
             space_toml: SVM_SPACE,
             optimum: ((1.0 - (-0.05f64).exp()) * 360.0).ceil() / 360.0,
             f: svm_quantised,
@@ -525,6 +538,7 @@ pub fn problems() -> Vec<Problem> {
             trap: false,
             fail: false,
             cost: None,
+            noise: 0.0,
             space_toml: "n_estimators     = { type = \"int\", low = 50, high = 1000, step = 50 }\n\
                          max_depth        = { type = \"int\", low = 2, high = 12 }\n\
                          learning_rate    = { type = \"float\", low = 1e-3, high = 1.0, log = true }\n\
@@ -541,6 +555,7 @@ pub fn problems() -> Vec<Problem> {
             trap: true,
             fail: false,
             cost: None,
+            noise: 0.0,
             space_toml: "degree = { type = \"int\", low = 1, high = 3 }\n\
                          alpha  = { type = \"float\", low = 1e-6, high = 1e2, log = true }\n\
                          scale  = { type = \"float\", low = 0.0, high = 1.0 }",
@@ -553,6 +568,7 @@ pub fn problems() -> Vec<Problem> {
             trap: true,
             fail: false,
             cost: None,
+            noise: 0.0,
             space_toml: "degree = { type = \"int\", low = 1, high = 5 }\n\
                          alpha  = { type = \"float\", low = 1e-6, high = 1e2, log = true }\n\
                          lr     = { type = \"float\", low = 1e-4, high = 1.0, log = true }\n\
@@ -566,6 +582,7 @@ pub fn problems() -> Vec<Problem> {
             trap: true,
             fail: false,
             cost: None,
+            noise: 0.0,
             space_toml: "criterion        = { type = \"categorical\", choices = [\"gini\", \"entropy\", \"log_loss\"] }\n\
                          bootstrap        = { type = \"categorical\", choices = [true, false] }\n\
                          max_features     = { type = \"float\", low = 0.1, high = 1.0 }\n\
@@ -579,6 +596,7 @@ pub fn problems() -> Vec<Problem> {
             trap: true,
             fail: false,
             cost: None,
+            noise: 0.0,
             space_toml: "activation = { type = \"categorical\", choices = [\"relu\", \"tanh\", \"gelu\", \"silu\", \"elu\"] }\n\
                          layers     = { type = \"int\", low = 1, high = 4 }\n\
                          lr         = { type = \"float\", low = 1e-4, high = 1.0, log = true }\n\
@@ -592,6 +610,7 @@ pub fn problems() -> Vec<Problem> {
             trap: false,
             fail: true,
             cost: None,
+            noise: 0.0,
             space_toml: "lr           = { type = \"float\", low = 1e-5, high = 1.0, log = true }\n\
                          batch_size   = { type = \"int\", low = 16, high = 1024, log = true }\n\
                          weight_decay = { type = \"float\", low = 0.0, high = 0.1 }",
@@ -604,6 +623,7 @@ pub fn problems() -> Vec<Problem> {
             trap: false,
             fail: true,
             cost: None,
+            noise: 0.0,
             space_toml: "batch_size = { type = \"int\", low = 16, high = 1024, log = true }\n\
                          width      = { type = \"int\", low = 32, high = 2048, log = true }\n\
                          lr         = { type = \"float\", low = 1e-4, high = 0.1, log = true }",
@@ -616,6 +636,7 @@ pub fn problems() -> Vec<Problem> {
             trap: false,
             fail: true,
             cost: None,
+            noise: 0.0,
             space_toml: "precision = { type = \"categorical\", choices = [\"fp32\", \"bf16\", \"fp16\"] }\n\
                          lr        = { type = \"float\", low = 1e-4, high = 1.0, log = true }\n\
                          warmup    = { type = \"float\", low = 0.0, high = 1.0 }",
@@ -628,6 +649,7 @@ pub fn problems() -> Vec<Problem> {
             trap: false,
             fail: false,
             cost: Some(cost_mlp_seconds),
+            noise: 0.0,
             space_toml: "batch_size = { type = \"int\", low = 16, high = 512, log = true }\n\
                          width      = { type = \"int\", low = 32, high = 1024, log = true }\n\
                          epochs     = { type = \"int\", low = 2, high = 10 }\n\
@@ -641,6 +663,7 @@ pub fn problems() -> Vec<Problem> {
             trap: false,
             fail: false,
             cost: Some(cost_depth_seconds),
+            noise: 0.0,
             space_toml: "layers  = { type = \"int\", low = 1, high = 8 }\n\
                          width   = { type = \"int\", low = 64, high = 1024, log = true }\n\
                          dropout = { type = \"float\", low = 0.0, high = 0.5 }\n\
@@ -654,6 +677,7 @@ pub fn problems() -> Vec<Problem> {
             trap: false,
             fail: false,
             cost: Some(cost_epochs_seconds),
+            noise: 0.0,
             space_toml: "epochs     = { type = \"int\", low = 1, high = 30 }\n\
                          batch_size = { type = \"int\", low = 32, high = 1024, log = true }\n\
                          lr         = { type = \"float\", low = 1e-4, high = 1e-1, log = true }",
@@ -666,6 +690,7 @@ pub fn problems() -> Vec<Problem> {
             trap: false,
             fail: false,
             cost: Some(cost_wide_seconds),
+            noise: 0.0,
             space_toml: "batch_size   = { type = \"int\", low = 16, high = 512, log = true }\n\
                          width        = { type = \"int\", low = 32, high = 1024, log = true }\n\
                          layers       = { type = \"int\", low = 1, high = 6 }\n\
@@ -677,7 +702,27 @@ pub fn problems() -> Vec<Problem> {
             optimum: 0.10 + 0.12 * (-3.0f64).exp(),
             f: cost_wide,
         },
-    ]
+    ];
+    // Noisy twins of three public problems (`noisy`): noise of about a fifth of the gap between
+    // random search's median at 50 trials and the optimum, as a rerun of the same training with
+    // another data order gives on a validation loss.
+    for (base, name, noise) in [
+        ("branin", "branin_noisy", 0.1),
+        ("hartmann6", "hartmann6_noisy", 0.2),
+        ("train_surrogate", "train_surrogate_noisy", 0.002),
+    ] {
+        let p = all
+            .iter()
+            .find(|p| p.name == base)
+            .expect("a problem of the list");
+        all.push(Problem {
+            name,
+            public: false,
+            noise,
+            ..*p
+        });
+    }
+    all
 }
 
 #[cfg(test)]

@@ -487,8 +487,10 @@ fn a_learned_failure_boundary_keeps_the_search_on_the_side_that_runs() {
     eprintln!(
         "failures after trial 10 and summed best, without / with the classifier: {fails:?} {best:?}"
     );
-    // Measured: 92 failures without, 7 with; summed best 3.9e-4 without, 1.1e-4 with.
-    assert!(4 * fails[1] <= fails[0], "{fails:?}");
+    // Measured: 26 failures without, 9 with; summed best 4.6e-5 without, 3.2e-5 with. (Before
+    // the fit's extra start with the noise high, `NOISY_START_LOG_SN2`: 92 and 7; the penalty
+    // alone fails far less since, the classifier a little more.)
+    assert!(2 * fails[1] <= fails[0], "{fails:?}");
     assert!(best[1] <= 1.5 * best[0], "{best:?}");
 }
 
@@ -1000,4 +1002,48 @@ fn after_finding_a_valley_the_model_does_not_spend_trials_on_unexplored_corners(
         let v = rosenbrock(&x);
         assert!(v < 100.0, "seed {seed}: {x:?} scores {v}");
     }
+}
+
+#[test]
+fn the_fit_of_a_noisy_objective_finds_its_noise() {
+    // A smooth bowl seen through noise of about a third of its spread over the box. Warm starts
+    // alone keep the fit in its low-noise mode, whose short length scales chase the noise; the
+    // extra start with the noise high (`NOISY_START_LOG_SN2`) lets the fit find the noise.
+    use rand::SeedableRng;
+    let s = space(
+        "x = { type = \"float\", low = 0.0, high = 1.0 }\n\
+         y = { type = \"float\", low = 0.0, high = 1.0 }",
+    );
+    let mut noise = rand::rngs::StdRng::seed_from_u64(7);
+    let mut g = GpSampler::default();
+    let mut history: Vec<FinishedTrial> = Vec::new();
+    for n in 0..40u64 {
+        let ctx = AskContext {
+            others: &[],
+            space: &s,
+            direction: Direction::Minimize,
+            history: &history,
+            pending: &[],
+            trial_number: TrialNumber(n),
+            seed: 3,
+        };
+        let p = g.ask(&ctx);
+        let (x, y) = (p["x"].as_f64().unwrap(), p["y"].as_f64().unwrap());
+        let e: f64 = noise.sample(StandardNormal);
+        let value = (x - 0.3).powi(2) + (y - 0.6).powi(2) + 0.08 * e;
+        history.push(FinishedTrial {
+            others: Vec::new(),
+            number: TrialNumber(n),
+            params: p,
+            outcome: Outcome::Complete { value },
+            curve: Vec::new(),
+            seconds: None,
+        });
+    }
+    let theta = g.theta.as_ref().expect("the model was fitted");
+    let noise_var = theta[theta.len() - 1].exp();
+    assert!(
+        noise_var > 0.05,
+        "fitted noise variance {noise_var} (unit-variance outputs), theta {theta:?}"
+    );
 }
