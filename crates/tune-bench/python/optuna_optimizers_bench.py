@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""Optuna's side of the trap and failure problems of `tune bench optimizers --problems trap,fail`
-(issue 13): Optuna's GPSampler and TPESampler on the same problems and seeds. A trial that fails
-(diverges, runs out of memory, crashes) is told as `TrialState.FAIL`, which is how an Optuna user
-sees a crash (`study.optimize` does the same for an objective that raises, with `catch`).
+"""Optuna's side of the trap, failure and noisy problems of `tune bench optimizers --problems
+trap,fail,noisy` (issue 13): Optuna's GPSampler and TPESampler on the same problems and seeds. A
+trial that fails (diverges, runs out of memory, crashes) is told as `TrialState.FAIL`, which is
+how an Optuna user sees a crash (`study.optimize` does the same for an objective that raises,
+with `catch`).
 
     .venv/bin/python crates/tune-bench/python/optuna_optimizers_bench.py --problems trap --seeds 10
 
 The formulas, spaces and constants are those of crates/tune-bench/src/problems.rs
 (`trap_degree3`, `trap_degree5`, `trap_cat_pair`, `trap_cat5`, `fail_diverge`, `fail_oom`,
-`fail_crash`), and the figures are those of the Rust harness:
+`fail_crash`, `branin_noisy`, `hartmann6_noisy`; not `train_surrogate_noisy`), and the figures
+are those of the Rust harness (the noise draws are Python's, not the same numbers):
   - seeds 0 .. S-1 are the samplers' seeds (`seed=` of each sampler);
   - with `--q 4`, four asks are outstanding and told oldest first, one new ask per finished
     trial, as tune's harness does;
@@ -25,6 +27,7 @@ Requires optuna (GPSampler also needs torch and scipy). Prints one Markdown tabl
 
 import argparse
 import math
+import random
 import statistics
 import sys
 
@@ -182,6 +185,47 @@ def space_crash(t):
     }
 
 
+def branin(p):
+    x0, x1 = p["x0"], p["x1"]
+    pi = math.pi
+    return (
+        (x1 - 5.1 / (4 * pi * pi) * x0 * x0 + 5 / pi * x0 - 6) ** 2
+        + 10 * (1 - 1 / (8 * pi)) * math.cos(x0)
+        + 10
+    )
+
+
+def space_branin(t):
+    return {"x0": t.suggest_float("x0", -5.0, 10.0), "x1": t.suggest_float("x1", 0.0, 15.0)}
+
+
+H_ALPHA = [1.0, 1.2, 3.0, 3.2]
+H_A = [
+    [10, 3, 17, 3.5, 1.7, 8],
+    [0.05, 10, 17, 0.1, 8, 14],
+    [3, 3.5, 1.7, 10, 17, 8],
+    [17, 8, 0.05, 10, 0.1, 14],
+]
+H_P = [
+    [1312, 1696, 5569, 124, 8283, 5886],
+    [2329, 4135, 8307, 3736, 1004, 9991],
+    [2348, 1451, 3522, 2883, 3047, 6650],
+    [4047, 8828, 8732, 5743, 1091, 381],
+]
+
+
+def hartmann6(p):
+    x = [p[f"x{j}"] for j in range(6)]
+    return -sum(
+        H_ALPHA[i] * math.exp(-sum(H_A[i][j] * (x[j] - 1e-4 * H_P[i][j]) ** 2 for j in range(6)))
+        for i in range(4)
+    )
+
+
+def space_hartmann6(t):
+    return {f"x{j}": t.suggest_float(f"x{j}", 0.0, 1.0) for j in range(6)}
+
+
 # name, space, formula, optimum (as in problems.rs)
 PROBLEMS = [
     ("trap_degree3", space_degree3, trap_degree3, 0.15),
@@ -191,24 +235,35 @@ PROBLEMS = [
     ("fail_diverge", space_diverge, fail_diverge, 0.08),
     ("fail_oom", space_oom, fail_oom, 0.1050047939192687),
     ("fail_crash", space_crash, fail_crash, 0.10618120229300967),
+    ("branin_noisy", space_branin, branin, 0.397887357729739),
+    ("hartmann6_noisy", space_hartmann6, hartmann6, -3.32236801141551),
 ]
 
+# The noisy problems' noise (standard deviation), as in problems.rs: every told value gets
+# Gaussian noise, and a run is scored on the true value of the trial that looked best.
+NOISE = {"branin_noisy": 0.1, "hartmann6_noisy": 0.2}
 
-def run(sampler, space, f, budget, q=1):
+
+def run(sampler, space, f, budget, q=1, noise=0.0, seed=0):
     """Best value after each trial, and failed trials among the first t; `q` asks outstanding,
-    told oldest first."""
+    told oldest first. With `noise`, every told value gets Gaussian noise and the best is the
+    true value of the trial whose told value is the lowest."""
     study = optuna.create_study(direction="minimize", sampler=sampler)
     best, failed, n_failed, b = [], [], 0, math.inf
+    seen = math.inf
+    draws = random.Random(seed)
     pending = []
     while len(best) < budget:
         while len(pending) < q and len(best) + len(pending) < budget:
             trial = study.ask()
             pending.append((trial, space(trial)))
         trial, params = pending.pop(0)
-        v = f(params)
+        truth = f(params)
+        v = truth + noise * draws.gauss(0.0, 1.0) if noise > 0.0 else truth
         if math.isfinite(v):
             study.tell(trial, v)
-            b = min(b, v)
+            if v < seen:
+                seen, b = v, truth
         else:
             study.tell(trial, state=TrialState.FAIL)
             n_failed += 1
@@ -241,7 +296,7 @@ def main():
     ap.add_argument(
         "--problems",
         default="trap,fail",
-        help="names, or `trap` / `fail` for all the trap / failure problems",
+        help="names, or `trap` / `fail` / `noisy` for all the trap / failure / noisy problems",
     )
     ap.add_argument("--q", type=int, default=1, help="outstanding asks (1: sequential)")
     ap.add_argument("--rand-med", action="append", default=[], metavar="NAME=V1,V2")
@@ -250,7 +305,7 @@ def main():
     samplers = a.samplers.split(",")
     wanted = set()
     for w in a.problems.split(","):
-        group = [p[0] for p in PROBLEMS if p[0].startswith(w + "_")]
+        group = [p[0] for p in PROBLEMS if p[0].startswith(w + "_") or p[0].endswith("_" + w)]
         wanted.update(group or [w])
     given = {}
     for item in a.rand_med:
@@ -268,7 +323,9 @@ def main():
         else:
             per = [[] for _ in budgets]
             for s in range(a.random_seeds):
-                best, _ = run(make("random", 1_000_000 + s), space, f, tmax)
+                best, _ = run(
+                    make("random", 1_000_000 + s), space, f, tmax, 1, NOISE.get(name, 0.0), s
+                )
                 for k, t in enumerate(budgets):
                     per[k].append(best[t - 1])
             rand_med = [statistics.median(v) for v in per]
@@ -288,7 +345,7 @@ def main():
             per = [[] for _ in budgets]
             fl = [0.0] * len(budgets)
             for s in range(a.seeds):
-                best, failed = run(make(sname, s), space, f, tmax, a.q)
+                best, failed = run(make(sname, s), space, f, tmax, a.q, NOISE.get(name, 0.0), s)
                 for k, t in enumerate(budgets):
                     per[k].append(score(best[t - 1], opt, rand_med[k]))
                     fl[k] += failed[t - 1] / a.seeds
