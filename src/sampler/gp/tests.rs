@@ -71,14 +71,7 @@ fn run(
             Some(v) => Outcome::Complete { value: v },
             None => Outcome::Failed,
         };
-        history.push(FinishedTrial {
-            others: Vec::new(),
-            number: TrialNumber(num),
-            params: p,
-            outcome,
-            curve: Vec::new(),
-            seconds: None,
-        });
+        history.push(finished(num, p, outcome));
     }
     history
 }
@@ -205,9 +198,8 @@ fn a_small_discrete_space_is_used_up_without_a_repeat() {
     }
 }
 
-fn trial(n: u64, x: f64, outcome: Outcome) -> FinishedTrial {
-    let mut params = Params::new();
-    params.insert("x".into(), ParamValue::Float(x));
+/// A finished trial with no other objectives, no curve and no known duration.
+fn finished(n: u64, params: Params, outcome: Outcome) -> FinishedTrial {
     FinishedTrial {
         others: Vec::new(),
         number: TrialNumber(n),
@@ -216,6 +208,12 @@ fn trial(n: u64, x: f64, outcome: Outcome) -> FinishedTrial {
         curve: Vec::new(),
         seconds: None,
     }
+}
+
+fn trial(n: u64, x: f64, outcome: Outcome) -> FinishedTrial {
+    let mut params = Params::new();
+    params.insert("x".into(), ParamValue::Float(x));
+    finished(n, params, outcome)
 }
 
 #[test]
@@ -366,14 +364,7 @@ fn trap_trial(n: u64, degree: i64, x: f64, y: f64) -> FinishedTrial {
     p.insert("x".into(), ParamValue::Float(x));
     p.insert("y".into(), ParamValue::Float(y));
     let v = degree_trap(&p).expect("complete params");
-    FinishedTrial {
-        others: Vec::new(),
-        number: TrialNumber(n),
-        params: p,
-        outcome: Outcome::Complete { value: v },
-        curve: Vec::new(),
-        seconds: None,
-    }
+    finished(n, p, Outcome::Complete { value: v })
 }
 
 #[test]
@@ -852,16 +843,13 @@ fn the_incumbent_at_the_box_s_edge_is_not_proposed_again_to_win_a_hair() {
             let mut p = Params::new();
             p.insert("x0".into(), ParamValue::Float(x0));
             p.insert("x1".into(), ParamValue::Float(x1));
-            FinishedTrial {
-                others: Vec::new(),
-                number: TrialNumber(i as u64),
-                params: p,
-                outcome: Outcome::Complete {
+            finished(
+                i as u64,
+                p,
+                Outcome::Complete {
                     value: branin(x0, x1),
                 },
-                curve: Vec::new(),
-                seconds: None,
-            }
+            )
         })
         .collect();
     let mut g = GpSampler::default();
@@ -969,16 +957,13 @@ fn after_finding_a_valley_the_model_does_not_spend_trials_on_unexplored_corners(
             for (n, &v) in names.iter().zip(x) {
                 p.insert((*n).into(), ParamValue::Float(v));
             }
-            FinishedTrial {
-                others: Vec::new(),
-                number: TrialNumber(i as u64),
-                params: p,
-                outcome: Outcome::Complete {
+            finished(
+                i as u64,
+                p,
+                Outcome::Complete {
                     value: rosenbrock(x),
                 },
-                curve: Vec::new(),
-                seconds: None,
-            }
+            )
         })
         .collect();
     let best = pts
@@ -1031,14 +1016,7 @@ fn the_fit_of_a_noisy_objective_finds_its_noise() {
         let (x, y) = (p["x"].as_f64().unwrap(), p["y"].as_f64().unwrap());
         let e: f64 = noise.sample(StandardNormal);
         let value = (x - 0.3).powi(2) + (y - 0.6).powi(2) + 0.08 * e;
-        history.push(FinishedTrial {
-            others: Vec::new(),
-            number: TrialNumber(n),
-            params: p,
-            outcome: Outcome::Complete { value },
-            curve: Vec::new(),
-            seconds: None,
-        });
+        history.push(finished(n, p, Outcome::Complete { value }));
     }
     let theta = g.theta.as_ref().expect("the model was fitted");
     let noise_var = theta[theta.len() - 1].exp();
