@@ -210,6 +210,20 @@ fn finished(n: u64, params: Params, outcome: Outcome) -> FinishedTrial {
     }
 }
 
+/// The next ask of a default GP sampler built afresh on `history` (minimised, nothing pending),
+/// as a resumed study's first ask.
+fn fresh_ask(s: &Space, history: &[FinishedTrial], seed: u64) -> Params {
+    GpSampler::default().ask(&AskContext {
+        others: &[],
+        space: s,
+        direction: Direction::Minimize,
+        history,
+        pending: &[],
+        trial_number: TrialNumber(history.len() as u64),
+        seed,
+    })
+}
+
 fn trial(n: u64, x: f64, outcome: Outcome) -> FinishedTrial {
     let mut params = Params::new();
     params.insert("x".into(), ParamValue::Float(x));
@@ -852,17 +866,7 @@ fn the_incumbent_at_the_box_s_edge_is_not_proposed_again_to_win_a_hair() {
             )
         })
         .collect();
-    let mut g = GpSampler::default();
-    let ctx = AskContext {
-        others: &[],
-        space: &s,
-        direction: Direction::Minimize,
-        history: &history,
-        pending: &[],
-        trial_number: TrialNumber(23),
-        seed: 55,
-    };
-    let p = g.ask(&ctx);
+    let p = fresh_ask(&s, &history, 55);
     let (x0, x1) = (p["x0"].as_f64().unwrap(), p["x1"].as_f64().unwrap());
     let nearest = pts
         .iter()
@@ -972,17 +976,7 @@ fn after_finding_a_valley_the_model_does_not_spend_trials_on_unexplored_corners(
         .fold(f64::INFINITY, f64::min);
     assert!(best > 2.5 && best < 2.6, "{best}");
     for seed in 0..3 {
-        let mut g = GpSampler::default();
-        let ctx = AskContext {
-            others: &[],
-            space: &s,
-            direction: Direction::Minimize,
-            history: &history,
-            pending: &[],
-            trial_number: TrialNumber(48),
-            seed,
-        };
-        let p = g.ask(&ctx);
+        let p = fresh_ask(&s, &history, seed);
         let x: Vec<f64> = names.iter().map(|n| p[*n].as_f64().unwrap()).collect();
         let v = rosenbrock(&x);
         assert!(v < 100.0, "seed {seed}: {x:?} scores {v}");
