@@ -91,6 +91,9 @@ pub struct Acq<'a> {
     pub layout: &'a Layout,
     pub post: &'a Posterior,
     pub best: f64,
+    /// Score by minus the posterior mean instead of log EI: a refining ask, which exploits what
+    /// the model knows near the incumbent (`EXPLOIT_EVERY` in the sampler).
+    pub greedy: bool,
     /// The probability of running to completion, when some trials failed: its logarithm (and a
     /// large penalty below `feasibility::SAFE`) is added to log EI in every score (the gradient
     /// steps of `refine_continuous` ignore it, and their result is kept only if its full score
@@ -106,18 +109,26 @@ impl Acq<'_> {
         self.layout.encode(self.space, &self.space.from_unit(u))
     }
 
-    /// LogEI of many points of the unit cube, weighted by the chance of running.
+    /// LogEI (minus the posterior mean, when greedy) of many points of the unit cube, weighted by
+    /// the chance of running.
     pub fn score(&self, us: &[Vec<f64>]) -> Vec<f64> {
         let feats: Vec<Vec<f64>> = us.iter().map(|u| self.features(u)).collect();
         let logw = self.feas.map(|f| f.log_weight(&feats));
-        let logc = self.cost.map(|c| c.log_weight(&feats));
+        // A refining ask wants the incumbent's last digits, whatever they cost.
+        let logc = self
+            .cost
+            .filter(|_| !self.greedy)
+            .map(|c| c.log_weight(&feats));
         self.post
             .predict(&feats)
             .into_iter()
             .enumerate()
             .map(|(i, (m, v))| {
-                let a = log_ei(m, v, self.best)
-                    + logw.as_ref().map_or(0.0, |w| w[i])
+                let a = if self.greedy {
+                    -m
+                } else {
+                    log_ei(m, v, self.best)
+                } + logw.as_ref().map_or(0.0, |w| w[i])
                     + logc.as_ref().map_or(0.0, |c| c[i]);
                 if a.is_nan() { f64::NEG_INFINITY } else { a }
             })
@@ -283,7 +294,7 @@ fn grid_neighbours(
     out
 }
 
-/// argmin's view: minimise -LogEI over `y`, with `u_i = 0.5 + 0.5 sin(y_i)` for the refined
+/// argmin's view: minimise -LogEI (or the posterior mean, when greedy) over `y`, with `u_i = 0.5 + 0.5 sin(y_i)` for the refined
 /// coordinates and the rest of `base` fixed.
 struct AcqProblem<'a, 'b> {
     acq: &'a Acq<'b>,
@@ -311,6 +322,15 @@ impl AcqProblem<'_, '_> {
             f[c] = u[self.idx[k]];
         }
         let (mu, var, dmu, dvar) = self.acq.post.predict_grad(&f, &self.cols);
+        if self.acq.greedy {
+            let g: Vec<f64> = (0..self.idx.len())
+                .map(|k| dmu[k] * 0.5 * y[k].cos())
+                .collect();
+            if !mu.is_finite() || g.iter().any(|x| !x.is_finite()) {
+                return Err(ArgminError::msg("non-finite mean"));
+            }
+            return Ok((mu, g));
+        }
         let s = var.sqrt();
         let z = (self.acq.best - mu) / s;
         let (lh, dlh) = log_h(z);

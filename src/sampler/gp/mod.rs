@@ -92,6 +92,9 @@ pub struct GpSampler {
     theta: Option<Vec<f64>>,
     /// Each objective's last fitted hyper-parameters, on a multi-objective study.
     thetas: Vec<Option<Vec<f64>>>,
+    /// Set while the sampler answers a scalarisation of a multi-objective study (ParEGO), which
+    /// has no one incumbent to refine ([`EXPLOIT_EVERY`]).
+    scalarised: bool,
 }
 
 impl GpSampler {
@@ -100,6 +103,7 @@ impl GpSampler {
             opts,
             theta: None,
             thetas: Vec::new(),
+            scalarised: false,
         }
     }
 }
@@ -155,6 +159,25 @@ const HELD_RADIUS: f64 = 0.25;
 /// benchmark problem's mean score by more than a point (BENCHMARKS.md, "An improvement margin
 /// once the incumbent has a twin").
 const EI_MARGIN: f64 = 0.01;
+
+/// Every this many asks (from trial [`EXPLOIT_FROM`] on, when no value is held), the ask
+/// refines the incumbent instead of maximising log EI: it minimises the posterior mean within
+/// [`EXPLOIT_RADIUS`] of the incumbent (unit cube). Log EI alone, once it has found a good basin,
+/// spends its asks on the other basins and leaves the last digits of the one it found: on branin
+/// a median seed found a regret of 2.3e-4 at trial 14 and never improved on it in the 36 trials
+/// that followed. Measured on the public, extra, trap, failure and noisy problems
+/// (BENCHMARKS.md, "Refining the incumbent"): every 5th ask from trial 20, within 0.03, raised the
+/// mean score @50 of every set but the traps at q = 4 (95.6 to 94.8) and brought branin to 100.0;
+/// from the first model-guided ask on, the scores @25 fell. Not in multi-objective studies, which
+/// have no one incumbent: with it, ParEGO's dtlz2 front lost 2.8 points of hypervolume.
+const EXPLOIT_EVERY: u64 = 5;
+
+/// The first trial number that may be a refining ask ([`EXPLOIT_EVERY`]).
+const EXPLOIT_FROM: u64 = 20;
+
+/// Half-width (unit cube) of the box around the incumbent in which a refining ask minimises the
+/// posterior mean ([`EXPLOIT_EVERY`]).
+const EXPLOIT_RADIUS: f64 = 0.03;
 
 /// Distance (in every feature) under which two trials are twins for [`EI_MARGIN`].
 const TWIN: f64 = 1e-3;
@@ -649,11 +672,22 @@ impl GpSampler {
         // trap problems (80 seeds, 50 trials) this alone raised the mean @50 at q = 4 from 88.9
         // to 91.5 and freed trap_cat5's seed below random's median at q = 1 (BENCHMARKS.md,
         // "Combinations of categoricals").
-        let anchor: Option<&Obs> = holding.as_ref().and_then(|h| {
-            obs.iter()
-                .filter(|o| o.complete && h.matches(&low.key(space, &o.params)))
-                .min_by(|a, b| a.z.total_cmp(&b.z))
-        });
+        // A refining ask (`EXPLOIT_EVERY`) is held the same way, near the incumbent.
+        let n = ctx.trial_number.0;
+        let exploit = holding.is_none()
+            && !self.scalarised
+            && n >= EXPLOIT_FROM
+            && n % EXPLOIT_EVERY == EXPLOIT_EVERY - 1;
+        let anchor: Option<&Obs> = if exploit {
+            Some(incumbent)
+        } else {
+            holding.as_ref().and_then(|h| {
+                obs.iter()
+                    .filter(|o| o.complete && h.matches(&low.key(space, &o.params)))
+                    .min_by(|a, b| a.z.total_cmp(&b.z))
+            })
+        };
+        let radius = if exploit { EXPLOIT_RADIUS } else { HELD_RADIUS };
         let held_anchor: Option<Vec<f64>> = anchor.map(|a| {
             let mut fill = || 0.5;
             to_u(space, &a.params, &mut fill)
@@ -663,6 +697,7 @@ impl GpSampler {
             layout: &layout,
             post: &post,
             best: anchor.map_or(best - margin, |a| a.z),
+            greedy: exploit,
             feas: feas.as_ref(),
             cost: cost.as_ref(),
         };
@@ -677,7 +712,7 @@ impl GpSampler {
                     if free {
                         (0.0, 1.0)
                     } else {
-                        ((a[i] - HELD_RADIUS).max(0.0), (a[i] + HELD_RADIUS).min(1.0))
+                        ((a[i] - radius).max(0.0), (a[i] + radius).min(1.0))
                     }
                 })
                 .collect()
@@ -812,7 +847,10 @@ impl Sampler for GpSampler {
     fn ask(&mut self, ctx: &AskContext<'_>) -> Params {
         if ctx.is_multi() && !self.uses_ehvi(ctx) {
             let index = self.scalarisation_index(ctx);
-            return crate::sampler::multi::parego::ask_at(self, ctx, index);
+            self.scalarised = true;
+            let p = crate::sampler::multi::parego::ask_at(self, ctx, index);
+            self.scalarised = false;
+            return p;
         }
         let n_startup = self
             .opts
