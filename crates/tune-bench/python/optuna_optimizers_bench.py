@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Optuna's side of the trap, failure and noisy problems of `tune bench optimizers --problems
-trap,fail,noisy` (issue 13): Optuna's GPSampler and TPESampler on the same problems and seeds. A
+"""Optuna's side of the public, trap, failure and noisy problems of `tune bench optimizers
+--problems public,trap,fail,noisy` (issue 13): Optuna's GPSampler and TPESampler on the same
+problems and seeds. A
 trial that fails (diverges, runs out of memory, crashes) is told as `TrialState.FAIL`, which is
 how an Optuna user sees a crash (`study.optimize` does the same for an objective that raises,
 with `catch`).
@@ -8,7 +9,7 @@ with `catch`).
     .venv/bin/python crates/tune-bench/python/optuna_optimizers_bench.py --problems trap --seeds 10
 
 The formulas, spaces and constants are those of crates/tune-bench/src/problems.rs
-(`trap_degree3`, `trap_degree5`, `trap_cat_pair`, `trap_cat5`, `fail_diverge`, `fail_oom`,
+(`branin`, `hartmann6`, `rosenbrock4`, `train_surrogate`, `trap_degree3`, `trap_degree5`, `trap_cat_pair`, `trap_cat5`, `fail_diverge`, `fail_oom`,
 `fail_crash`, `branin_noisy`, `hartmann6_noisy`; not `train_surrogate_noisy`), and the figures
 are those of the Rust harness (the noise draws are Python's, not the same numbers):
   - seeds 0 .. S-1 are the samplers' seeds (`seed=` of each sampler);
@@ -226,8 +227,78 @@ def space_hartmann6(t):
     return {f"x{j}": t.suggest_float(f"x{j}", 0.0, 1.0) for j in range(6)}
 
 
+def rosenbrock4(p):
+    x = [p[f"x{j}"] for j in range(4)]
+    return sum(100.0 * (x[i + 1] - x[i] * x[i]) ** 2 + (1.0 - x[i]) ** 2 for i in range(3))
+
+
+def space_rosenbrock4(t):
+    return {f"x{j}": t.suggest_float(f"x{j}", 0.01, 10.0, log=True) for j in range(4)}
+
+
+def softplus(z):
+    return z if z > 30.0 else math.log1p(math.exp(z))
+
+
+def sigmoid(z):
+    return 1.0 / (1.0 + math.exp(-z))
+
+
+def train_surrogate(p):
+    lr, bs, acc, wd = p["lr"], p["batch_size"], p["accumulation"], p["weight_decay"]
+    b = bs * acc
+    r = math.log2(b / 256.0)
+    if p["optimizer"] == "sgd":
+        m = p["momentum"]
+        lr_eff = lr / (1.0 - m)
+        lr_star = 0.1 * 2.0**r
+        wd_star = min(max(5e-4 * lr_star / lr_eff, 0.0), 0.1)
+        extra = 0.02 * math.log10((1.0 - m) / 0.1) ** 2 + 0.015 * math.log10(
+            (wd + 1e-4) / (wd_star + 1e-4)
+        ) ** 2
+        w, base = 0.5, 0.060
+    else:
+        lr_eff = lr
+        lr_star = 2e-3 * 2.0 ** (r / 2.0)
+        wd_w = min(max(0.05 * math.sqrt(1e-3 / lr), 0.0), 0.1)
+        if p["optimizer"] == "adamw":
+            extra = 5.0 * (wd - wd_w) ** 2
+        else:
+            extra = 5.0 * wd_w * wd_w + 0.5 * wd
+        w, base = 0.7, 0.064
+    d = math.log10(lr_eff / lr_star)
+    lr_pen = 0.03 * (d / w) ** 2
+    bs_pen = 0.010 * softplus(1.5 * math.log2(b / 2048.0)) + 0.010 * softplus(
+        1.5 * math.log2(32.0 / b)
+    )
+    bn_pen = 0.008 * softplus(2.0 * math.log2(24.0 / bs))
+    err = base + extra + lr_pen + bs_pen + bn_pen
+    p_div = sigmoid(6.0 * (d - 1.0))
+    return 0.9 * (1.0 - math.exp(-err / 0.9)) * (1.0 - p_div) + 0.9 * p_div
+
+
+def space_train_surrogate(t):
+    p = {
+        "lr": t.suggest_float("lr", 1e-5, 1.0, log=True),
+        "optimizer": t.suggest_categorical("optimizer", ["sgd", "adam", "adamw"]),
+    }
+    if p["optimizer"] == "sgd":
+        p["momentum"] = t.suggest_float("momentum", 0.0, 0.99)
+    p["batch_size"] = t.suggest_int("batch_size", 16, 1024, log=True)
+    p["accumulation"] = t.suggest_int("accumulation", 1, 8)
+    p["weight_decay"] = t.suggest_float("weight_decay", 0.0, 0.1)
+    return p
+
+
+# The public problems (`--problems public`), as in ../shared/bench and problems.rs.
+PUBLIC = ["branin", "hartmann6", "rosenbrock4", "train_surrogate"]
+
 # name, space, formula, optimum (as in problems.rs)
 PROBLEMS = [
+    ("branin", space_branin, branin, 0.397887357729739),
+    ("hartmann6", space_hartmann6, hartmann6, -3.32236801141551),
+    ("rosenbrock4", space_rosenbrock4, rosenbrock4, 0.0),
+    ("train_surrogate", space_train_surrogate, train_surrogate, 0.0600742),
     ("trap_degree3", space_degree3, trap_degree3, 0.15),
     ("trap_degree5", space_degree5, trap_degree5, 0.16),
     ("trap_cat_pair", space_cat_pair, trap_cat_pair, 0.17),
@@ -296,7 +367,8 @@ def main():
     ap.add_argument(
         "--problems",
         default="trap,fail",
-        help="names, or `trap` / `fail` / `noisy` for all the trap / failure / noisy problems",
+        help="names, or `public` / `trap` / `fail` / `noisy` for all the public / trap / failure / "
+        "noisy problems",
     )
     ap.add_argument("--q", type=int, default=1, help="outstanding asks (1: sequential)")
     ap.add_argument("--rand-med", action="append", default=[], metavar="NAME=V1,V2")
@@ -306,6 +378,10 @@ def main():
     wanted = set()
     for w in a.problems.split(","):
         group = [p[0] for p in PROBLEMS if p[0].startswith(w + "_") or p[0].endswith("_" + w)]
+        if w == "public":
+            group = PUBLIC
+        elif any(p[0] == w for p in PROBLEMS):
+            group = [w]
         wanted.update(group or [w])
     given = {}
     for item in a.rand_med:
