@@ -216,14 +216,12 @@ impl LowCard {
     /// How many combinations the always-active categoricals have, when there are at least two
     /// of them and at most [`MAX_COMBOS`] combinations; `None` otherwise.
     pub fn combos(&self) -> Option<usize> {
-        let ps: Vec<&Discrete> = self.params.iter().filter(|d| d.in_combo()).collect();
-        if ps.len() < 2 {
-            return None;
+        let (mut n, mut k) = (0, 1usize);
+        for d in self.params.iter().filter(|d| d.in_combo()) {
+            n += 1;
+            k = k.checked_mul(d.values.len())?;
         }
-        let k = ps
-            .iter()
-            .try_fold(1usize, |a, d| a.checked_mul(d.values.len()))?;
-        (k <= MAX_COMBOS).then_some(k)
+        (n >= 2 && k <= MAX_COMBOS).then_some(k)
     }
 
     /// The combination of a key ([`LowCard::key`]), numbered as [`LowCard::combo_values`]

@@ -391,6 +391,20 @@ fn trap_trial(n: u64, degree: i64, x: f64, y: f64) -> FinishedTrial {
     finished(n, p, Outcome::Complete { value: v })
 }
 
+/// Eight degree-1 trials spread over the square, degree-2 trials at `two`, then three degree-3
+/// trials along y = 0.8.
+fn trap_history(two: &[(f64, f64)]) -> Vec<FinishedTrial> {
+    let mut h: Vec<FinishedTrial> = (0..8)
+        .map(|i| trap_trial(i, 1, (i as f64 + 0.5) / 8.0, 0.1 + 0.1 * i as f64))
+        .collect();
+    for &(x, y) in two {
+        h.push(trap_trial(h.len() as u64, 2, x, y));
+    }
+    let n = h.len() as u64;
+    h.extend((0..3).map(|i| trap_trial(n + i, 3, 0.2 + 0.3 * i as f64, 0.8)));
+    h
+}
+
 #[test]
 fn pending_asks_spread_over_starved_values() {
     // Eight degree-1 trials finished, three asks pending at once: the floor owes degrees 2 and
@@ -429,11 +443,7 @@ fn a_starved_value_s_model_guided_ask_searches_near_that_value_s_best_trial() {
     // the square's corners, where unbounded log EI would send the ask; it stays within
     // `HELD_RADIUS` of degree 2's one trial instead.
     let s = space(TRAP);
-    let mut history: Vec<FinishedTrial> = (0..8)
-        .map(|i| trap_trial(i, 1, (i as f64 + 0.5) / 8.0, 0.1 + 0.1 * i as f64))
-        .collect();
-    history.push(trap_trial(8, 2, 0.55, 0.5));
-    history.extend((0..3).map(|i| trap_trial(9 + i, 3, 0.2 + 0.3 * i as f64, 0.8)));
+    let history = trap_history(&[(0.55, 0.5)]);
     for seed in 0..6 {
         let mut g = GpSampler::new(GpOptions {
             n_startup: Some(2),
@@ -467,16 +477,7 @@ fn a_starved_value_s_model_guided_ask_follows_that_value_s_own_trials() {
     // edge (x = 0.92, where degree 2 scores 1.7). Measured from degree 2's own best, the ask
     // follows the slope its trials show, towards the valley.
     let s = space(TRAP);
-    let mut history: Vec<FinishedTrial> = (0..8)
-        .map(|i| trap_trial(i, 1, (i as f64 + 0.5) / 8.0, 0.1 + 0.1 * i as f64))
-        .collect();
-    for (k, (x, y)) in [(0.744, 0.524), (0.258, 0.830), (0.673, 0.482)]
-        .into_iter()
-        .enumerate()
-    {
-        history.push(trap_trial(8 + k as u64, 2, x, y));
-    }
-    history.extend((0..3).map(|i| trap_trial(11 + i, 3, 0.2 + 0.3 * i as f64, 0.8)));
+    let history = trap_history(&[(0.744, 0.524), (0.258, 0.830), (0.673, 0.482)]);
     for seed in 0..4 {
         let p = fresh_ask(&s, &history, seed);
         assert_eq!(p["degree"], ParamValue::Int(2), "seed {seed}: {p:?}");
