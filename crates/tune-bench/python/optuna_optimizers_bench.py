@@ -290,7 +290,7 @@ def space_train_surrogate(t):
     return p
 
 
-# The public problems (`--problems public`), as in ../shared/bench and problems.rs.
+# The public problems (`--problems public`), as in problems.rs.
 PUBLIC = ["branin", "hartmann6", "rosenbrock4", "train_surrogate"]
 
 # name, space, formula, optimum (as in problems.rs)
