@@ -29,6 +29,25 @@ fn mixed_loss(p: &Params) -> f64 {
     (lr + 2.0).powi(2) + opt + (m - 0.9).powi(2) + 0.01 * (b - 8.0).powi(2)
 }
 
+/// The context of a minimised single-objective ask.
+fn ask_ctx<'a>(
+    s: &'a Space,
+    history: &'a [FinishedTrial],
+    pending: &'a [Params],
+    n: u64,
+    seed: u64,
+) -> AskContext<'a> {
+    AskContext {
+        others: &[],
+        space: s,
+        direction: Direction::Minimize,
+        history,
+        pending,
+        trial_number: TrialNumber(n),
+        seed,
+    }
+}
+
 /// Runs a sampler on `f` for `n` trials, `q` outstanding at once, returning the history.
 fn run(
     s: &Space,
@@ -51,15 +70,7 @@ fn run(
     while history.len() < n {
         while pending.len() < q && (asked as usize) < n {
             let pp: Vec<Params> = pending.iter().map(|p| p.1.clone()).collect();
-            let ctx = AskContext {
-                others: &[],
-                space: s,
-                direction: Direction::Minimize,
-                history: &history,
-                pending: &pp,
-                trial_number: TrialNumber(asked),
-                seed,
-            };
+            let ctx = ask_ctx(s, &history, &pp, asked, seed);
             let p = sampler.ask(&ctx);
             s.validate(&p).expect("proposal is valid");
             assert!(!is_duplicate(&p, &ctx), "duplicate proposal {p:?}");
@@ -223,15 +234,8 @@ fn fresh_ask_pending(
     pending: &[Params],
     seed: u64,
 ) -> Params {
-    GpSampler::default().ask(&AskContext {
-        others: &[],
-        space: s,
-        direction: Direction::Minimize,
-        history,
-        pending,
-        trial_number: TrialNumber((history.len() + pending.len()) as u64),
-        seed,
-    })
+    let n = (history.len() + pending.len()) as u64;
+    GpSampler::default().ask(&ask_ctx(s, history, pending, n, seed))
 }
 
 fn trial(n: u64, x: f64, outcome: Outcome) -> FinishedTrial {
@@ -265,15 +269,7 @@ fn failed_trials_count_as_the_worst_and_pruned_ones_no_better_than_the_median() 
             },
         ),
     ];
-    let ctx = AskContext {
-        others: &[],
-        space: &s,
-        direction: Direction::Minimize,
-        history: &history,
-        pending: &[],
-        trial_number: TrialNumber(6),
-        seed: 0,
-    };
+    let ctx = ask_ctx(&s, &history, &[], 6, 0);
     let obs = observations(&ctx, &Layout::new(&s), Objective::Single)
         .expect("two complete trials are enough");
     let worst = obs[..3]
@@ -419,15 +415,7 @@ fn pending_asks_spread_over_starved_values() {
     });
     let mut pending: Vec<Params> = Vec::new();
     for k in 0..3 {
-        let ctx = AskContext {
-            others: &[],
-            space: &s,
-            direction: Direction::Minimize,
-            history: &history,
-            pending: &pending,
-            trial_number: TrialNumber(8 + k),
-            seed: 4,
-        };
+        let ctx = ask_ctx(&s, &history, &pending, 8 + k, 4);
         pending.push(g.ask(&ctx));
     }
     let degrees: Vec<&ParamValue> = pending.iter().map(|p| &p["degree"]).collect();
@@ -449,15 +437,7 @@ fn a_starved_value_s_model_guided_ask_searches_near_that_value_s_best_trial() {
             n_startup: Some(2),
             ..GpOptions::default()
         });
-        let ctx = AskContext {
-            others: &[],
-            space: &s,
-            direction: Direction::Minimize,
-            history: &history,
-            pending: &[],
-            trial_number: TrialNumber(12),
-            seed,
-        };
+        let ctx = ask_ctx(&s, &history, &[], 12, seed);
         let p = g.ask(&ctx);
         assert_eq!(p["degree"], ParamValue::Int(2), "seed {seed}: {p:?}");
         let (x, y) = (p["x"].as_f64().unwrap(), p["y"].as_f64().unwrap());
@@ -644,15 +624,7 @@ fn run_gp_timed(
     let mut g = GpSampler::new(opts);
     let mut history: Vec<FinishedTrial> = Vec::new();
     for k in 0..n as u64 {
-        let ctx = AskContext {
-            others: &[],
-            space: s,
-            direction: Direction::Minimize,
-            history: &history,
-            pending: &[],
-            trial_number: TrialNumber(k),
-            seed,
-        };
+        let ctx = ask_ctx(s, &history, &[], k, seed);
         let p = g.ask(&ctx);
         let (outcome, seconds) = match f(&p) {
             Some(value) => (Outcome::Complete { value }, dur(&p)),
@@ -1013,15 +985,7 @@ fn every_fifth_ask_refines_the_incumbent_that_log_ei_has_left_behind() {
         let mut h = history.clone();
         let mut g = GpSampler::default();
         for n in 35..50u64 {
-            let p = g.ask(&AskContext {
-                others: &[],
-                space: &s,
-                direction: Direction::Minimize,
-                history: &h,
-                pending: &[],
-                trial_number: TrialNumber(n),
-                seed,
-            });
+            let p = g.ask(&ask_ctx(&s, &h, &[], n, seed));
             let (x0, x1) = (p["x0"].as_f64().unwrap(), p["x1"].as_f64().unwrap());
             if n % EXPLOIT_EVERY == EXPLOIT_EVERY - 1 {
                 let inc = h
@@ -1243,15 +1207,7 @@ fn the_fit_of_a_noisy_objective_finds_its_noise() {
     let mut g = GpSampler::default();
     let mut history: Vec<FinishedTrial> = Vec::new();
     for n in 0..40u64 {
-        let ctx = AskContext {
-            others: &[],
-            space: &s,
-            direction: Direction::Minimize,
-            history: &history,
-            pending: &[],
-            trial_number: TrialNumber(n),
-            seed: 3,
-        };
+        let ctx = ask_ctx(&s, &history, &[], n, 3);
         let p = g.ask(&ctx);
         let (x, y) = (p["x"].as_f64().unwrap(), p["y"].as_f64().unwrap());
         let e: f64 = noise.sample(StandardNormal);
