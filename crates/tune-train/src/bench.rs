@@ -186,7 +186,7 @@ fn tune_once(
         {
             return Err("the benchmark diverged".into());
         }
-        s.apply();
+        s.apply().map_err(|e| e.to_string())?;
         Ok(())
     };
     let sync = || {
@@ -401,6 +401,22 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     } else {
         None
     };
+    // Every model's training set must hold one batch, checked before anything runs.
+    for m in &o.models {
+        let (set, context) = match (&text, m) {
+            (Some(t), ModelKind::Transformer) => (t, Some(TRANSFORMER.2)),
+            _ => (&ds, None),
+        };
+        let samples = data::samples_in(set.train.len(), context);
+        if samples < o.batch {
+            return Err(format!(
+                "--batch {}: larger than the {} model's training set ({samples} {})",
+                o.batch,
+                m.as_str(),
+                context.map_or("samples".to_string(), |c| format!("windows of {c} tokens"))
+            ));
+        }
+    }
     let configs: Vec<(ModelKind, Amp)> = o
         .models
         .iter()
@@ -540,5 +556,27 @@ mod tests {
             BenchOptions::from_args(&args(&["--device", "cuda:0", "--no-python"])).expect("valid");
         let e = run(&o).expect_err("no CUDA here");
         assert!(e.contains("./scripts/setup.sh --cuda"), "{e}");
+    }
+
+    #[test]
+    fn a_batch_larger_than_a_model_s_training_set_is_refused_before_anything_runs() {
+        // The vendored text holds a few hundred windows of 128 bytes: a batch of 4096 is more
+        // than that (the Fashion-MNIST or digits set of the MLP is not asked about first).
+        let o = BenchOptions::from_args(&args(&[
+            "--models",
+            "transformer",
+            "--batch",
+            "4096",
+            "--steps",
+            "1",
+            "--no-python",
+        ]))
+        .expect("valid");
+        let e = run(&o).expect_err("too large a batch");
+        assert!(
+            e.starts_with("--batch 4096: larger than the transformer model's training set ("),
+            "{e}"
+        );
+        assert!(e.contains("windows of 128 tokens"), "{e}");
     }
 }

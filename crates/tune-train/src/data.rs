@@ -724,6 +724,14 @@ impl Loader {
         }
     }
 
+    /// Training samples in one epoch: rows, or window starts for a language model.
+    pub fn samples(&self) -> i64 {
+        match self {
+            Loader::OnDevice { x, context, .. } => samples_in(x.size()[0], *context),
+            Loader::Streamed(s) => s.samples,
+        }
+    }
+
     /// The next batch and the time spent waiting for it.
     pub fn next_batch(&mut self) -> Result<(Batch, Duration), String> {
         let t0 = Instant::now();
@@ -767,7 +775,7 @@ impl Loader {
 }
 
 /// Samples in a split: rows, or window starts for a language model.
-fn samples_in(n: i64, context: Option<i64>) -> i64 {
+pub fn samples_in(n: i64, context: Option<i64>) -> i64 {
     match context {
         None => n,
         Some(c) => (n - c - 1).max(0) / c,
@@ -886,6 +894,8 @@ pub struct Streamer {
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
     per_epoch: i64,
+    /// Training samples (rows, or windows of a language model).
+    samples: i64,
     error: Arc<Mutex<Option<String>>>,
 }
 
@@ -962,6 +972,7 @@ impl Streamer {
             stop,
             handle,
             per_epoch,
+            samples: n,
             error,
         }
     }
@@ -1127,6 +1138,7 @@ mod tests {
         assert!(matches!(ds.train, Split::Mapped { .. }));
         let mut loader = Loader::new(&ds, Device::Cpu, 16, None, &s, 1);
         assert_eq!(loader.batches_per_epoch(), 5);
+        assert_eq!(loader.samples(), 80);
         for _ in 0..12 {
             let (b, _) = loader.next_batch().expect("a batch");
             assert_eq!(b.x.size(), vec![16, 3]);

@@ -45,8 +45,10 @@ pub enum TrainEvent {
 pub struct Session {
     pub vs: nn::VarStore,
     model: Box<dyn ModuleT>,
-    pub opt: nn::Optimizer,
+    pub opt: optim::Optimizer,
     scaler: Option<GradScaler>,
+    /// fp16 steps skipped for overflowing gradients, counted on the device.
+    skipped: Tensor,
     amp: Amp,
     device: Device,
     task: Task,
@@ -84,10 +86,11 @@ impl Session {
         let vs = nn::VarStore::new(device);
         let model = models::build(&vs.root(), h, task, sample_shape)?;
         models::prepare(&vs, h);
-        let opt = optim::build(&vs, h, lr)?;
         let params = vs.trainable_variables();
+        let opt = optim::build(&vs, &params, h, lr)?;
         Ok(Session {
             scaler: (h.amp == Amp::Fp16).then(|| GradScaler::new(device, 65536.0)),
+            skipped: Tensor::zeros([1], (Kind::Float, device)),
             vs,
             model,
             opt,
@@ -126,30 +129,40 @@ impl Session {
     }
 
     /// Applies the accumulated gradients (unscaling, clipping, skipping an fp16 step with
-    /// non-finite gradients) and clears them. Returns whether the step was taken.
-    pub fn apply(&mut self) -> bool {
-        let taken = match &mut self.scaler {
+    /// non-finite gradients) and clears them. With the fused optimizers nothing is read back
+    /// from the device: an fp16 overflow is found, counted and skipped there.
+    pub fn apply(&mut self) -> Result<(), TrainError> {
+        let failed = TrainError::Failed;
+        match &mut self.scaler {
             Some(s) => {
-                let finite = s.unscale(&self.params);
-                if finite {
+                s.unscale_on_device(&self.params).map_err(failed)?;
+                let step = self.opt.skips_on_device() || s.all_finite();
+                if step {
                     if self.clip > 0.0 {
-                        self.opt.clip_grad_norm(self.clip);
+                        optim::clip_grad_norm(&self.params, self.clip).map_err(failed)?;
                     }
-                    self.opt.step();
+                    self.opt.step(Some(s.found_inf())).map_err(failed)?;
                 }
+                self.skipped += s.found_inf();
                 s.update();
-                finite
             }
             None => {
                 if self.clip > 0.0 {
-                    self.opt.clip_grad_norm(self.clip);
+                    optim::clip_grad_norm(&self.params, self.clip).map_err(failed)?;
                 }
-                self.opt.step();
-                true
+                self.opt.step(None).map_err(failed)?;
             }
-        };
-        self.opt.zero_grad();
-        taken
+        }
+        self.opt.zero_grad(&self.params);
+        Ok(())
+    }
+
+    /// fp16 steps skipped so far for overflowing gradients (reads the device's count).
+    pub fn skipped_steps(&self) -> u64 {
+        if self.scaler.is_none() {
+            return 0;
+        }
+        self.skipped.double_value(&[0]) as u64
     }
 
     /// Mean loss and accuracy over the validation set (evaluation mode, no gradients).
@@ -268,7 +281,7 @@ fn train_inner(
         return Err(TrainError::Failed(format!(
             "batch_size × accumulation = {} is larger than the training set ({} samples)",
             h.effective_batch(),
-            loader.batches_per_epoch() * h.batch_size
+            loader.samples()
         )));
     }
     let total_steps = h.epochs.map(|e| e as u64 * steps_per_epoch as u64);
@@ -295,10 +308,12 @@ fn train_inner(
     let mut train_time = Duration::ZERO;
     let mut wait = Duration::ZERO;
     let mut interval_samples = 0i64;
-    let mut loss_sum = Tensor::zeros([], (Kind::Float, device));
-    let mut loss_steps = 0u64;
-    let mut skipped = 0u64;
-    let mut nonfinite_run = 0u64;
+    // The interval's finite losses, their count, and how many steps in a row have had a
+    // non-finite loss, all kept on the device and read every `check_every` steps.
+    let zero = || Tensor::zeros([], (Kind::Float, device));
+    let mut loss_sum = zero();
+    let mut loss_steps = zero();
+    let mut nonfinite_run = zero();
     let mut step = 0u64;
     let mut last_reported = 0u64;
     let mut lr = schedule.lr(0.0);
@@ -320,32 +335,27 @@ fn train_inner(
             Ok(b)
         };
         let loss = s.accumulate(&mut next, k)?;
-        let check = (step + 1).is_multiple_of(check_every) || h.amp == Amp::Fp16;
-        if check {
-            let v = loss.double_value(&[]);
-            if !v.is_finite() {
-                let what = if v.is_nan() { "NaN" } else { "infinite" };
-                // With fp16 an overflowing forward pass is the scaler's business: the step is
-                // skipped and the scale backs off. Only a run of them is divergence.
-                nonfinite_run += 1;
-                if h.amp != Amp::Fp16 || nonfinite_run > 20 {
-                    return Err(TrainError::Diverged {
-                        step: step + 1,
-                        what,
-                    });
-                }
-            } else {
-                nonfinite_run = 0;
-                loss_sum += &loss;
-                loss_steps += 1;
+        let finite = loss.isfinite();
+        loss_sum += loss.where_self(&finite, &zero());
+        loss_steps += finite.to_kind(Kind::Float);
+        nonfinite_run = (&nonfinite_run + 1.0) * finite.logical_not().to_kind(Kind::Float);
+        if (step + 1).is_multiple_of(check_every) {
+            // With fp16 an overflowing forward pass is the scaler's business: the step is
+            // skipped and the scale backs off. Only a run of them is divergence.
+            let run = nonfinite_run.double_value(&[]);
+            if run > 0.0 && (h.amp != Amp::Fp16 || run > 20.0) {
+                let what = if loss.double_value(&[]).is_nan() {
+                    "NaN"
+                } else {
+                    "infinite"
+                };
+                return Err(TrainError::Diverged {
+                    step: step + 1,
+                    what,
+                });
             }
-        } else {
-            loss_sum += &loss;
-            loss_steps += 1;
         }
-        if !s.apply() {
-            skipped += 1;
-        }
+        s.apply()?;
         step += 1;
         interval_samples += h.effective_batch();
         let end = total_steps.is_some_and(|t| step >= t);
@@ -358,8 +368,9 @@ fn train_inner(
         train_time += t0.elapsed();
 
         if report {
-            let train_loss = if loss_steps > 0 {
-                loss_sum.double_value(&[]) / loss_steps as f64
+            let counted = loss_steps.double_value(&[]);
+            let train_loss = if counted > 0.0 {
+                loss_sum.double_value(&[]) / counted
             } else {
                 f64::NAN
             };
@@ -387,7 +398,7 @@ fn train_inner(
             );
             m.insert("data_wait".into(), wait.as_secs_f64() / secs.max(1e-9));
             m.insert("lr".into(), lr);
-            m.insert("skipped_steps".into(), skipped as f64);
+            m.insert("skipped_steps".into(), s.skipped_steps() as f64);
             let peak = if device.is_cuda() {
                 crate::cuda::peak_allocated_mb(device)
             } else {
@@ -401,8 +412,8 @@ fn train_inner(
             train_time = Duration::ZERO;
             wait = Duration::ZERO;
             interval_samples = 0;
-            loss_sum = Tensor::zeros([], (Kind::Float, device));
-            loss_steps = 0;
+            loss_sum = zero();
+            loss_steps = zero();
         }
     }
     if device.is_cuda() && step > last_reported {
@@ -418,11 +429,9 @@ fn train_inner(
         let mut m = BTreeMap::new();
         m.insert("epoch".into(), step as f64 / steps_per_epoch as f64);
         insert_progress(&mut m, h.epochs, progress_at(step, start.elapsed()));
-        if loss_steps > 0 {
-            m.insert(
-                "train_loss".into(),
-                loss_sum.double_value(&[]) / loss_steps as f64,
-            );
+        let counted = loss_steps.double_value(&[]);
+        if counted > 0.0 {
+            m.insert("train_loss".into(), loss_sum.double_value(&[]) / counted);
         }
         m.insert("val_loss".into(), val_loss);
         m.insert("val_acc".into(), val_acc);
@@ -432,7 +441,7 @@ fn train_inner(
             m.insert("data_wait".into(), wait.as_secs_f64() / secs);
         }
         m.insert("lr".into(), lr);
-        m.insert("skipped_steps".into(), skipped as f64);
+        m.insert("skipped_steps".into(), s.skipped_steps() as f64);
         on_event(TrainEvent::Report(Report { step, metrics: m }));
     }
     Ok(())
@@ -617,6 +626,27 @@ mod tests {
             })
             .collect();
         assert_eq!(epochs, [[1.0, 2.0, 0.5], [2.0, 2.0, 1.0]]);
+    }
+
+    #[test]
+    fn a_batch_larger_than_the_training_set_fails_the_trial_and_says_how_many_samples_there_are() {
+        let _rng = crate::torch_rng_lock();
+        let t = digits_trial(
+            "lr = 0.01",
+            r#"batch_size = { type = "int", low = 16, high = 4096 }"#,
+        );
+        let mut p = Params::new();
+        p.insert("batch_size".into(), ParamValue::Int(2048));
+        let (r, reports) = run(&t, &p, 1);
+        assert!(reports.is_empty());
+        match r {
+            // 10% of 1 797 held out: 1 617 training samples.
+            Err(TrainError::Failed(e)) => assert_eq!(
+                e,
+                "batch_size × accumulation = 2048 is larger than the training set (1617 samples)"
+            ),
+            other => panic!("expected a failed trial, got {other:?}"),
+        }
     }
 
     #[test]

@@ -119,16 +119,28 @@ impl GradScaler {
         loss * &self.scale.to_kind(loss.kind())
     }
 
-    /// Unscales the gradients in place and says whether they are all finite.
+    /// Unscales the gradients in place and says whether they are all finite (a sync).
     pub fn unscale(&mut self, params: &[Tensor]) -> bool {
+        self.unscale_on_device(params).is_ok() && self.all_finite()
+    }
+
+    /// Unscales the gradients in place and flags a non-finite one in [`found_inf`], in one
+    /// multi-tensor kernel, without reading anything back.
+    ///
+    /// [`found_inf`]: GradScaler::found_inf
+    pub fn unscale_on_device(&mut self, params: &[Tensor]) -> Result<(), String> {
         let _ = self.found_inf.zero_();
         let inv = self.scale.reciprocal();
-        for p in params {
-            let mut g = p.grad();
-            if g.defined() {
-                g.internal_amp_non_finite_check_and_unscale(&mut self.found_inf, &inv);
-            }
-        }
+        crate::optim::unscale(params, &self.found_inf, &inv)
+    }
+
+    /// 1 where the last unscaled gradients held an inf or NaN, else 0 (on the device).
+    pub fn found_inf(&self) -> &Tensor {
+        &self.found_inf
+    }
+
+    /// Whether the last unscaled gradients were all finite (reads the flag: a sync).
+    pub fn all_finite(&self) -> bool {
         self.found_inf.double_value(&[0]) == 0.0
     }
 
