@@ -316,6 +316,19 @@ mod tests {
     }
 
     #[test]
+    fn a_libtorch_error_in_the_shim_comes_back_as_an_error_not_an_abort() {
+        let p = Tensor::from_slice(&[1.0f32, 2.0]).set_requires_grad(true);
+        p.square().sum(Kind::Float).backward();
+        let inv = Tensor::ones([1], (Kind::Float, Device::Cpu));
+        // The overflow flag must hold one element.
+        let two = Tensor::zeros([2], (Kind::Float, Device::Cpu));
+        let e = unscale(std::slice::from_ref(&p), &two, &inv).expect_err("a bad flag");
+        assert!(e.starts_with("unscaling the gradients: "), "{e}");
+        let one = Tensor::zeros([1], (Kind::Float, Device::Cpu));
+        unscale(std::slice::from_ref(&p), &one, &inv).expect("a good flag");
+    }
+
+    #[test]
     fn clipping_brings_the_global_gradient_norm_down_to_the_limit_and_leaves_a_smaller_one() {
         let a = Tensor::from_slice(&[3.0f32, 0.0]).set_requires_grad(true);
         let b = Tensor::from_slice(&[0.0f32, 4.0]).set_requires_grad(true);

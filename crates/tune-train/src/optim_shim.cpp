@@ -22,6 +22,21 @@ void set_error(char* err, int len, const char* msg) {
   err[len - 1] = '\0';
 }
 
+// Runs `f`, turning a C++ exception into -1 and its message in `err` (0 when `f` returns).
+template <typename F>
+int guarded(char* err, int err_len, F&& f) {
+  try {
+    f();
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(err, err_len, e.what());
+    return -1;
+  } catch (...) {
+    set_error(err, err_len, "unknown C++ exception");
+    return -1;
+  }
+}
+
 // The defined gradients of `params`, grouped by dtype (the multi-tensor kernels want one).
 std::map<at::ScalarType, std::vector<at::Tensor>> grads_by_dtype(at::Tensor** params, int n) {
   std::map<at::ScalarType, std::vector<at::Tensor>> out;
@@ -45,7 +60,7 @@ int tune_fused_adam(at::Tensor** params, at::Tensor** exp_avgs, at::Tensor** exp
                     at::Tensor** steps, int n, double lr, double beta1, double beta2,
                     double weight_decay, double eps, int decoupled, at::Tensor* found_inf,
                     char* err, int err_len) {
-  try {
+  return guarded(err, err_len, [&] {
     c10::NoGradGuard no_grad;
     std::map<at::ScalarType, std::vector<std::vector<at::Tensor>>> groups;
     for (int i = 0; i < n; i++) {
@@ -75,59 +90,38 @@ int tune_fused_adam(at::Tensor** params, at::Tensor** exp_avgs, at::Tensor** exp
         at::_foreach_sub_(g[4], back);
       }
     }
-    return 0;
-  } catch (const std::exception& e) {
-    set_error(err, err_len, e.what());
-    return -1;
-  } catch (...) {
-    set_error(err, err_len, "unknown C++ exception");
-    return -1;
-  }
+  });
 }
 
 // Multiplies every defined gradient by `inv_scale` and sets `found_inf` to 1 where one holds an
 // inf or NaN, in one multi-tensor kernel per dtype; nothing is read back to the host.
 int tune_amp_unscale(at::Tensor** params, int n, at::Tensor* found_inf, at::Tensor* inv_scale,
                      char* err, int err_len) {
-  try {
+  return guarded(err, err_len, [&] {
     c10::NoGradGuard no_grad;
     for (auto& [dtype, g] : grads_by_dtype(params, n)) {
       at::_amp_foreach_non_finite_check_and_unscale_(g, *found_inf, *inv_scale);
     }
-    return 0;
-  } catch (const std::exception& e) {
-    set_error(err, err_len, e.what());
-    return -1;
-  } catch (...) {
-    set_error(err, err_len, "unknown C++ exception");
-    return -1;
-  }
+  });
 }
 
 // Scales the gradients so that their global 2-norm is at most `max_norm` (coefficient
 // max_norm / (norm + 1e-6), capped at 1), computed and applied on the device.
 int tune_clip_grad_norm(at::Tensor** params, int n, double max_norm, char* err, int err_len) {
-  try {
+  return guarded(err, err_len, [&] {
     c10::NoGradGuard no_grad;
     auto groups = grads_by_dtype(params, n);
     std::vector<at::Tensor> norms;
     for (auto& [dtype, g] : groups) {
       for (auto& x : at::_foreach_norm(g, 2)) norms.push_back(x.to(at::kFloat));
     }
-    if (norms.empty()) return 0;
+    if (norms.empty()) return;
     at::Tensor total = at::linalg_vector_norm(at::stack(norms), 2);
     at::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
     for (auto& [dtype, g] : groups) {
       at::_foreach_mul_(g, coef.to(g.front().scalar_type()));
     }
-    return 0;
-  } catch (const std::exception& e) {
-    set_error(err, err_len, e.what());
-    return -1;
-  } catch (...) {
-    set_error(err, err_len, "unknown C++ exception");
-    return -1;
-  }
+  });
 }
 
 // Drops the gradients (`zero_grad(set_to_none=True)`): the next backward writes them afresh
