@@ -423,9 +423,14 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         .flat_map(|m| o.amps.iter().map(move |a| (*m, *a)))
         .collect();
     println!(
-        "tune bench trainer: {data_name} on {}; batch {}, Adam (torch: foreach), {} timed steps after {} warm-up, best of {} alternating runs; 1 intra-op thread each side",
+        "tune bench trainer: {data_name} on {}; batch {}, Adam (tune: {}; torch: foreach), {} timed steps after {} warm-up, best of {} alternating runs; 1 intra-op thread each side",
         device_arg(o.device),
         o.batch,
+        if o.device.is_cuda() {
+            "fused kernel"
+        } else {
+            "libtorch's loop"
+        },
         o.steps,
         o.warmup,
         o.repeat
