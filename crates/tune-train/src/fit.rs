@@ -336,7 +336,7 @@ fn train_inner(
         };
         let loss = s.accumulate(&mut next, k)?;
         let finite = loss.isfinite();
-        loss_sum += loss.where_self(&finite, &zero());
+        loss_sum += loss.nan_to_num(0.0, 0.0, 0.0);
         loss_steps += finite.to_kind(Kind::Float);
         nonfinite_run = (&nonfinite_run + 1.0) * finite.logical_not().to_kind(Kind::Float);
         if (step + 1).is_multiple_of(check_every) {
