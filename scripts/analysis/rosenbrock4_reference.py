@@ -33,8 +33,7 @@ def warp(y):
 def m52(r2):
     r=np.sqrt(np.maximum(r2,0)); return (1+np.sqrt(5)*r+5/3*r2)*np.exp(-np.sqrt(5)*r)
 class Model:
-    def __init__(s,kind,d): 
-        s.kind=kind; s.d=d
+    def __init__(s,kind,d):
         s.comps=[]
         if kind in('ard','both'): s.comps.append(tuple(range(d)))
         if kind in('add2','both'): s.comps+= list(itertools.combinations(range(d),2))
@@ -56,9 +55,9 @@ class Model:
             pr+=0.5*(th[j]/2)**2; pr+=sum(0.5*((t-np.log(0.5))/1.5)**2 for t in th[j+1:j+1+len(c)]); j+=1+len(c)
         pr+=0.5*((th[-1]+8)/3)**2
         return 0.5*y@a+np.log(np.diag(L)).sum()+pr
-    def fit(s,X,y,th0,rng):
+    def fit(s,X,y,th0):
         starts=[th0] if th0 is not None else []
-        t=[]; 
+        t=[]
         for c in s.comps: t+= [np.log(1.0/len(s.comps))]+[np.log(0.3)]*len(c)
         starts.append(np.array(t+[-6.0]))
         best=None
@@ -70,7 +69,7 @@ class Model:
         s.a=np.linalg.solve(s.L.T,np.linalg.solve(s.L,y)); return s.th
     def post(s,U):
         k=s.K(s.th,U,s.X); mu=k@s.a; v=np.linalg.solve(s.L,k.T)
-        amp=sum(np.exp(s.th[j]) for j in s.offs()) 
+        amp=sum(np.exp(s.th[j]) for j in s.offs())
         var=np.maximum(amp-np.sum(v*v,0),1e-12); return mu,var
     def offs(s):
         o=[];j=0
@@ -81,13 +80,12 @@ def logei(mu,var,best):
     # log(sd*(z*Phi(z)+phi(z)))
     out=np.where(z>-5, np.log(np.maximum(z*norm.cdf(z)+norm.pdf(z),1e-300)), norm.logpdf(z)-2*np.log(np.abs(z)))
     return np.log(sd)+out
-def run(f,d,kind,seed,T=50,ninit=None):
+def run(f,d,kind,seed,T=50,ninit=9):
     rng=np.random.default_rng(seed)
-    ninit=ninit or (d+5 if d<=4 else 9)
     X=qmc.Sobol(d,scramble=True,seed=seed).random(ninit); y=np.array([f(x) for x in X])
     m=Model(kind,d); th=None
     while len(X)<T:
-        z=warp(y); th=m.fit(X,z,th,rng); ib=np.argmin(z); best=z[ib]; n=len(X)
+        z=warp(y); th=m.fit(X,z,th); ib=np.argmin(z); best=z[ib]; n=len(X)
         exploit = n>=20 and n%5==4
         if exploit:
             lo=np.maximum(X[ib]-0.03,0); hi=np.minimum(X[ib]+0.03,1)
