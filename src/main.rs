@@ -5,18 +5,13 @@ use std::process::ExitCode;
 
 use std::path::Path;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 use tune::cli::{Cli, Command};
 use tune::commands::{self, BadInput};
 use tune::storage::StorageUrl;
 
 /// Subcommands, so that `tune STUDY.toml` can mean `tune run STUDY.toml`.
-const SUBCOMMANDS: &[&str] = &[
-    "run", "studies", "trials", "best", "show", "enqueue", "ask-tell", "bench", "help", "worker",
-    "watch", "copy", "delete",
-];
-
 /// The command line as given, copied before a password in it was masked (see
 /// [`hide_passwords`]); `None` where the hook does not run (not glibc).
 static ARGS: std::sync::OnceLock<Vec<std::ffi::OsString>> = std::sync::OnceLock::new();
@@ -79,10 +74,19 @@ fn names_a_study_file(args: &[std::ffi::OsString]) -> bool {
         if w.starts_with('-') {
             continue;
         }
-        return !SUBCOMMANDS.contains(&w)
+        return !is_subcommand(w)
             && (w.ends_with(".toml") || w.contains('/') || Path::new(w).is_file());
     }
     false
+}
+
+/// Whether `word` names a subcommand (or one of its aliases), read from the clap definitions
+/// themselves so that a new subcommand can never be taken for a study file's name.
+fn is_subcommand(word: &str) -> bool {
+    word == "help"
+        || Cli::command()
+            .get_subcommands()
+            .any(|c| c.get_name() == word || c.get_all_aliases().any(|a| a == word))
 }
 
 fn main() -> ExitCode {
@@ -163,5 +167,34 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(line: &str) -> Vec<std::ffi::OsString> {
+        line.split_whitespace().map(Into::into).collect()
+    }
+
+    #[test]
+    fn every_subcommand_and_alias_is_taken_as_one_never_as_a_study_file() {
+        for c in Cli::command().get_subcommands() {
+            for name in std::iter::once(c.get_name()).chain(c.get_all_aliases()) {
+                assert!(is_subcommand(name), "`{name}` is not known as a subcommand");
+                assert!(!names_a_study_file(&words(&format!(
+                    "tune --db x.db {name}"
+                ))));
+            }
+        }
+        assert!(is_subcommand("discard") && is_subcommand("help"));
+    }
+
+    #[test]
+    fn a_toml_file_or_a_path_is_a_study_file() {
+        assert!(names_a_study_file(&words("tune study.toml")));
+        assert!(names_a_study_file(&words("tune --db x.db studies/s.toml")));
+        assert!(!names_a_study_file(&words("tune tirals")));
     }
 }

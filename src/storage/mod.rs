@@ -1,10 +1,17 @@
-//! Storage of studies, trials and reports.
+//! Storage of studies, trials and reports, behind one `Storage` trait with three backends.
 //!
-//! One SQLite file in Optuna's RDB schema (version 12) plus tune's own tables (see
-//! `migrations/`), so Optuna's tools open a tune database unchanged. Several tune processes may
-//! share one file: every write is a `BEGIN IMMEDIATE` transaction under a busy timeout, so
-//! waiting happens where the timeout applies and no "database is locked" reaches the user, and
-//! trial numbers are given out inside such a transaction, exactly once each.
+//! - SQLite (`sqlite`): one file in Optuna's RDB schema (version 12) plus tune's own tables (see
+//!   `migrations/`), so Optuna's tools open a tune database unchanged. Several tune processes may
+//!   share one file: every write is a `BEGIN IMMEDIATE` transaction under a busy timeout, so
+//!   waiting happens where the timeout applies and no "database is locked" reaches the user, and
+//!   trial numbers are given out inside such a transaction, exactly once each.
+//! - PostgreSQL (`postgres`): the same schema on a server, for workers on many machines sharing
+//!   one study; numbers are given out under the study's row lock, liveness by heartbeats.
+//! - Memory (`memory`): the reference the conformance suite holds the other two to, and the
+//!   store of the benchmarks and the pruner testkit.
+//!
+//! What does not belong here: deciding anything (samplers, pruners, the engine) or turning rows
+//! into UI events (`events::replay`).
 
 #[cfg(test)]
 mod conformance;
