@@ -1,7 +1,7 @@
 """rosenbrock4 at 50 evaluations: what other surrogates and local optimisers reach.
 
-Reference numbers for BENCHMARKS.md ("How far the four public problems let the mean go"), not
-part of the product or its tests. It runs on the unit cube of the log-scaled space, like tune:
+Reference numbers for docs/experiments/public-mean-ceiling.md ("How far the four public
+problems let the mean go"), not part of the product or its tests. It runs on the unit cube of the log-scaled space, like tune:
 
   GP loop (ard, add2, both): a NumPy re-implementation of tune's GP ask (the same output warp
   and prior-mean quantile, its own hyper-parameter priors, Matern-5/2, log EI over random and perturbed candidates polished by L-BFGS-B,
