@@ -53,7 +53,7 @@ pub const MAX_GROUPS_REFINED: usize = 6;
 /// is unresolved ([`UNRESOLVED`]). The cap is the
 /// "until evidence says otherwise": a value that had this many trials, half of them spread
 /// evenly over the other parameters, has been seen well enough for the model to judge it.
-/// Measured on the trap and public problems (BENCHMARKS.md): a cap of 6 keeps the public
+/// Measured on the trap and public problems (docs/experiments/gp-mixed-space.md): a cap of 6 keeps the public
 /// mixed problem's score; 9 or no cap frees more trap seeds and costs that problem 4-20 points.
 pub const FLOOR_CAP: usize = 6;
 
@@ -412,7 +412,7 @@ impl LowCard {
 /// whose best is among the best 40% is already competitive (the acquisition tries it on its
 /// own), one whose best is in the worst 30% is clearly bad; in between, the value is plausible
 /// but unresolved, as a trap's winner is while its narrow valley has not been met. Measured on
-/// the trap and public problems (BENCHMARKS.md, "Adaptive floor").
+/// the trap and public problems (docs/experiments/gp-mixed-space.md, "Adaptive floor").
 pub const UNRESOLVED: (f64, f64) = (0.4, 0.7);
 
 /// Complete trials in a row without a better one after which a plateau is left
@@ -423,13 +423,13 @@ pub const STALL: usize = 10;
 /// end a stall. A search that creeps along a plateau, improving by hairs, is still stalled: on
 /// trap_degree5 one seed in 80 crept along degree 1's flat bowl (0.30032, 0.30029, 0.30025 and
 /// 0.300005 at trials 19, 29, 36 and 37), each hair restarting the count, never left it and
-/// ended below random search's median. Measured on the trap problems (80 seeds, 50 trials; BENCHMARKS.md, "Combinations of
+/// ended below random search's median. Measured on the trap problems (80 seeds, 50 trials; docs/experiments/gp-mixed-space.md, "Combinations of
 /// categoricals"): 0.01 and 0.05 both free that seed; 0.05 left the worst seed at 20.1, 0.01 at 3.2.
 pub const STALL_MARGIN: f64 = 0.05;
 
 /// The share of all complete trials' loss span under which the trials of one value (or of one
 /// combination of values) make a plateau. Measured on the trap problems and train_surrogate
-/// (BENCHMARKS.md, "A way off a plateau"): with 0.15 or 0.2 and a stall of 10, the traps' seeds
+/// (docs/experiments/gp-mixed-space.md, "A way off a plateau"): with 0.15 or 0.2 and a stall of 10, the traps' seeds
 /// below random's median fall from 0.205 to 0.057 (q = 1) and from 0.258 to 0.090 (q = 4),
 /// train_surrogate is unchanged; without the plateau condition (every stall leaves the
 /// incumbent's values) train_surrogate lost 19 points.

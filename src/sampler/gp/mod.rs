@@ -137,14 +137,14 @@ const CAP: f64 = 2.5;
 /// the model was most unsure and no better than average (on rosenbrock4, 6 of the 40 trials
 /// after the initial design landed on values above 1e3 where the best was near 2), instead of
 /// following the valley it had found. Measured on the public, trap, extra and failure problems
-/// (BENCHMARKS.md, "A pessimistic prior mean"): 0.8, 0.85 and 0.9 all raise every set's mean
+/// (docs/experiments/gp-prior-mean.md, "A pessimistic prior mean"): 0.8, 0.85 and 0.9 all raise every set's mean
 /// score at 25 and 50 trials; 0.9 also lowers the trap seeds below random's median (80 seeds,
 /// q = 1: 0.02 to 0.01; q = 4: 0.04 to 0.03), where 0.85 raised them to 0.03.
 const PRIOR_MEAN_Q: f64 = 0.9;
 
 /// Half-width (unit cube) of the box around a starved value's best trial in which the
 /// acquisition's half of that value's asks searches. Measured on the trap and mixed problems
-/// (BENCHMARKS.md, "Near the held value's best trial"): 0.15 and 0.25 free as many trap seeds
+/// (docs/experiments/gp-mixed-space.md, "Near the held value's best trial"): 0.15 and 0.25 free as many trap seeds
 /// (0.35 and 0.5 fewer at q = 4); 0.15 cost svm_quantised a seed at -75, 0.25 none.
 const HELD_RADIUS: f64 = 0.25;
 
@@ -156,7 +156,7 @@ const HELD_RADIUS: f64 = 0.25;
 /// x0 = 10 and ended at the floor (-100). Applied always, the margin (0.003 to 0.02 tried) ends
 /// that too but stops short of the last digits of a smooth bowl (the failure-classifier and
 /// cost-model tests lose their precision); held back until a twin appears, it moves no other
-/// benchmark problem's mean score by more than a point (BENCHMARKS.md, "An improvement margin
+/// benchmark problem's mean score by more than a point (docs/experiments/gp-refining.md, "An improvement margin
 /// once the incumbent has a twin").
 const EI_MARGIN: f64 = 0.01;
 
@@ -166,7 +166,7 @@ const EI_MARGIN: f64 = 0.01;
 /// spends its asks on the other basins and leaves the last digits of the one it found: on branin
 /// a median seed found a regret of 2.3e-4 at trial 14 and never improved on it in the 36 trials
 /// that followed. Measured on the public, extra, trap, failure and noisy problems
-/// (BENCHMARKS.md, "Refining the incumbent"): every 5th ask from trial 20, within 0.03, raised the
+/// (docs/experiments/gp-refining.md, "Refining the incumbent"): every 5th ask from trial 20, within 0.03, raised the
 /// mean score @50 of every set but the traps at q = 4 (95.6 to 94.8) and brought branin to 100.0;
 /// from the first model-guided ask on, the scores @25 fell. Not in multi-objective studies, which
 /// have no one incumbent: with it, ParEGO's dtlz2 front lost 2.8 points of hypervolume.
@@ -187,7 +187,7 @@ const TWIN: f64 = 1e-3;
 /// starts alone kept the fit of a noisy objective in its low-noise mode, whose short length
 /// scales chase the noise: on tune-bench's noisy problems (40 seeds, 50 trials) hartmann6 with
 /// noise scored 47.8 at q = 1 and 37.8 at q = 4, below TPE's 54.0 and 58.8; with this start on
-/// every other ask, 72.7 and 59.2 (BENCHMARKS.md, "Noisy objectives"). On every ask it scored
+/// every other ask, 72.7 and 59.2 (docs/experiments/gp-noise.md, "Noisy objectives"). On every ask it scored
 /// 77.3 but doubled the ask time; on every third, 66.7.
 const NOISY_START_LOG_SN2: f64 = -2.3;
 
@@ -670,7 +670,7 @@ impl GpSampler {
         // log EI sends the ask to the box's corners again; against its own best, the ask
         // follows what the value's trials have shown (a local search of that value). On the
         // trap problems (80 seeds, 50 trials) this alone raised the mean @50 at q = 4 from 88.9
-        // to 91.5 and freed trap_cat5's seed below random's median at q = 1 (BENCHMARKS.md,
+        // to 91.5 and freed trap_cat5's seed below random's median at q = 1 (docs/experiments/gp-mixed-space.md,
         // "Combinations of categoricals").
         // A refining ask (`EXPLOIT_EVERY`) is held the same way, near the incumbent.
         let n = ctx.trial_number.0;

@@ -29,7 +29,7 @@ pub struct Nsga2Options {
     /// Sobol trials before the first generation; `None`: the population size.
     pub n_startup: Option<usize>,
     /// Parents kept from the history. Small, because tuning budgets are small: with 50 trials
-    /// Optuna's 50 would leave a single generation (measured in `BENCHMARKS.md`,
+    /// Optuna's 50 would leave a single generation (measured in `docs/experiments/multi-objective.md`,
     /// "Multi-objective").
     pub population_size: usize,
     /// Probability that a child is a crossover of two parents rather than a copy of one.
