@@ -6,11 +6,15 @@
 #      `cargo test -p tune`, with LIBTORCH pointing nowhere;
 #   2. libtorch, then the whole workspace: `cargo build --workspace` (which builds `tune-worker`
 #      beside `tune`) and the trainer's tests, `cargo test --workspace --exclude tune`.
+#   3. the gates: `cargo fmt --check` first (it needs no build), and
+#      `cargo clippy --workspace --all-targets -- -D warnings` last (it needs libtorch).
 #   ./scripts/test.sh            # everything
 #   ./scripts/test.sh space::    # extra arguments go to both `cargo test` runs (a filter)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh --python-tests --postgres
+# Formatting is checked before anything is built: it fails in a second, not after the tests.
+cargo fmt --all -- --check
 # The PostgreSQL tests must run here, never say "skipped": the set-up above installed the server.
 export TUNE_REQUIRE_PG=1
 
@@ -26,3 +30,5 @@ export LIBTORCH="$PWD/.libtorch/torch"
 # build: this build does, and tune-worker beside it.
 cargo build --workspace --quiet
 cargo test --workspace --exclude tune --no-fail-fast "$@" 2>&1
+# Every target of every crate, tests and benchmarks included, without a warning.
+cargo clippy --workspace --all-targets --quiet -- -D warnings
