@@ -362,3 +362,94 @@ fn a_second_sigterm_stops_the_running_trials_records_them_interrupted_and_exits_
     assert_eq!(interrupted, 2, "{who:?}: {trials:#?}");
     assert_eq!(counted(&trials), 0, "{who:?}: {trials:#?}");
 }
+
+/// Floats whose shortest exact text has 16 or 17 significant digits.
+const LONG_FLOATS: [&str; 3] = [
+    "0.30000000000000004",
+    "-1.2345678901234567",
+    "1.0000000000000002",
+];
+
+/// The study of [`LONG_FLOATS`]: each queued, then run, on the database `db`.
+fn run_long_floats(sb: &Sandbox, db: &str) {
+    sb.write("p.toml", &sh_study("digits", 3, 1, "", &["{x}"]));
+    sb.write("trial.sh", "echo \"tune: {\\\"loss\\\": 1}\"\n");
+    for x in LONG_FLOATS {
+        sb.ok(&[
+            "enqueue",
+            "p.toml",
+            "--db",
+            db,
+            "--params",
+            &format!(r#"{{"x": {x}, "k": 1, "c": "a"}}"#),
+        ]);
+    }
+    sb.ok(&["run", "p.toml", "--db", db, "--no-tui"]);
+    let trials = trials_on(sb, db, "digits");
+    let mut xs: Vec<String> = trials
+        .iter()
+        .map(|t| t["params"]["x"].to_string())
+        .collect();
+    xs.sort();
+    let mut want: Vec<String> = LONG_FLOATS.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    assert_eq!(xs, want, "`tune trials --format json` keeps every digit");
+}
+
+#[test]
+fn the_trials_view_keeps_every_digit_of_a_param_with_the_sqlite_tune_bundles() {
+    let sb = Sandbox::new();
+    run_long_floats(&sb, "tune.db");
+    let db = sb.db("tune.db");
+    let mut stmt = db
+        .prepare("SELECT json_extract(params, '$.x') FROM tune_trials_view WHERE study = 'digits'")
+        .expect("the view");
+    let mut got: Vec<String> = stmt
+        .query_map([], |r| r.get::<_, f64>(0))
+        .expect("rows")
+        .map(|x| format!("{:?}", x.expect("a float")))
+        .collect();
+    got.sort();
+    let mut want: Vec<String> = LONG_FLOATS.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    assert_eq!(
+        got, want,
+        "docs/database.md: recent SQLite keeps every digit"
+    );
+    // The exact value is in trial_params whatever SQLite reads it.
+    let exact: Vec<f64> = db
+        .prepare("SELECT param_value FROM trial_params WHERE param_name = 'x'")
+        .expect("trial_params")
+        .query_map([], |r| r.get(0))
+        .expect("rows")
+        .map(|x| x.expect("a float"))
+        .collect();
+    for x in LONG_FLOATS {
+        let x: f64 = x.parse().expect("a float");
+        assert!(
+            exact.iter().any(|e| e.total_cmp(&x).is_eq()),
+            "{x} in {exact:?}"
+        );
+    }
+}
+
+#[test]
+fn the_trials_view_keeps_every_digit_of_a_param_on_postgresql() {
+    let Some((server, url)) = test_server::shared_db() else {
+        return;
+    };
+    let sb = Sandbox::new();
+    run_long_floats(&sb, &url);
+    let name = url.rsplit('/').next().expect("a database name");
+    let out = server
+        .psql(
+            name,
+            "SELECT params->>'x' FROM tune_trials_view WHERE study = 'digits' ORDER BY 1",
+        )
+        .expect("psql");
+    let mut got: Vec<&str> = out.lines().collect();
+    got.sort_unstable();
+    let mut want = LONG_FLOATS.to_vec();
+    want.sort_unstable();
+    assert_eq!(got, want, "docs/database.md: PostgreSQL keeps every digit");
+}
