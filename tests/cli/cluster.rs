@@ -453,3 +453,282 @@ fn the_trials_view_keeps_every_digit_of_a_param_on_postgresql() {
     want.sort_unstable();
     assert_eq!(got, want, "docs/database.md: PostgreSQL keeps every digit");
 }
+
+/// `tune studies --db URL` with the password environment given (nothing inherited).
+fn studies_with(sb: &Sandbox, url: &str, env: &[(&str, String)]) -> Output {
+    let mut c = sb.tune(&["studies", "--db", url]);
+    c.env_remove("PGPASSWORD")
+        .env_remove("PGPASSFILE")
+        .env("HOME", sb.join("home"));
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    output_within(c, PATIENCE)
+}
+
+#[test]
+fn a_password_the_server_asks_for_and_tune_lacks_or_gets_wrong_is_told_with_where_to_put_it() {
+    let Some((server, url)) = test_server::shared_db() else {
+        return;
+    };
+    let sb = Sandbox::new();
+    std::fs::create_dir_all(sb.join("home")).expect("a home");
+    let pw = test_server::PASSWORD;
+    let bare = url.replacen(&format!(":{pw}@"), "@", 1);
+    assert_ne!(bare, url, "the URL had the password");
+    let port = server.port();
+    let db = url.rsplit('/').next().expect("a database name");
+    let pgpass = sb.join("home/.pgpass");
+    let line = format!("127.0.0.1:{port}:{db}:postgres");
+
+    // None anywhere: where tune looked, and what to write where.
+    let out = studies_with(&sb, &bare, &[]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    for says in [
+        "asks for a password for user `postgres`, and none was given",
+        "PGPASSWORD is not set",
+        &format!("{} does not exist", pgpass.display()),
+        &format!("add a line `{line}:PASSWORD` to ~/.pgpass"),
+    ] {
+        assert!(all.contains(says), "{says:?} in:\n{all}");
+    }
+    // A password file without a line for this server, and one that PGPASSFILE names.
+    std::fs::write(&pgpass, "elsewhere:5432:*:*:x\n").expect("a .pgpass");
+    let out = studies_with(&sb, &bare, &[]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    assert!(
+        all.contains(&format!("{} has no line for {line}", pgpass.display())),
+        "{all}"
+    );
+    let other = sb.join("nowhere/pgpass");
+    let out = studies_with(&sb, &bare, &[("PGPASSFILE", other.display().to_string())]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    assert!(
+        all.contains(&format!("{} does not exist", other.display())),
+        "{all}"
+    );
+
+    // A wrong password: where it came from, so the right place gets corrected.
+    std::fs::write(&pgpass, format!("{line}:not-it\n")).expect("a .pgpass");
+    for (env, with) in [
+        (
+            vec![],
+            format!("with the password from {}", pgpass.display()),
+        ),
+        (
+            vec![("PGPASSWORD", "not-it-either".to_string())],
+            "with the password from PGPASSWORD".to_string(),
+        ),
+    ] {
+        let out = studies_with(&sb, &bare, &env);
+        let all = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{all}");
+        assert!(
+            all.contains("password authentication failed for user `postgres`"),
+            "{all}"
+        );
+        assert!(all.contains(&with), "{with:?} in:\n{all}");
+        assert!(!all.contains("not-it"), "a password was printed:\n{all}");
+    }
+    let wrong_in_url = url.replacen(pw, "wrong-one", 1);
+    let out = studies_with(&sb, &wrong_in_url, &[]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    assert!(all.contains("with the password from the URL"), "{all}");
+    assert!(
+        !all.contains("wrong-one"),
+        "the password was printed:\n{all}"
+    );
+
+    // The right line in ~/.pgpass is all a URL without a password needs.
+    std::fs::write(&pgpass, format!("{line}:{pw}\n")).expect("a .pgpass");
+    let out = studies_with(&sb, &bare, &[]);
+    assert!(
+        !text(&out).contains("password"),
+        "the password was found in ~/.pgpass: {}",
+        text(&out)
+    );
+    drop(server);
+}
+
+/// A terminal of its own: a tmux server on a private socket, one session running `shell`.
+struct Term {
+    socket: String,
+}
+
+impl Term {
+    /// `None` (the test then says it skipped) where tmux is not installed.
+    fn start(name: &str, dir: &Path, shell: &str) -> Option<Term> {
+        let socket = format!("tune-cluster-{}-{name}", std::process::id());
+        let ok = Command::new("tmux")
+            .args([
+                "-L",
+                &socket,
+                "new-session",
+                "-d",
+                "-x",
+                "220",
+                "-y",
+                "30",
+                "-c",
+            ])
+            .arg(dir)
+            .arg(shell)
+            .status()
+            .ok()?;
+        assert!(ok.success(), "tmux new-session failed");
+        Some(Term { socket })
+    }
+
+    fn screen(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["-L", &self.socket, "capture-pane", "-p"])
+            .output()
+            .expect("capture-pane runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn wait_for(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let t0 = Instant::now();
+        loop {
+            let s = self.screen();
+            if pred(&s) {
+                return s;
+            }
+            assert!(
+                t0.elapsed() < PATIENCE,
+                "gave up waiting for {what}; the screen:\n{s}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The process the pane's shell started (the `tune` under test).
+    fn child_pid(&self) -> Pid {
+        let out = Command::new("tmux")
+            .args(["-L", &self.socket, "display-message", "-p", "#{pane_pid}"])
+            .output()
+            .expect("display-message runs");
+        let shell = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children"))
+            .unwrap_or_default();
+        let pid: i32 = children
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("the pane's shell {shell} has no child"));
+        Pid::from_raw(pid)
+    }
+}
+
+impl Drop for Term {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .status();
+    }
+}
+
+/// What a line on standard error would look like on top of the UI.
+fn printed_over_the_ui(screen: &str) -> bool {
+    screen.contains("tune: lost the database") || screen.contains("tune: reconnected")
+}
+
+#[test]
+fn a_lost_database_is_told_inside_the_live_ui_of_run_and_watch_and_sigterm_stops_the_ui_run() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("skipped: tmux is not installed (./scripts/setup.sh --python-tests installs it)");
+        return;
+    }
+    // A server of its own: this test stops it.
+    let Some(server) = test_server::pg_or_skip() else {
+        return;
+    };
+    let url = server.create_db("lost");
+    let sb = Sandbox::new();
+    let study = sh_study("lost", 3, 1, "", &["{x}"])
+        .replace("kind = \"command\"", "kind = \"command\"\ngrace = \"1s\"");
+    sb.write("s.toml", &study);
+    sb.write("trial.sh", "sleep 60\necho \"tune: {\\\"loss\\\": $1}\"\n");
+    let bin = tune_bin();
+    let Some(run) = Term::start(
+        "run",
+        sb.path(),
+        &format!("env -u TUNE_DB {bin} run s.toml --db '{url}'; echo EXIT=$?; sleep 60"),
+    ) else {
+        eprintln!("skipped: tmux could not start");
+        return;
+    };
+    run.wait_for("the live UI with a running trial", |s| {
+        s.contains("1/1 busy")
+    });
+    let watch = Term::start(
+        "watch",
+        sb.path(),
+        &format!("env -u TUNE_DB {bin} watch --study lost --db '{url}'; echo EXIT=$?; sleep 60"),
+    )
+    .expect("tmux starts");
+    watch.wait_for("watch to show the study", |s| {
+        s.contains("lost") && s.contains("watch")
+    });
+
+    // The database goes away: both UIs say so in their footer, never on top of their frame.
+    server.stop().expect("the server stops");
+    let t0 = Instant::now();
+    loop {
+        let (in_run, in_watch) = (run.screen(), watch.screen());
+        let screens = format!("--- run\n{in_run}\n--- watch\n{in_watch}");
+        assert!(
+            !printed_over_the_ui(&screens),
+            "printed on top of the UI:\n{screens}"
+        );
+        if in_run.contains("lost the database (") && in_watch.contains("lost the database (") {
+            break;
+        }
+        assert!(
+            t0.elapsed() < PATIENCE,
+            "the UIs never told of the lost database:\n{screens}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // And back: they say that too.
+    server.start_again().expect("the server starts again");
+    let t0 = Instant::now();
+    loop {
+        let (in_run, in_watch) = (run.screen(), watch.screen());
+        let screens = format!("--- run\n{in_run}\n--- watch\n{in_watch}");
+        assert!(
+            !printed_over_the_ui(&screens),
+            "printed on top of the UI:\n{screens}"
+        );
+        if in_run.contains("reconnected to postgresql://")
+            && in_watch.contains("reconnected to postgresql://")
+        {
+            break;
+        }
+        assert!(
+            t0.elapsed() < PATIENCE,
+            "the UIs never told of the reconnection:\n{screens}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // SIGTERM to `tune run` with its live UI: the UI closes and the running trial is stopped
+    // at once, recorded as interrupted; with no trial complete, the exit status is 1.
+    kill(run.child_pid(), Signal::SIGTERM).expect("SIGTERM");
+    let s = run.wait_for("tune run to exit", |s| s.contains("EXIT="));
+    assert!(s.contains("EXIT=1"), "{s}");
+    let trials = trials_on(&sb, &url, "lost");
+    assert!(
+        trials.iter().any(|t| t["state"] == "failed"
+            && t["error"]
+                .as_str()
+                .is_some_and(|e| e.starts_with("interrupted"))),
+        "{trials:#?}"
+    );
+    assert_eq!(counted(&trials), 0, "{trials:#?}");
+    drop(server);
+}
