@@ -65,7 +65,7 @@ fn shell_scripts(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 #[test]
-fn every_shell_script_and_sbatch_file_in_the_repository_parses_with_bash_n() {
+fn every_shell_script_and_sbatch_file_in_the_repository_parses_with_bash_n_and_passes_shellcheck() {
     let mut scripts = Vec::new();
     shell_scripts(repo(), &mut scripts);
     let names: Vec<String> = scripts
@@ -100,6 +100,17 @@ fn every_shell_script_and_sbatch_file_in_the_repository_parses_with_bash_n() {
         "scripts that do not parse:\n{}",
         broken.join("\n")
     );
+
+    // And ShellCheck, where installed (`./scripts/setup.sh --python-tests` installs it).
+    match Command::new("shellcheck").args(&scripts).output() {
+        Err(_) => eprintln!("skipped: shellcheck is not installed; bash -n only"),
+        Ok(out) => assert!(
+            out.status.success(),
+            "shellcheck:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
 }
 
 /// A directory holding only `tune` (a link to the binary under test), for PATH.
