@@ -20,6 +20,7 @@
 #               any other version is refused with status 2 and the ways out.
 #   .venv/      (with --python-tests --postgres) psycopg2-binary too, for Optuna on PostgreSQL.
 #   tmux        (with --python-tests) for the end-to-end test of the live UI.
+#   ShellCheck  (with --python-tests) for the test that checks every shell script we ship.
 #   postgresql  (with --postgres) Debian's PostgreSQL 15 server binaries and iproute2 (`ip`), for
 #               the tests that start their own throwaway server, alone and in network namespaces.
 #               No cluster is left running: the package's default one is stopped.
@@ -192,6 +193,14 @@ if [ "$WANT_PYTHON_TESTS" = yes ] && ! command -v tmux >/dev/null 2>&1; then
   apt-get install -y -q tmux >/dev/null 2>&1 ||
     { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q tmux >/dev/null 2>&1; } ||
     echo "setup: WARNING: could not install tmux; the UI's end-to-end test will say it was skipped" >&2
+fi
+
+if [ "$WANT_PYTHON_TESTS" = yes ] && ! command -v shellcheck >/dev/null 2>&1; then
+  echo "setup: installing shellcheck (Debian package) for the test of the shipped shell scripts" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q shellcheck >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q shellcheck >/dev/null 2>&1; } ||
+    echo "setup: WARNING: could not install shellcheck; the scripts' test will check them with bash -n only" >&2
 fi
 
 # The quickstart's data: the full Fashion-MNIST from Debian (MIT licence, 31 MB). Not fatal

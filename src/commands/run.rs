@@ -159,7 +159,19 @@ async fn run_async(
     let summary = if ui {
         // The UI steers through its own sender; it stays open after the study ends, until
         // the user leaves, and restores the terminal on every way out.
-        let ui = tokio::spawn(crate::tui::run_live(erx, ctx.clone()));
+        // While the UI owns the terminal, what would go to stderr (the database lost and
+        // retried, say) goes to its footer: a line on stderr would land on top of its frame.
+        let (updates, told) = crate::events::notices::merge(erx);
+        let controls = ctx.clone();
+        let ui = tokio::spawn(async move {
+            let opts = crate::tui::Options {
+                mode: crate::tui::Mode::Live,
+                color: crate::tui::color_allowed(),
+            };
+            let state = crate::tui::terminal::run_updates(updates, Some(controls), opts).await;
+            drop(told);
+            state
+        });
         drop(ctx);
         let summary = scheduler.run(crx).await;
         match ui.await {

@@ -49,7 +49,10 @@ pub fn watch(args: &WatchArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCo
 
 /// The live UI on `study` in the database `db`, read-only, until the user leaves.
 async fn watch_ui(db: &StorageUrl, study: &str, color: bool) -> anyhow::Result<UiState> {
-    let rx = spawn_poller(Poller::open(db, study)?);
+    let polled = spawn_poller(Poller::open(db, study)?);
+    // While the UI owns the terminal, the database lost and retried is told in its footer: a
+    // line on stderr would land on top of its frame.
+    let (rx, told) = crate::events::notices::merge(polled);
     let state = tui::terminal::run_updates(
         rx,
         None,
@@ -58,6 +61,7 @@ async fn watch_ui(db: &StorageUrl, study: &str, color: bool) -> anyhow::Result<U
             color,
         },
     )
-    .await?;
-    Ok(state)
+    .await;
+    drop(told);
+    Ok(state?)
 }

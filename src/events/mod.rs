@@ -7,6 +7,7 @@
 //! stored rows into events happens here ([`replay`]).
 
 pub mod lines;
+pub mod notices;
 pub mod replay;
 
 use std::time::{Duration, SystemTime};

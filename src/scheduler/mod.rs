@@ -607,7 +607,7 @@ impl Scheduler {
 }
 
 /// Diagnostics of the scheduler itself go to standard error, never standard output (which
-/// carries the line output or the UI).
+/// carries the line output or the UI), or to the live UI's footer while it owns the terminal.
 fn tracing_line(msg: &str) {
-    eprintln!("tune: {msg}");
+    crate::notice::tell(msg);
 }

@@ -205,6 +205,26 @@ impl PgServer {
     }
 }
 
+impl PgServer {
+    /// Stops the server (fast: its sessions end) until [`PgServer::start_again`]: a database
+    /// that is gone for as long as a test wants.
+    pub fn stop(&self) -> Result<(), String> {
+        self.ctl(&["-m", "fast", "-w", "stop"]).map(|_| ())
+    }
+
+    /// Starts a server that [`PgServer::stop`] stopped, on the same address and port.
+    pub fn start_again(&self) -> Result<(), String> {
+        let dir = self.dir.path().display().to_string();
+        let log = self.dir.path().join("log").display().to_string();
+        let opts = format!(
+            "-p {} -k {dir} -c listen_addresses={} -c max_connections=300 -c fsync=off",
+            self.port, self.host
+        );
+        self.ctl(&["-l", &log, "-o", &opts, "-w", "start"])
+            .map(|_| ())
+    }
+}
+
 impl Drop for PgServer {
     fn drop(&mut self) {
         let _ = self.ctl(&["-m", "immediate", "stop"]);

@@ -233,17 +233,21 @@ impl PgUrl {
     /// The password: the URL's, else `PGPASSWORD`, else the first matching line of
     /// `PGPASSFILE` or `~/.pgpass` (libpq's rules); `None` when there is none.
     pub fn password(&self) -> Option<String> {
+        self.password_from().map(|(p, _)| p)
+    }
+
+    /// The password and where it came from (for messages, which never show the password).
+    pub fn password_from(&self) -> Option<(String, PasswordFrom)> {
         if let Some(p) = &self.password {
-            return Some(p.clone());
+            return Some((p.clone(), PasswordFrom::Url));
         }
         if let Ok(p) = std::env::var("PGPASSWORD") {
-            return Some(p);
+            return Some((p, PasswordFrom::Env));
         }
-        let file = std::env::var_os("PGPASSFILE")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pgpass")))?;
-        let text = std::fs::read_to_string(file).ok()?;
+        let file = passfile()?;
+        let text = std::fs::read_to_string(&file).ok()?;
         pgpass_lookup(&text, &self.host, self.port, &self.dbname, &self.user)
+            .map(|p| (p, PasswordFrom::File(file)))
     }
 
     /// Whether the host is a Unix socket directory rather than a network address.
@@ -285,6 +289,23 @@ impl fmt::Debug for PgUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "PgUrl({self})")
     }
+}
+
+/// Where a server password was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PasswordFrom {
+    Url,
+    /// `PGPASSWORD`.
+    Env,
+    /// A line of this password file (`PGPASSFILE` or `~/.pgpass`).
+    File(PathBuf),
+}
+
+/// The password file libpq reads: `PGPASSFILE`, else `~/.pgpass`; `None` without a home.
+pub fn passfile() -> Option<PathBuf> {
+    std::env::var_os("PGPASSFILE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pgpass")))
 }
 
 /// A location for messages about a URL that did not parse: the password (between `:` and

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config, NoTls};
 
-use crate::storage::url::{PgUrl, SslMode};
+use crate::storage::url::{PasswordFrom, PgUrl, SslMode, passfile};
 
 /// How long a connection attempt waits for the server before it counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -271,10 +271,7 @@ pub(crate) fn classify(url: &PgUrl, e: &tokio_postgres::Error) -> PgFault {
         let code = db.code();
         let msg = db.message();
         return if *code == SqlState::INVALID_PASSWORD {
-            PgFault::Refused(format!(
-                "password authentication failed for user `{}` at {at} (give the password in the URL, PGPASSWORD or ~/.pgpass)",
-                url.user
-            ))
+            PgFault::Refused(wrong_password(url, &at))
         } else if *code == SqlState::INVALID_CATALOG_NAME {
             PgFault::Refused(format!(
                 "database `{}` does not exist at {at}; create it first (e.g. `createdb -h {} -p {} {}`)",
@@ -297,6 +294,11 @@ pub(crate) fn classify(url: &PgUrl, e: &tokio_postgres::Error) -> PgFault {
     }
     let text = e.to_string();
     let cause = e.source().map(|s| s.to_string()).unwrap_or_default();
+    // The client's own refusal to go on when the server asks for a password it does not have
+    // (tokio-postgres has no error kind for it, only this text).
+    if cause.contains("password missing") && url.password().is_none() {
+        return PgFault::Refused(missing_password(url, &at));
+    }
     if text.contains("TLS") {
         return if cause.contains("does not support TLS") {
             PgFault::Refused(format!(
@@ -322,4 +324,32 @@ pub(crate) fn classify(url: &PgUrl, e: &tokio_postgres::Error) -> PgFault {
         format!("{text}: {cause}")
     };
     PgFault::Refused(format!("{at}: {full}"))
+}
+
+/// The server refused the password: say where it came from, so the user fixes the right place.
+fn wrong_password(url: &PgUrl, at: &str) -> String {
+    let from = match url.password_from().map(|(_, from)| from) {
+        Some(PasswordFrom::Url) => "the password from the URL".to_string(),
+        Some(PasswordFrom::Env) => "the password from PGPASSWORD".to_string(),
+        Some(PasswordFrom::File(f)) => format!("the password from {}", f.display()),
+        None => "no password".to_string(),
+    };
+    format!(
+        "password authentication failed for user `{}` at {at}, with {from}: correct it there (tune takes the URL's password, else PGPASSWORD, else the matching line of ~/.pgpass or PGPASSFILE)",
+        url.user
+    )
+}
+
+/// The server asks for a password and none was found: say where tune looked and how to give one.
+fn missing_password(url: &PgUrl, at: &str) -> String {
+    let line = format!("{}:{}:{}:{}", url.host, url.port, url.dbname, url.user);
+    let file = match passfile() {
+        Some(f) if f.is_file() => format!("{} has no line for {line}", f.display()),
+        Some(f) => format!("{} does not exist", f.display()),
+        None => "there is no ~/.pgpass (HOME is not set)".to_string(),
+    };
+    format!(
+        "the server at {at} asks for a password for user `{}`, and none was given: the URL has none, PGPASSWORD is not set, and {file}. Set PGPASSWORD, or add a line `{line}:PASSWORD` to ~/.pgpass (chmod 600; PGPASSFILE names another file); a password in the URL works too but shows in your shell's history",
+        url.user
+    )
 }

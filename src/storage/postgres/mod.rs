@@ -194,17 +194,17 @@ impl PostgresStorage {
                 match connect::connect(self.rt(), &self.url) {
                     Ok(c) => {
                         if told {
-                            eprintln!("tune: reconnected to {}", self.url);
+                            crate::notice::tell(format!("reconnected to {}", self.url));
                         }
                         self.stmts.clear();
                         *slot = Some(c);
                     }
                     Err(PgFault::Transient(m)) if started.elapsed() < self.retry_window() => {
                         if !told {
-                            eprintln!(
-                                "tune: lost the database ({m}); retrying for up to {} s",
+                            crate::notice::tell(format!(
+                                "lost the database ({m}); retrying for up to {} s",
                                 self.retry_for.as_secs()
-                            );
+                            ));
                             told = true;
                         }
                         drop(slot);
@@ -221,10 +221,10 @@ impl PostgresStorage {
                 Err(e) => match connect::classify(&self.url, &e) {
                     PgFault::Transient(m) if started.elapsed() < self.retry_window() => {
                         if !told {
-                            eprintln!(
-                                "tune: lost the database ({m}); retrying for up to {} s",
+                            crate::notice::tell(format!(
+                                "lost the database ({m}); retrying for up to {} s",
                                 self.retry_for.as_secs()
-                            );
+                            ));
                             told = true;
                         }
                         // A session the server ended is gone; a serialization failure keeps it.
