@@ -307,6 +307,7 @@ impl Storage for Data {
         is_final: bool,
         _metric: &str,
     ) -> Result<(), StorageError> {
+        let report = &*super::text::storable_report(report);
         let location = self.location();
         let s = self.stored_mut(trial)?;
         if !matches!(s.trial.status, TrialStatus::Running { .. }) {
@@ -330,6 +331,7 @@ impl Storage for Data {
         status: &TrialStatus,
         logs: &[PathBuf],
     ) -> Result<(), StorageError> {
+        let status = &*super::text::storable_status(status);
         let location = self.location();
         let s = self.stored_mut(trial)?;
         // Only a running trial may end (see `StorageError::Fenced`).

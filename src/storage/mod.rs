@@ -18,6 +18,7 @@ pub mod copy;
 /// An ephemeral PostgreSQL server, for tests and the storage benchmark.
 #[cfg(any(test, feature = "fixtures"))]
 pub mod test_server;
+pub mod text;
 pub mod url;
 pub mod watch;
 

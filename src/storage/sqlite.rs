@@ -1049,6 +1049,7 @@ impl Storage for SqliteStorage {
         is_final: bool,
         metric: &str,
     ) -> Result<(), StorageError> {
+        let report = super::text::storable_report(report);
         let json = serde_json::to_string(&report.metrics).unwrap_or_else(|_| "{}".into());
         let fenced = self.write(|tx| {
             let running: i64 = tx.query_row(
@@ -1091,6 +1092,7 @@ impl Storage for SqliteStorage {
         logs: &[PathBuf],
     ) -> Result<(), StorageError> {
         let trial_id = trial.0;
+        let status = &*super::text::storable_status(status);
         let super::Ending {
             logs_json: logs,
             error,

@@ -1214,6 +1214,7 @@ impl Storage for PostgresStorage {
         is_final: bool,
         metric: &str,
     ) -> Result<(), StorageError> {
+        let report = super::text::storable_report(report);
         let json = serde_json::to_string(&report.metrics).unwrap_or_else(|_| "{}".into());
         let id = id32(trial.0);
         let objective = (!is_final)
@@ -1255,6 +1256,7 @@ impl Storage for PostgresStorage {
         logs: &[PathBuf],
     ) -> Result<(), StorageError> {
         let id = id32(trial.0);
+        let status = &*super::text::storable_status(status);
         let crate::storage::Ending {
             logs_json: logs,
             error,

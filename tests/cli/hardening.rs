@@ -1,0 +1,168 @@
+//! Faults and abuse from outside, at the binary level: whatever bytes a trial writes are
+//! stored and the study goes on, on SQLite and PostgreSQL alike (a NUL byte, bytes that are
+//! not UTF-8); what cannot be stored or passed to a command is refused before anything is
+//! written; a database password shows in no message, no stored study file and no trial's
+//! environment; an ask-tell session killed with a trial outstanding leaves nothing `running`
+//! for good.
+
+use std::process::Stdio;
+
+use serde_json::Value;
+
+use crate::common::{Sandbox, sh_study, text};
+use crate::postgres::test_server;
+
+/// A trial that writes NUL bytes and bytes that are not UTF-8 everywhere it can: in metric
+/// names (JSON's `\u0000`), in its standard error, and (trial 1) in the stderr tail of a
+/// failure.
+const NUL_SCRIPT: &str = r#"printf 'tune: {"step": 0, "loss": %s, "lo\\u0000ss": 1, "\\u0000": 2}\n' "$1"
+printf 'err\000or \377\376 not utf-8\n' >&2
+[ "$TUNE_TRIAL" = 1 ] && { printf 'dying\000 now\n' >&2; exit 3; }
+printf 'tune: {"final": true, "loss": %s, "x\\u0000y": 3}\n' "$1"
+exit 0
+"#;
+
+/// `tune trials` of study `nul` as JSON, from `db` (a path or a URL).
+fn trials_of(sb: &Sandbox, db: &str, study: &str) -> Vec<Value> {
+    let out = sb.ok(&["trials", "--db", db, "--study", study, "--format", "json"]);
+    match serde_json::from_slice(&out.stdout) {
+        Ok(Value::Array(a)) => a,
+        other => panic!("`tune trials` printed {other:?}: {}", text(&out)),
+    }
+}
+
+/// Runs the NUL-writing study twice against `db` (the second time with a raised budget, as
+/// a rerun) and checks that every trial ended and what they wrote was stored.
+fn nul_bytes_are_stored_and_the_study_goes_on(db: &str) {
+    let sb = Sandbox::new();
+    sb.write("trial.sh", NUL_SCRIPT);
+    for trials in [3, 5] {
+        sb.write("s.toml", &sh_study("nul", trials, 2, "", &["{x}"]));
+        let out = sb.ok(&["run", "s.toml", "--db", db, "--no-tui"]);
+        let all = text(&out);
+        assert!(!all.contains("storage failed"), "{all}");
+        let rows = trials_of(&sb, db, "nul");
+        assert_eq!(rows.len(), trials as usize, "{rows:#?}");
+        for t in &rows {
+            assert_ne!(t["state"], "running", "{t:#}");
+            let failed = t["number"] == 1;
+            assert_eq!(
+                t["state"],
+                if failed { "failed" } else { "complete" },
+                "{t:#}"
+            );
+        }
+        let show = sb.ok(&[
+            "show", "1", "--db", db, "--study", "nul", "--format", "json",
+        ]);
+        let failed: Value = serde_json::from_slice(&show.stdout).expect("`tune show` prints JSON");
+        let shown = failed["log_tail"].as_str().unwrap_or_default();
+        assert!(
+            shown.contains("dying\u{FFFD} now") && shown.contains("err\u{FFFD}or \u{FFFD}\u{FFFD}"),
+            "the stderr tail is stored with U+FFFD for each NUL and bad byte: {failed:#}"
+        );
+        let done = rows.iter().find(|t| t["number"] == 0).expect("trial 0");
+        let metrics = done["metrics"].to_string();
+        assert!(metrics.contains("x\u{FFFD}y"), "{done:#}");
+        assert!(!done.to_string().contains("\\u0000"), "{done:#}");
+        // The warning says where the metric went, in the trial's own log.
+        let logs = logs_under(&sb.join("runs"), "stdout.log");
+        assert!(
+            logs.iter()
+                .any(|l| l.contains("metric name holds a NUL byte")),
+            "{logs:#?}"
+        );
+    }
+}
+
+#[test]
+fn nul_bytes_and_bad_utf8_a_trial_writes_are_stored_on_sqlite_and_the_study_goes_on() {
+    nul_bytes_are_stored_and_the_study_goes_on("tune.db");
+}
+
+#[test]
+fn nul_bytes_and_bad_utf8_a_trial_writes_are_stored_on_postgresql_and_the_study_goes_on() {
+    let Some((server, url)) = test_server::shared_db() else {
+        return;
+    };
+    nul_bytes_are_stored_and_the_study_goes_on(&url);
+    // Nothing stored holds a NUL: PostgreSQL would have refused it, and its JSON views
+    // (`\u0000` in `jsonb`) would fail for every reader.
+    let n = server
+        .psql(
+            test_db(&url),
+            "SELECT COUNT(*) FROM tune_reports_view WHERE metrics::text LIKE '%u0000%'",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(n.trim(), "0");
+    drop(server);
+}
+
+/// The text of every file named `name` under `dir`.
+fn logs_under(dir: &std::path::Path, name: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(logs_under(&p, name));
+        } else if p.file_name().is_some_and(|f| f == name) {
+            out.push(String::from_utf8_lossy(&std::fs::read(&p).unwrap_or_default()).into_owned());
+        }
+    }
+    out
+}
+
+/// The database's name, the last part of its URL.
+fn test_db(url: &str) -> &str {
+    url.rsplit('/').next().expect("a URL with a path")
+}
+
+#[test]
+fn nul_bytes_in_names_and_choices_are_refused_before_anything_is_written() {
+    let sb = Sandbox::new();
+    sb.write("trial.sh", "echo \"tune: {\\\"loss\\\": 1}\"\n");
+    let base = sh_study("ok", 2, 1, "", &["{c}"]);
+    let cases = [
+        (
+            base.replace(r#"choices = ["a", "b"]"#, r#"choices = ["a", "b\u0000c"]"#),
+            "space.c",
+        ),
+        (
+            base.replace(r#"choices = ["a", "b"]"#, r#"choices = ["\u0000"]"#),
+            "space.c",
+        ),
+        (
+            base.replace(r#"name = "ok""#, r#"name = "o\u0000k""#),
+            "study.name",
+        ),
+        (
+            base.replace(r#"metric = "loss""#, r#"metric = "lo\u0000ss""#),
+            "study.metric",
+        ),
+    ];
+    for (study, key) in cases {
+        sb.write("s.toml", &study);
+        let out = sb.run(&["run", "s.toml", "--no-tui"]);
+        let all = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{all}");
+        assert!(all.contains("s.toml") && all.contains("NUL"), "{all}");
+        assert!(
+            all.contains(key)
+                || all.contains(&format!("`{}`", key.rsplit('.').next().unwrap_or(key))),
+            "the message names {key}: {all}"
+        );
+        assert!(!sb.join("tune.db").exists(), "nothing is written: {all}");
+    }
+    // The same space for ask-tell is refused up front too.
+    sb.write(
+        "space.toml",
+        "[space]\nc = { type = \"categorical\", choices = [\"a\\u0000\"] }\n",
+    );
+    let out = sb
+        .tune(&["ask-tell", "--space", "space.toml"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("tune runs");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("NUL"), "{}", text(&out));
+}
