@@ -240,6 +240,14 @@ impl SqliteStorage {
             }
             other => other,
         };
+        // A value too big for SQLite is that write's data, not the database (see
+        // `StorageError::Rejected`).
+        if error.sqlite_error_code() == Some(rusqlite::ErrorCode::TooBig) {
+            return StorageError::Rejected {
+                location: path.display().to_string(),
+                message: error.to_string(),
+            };
+        }
         StorageError::Sqlite {
             path: path.to_path_buf(),
             error,

@@ -166,3 +166,71 @@ fn nul_bytes_in_names_and_choices_are_refused_before_anything_is_written() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("NUL"), "{}", text(&out));
 }
+
+/// Makes the PostgreSQL database `db` refuse, as it refuses a NUL byte (SQLSTATE 22021), any
+/// trial ending whose stderr tail says "poison" and any report with a metric of that name.
+const REFUSE_POISON: &str = r#"
+CREATE FUNCTION refuse_poison_tail() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.log_tail LIKE '%poison%' THEN
+    RAISE EXCEPTION 'poison refused' USING ERRCODE = '22021';
+  END IF;
+  RETURN NEW;
+END $$;
+CREATE FUNCTION refuse_poison_report() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.metrics_json LIKE '%poison%' THEN
+    RAISE EXCEPTION 'poison refused' USING ERRCODE = '22021';
+  END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_poison_tail BEFORE INSERT OR UPDATE ON tune_trials
+  FOR EACH ROW EXECUTE FUNCTION refuse_poison_tail();
+CREATE TRIGGER refuse_poison_report BEFORE INSERT OR UPDATE ON tune_reports
+  FOR EACH ROW EXECUTE FUNCTION refuse_poison_report();
+"#;
+
+#[test]
+fn a_trial_whose_data_the_database_refuses_ends_failed_and_the_study_goes_on() {
+    let Some((server, url)) = test_server::shared_db() else {
+        return;
+    };
+    let sb = Sandbox::new();
+    sb.write(
+        "trial.sh",
+        r#"[ "$TUNE_TRIAL" = 1 ] && { echo poison >&2; exit 3; }
+[ "$TUNE_TRIAL" = 2 ] && echo 'tune: {"step": 0, "loss": 0.5, "poison": 1}'
+echo "tune: {\"step\": 1, \"loss\": $1}"
+"#,
+    );
+    // A first run creates the schema, then the database starts refusing.
+    sb.write("s.toml", &sh_study("refused", 1, 1, "", &["{x}"]));
+    sb.ok(&["run", "s.toml", "--db", &url, "--no-tui"]);
+    server
+        .psql(test_db(&url), REFUSE_POISON)
+        .unwrap_or_else(|e| panic!("{e}"));
+    sb.write("s.toml", &sh_study("refused", 4, 1, "", &["{x}"]));
+    let out = sb.ok(&["run", "s.toml", "--db", &url, "--no-tui"]);
+    let all = text(&out);
+    assert!(!all.contains("storage failed"), "{all}");
+    let rows = trials_of(&sb, &url, "refused");
+    assert_eq!(rows.len(), 4, "{rows:#?}");
+    let state = |n: u64| rows.iter().find(|t| t["number"] == n).expect("trial");
+    for n in [0, 3] {
+        assert_eq!(state(n)["state"], "complete", "{:#}", state(n));
+    }
+    for (n, why) in [
+        (1, "refused what this trial wrote"),
+        (2, "refused a report of this trial"),
+    ] {
+        let t = state(n);
+        assert_eq!(t["state"], "failed", "{t:#}");
+        let error = t["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains(why) && error.contains("poison refused"),
+            "{t:#}"
+        );
+        assert!(!error.starts_with("interrupted"), "not run again: {t:#}");
+    }
+    drop(server);
+}

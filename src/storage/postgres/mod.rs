@@ -218,6 +218,17 @@ impl PostgresStorage {
             let client = slot.as_mut().expect("connected just above");
             match f(client) {
                 Ok(v) => return Ok(v),
+                // The data of this write, not the server: no retry would help.
+                Err(e) if e.as_db_error().is_some_and(|d| is_data_fault(d.code())) => {
+                    let message = e
+                        .as_db_error()
+                        .map(|d| format!("{} (SQLSTATE {})", d.message(), d.code().code()))
+                        .unwrap_or_default();
+                    return Err(StorageError::Rejected {
+                        location: self.location(),
+                        message,
+                    });
+                }
                 Err(e) => match connect::classify(&self.url, &e) {
                     PgFault::Transient(m) if started.elapsed() < self.retry_window() => {
                         if !told {
@@ -356,6 +367,12 @@ impl Drop for PostgresStorage {
 }
 
 /// The applied migrations: 0 on an empty database.
+/// Whether an error is PostgreSQL refusing a value (a data exception, SQLSTATE class 22, or a
+/// size limit, 54000) rather than a fault of the server or the connection.
+fn is_data_fault(code: &tokio_postgres::error::SqlState) -> bool {
+    code.code().starts_with("22") || code.code() == "54000"
+}
+
 fn schema_version(c: &impl GenericClient) -> PgResult<i64> {
     let row = wait(c.query_one(
         "SELECT to_regclass('public.tune_schema_version') IS NOT NULL",
