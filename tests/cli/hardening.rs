@@ -234,3 +234,206 @@ echo "tune: {\"step\": 1, \"loss\": $1}"
     }
     drop(server);
 }
+
+/// A `tune ask-tell` session on study `s` of `db`, driven line by line.
+struct Session {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    lines: std::sync::mpsc::Receiver<String>,
+    stderr: std::sync::mpsc::Receiver<String>,
+}
+
+impl Session {
+    fn start(sb: &Sandbox, db: &str) -> Session {
+        use std::io::BufRead;
+        let mut child = sb
+            .tune(&[
+                "ask-tell",
+                "--space",
+                "space.toml",
+                "--db",
+                db,
+                "--study",
+                "s",
+                "--seed",
+                "3",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tune ask-tell starts");
+        let pipe = |r: Box<dyn std::io::Read + Send>| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(r).lines().map_while(Result::ok) {
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+            rx
+        };
+        let lines = pipe(Box::new(child.stdout.take().expect("piped")));
+        let stderr = pipe(Box::new(child.stderr.take().expect("piped")));
+        Session {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            stderr,
+        }
+    }
+
+    fn send(&mut self, request: &str) -> Value {
+        use std::io::Write;
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        writeln!(stdin, "{request}").expect("write a request");
+        stdin.flush().expect("flush");
+        let line = self
+            .lines
+            .recv_timeout(crate::common::PATIENCE)
+            .unwrap_or_else(|e| panic!("no answer to {request}: {e}"));
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: {line}: {e}"))
+    }
+
+    fn ask(&mut self) -> (u64, Value) {
+        let a = self.send(r#"{"ask": {}}"#);
+        let n = a["trial"].as_u64().unwrap_or_else(|| panic!("{a}"));
+        (n, a["params"].clone())
+    }
+
+    fn tell(&mut self, n: u64, value: f64) {
+        let a = self.send(&format!(
+            r#"{{"tell": {{"trial": {n}, "value": {value}}}}}"#
+        ));
+        assert_eq!(a, serde_json::json!({"ok": true}), "tell {n}");
+    }
+
+    fn kill_9(mut self) {
+        self.child.kill().expect("SIGKILL the session");
+        crate::common::wait_within(&mut self.child, crate::common::PATIENCE);
+    }
+
+    /// Ends input; returns the exit code and what the session wrote on standard error.
+    fn finish(mut self) -> (Option<i32>, String) {
+        drop(self.stdin.take());
+        let status = crate::common::wait_within(&mut self.child, crate::common::PATIENCE);
+        let err: Vec<String> = self.stderr.try_iter().collect();
+        (status.code(), err.join("\n"))
+    }
+}
+
+const ASK_TELL_SPACE: &str = "[space]\nx = { type = \"float\", low = 0.0, high = 1.0 }\nc = { type = \"categorical\", choices = [\"a\", \"b\"] }\n";
+
+/// Kills a session with one trial outstanding (another told), and checks that the next
+/// session recovers it (a dead process on this machine, or, `elsewhere`, one on another machine
+/// silent past the grace), asks its params again, and leaves nothing running.
+fn a_killed_session_is_recovered(db: &str, elsewhere: Option<&dyn Fn(&Sandbox)>) {
+    let sb = Sandbox::new();
+    sb.write("space.toml", ASK_TELL_SPACE);
+    let mut a = Session::start(&sb, db);
+    let (n0, p0) = a.ask();
+    let (n1, _) = a.ask();
+    a.tell(n1, 0.5);
+    a.kill_9();
+    let running = |sb: &Sandbox| -> Vec<u64> {
+        trials_of(sb, db, "s")
+            .iter()
+            .filter(|t| t["state"] == "running")
+            .filter_map(|t| t["number"].as_u64())
+            .collect()
+    };
+    assert_eq!(running(&sb), vec![n0], "the kill left trial {n0} running");
+    if let Some(move_away) = elsewhere {
+        move_away(&sb);
+    }
+
+    let mut b = Session::start(&sb, db);
+    let (n2, p2) = b.ask();
+    assert_eq!(p2, p0, "the recovered trial's params are asked again");
+    assert!(n2 > n1, "a new number for the rerun");
+    assert!(running(&sb) == vec![n2], "{:?}", running(&sb));
+    b.tell(n2, 0.25);
+    let (code, err) = b.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("recovered"), "the session says so: {err}");
+    let rows = trials_of(&sb, db, "s");
+    let t0 = rows.iter().find(|t| t["number"] == n0).expect("trial 0");
+    assert_eq!(t0["state"], "failed", "{t0:#}");
+    let why = t0["error"].as_str().unwrap_or_default();
+    assert!(why.starts_with("interrupted"), "{t0:#}");
+    // SQLite says which of the two it saw; PostgreSQL one reason for both.
+    let said = if elsewhere.is_some() {
+        "no heartbeat"
+    } else {
+        "died"
+    };
+    assert!(
+        why.contains(said) || why.contains("stopped answering"),
+        "{t0:#}"
+    );
+    assert!(running(&sb).is_empty());
+}
+
+#[test]
+fn an_ask_tell_session_killed_with_a_trial_outstanding_is_recovered_by_the_next_on_sqlite() {
+    a_killed_session_is_recovered("tune.db", None);
+}
+
+#[test]
+fn an_ask_tell_session_on_another_machine_silent_past_the_grace_is_recovered() {
+    let elsewhere = |sb: &Sandbox| {
+        let db = sb.db("tune.db");
+        db.execute_batch(
+            "UPDATE tune_workers SET host = 'another-machine', heartbeat = '2000-01-01 00:00:00.000000';
+             UPDATE trial_heartbeats SET heartbeat = '2000-01-01 00:00:00.000000';",
+        )
+        .expect("move the session's worker to another machine, silent since 2000");
+    };
+    a_killed_session_is_recovered("tune.db", Some(&elsewhere));
+}
+
+#[test]
+fn an_ask_tell_session_killed_with_a_trial_outstanding_is_recovered_by_the_next_on_postgresql() {
+    let Some((server, url)) = test_server::shared_db() else {
+        return;
+    };
+    a_killed_session_is_recovered(&url, None);
+    drop(server);
+}
+
+#[test]
+fn a_live_ask_tell_session_stamps_its_heartbeat_and_keeps_its_trials() {
+    let sb = Sandbox::new();
+    sb.write("space.toml", ASK_TELL_SPACE);
+    let mut a = Session::start(&sb, "tune.db");
+    let (n0, _) = a.ask();
+    let beat = || -> String {
+        sb.db("tune.db")
+            .query_row(
+                "SELECT h.heartbeat FROM trial_heartbeats h JOIN trials t USING (trial_id)
+                 WHERE t.number = ?1",
+                [n0 as i64],
+                |r| r.get(0),
+            )
+            .unwrap_or_default()
+    };
+    let first = beat();
+    crate::common::wait_until(crate::common::PATIENCE, "a newer heartbeat", || {
+        let now = beat();
+        !now.is_empty() && now > first
+    });
+    // A second session on the study recovers nothing of a live one.
+    let mut b = Session::start(&sb, "tune.db");
+    let (n1, _) = b.ask();
+    assert_ne!(n1, n0);
+    b.tell(n1, 1.0);
+    a.tell(n0, 2.0);
+    for s in [a, b] {
+        let (code, err) = s.finish();
+        assert_eq!(code, Some(0), "{err}");
+        assert!(!err.contains("recovered"), "{err}");
+    }
+    let rows = trials_of(&sb, "tune.db", "s");
+    assert!(rows.iter().all(|t| t["state"] == "complete"), "{rows:#?}");
+}
