@@ -126,7 +126,7 @@ fn main() -> ExitCode {
             {
                 eprintln!(
                     "error: --db (or TUNE_DB): the directory {} does not exist (create it, or name a database in an existing directory)",
-                    parent.display()
+                    tune::storage::url::redact(&parent.display().to_string())
                 );
                 return ExitCode::from(2);
             }
@@ -155,11 +155,14 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
+            // Every message may quote a location (a study file's line, a path that is a
+            // mistyped URL): no password is printed, however malformed its URL.
+            let hide = tune::storage::url::redact;
             if let Some(bad) = e.downcast_ref::<BadInput>() {
-                eprintln!("error: {bad}");
+                eprintln!("error: {}", hide(&bad.to_string()));
                 ExitCode::from(2)
             } else {
-                eprintln!("error: {e:#}");
+                eprintln!("error: {}", hide(&format!("{e:#}")));
                 ExitCode::from(1)
             }
         }

@@ -166,7 +166,9 @@ impl Storage for Data {
             trials: Vec::new(),
             file: StoredStudyFile {
                 path: new.file.map(|p| p.display().to_string()),
-                text: new.source.map(str::to_string),
+                text: new
+                    .source
+                    .map(|s| super::text::study_file_for_storage(s).into_owned()),
             },
         });
         Ok(row)
@@ -462,7 +464,7 @@ impl Storage for Data {
         if let Some(s) = self.studies.iter_mut().find(|s| s.row.id == study.id) {
             s.file = StoredStudyFile {
                 path: Some(file.display().to_string()),
-                text: Some(text.to_string()),
+                text: Some(super::text::study_file_for_storage(text).into_owned()),
             };
         }
         Ok(())

@@ -730,6 +730,8 @@ impl Storage for SqliteStorage {
             source: config_toml,
             others: _,
         } = *new;
+        let config_toml = config_toml.map(super::text::study_file_for_storage);
+        let config_toml = config_toml.as_deref();
         if let Some(s) = self.find_study(name)? {
             return super::check_same(&self.location(), s, new);
         }
@@ -1174,6 +1176,7 @@ impl Storage for SqliteStorage {
         text: &str,
     ) -> Result<(), StorageError> {
         let f = file.display().to_string();
+        let text = super::text::study_file_for_storage(text);
         self.write(|tx| {
             tx.execute(
                 "UPDATE tune_studies SET study_file = ?1, config_toml = ?2 WHERE study_id = ?3",

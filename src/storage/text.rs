@@ -1,5 +1,6 @@
 //! Text on its way into a database: the one place that decides what of a trial's own output
-//! can be stored, and what a stored study file may keep of a database URL.
+//! can be stored, and what a stored study file may keep of a database URL (no password:
+//! [`study_file_for_storage`]).
 //!
 //! A trial writes what it likes: a NUL byte in its standard error or in a metric's name is
 //! stored by SQLite but refused by PostgreSQL (SQLSTATE 22021, "invalid byte sequence"), which
@@ -66,10 +67,56 @@ pub fn storable_status(status: &TrialStatus) -> Cow<'_, TrialStatus> {
     })
 }
 
+/// A study file's text as a database keeps it: without the password of its `storage` URL.
+/// The database is shared and copied (`tune copy`), and the URL it was reached by is of no use
+/// in it: `tune worker` and `tune run --db` reach it by their own. Only lines that set a
+/// `storage` key are touched, so a trial's command keeps its arguments whatever they hold.
+pub fn study_file_for_storage(source: &str) -> Cow<'_, str> {
+    let sets_storage = |line: &str| {
+        line.split_once('=').is_some_and(|(key, _)| {
+            let key = key.trim().trim_matches('"');
+            key == "storage" || key.ends_with(".storage") || key.ends_with("storage\"")
+        }) || line.contains("storage =") // an inline table: `study = { storage = "…" }`
+    };
+    if !source
+        .lines()
+        .any(|l| sets_storage(l) && !super::url::password_spans(l.as_bytes()).is_empty())
+    {
+        return Cow::Borrowed(source);
+    }
+    let mut out = String::with_capacity(source.len());
+    for line in source.split_inclusive('\n') {
+        if sets_storage(line) {
+            out.push_str(&super::url::without_password(line));
+        } else {
+            out.push_str(line);
+        }
+    }
+    Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::trial::Ran;
+
+    #[test]
+    fn a_stored_study_file_keeps_no_storage_password_and_every_other_line() {
+        let src = "[study]\nname = \"s\"\nstorage = \"postgresql://u:s3cret@h/db?password=x2&sslmode=require\"\n\n[trial]\ncommand = [\"sh\", \"t.sh\", \"password=keep\", \"u:keep@h\"]\n";
+        let out = study_file_for_storage(src);
+        assert_eq!(
+            out,
+            src.replace("u:s3cret@", "u@").replace("password=x2&", "")
+        );
+        assert!(!out.contains("s3cret") && !out.contains("x2"), "{out}");
+        let inline = "study = { name = \"s\", storage = \"postgres://a:b@h/d\" }\n";
+        assert_eq!(
+            study_file_for_storage(inline),
+            "study = { name = \"s\", storage = \"postgres://a@h/d\" }\n"
+        );
+        let clean = "[study]\nstorage = \"tune.db\"\n";
+        assert!(matches!(study_file_for_storage(clean), Cow::Borrowed(_)));
+    }
 
     #[test]
     fn nul_bytes_become_the_replacement_character_and_clean_text_is_not_copied() {

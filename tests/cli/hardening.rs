@@ -437,3 +437,162 @@ fn a_live_ask_tell_session_stamps_its_heartbeat_and_keeps_its_trials() {
     let rows = trials_of(&sb, "tune.db", "s");
     assert!(rows.iter().all(|t| t["state"] == "complete"), "{rows:#?}");
 }
+
+/// Malformed database locations with a password, each of a kind that used to print it or
+/// become a SQLite file named after it.
+const MALFORMED_WITH_PASSWORD: &[&str] = &[
+    "postgresql://u:pw/SECRET@db.example/tune",
+    "postgresql://u:pw?SECRET@db.example/tune",
+    "postgresql://u:SECRET@db.example:notaport/tune",
+    "postgresql:/u:SECRET@db.example/tune",
+    "postgres:u:SECRET@db.example/tune",
+    "host=db.example password=SECRET dbname=tune",
+    "host=db.example password='SEC RET' dbname=tune",
+    "mysql:/u:SECRET@db.example/tune",
+];
+
+/// What is in the sandbox, by name.
+fn files(sb: &Sandbox) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(sb.path())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_malformed_database_url_is_refused_without_its_password_and_creates_no_file() {
+    let sb = Sandbox::new();
+    sb.write("trial.sh", "echo \"tune: {\\\"loss\\\": 1}\"\n");
+    sb.write("s.toml", &sh_study("secret", 1, 1, "", &["{x}"]));
+    let before = files(&sb);
+    for url in MALFORMED_WITH_PASSWORD {
+        let mut tries: Vec<(String, std::process::Output)> = Vec::new();
+        for args in [
+            vec!["run", "s.toml", "--no-tui", "--db", url],
+            vec!["trials", "--db", url],
+            vec!["copy", "--from", url, "--to", "copy.db"],
+            vec!["copy", "--from", "tune.db", "--to", url],
+        ] {
+            tries.push((args.join(" "), sb.run(&args)));
+        }
+        let mut env = sb.tune(&["run", "s.toml", "--no-tui"]);
+        env.env("TUNE_DB", url);
+        tries.push((
+            "TUNE_DB".into(),
+            crate::common::output_within(env, crate::common::PATIENCE),
+        ));
+        sb.write(
+            "k.toml",
+            &sh_study("secret", 1, 1, &format!("storage = {url:?}"), &["{x}"]),
+        );
+        tries.push((
+            "[study] storage".into(),
+            sb.run(&["run", "k.toml", "--no-tui"]),
+        ));
+        for (how, out) in tries {
+            let all = text(&out);
+            assert_eq!(out.status.code(), Some(2), "{url} via {how}: {all}");
+            assert!(
+                !all.contains("SECRET") && !all.contains("SEC RET"),
+                "{url} via {how}: {all}"
+            );
+        }
+        std::fs::remove_file(sb.join("k.toml")).expect("remove k.toml");
+        assert_eq!(files(&sb), before, "{url} created a file");
+    }
+}
+
+#[test]
+fn a_password_in_the_study_file_is_neither_stored_with_it_nor_copied() {
+    let Some((server, url)) = test_server::shared_db() else {
+        return;
+    };
+    let password = test_server::PASSWORD;
+    assert!(
+        url.contains(password),
+        "the test URL carries the password: {url}"
+    );
+    let sb = Sandbox::new();
+    sb.write("trial.sh", "echo \"tune: {\\\"loss\\\": $1}\"\n");
+    let study = sh_study(
+        "stored",
+        2,
+        1,
+        &format!("storage = {url:?}  # with its password"),
+        &["{x}", "password=not-a-db-secret"],
+    );
+    sb.write("s.toml", &study);
+    let out = sb.ok(&["run", "s.toml", "--no-tui"]);
+    assert!(!text(&out).contains(password), "{}", text(&out));
+    let stored = server
+        .psql(test_db(&url), "SELECT config_toml FROM tune_studies")
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!stored.contains(password), "stored verbatim: {stored}");
+    assert!(
+        stored.contains(&url.replace(&format!(":{password}@"), "@")),
+        "the URL is kept, without its password: {stored}"
+    );
+    // The trial's own arguments are the user's, and kept whatever they hold.
+    assert!(stored.contains("password=not-a-db-secret"), "{stored}");
+    // A second run (the file unchanged) and a copy keep it so.
+    sb.ok(&["run", "s.toml", "--no-tui"]);
+    sb.ok(&[
+        "copy", "--from", &url, "--to", "copy.db", "--study", "stored",
+    ]);
+    let copied: String = sb
+        .db("copy.db")
+        .query_row("SELECT config_toml FROM tune_studies", [], |r| r.get(0))
+        .expect("the copied study file");
+    assert!(!copied.contains(password), "copied verbatim: {copied}");
+    // A worker still runs the study from what is stored, by its own URL.
+    let worker = sb.run(&[
+        "worker",
+        "--db",
+        &url,
+        "--study",
+        "stored",
+        "--devices",
+        "cpu",
+    ]);
+    assert!(!text(&worker).contains(password), "{}", text(&worker));
+    drop(server);
+}
+
+#[test]
+fn trials_get_no_database_credentials_unless_the_study_file_passes_them() {
+    let sb = Sandbox::new();
+    sb.write(
+        "trial.sh",
+        "env > \"env-$TUNE_TRIAL.txt\"\necho \"tune: {\\\"loss\\\": 1}\"\n",
+    );
+    let secrets = [
+        ("TUNE_DB", "tune.db"),
+        ("PGPASSWORD", "pw-SECRET"),
+        ("PGPASSFILE", "/nowhere/SECRET-pgpass"),
+    ];
+    sb.write("s.toml", &sh_study("env", 1, 1, "", &["{x}"]));
+    let mut cmd = sb.tune(&["run", "s.toml", "--no-tui"]);
+    cmd.envs(secrets);
+    let out = crate::common::output_within(cmd, crate::common::PATIENCE);
+    assert!(out.status.success(), "{}", text(&out));
+    let env = std::fs::read_to_string(sb.join("env-0.txt")).expect("the trial's environment");
+    for (k, _) in secrets {
+        assert!(!env.contains(&format!("{k}=")), "{k} was passed on:\n{env}");
+    }
+    assert!(env.contains("TUNE_TRIAL=0"), "{env}");
+    // `[trial] env` passes one on purpose.
+    let study = sh_study("env2", 1, 1, "", &["{x}"])
+        .replace("[trial]\n", "[trial]\nenv = { PGPASSWORD = \"given\" }\n");
+    sb.write("s.toml", &study);
+    let mut cmd = sb.tune(&["run", "s.toml", "--no-tui"]);
+    cmd.envs(secrets);
+    let out = crate::common::output_within(cmd, crate::common::PATIENCE);
+    assert!(out.status.success(), "{}", text(&out));
+    let env = std::fs::read_to_string(sb.join("env-0.txt")).expect("the trial's environment");
+    assert!(env.contains("PGPASSWORD=given"), "{env}");
+    assert!(!env.contains("SECRET"), "{env}");
+}

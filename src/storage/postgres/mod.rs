@@ -898,6 +898,9 @@ impl Storage for PostgresStorage {
             Direction::Maximize => "MAXIMIZE",
         };
         let file = new.file.map(|p| p.display().to_string());
+        let source: Option<String> = new
+            .source
+            .map(|s| super::text::study_file_for_storage(s).into_owned());
         self.run(|c| {
             let tx = wait(c.transaction())?;
             // Serialises creators of the same name: the second finds the first's study.
@@ -937,7 +940,7 @@ impl Storage for PostgresStorage {
                         "INSERT INTO tune_studies (study_id, metric, study_file, config_toml, created_at)
                          VALUES ($1, $2, $3, $4, {NOW})"
                     ),
-                    &[&id, &new.metric, &file, &new.source],
+                    &[&id, &new.metric, &file, &source],
                 ))?;
             }
             wait(tx.commit())
@@ -1465,6 +1468,8 @@ impl Storage for PostgresStorage {
         text: &str,
     ) -> Result<(), StorageError> {
         let (sid, f) = (id32(study.id), file.display().to_string());
+        let text = super::text::study_file_for_storage(text);
+        let text: &str = &text;
         self.run(|c| {
             wait(c.execute(
                 "UPDATE tune_studies SET study_file = $1, config_toml = $2 WHERE study_id = $3",
