@@ -96,12 +96,16 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
-            let _ = e.print();
             return match e.kind() {
                 clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    let _ = e.print();
                     ExitCode::SUCCESS
                 }
-                _ => ExitCode::from(2),
+                _ => {
+                    // clap quotes the argument it could not place, which may be a URL.
+                    eprint!("{}", tune::storage::url::redact(&e.render().to_string()));
+                    ExitCode::from(2)
+                }
             };
         }
     };

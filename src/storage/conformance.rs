@@ -684,3 +684,28 @@ fn nul_bytes_in_what_a_trial_wrote_are_stored_as_the_replacement_character() {
         );
     }
 }
+
+#[test]
+fn a_stored_study_file_keeps_no_database_password() {
+    for (name, mut s, _dir) in backends() {
+        let text =
+            "[study]\nstorage = \"postgresql://u:s3cret@h/db?password=p2&sslmode=require\"\n";
+        let row = s
+            .create_or_load_study(&NewStudy {
+                others: &[],
+                name: "x",
+                direction: Direction::Minimize,
+                metric: "loss",
+                file: Some(std::path::Path::new("/w/s.toml")),
+                source: Some(text),
+            })
+            .expect("study");
+        let want = "[study]\nstorage = \"postgresql://u@h/db?sslmode=require\"\n";
+        let f = s.study_file(&row).expect("file");
+        assert_eq!(f.text.as_deref(), Some(want), "{name}: created");
+        s.set_study_file(&row, std::path::Path::new("/w/s.toml"), text)
+            .expect("set");
+        let f = s.study_file(&row).expect("file");
+        assert_eq!(f.text.as_deref(), Some(want), "{name}: updated");
+    }
+}

@@ -476,6 +476,8 @@ fn a_malformed_database_url_is_refused_without_its_password_and_creates_no_file(
             vec!["trials", "--db", url],
             vec!["copy", "--from", url, "--to", "copy.db"],
             vec!["copy", "--from", "tune.db", "--to", url],
+            vec!["trials", "--study", "secret", url],
+            vec![url],
         ] {
             tries.push((args.join(" "), sb.run(&args)));
         }
