@@ -92,6 +92,9 @@ struct Live {
     final_metrics: BTreeMap<String, f64>,
     /// Being stopped already: later reports are stored but not judged.
     stopping: bool,
+    /// Why the database refused one of its reports (see `StorageError::Rejected`): the trial
+    /// then ends failed, saying so, since its result would rest on a report not stored.
+    refused: Option<String>,
 }
 
 impl Live {
@@ -282,6 +285,7 @@ impl Engine {
                 seen: BTreeMap::new(),
                 final_metrics: BTreeMap::new(),
                 stopping: false,
+                refused: None,
             },
         );
         Ok(Some(trial))
@@ -303,8 +307,24 @@ impl Engine {
             return Ok(Decision::Continue);
         };
         let is_final = report.metrics.remove(FINAL_KEY).is_some();
-        self.storage
-            .add_report(id, live.seq, &report, is_final, &self.study.metric)?;
+        match self
+            .storage
+            .add_report(id, live.seq, &report, is_final, &self.study.metric)
+        {
+            Ok(()) => {}
+            // The trial's own data, not the database's fault: the study goes on, and the
+            // trial ends failed with the reason (see `finish`).
+            Err(StorageError::Rejected { message, .. }) => {
+                live.refused.get_or_insert_with(|| {
+                    format!(
+                        "the database refused a report of this trial (step {}): {message}",
+                        report.step
+                    )
+                });
+                return Ok(Decision::Continue);
+            }
+            Err(e) => return Err(e),
+        }
         live.seq += 1;
         live.trial.metrics = report.metrics.clone();
         live.note(&report.metrics, is_final);
@@ -395,6 +415,7 @@ impl Engine {
             seen: BTreeMap::new(),
             final_metrics: BTreeMap::new(),
             stopping: false,
+            refused: None,
         };
         for r in stored {
             live.note(&r.report.metrics, r.is_final);
@@ -513,7 +534,24 @@ impl Engine {
                 ran: ran.clone(),
             },
         };
-        self.storage.finish_trial(id, &status, logs)?;
+        let status = match live.refused.clone() {
+            Some(why) if !status.interrupted() => failed(why),
+            _ => status,
+        };
+        let status = match self.storage.finish_trial(id, &status, logs) {
+            Ok(()) => status,
+            // What the trial wrote (its tail, its reason) was refused: it is recorded failed
+            // without it, so that it neither stays `running` nor stops the study, and is not
+            // run again only to be refused again.
+            Err(StorageError::Rejected { message, .. }) => {
+                let bare = failed(format!(
+                    "the database refused what this trial wrote, so it is stored without it: {message}"
+                ));
+                self.storage.finish_trial(id, &bare, logs)?;
+                bare
+            }
+            Err(e) => return Err(e),
+        };
         let mut trial = live.trial;
         if let Some(c) = self.curves.get_mut(&trial.number.0) {
             if status.interrupted() {

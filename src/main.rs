@@ -100,12 +100,16 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
-            let _ = e.print();
             return match e.kind() {
                 clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    let _ = e.print();
                     ExitCode::SUCCESS
                 }
-                _ => ExitCode::from(2),
+                _ => {
+                    // clap quotes the argument it could not place, which may be a URL.
+                    eprint!("{}", tune::storage::url::redact(&e.render().to_string()));
+                    ExitCode::from(2)
+                }
             };
         }
     };
@@ -130,7 +134,7 @@ fn main() -> ExitCode {
             {
                 eprintln!(
                     "error: --db (or TUNE_DB): the directory {} does not exist (create it, or name a database in an existing directory)",
-                    parent.display()
+                    tune::storage::url::redact(&parent.display().to_string())
                 );
                 return ExitCode::from(2);
             }
@@ -159,11 +163,14 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
+            // Every message may quote a location (a study file's line, a path that is a
+            // mistyped URL): no password is printed, however malformed its URL.
+            let hide = tune::storage::url::redact;
             if let Some(bad) = e.downcast_ref::<BadInput>() {
-                eprintln!("error: {bad}");
+                eprintln!("error: {}", hide(&bad.to_string()));
                 ExitCode::from(2)
             } else {
-                eprintln!("error: {e:#}");
+                eprintln!("error: {}", hide(&format!("{e:#}")));
                 ExitCode::from(1)
             }
         }

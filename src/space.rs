@@ -595,6 +595,18 @@ fn parse_param(name: &str, value: &toml::Value) -> Result<Param, SpaceError> {
                 {
                     return Err(perr(name, format!("choice {f} is not a finite number")));
                 }
+                // A NUL byte cannot be passed to a command (argv and environment end at
+                // one) and PostgreSQL refuses it: refused here, not found by every trial.
+                if let ParamValue::Str(s) = &c
+                    && s.contains('\0')
+                {
+                    return Err(perr(
+                        name,
+                        format!(
+                            "choice {s:?} contains a NUL byte, which no command can be given and no database stores"
+                        ),
+                    ));
+                }
                 if let Some(first) = choices.first()
                     && std::mem::discriminant(first) != std::mem::discriminant(&c)
                 {

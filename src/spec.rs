@@ -160,6 +160,11 @@ fn objectives(s: &RawStudy) -> Result<Vec<Objective>, String> {
                 "key `study.metric`: `{m}` cannot be the objective (name a reported metric such as \"val_loss\")"
             ));
         }
+        if m.contains('\0') {
+            return Err(format!(
+                "key `study.metric`: {m:?} contains a NUL byte, which no report can name"
+            ));
+        }
         if metrics[..i].contains(m) {
             return Err(format!("key `study.metric`: `{m}` is named twice"));
         }
@@ -223,6 +228,12 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
     let s = &raw.study;
     if s.name.trim().is_empty() {
         return Err(err("key `study.name`: must not be empty".into()));
+    }
+    if s.name.contains('\0') {
+        return Err(err(format!(
+            "key `study.name`: {:?} contains a NUL byte, which no database stores",
+            s.name
+        )));
     }
     let objectives = objectives(s).map_err(err)?;
     let (first, others) = objectives.split_first().expect("at least one objective");

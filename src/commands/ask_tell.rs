@@ -50,6 +50,13 @@ pub struct AskTell {
 /// The study name ask-tell uses in memory.
 const IN_MEMORY: &str = "ask-tell";
 
+/// How often a session stamps its outstanding trials as alive, and how long another process
+/// waits for a silent one before recovering it: the defaults of a study file's
+/// `study.heartbeat` and `study.heartbeat_grace`, so a session and `tune run` on one study
+/// judge each other alike.
+const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(2);
+const HEARTBEAT_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+
 impl AskTell {
     /// A session on `storage`, as study `name` (resuming its history when it exists).
     pub fn open(
@@ -79,19 +86,33 @@ impl AskTell {
             space: &space,
             seed,
             budget: None,
-            heartbeat_grace: std::time::Duration::from_secs(60),
+            heartbeat_grace: HEARTBEAT_GRACE,
             pruner: &pruner,
             file: None,
             source: None,
             slots: &["cpu".to_string()],
             enqueue: &[],
         };
-        let engine = Engine::open(
+        let mut engine = Engine::open(
             storage,
             &spec,
             crate::sampler::build(kind),
             crate::pruner::build(&pruner),
         )?;
+        // Trials left `running` by a session (or a run) that died, as `tune run` does: a dead
+        // process on this machine at once, one elsewhere after the grace. Their params are
+        // queued, so the next asks hand them out again.
+        let recovered = engine.recover()?;
+        if !recovered.is_empty() {
+            eprintln!(
+                "tune ask-tell: recovered interrupted trial(s) {} (their params are asked again)",
+                recovered
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         Ok(AskTell {
             engine,
             pending: BTreeMap::new(),
@@ -127,6 +148,12 @@ impl AskTell {
             )?;
         }
         Ok(())
+    }
+
+    /// Stamps the outstanding trials as alive (and recovers other processes' dead ones), so
+    /// that no other process takes them over while their client computes.
+    pub fn heartbeat(&mut self) -> anyhow::Result<()> {
+        Ok(self.engine.heartbeat()?)
     }
 
     /// Answers one request line.
@@ -291,10 +318,32 @@ pub fn ask_tell(args: &AskTellArgs, db: Option<&StorageUrl>) -> anyhow::Result<E
         (None, Some(_)) => return Err(bad("--study needs --db PATH (or TUNE_DB)")),
         _ => AskTell::new(space, kind, args.seed, &directions),
     };
-    let stdin = std::io::stdin();
     let mut out = std::io::stdout().lock();
-    for bytes in stdin.lock().split(b'\n') {
-        let bytes = bytes?;
+    // Input is read on a thread of its own, so that the session stamps its heartbeat while it
+    // waits for the next request (a client may compute for hours between ask and tell).
+    let (tx, rx) = std::sync::mpsc::channel::<std::io::Result<Vec<u8>>>();
+    std::thread::spawn(move || {
+        for bytes in std::io::stdin().lock().split(b'\n') {
+            if tx.send(bytes).is_err() {
+                break;
+            }
+        }
+    });
+    let mut next_beat = std::time::Instant::now() + HEARTBEAT;
+    loop {
+        let now = std::time::Instant::now();
+        if now >= next_beat {
+            // A missed stamp is not fatal: the grace is many heartbeats long.
+            if let Err(e) = at.heartbeat() {
+                eprintln!("tune ask-tell: heartbeat failed: {e:#}");
+            }
+            next_beat = now + HEARTBEAT;
+        }
+        let bytes = match rx.recv_timeout(next_beat.saturating_duration_since(now)) {
+            Ok(bytes) => bytes?,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        };
         // The contract: a request that is not valid gets an error answer and the session
         // goes on; bytes that are not UTF-8 are no exception.
         let Ok(line) = std::str::from_utf8(&bytes) else {

@@ -33,7 +33,12 @@ pub fn copy(args: &CopyArgs) -> anyhow::Result<ExitCode> {
     // name) stops the copy with the destination untouched.
     let dumps = names
         .iter()
-        .map(|n| source.export_study(n).map_err(storage_fault))
+        .map(|n| {
+            source
+                .export_study(n)
+                .map(crate::storage::copy::StudyDump::storable)
+                .map_err(storage_fault)
+        })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut dest = open_copyable(&to, true).map_err(storage_fault)?;
     for d in &dumps {

@@ -354,6 +354,11 @@ async fn run_command(
         cmd.env("TUNE_DEVICE", &job.device)
             .env("CUDA_VISIBLE_DEVICES", "");
     }
+    // A trial needs no way into the study's database: it reports on standard output. Its
+    // credentials stay with tune unless `[trial] env` passes them on purpose (below).
+    for k in super::DB_CREDENTIALS {
+        cmd.env_remove(k);
+    }
     for (k, v) in &spec.env {
         cmd.env(k, v);
     }
@@ -412,6 +417,14 @@ async fn run_command(
                                 .await;
                         }
                         prev_step = Some(r.step);
+                        if r.metrics.keys().any(|k| k.contains('\0')) {
+                            // Said here, where the user looks for what became of a report.
+                            let _ = out_file
+                                .write_all(
+                                    b"tune: warning: a metric name holds a NUL byte; it is stored with U+FFFD in its place\n",
+                                )
+                                .await;
+                        }
                         let _ = reports.send(r);
                         continue;
                     }

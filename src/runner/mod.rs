@@ -18,6 +18,12 @@ use tokio::sync::{mpsc, watch};
 use crate::space::Params;
 use crate::trial::{Report, TrialNumber};
 
+/// The environment variables that carry the study database's location or credentials, which
+/// no trial inherits (docs/command-trials.md): a trial reports on standard output and needs no
+/// way into the database, and a script that logs its environment must not log a password.
+/// `[trial] env` may still set them for a trial that wants them.
+pub const DB_CREDENTIALS: &[&str] = &["TUNE_DB", "PGPASSWORD", "PGPASSFILE"];
+
 /// One trial to run on one slot.
 #[derive(Debug, Clone)]
 pub struct TrialJob {

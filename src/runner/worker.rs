@@ -123,6 +123,9 @@ fn spawn(
         .open(log)
         .map_err(|e| format!("cannot open the log {}: {e}", log.display()))?;
     let mut command = Command::new(exe);
+    for k in super::DB_CREDENTIALS {
+        command.env_remove(k);
+    }
     if let Some(f) = gpu_memory_fraction
         && device.starts_with("cuda")
     {

@@ -615,3 +615,97 @@ fn a_multi_objective_study_keeps_every_objective_and_every_value() {
         );
     }
 }
+
+#[test]
+fn nul_bytes_in_what_a_trial_wrote_are_stored_as_the_replacement_character() {
+    for (name, mut s, _dir) in backends() {
+        let study = study(s.as_mut(), Direction::Minimize, "loss");
+        let w = s.register_worker(&study, &["cpu".into()]).expect("worker");
+        let t = claim(s.as_mut(), &study, w, None, &params(0.1)).expect("a trial");
+        let mut m = BTreeMap::from([("loss".to_string(), 0.5), ("a\0b".to_string(), 1.0)]);
+        s.add_report(t.id, 0, &report(0, "\0", 2.0), false, "loss")
+            .unwrap_or_else(|e| panic!("{name}: a NUL in a metric name: {e}"));
+        s.add_report(
+            t.id,
+            1,
+            &Report {
+                step: 1,
+                metrics: m.clone(),
+            },
+            false,
+            "loss",
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        m.insert("final\0".into(), 3.0);
+        s.add_report(
+            t.id,
+            2,
+            &Report {
+                step: 1,
+                metrics: m,
+            },
+            true,
+            "loss",
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let status = TrialStatus::Failed {
+            reason: "exited\0 with status 1".into(),
+            log_tail: Some("bad\0line\n\0".into()),
+            interrupted: false,
+            ran: Ran::default(),
+        };
+        s.finish_trial(t.id, &status, &[])
+            .unwrap_or_else(|e| panic!("{name}: a NUL in the reason or the tail: {e}"));
+        let back = s.trial(&study, 0).expect("read").expect("trial 0");
+        assert_eq!(
+            back.status.reason(),
+            Some("exited\u{FFFD} with status 1"),
+            "{name}"
+        );
+        assert_eq!(
+            back.status.error().as_deref(),
+            Some("exited\u{FFFD} with status 1\nbad\u{FFFD}line\n\u{FFFD}"),
+            "{name}"
+        );
+        assert_eq!(back.metrics.get("a\u{FFFD}b"), Some(&1.0), "{name}");
+        assert_eq!(back.metrics.get("final\u{FFFD}"), Some(&3.0), "{name}");
+        let reports = s.trial_reports(t.id).expect("reports");
+        assert_eq!(reports.len(), 3, "{name}");
+        assert_eq!(
+            reports[0].report.metrics.get("\u{FFFD}"),
+            Some(&2.0),
+            "{name}"
+        );
+        assert!(
+            reports
+                .iter()
+                .all(|r| r.report.metrics.keys().all(|k| !k.contains('\0'))),
+            "{name}: {reports:?}"
+        );
+    }
+}
+
+#[test]
+fn a_stored_study_file_keeps_no_database_password() {
+    for (name, mut s, _dir) in backends() {
+        let text =
+            "[study]\nstorage = \"postgresql://u:s3cret@h/db?password=p2&sslmode=require\"\n";
+        let row = s
+            .create_or_load_study(&NewStudy {
+                others: &[],
+                name: "x",
+                direction: Direction::Minimize,
+                metric: "loss",
+                file: Some(std::path::Path::new("/w/s.toml")),
+                source: Some(text),
+            })
+            .expect("study");
+        let want = "[study]\nstorage = \"postgresql://u@h/db?sslmode=require\"\n";
+        let f = s.study_file(&row).expect("file");
+        assert_eq!(f.text.as_deref(), Some(want), "{name}: created");
+        s.set_study_file(&row, std::path::Path::new("/w/s.toml"), text)
+            .expect("set");
+        let f = s.study_file(&row).expect("file");
+        assert_eq!(f.text.as_deref(), Some(want), "{name}: updated");
+    }
+}

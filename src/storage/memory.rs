@@ -166,7 +166,9 @@ impl Storage for Data {
             trials: Vec::new(),
             file: StoredStudyFile {
                 path: new.file.map(|p| p.display().to_string()),
-                text: new.source.map(str::to_string),
+                text: new
+                    .source
+                    .map(|s| super::text::study_file_for_storage(s).into_owned()),
             },
         });
         Ok(row)
@@ -307,6 +309,7 @@ impl Storage for Data {
         is_final: bool,
         _metric: &str,
     ) -> Result<(), StorageError> {
+        let report = &*super::text::storable_report(report);
         let location = self.location();
         let s = self.stored_mut(trial)?;
         if !matches!(s.trial.status, TrialStatus::Running { .. }) {
@@ -330,6 +333,7 @@ impl Storage for Data {
         status: &TrialStatus,
         logs: &[PathBuf],
     ) -> Result<(), StorageError> {
+        let status = &*super::text::storable_status(status);
         let location = self.location();
         let s = self.stored_mut(trial)?;
         // Only a running trial may end (see `StorageError::Fenced`).
@@ -460,7 +464,7 @@ impl Storage for Data {
         if let Some(s) = self.studies.iter_mut().find(|s| s.row.id == study.id) {
             s.file = StoredStudyFile {
                 path: Some(file.display().to_string()),
-                text: Some(text.to_string()),
+                text: Some(super::text::study_file_for_storage(text).into_owned()),
             };
         }
         Ok(())

@@ -25,6 +25,7 @@ pub mod copy;
 /// An ephemeral PostgreSQL server, for tests and the storage benchmark.
 #[cfg(any(test, feature = "fixtures"))]
 pub mod test_server;
+pub mod text;
 pub mod url;
 pub mod watch;
 
@@ -597,6 +598,12 @@ pub enum StorageError {
     /// never carries a password.
     #[error("{location}: {message}")]
     Server { location: String, message: String },
+    /// The database refused a value a write carried (PostgreSQL's data exceptions, SQLSTATE
+    /// class 22, and its size limits, 54000; SQLite's "string or blob too big"): a fault of
+    /// that write's data, not of the database, so the engine records the trial without it
+    /// rather than stopping the study (see `Engine::finish`).
+    #[error("{location}: the database refused a value: {message}")]
+    Rejected { location: String, message: String },
     /// A result for a trial that is no longer running: another process declared it
     /// interrupted (its worker was cut off) and queued it again. The result is discarded so
     /// that it neither overwrites the rerun nor counts twice.

@@ -240,6 +240,14 @@ impl SqliteStorage {
             }
             other => other,
         };
+        // A value too big for SQLite is that write's data, not the database (see
+        // `StorageError::Rejected`).
+        if error.sqlite_error_code() == Some(rusqlite::ErrorCode::TooBig) {
+            return StorageError::Rejected {
+                location: path.display().to_string(),
+                message: error.to_string(),
+            };
+        }
         StorageError::Sqlite {
             path: path.to_path_buf(),
             error,
@@ -722,6 +730,8 @@ impl Storage for SqliteStorage {
             source: config_toml,
             others: _,
         } = *new;
+        let config_toml = config_toml.map(super::text::study_file_for_storage);
+        let config_toml = config_toml.as_deref();
         if let Some(s) = self.find_study(name)? {
             return super::check_same(&self.location(), s, new);
         }
@@ -1049,6 +1059,7 @@ impl Storage for SqliteStorage {
         is_final: bool,
         metric: &str,
     ) -> Result<(), StorageError> {
+        let report = super::text::storable_report(report);
         let json = serde_json::to_string(&report.metrics).unwrap_or_else(|_| "{}".into());
         let fenced = self.write(|tx| {
             let running: i64 = tx.query_row(
@@ -1091,6 +1102,7 @@ impl Storage for SqliteStorage {
         logs: &[PathBuf],
     ) -> Result<(), StorageError> {
         let trial_id = trial.0;
+        let status = &*super::text::storable_status(status);
         let super::Ending {
             logs_json: logs,
             error,
@@ -1164,6 +1176,7 @@ impl Storage for SqliteStorage {
         text: &str,
     ) -> Result<(), StorageError> {
         let f = file.display().to_string();
+        let text = super::text::study_file_for_storage(text);
         self.write(|tx| {
             tx.execute(
                 "UPDATE tune_studies SET study_file = ?1, config_toml = ?2 WHERE study_id = ?3",

@@ -114,6 +114,19 @@ impl StorageUrl {
         if text.trim().is_empty() {
             return Err(err("the storage is empty; name a file or a URL".into()));
         }
+        // Neither is a file: taken as a SQLite path, each would create a file named after a
+        // server, and maybe its password.
+        if let Some(scheme) = url_scheme(text) {
+            return Err(err(format!(
+                "`{scheme}:` starts a URL, but not one tune reads (a PostgreSQL URL is `postgresql://USER@HOST:PORT/DBNAME`, with two slashes); a file whose name starts so is `./{}`",
+                redact(text)
+            )));
+        }
+        if let Some(key) = libpq_keyword(text) {
+            return Err(err(format!(
+                "this is a libpq keyword string (`{key}=…`), which tune does not read; write it as a URL, `postgresql://USER@HOST:PORT/DBNAME?sslmode=…`, with the password in PGPASSWORD or ~/.pgpass (a file whose name starts so is `./NAME`)"
+            )));
+        }
         Ok(StorageUrl::Sqlite(base.join(text)))
     }
 
@@ -308,64 +321,197 @@ pub fn passfile() -> Option<PathBuf> {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pgpass")))
 }
 
-/// A location for messages about a URL that did not parse: the password (between `:` and
-/// `@` of the authority, or a `password=` parameter) replaced by `***`.
+/// `text` for a message: every password in it replaced by `***` (see [`password_spans`]). For
+/// a location that did not parse, and for any message that may quote one.
 pub fn redact(text: &str) -> String {
-    let mut out = text.to_string();
-    if let Some(scheme_end) = out.find("://") {
-        let auth_start = scheme_end + 3;
-        let auth_end = out[auth_start..]
-            .find(['/', '?'])
-            .map_or(out.len(), |i| auth_start + i);
-        if let Some(at) = out[auth_start..auth_end].rfind('@') {
-            let userinfo = &out[auth_start..auth_start + at];
-            if let Some(colon) = userinfo.find(':') {
-                let from = auth_start + colon + 1;
-                let to = auth_start + at;
-                out.replace_range(from..to, "***");
-            }
+    let spans = password_spans(text.as_bytes());
+    if spans.is_empty() {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for r in spans {
+        // Spans are sorted and end on ASCII delimiters or the end, so these are char
+        // boundaries; a span that is not (it cannot be) is masked whole all the same.
+        let (from, to) = (r.start.max(at), r.end);
+        if from > to || !text.is_char_boundary(from) || !text.is_char_boundary(to) {
+            continue;
         }
+        out.push_str(&text[at..from]);
+        out.push_str("***");
+        at = to;
     }
-    if let Some(i) = out.find("password=") {
-        let from = i + "password=".len();
-        let to = out[from..].find('&').map_or(out.len(), |j| from + j);
-        out.replace_range(from..to, "***");
-    }
+    out.push_str(&text[at..]);
     out
 }
 
-/// Where passwords stand in a command-line argument that holds a URL: the byte ranges of
-/// `PW` in `scheme://user:PW@host` and in `password=PW`, for masking in place.
+/// The scheme of a text that starts like a URL, `scheme:/…` (two characters or more, so no
+/// drive letter) or `postgresql:…` without slashes, when it is not one tune reads (those are
+/// parsed before this is asked).
+fn url_scheme(text: &str) -> Option<&str> {
+    let (scheme, rest) = text.split_once(':')?;
+    let b = scheme.as_bytes();
+    (b.len() >= 2
+        && b[0].is_ascii_alphabetic()
+        && b.iter().all(|&c| scheme_char(c))
+        && (rest.starts_with('/')
+            || scheme.eq_ignore_ascii_case("postgresql")
+            || scheme.eq_ignore_ascii_case("postgres")))
+    .then_some(scheme)
+}
+
+/// The connection keywords of libpq's `key=value …` strings that a location could start with.
+const LIBPQ_KEYWORDS: &[&str] = &[
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "passfile",
+    "sslmode",
+    "sslrootcert",
+    "connect_timeout",
+    "application_name",
+    "service",
+    "options",
+    "target_session_attrs",
+];
+
+/// The first libpq keyword of a text that is a libpq keyword string (`host=h dbname=d …`):
+/// some word of it is `KEYWORD=…`, optionally with spaces around `=`.
+fn libpq_keyword(text: &str) -> Option<&'static str> {
+    let squeezed = text.replace(" =", "=").replace("= ", "=");
+    squeezed.split_whitespace().find_map(|word| {
+        let (k, _) = word.split_once('=')?;
+        LIBPQ_KEYWORDS
+            .iter()
+            .find(|kw| kw.eq_ignore_ascii_case(k))
+            .copied()
+    })
+}
+
+/// Whether `b` may be part of a URL scheme (RFC 3986: a letter, then letters, digits, `+`, `-`
+/// and `.`).
+fn scheme_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')
+}
+
+/// Where passwords stand in `arg` (a command-line argument, a location, a message), for
+/// masking in place: sorted, disjoint byte ranges. Malformed URLs count, since a typo is no
+/// reason to show a password:
+/// - `PW` in `scheme:[//]user:PW@host…`, up to the last `@` before the next whitespace, so a
+///   password with a `/`, `?`, `@` or `:` in it, or a scheme with one slash, is covered whole;
+/// - the value of every `password=PW` (any case, so `PGPASSWORD=` too; spaces around `=`
+///   allowed), up to `&` or whitespace, or the quoted `'…'` value of a libpq keyword string.
 pub fn password_spans(arg: &[u8]) -> Vec<std::ops::Range<usize>> {
     let mut out = Vec::new();
-    let find = |hay: &[u8], needle: &[u8], from: usize| {
-        hay.get(from..)?
-            .windows(needle.len())
-            .position(|w| w == needle)
-            .map(|i| i + from)
-    };
-    if let Some(scheme_end) = find(arg, b"://", 0) {
-        let auth_start = scheme_end + 3;
-        let auth_end = arg[auth_start..]
+    // URLs: a scheme of two or more characters at the start of a word, then `:`.
+    let mut i = 0;
+    while i < arg.len() {
+        let word_start = i == 0 || !scheme_char(arg[i - 1]);
+        if !(word_start && arg[i].is_ascii_alphabetic()) {
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        while j < arg.len() && scheme_char(arg[j]) {
+            j += 1;
+        }
+        if j - i < 2 || arg.get(j) != Some(&b':') {
+            i = j.max(i + 1);
+            continue;
+        }
+        let mut auth = j + 1;
+        while arg.get(auth) == Some(&b'/') {
+            auth += 1;
+        }
+        let end = arg[auth..]
             .iter()
-            .position(|&b| b == b'/' || b == b'?')
-            .map_or(arg.len(), |i| auth_start + i);
-        let auth = &arg[auth_start..auth_end];
-        if let Some(at) = auth.iter().rposition(|&b| b == b'@')
-            && let Some(colon) = auth[..at].iter().position(|&b| b == b':')
+            .position(u8::is_ascii_whitespace)
+            .map_or(arg.len(), |k| auth + k);
+        if let Some(at) = arg[auth..end].iter().rposition(|&b| b == b'@')
+            && let Some(colon) = arg[auth..auth + at].iter().position(|&b| b == b':')
         {
-            out.push(auth_start + colon + 1..auth_start + at);
+            out.push(auth + colon + 1..auth + at);
+        }
+        i = end;
+    }
+    // `password=` values.
+    let lower = arg.to_ascii_lowercase();
+    let mut from = 0;
+    while let Some(k) = lower
+        .get(from..)
+        .and_then(|h| h.windows(8).position(|w| w == b"password"))
+    {
+        let mut v = from + k + 8;
+        while arg.get(v).is_some_and(|&b| b == b' ' || b == b'\t') {
+            v += 1;
+        }
+        if arg.get(v) != Some(&b'=') {
+            from = from + k + 8;
+            continue;
+        }
+        v += 1;
+        while arg.get(v).is_some_and(|&b| b == b' ' || b == b'\t') {
+            v += 1;
+        }
+        let end = if arg.get(v) == Some(&b'\'') {
+            // libpq: a quoted value, `\'` and `\\` escaped inside.
+            let mut e = v + 1;
+            while e < arg.len() && arg[e] != b'\'' {
+                e += if arg[e] == b'\\' { 2 } else { 1 };
+            }
+            (e + 1).min(arg.len())
+        } else {
+            arg[v..]
+                .iter()
+                .position(|&b| b == b'&' || b.is_ascii_whitespace())
+                .map_or(arg.len(), |e| v + e)
+        };
+        if end > v {
+            out.push(v..end);
+        }
+        from = end.max(from + k + 8);
+    }
+    out.sort_by_key(|r| r.start);
+    // Disjoint: a `password=` inside a URL's masked userinfo merges with it.
+    let mut merged: Vec<std::ops::Range<usize>> = Vec::with_capacity(out.len());
+    for r in out {
+        match merged.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => merged.push(r),
         }
     }
-    let mut from = 0;
-    while let Some(i) = find(arg, b"password=", from) {
-        let start = i + b"password=".len();
-        let end = arg[start..]
-            .iter()
-            .position(|&b| b == b'&')
-            .map_or(arg.len(), |j| start + j);
-        out.push(start..end);
-        from = end;
+    merged
+}
+
+/// `text` with every password of [`password_spans`] taken out, not masked, so that what is
+/// left still reads as a location: `scheme://user:PW@host` becomes `scheme://user@host`, and a
+/// `password=PW` parameter goes with its `&` (or the `?` before it when it was alone).
+pub fn without_password(text: &str) -> String {
+    let mut out = text.to_string();
+    for r in password_spans(text.as_bytes()).into_iter().rev() {
+        let b = out.as_bytes();
+        let (mut from, mut to) = (r.start, r.end);
+        let before = out[..from].to_ascii_lowercase();
+        let key = before.trim_end_matches([' ', '\t']);
+        if let Some(key) = key.strip_suffix('=')
+            && key.trim_end_matches([' ', '\t']).ends_with("password")
+        {
+            let k = key.trim_end_matches([' ', '\t']).len() - "password".len();
+            from = k;
+            if b.get(to) == Some(&b'&') {
+                to += 1;
+            } else if from > 0 && matches!(b[from - 1], b'&' | b'?') {
+                from -= 1;
+            }
+        } else if from > 0 && b[from - 1] == b':' {
+            from -= 1;
+        }
+        if out.is_char_boundary(from) && out.is_char_boundary(to) {
+            out.replace_range(from..to, "");
+        }
     }
     out
 }
@@ -469,6 +615,74 @@ mod tests {
         let m = e.to_string();
         assert!(m.contains(why), "{m}");
         assert!(!m.contains(":pw@"), "{m}");
+    }
+
+    #[rstest]
+    #[case("postgresql://u:pa/ss@h/db", "pa/ss")]
+    #[case("postgresql://u:pa?ss@h/db", "pa?ss")]
+    #[case("postgresql:/u:s3cret@h/db", "s3cret")]
+    #[case("postgres:u:s3cret@h/db", "s3cret")]
+    #[case("postgresql://u:s3cret@h:notaport/db", "s3cret")]
+    #[case("host=h password=s3cret dbname=d", "s3cret")]
+    #[case("host=h password = 's3 cret' dbname=d", "cret")]
+    #[case("dbname=d PASSWORD=s3cret", "s3cret")]
+    fn malformed_urls_and_keyword_strings_are_refused_without_their_password(
+        #[case] text: &str,
+        #[case] password: &str,
+    ) {
+        let m = parse(text)
+            .map(|u| u.to_string())
+            .unwrap_or_else(|e| e.to_string());
+        assert!(!m.contains(password), "{m}");
+        assert!(parse(text).is_err(), "{m}");
+        assert!(!redact(text).contains(password), "{}", redact(text));
+        assert!(!redact(&format!("error: `{text}`: bad")).contains(password));
+    }
+
+    #[test]
+    fn an_at_sign_in_the_password_is_read_and_never_shown() {
+        let u = parse("postgresql://u:p@ss@h/db").expect("a valid URL");
+        let StorageUrl::Postgres(pg) = &u else {
+            panic!("not postgres")
+        };
+        assert_eq!(pg.password().as_deref(), Some("p@ss"));
+        assert!(!u.to_string().contains("p@ss"));
+        assert_eq!(
+            redact("x postgresql://u:p@ss@h/db y"),
+            "x postgresql://u:***@h/db y"
+        );
+    }
+
+    #[rstest]
+    #[case("postgresql://u:pw@h:5/db", "postgresql://u@h:5/db")]
+    #[case(
+        "postgresql://u:p/w@h/db?sslmode=require",
+        "postgresql://u@h/db?sslmode=require"
+    )]
+    #[case(
+        "postgresql://u@h/db?password=pw&sslmode=require",
+        "postgresql://u@h/db?sslmode=require"
+    )]
+    #[case(
+        "postgresql://u@h/db?sslmode=require&password=pw",
+        "postgresql://u@h/db?sslmode=require"
+    )]
+    #[case("postgresql://u@h/db?password=pw", "postgresql://u@h/db")]
+    #[case(
+        "storage = \"postgresql://u:pw@h/db\"",
+        "storage = \"postgresql://u@h/db\""
+    )]
+    #[case("postgresql://u@h/db", "postgresql://u@h/db")]
+    #[case("/a/tune.db", "/a/tune.db")]
+    fn without_password_keeps_a_usable_location(#[case] text: &str, #[case] want: &str) {
+        assert_eq!(without_password(text), want);
+    }
+
+    #[test]
+    fn file_names_with_a_colon_or_an_equals_sign_stay_files() {
+        for ok in ["./host=x.db", "a:b.db", "dir/x=1.db", "./postgresql:/x.db"] {
+            assert!(matches!(parse(ok), Ok(StorageUrl::Sqlite(_))), "{ok}");
+        }
     }
 
     #[test]

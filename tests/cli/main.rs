@@ -10,6 +10,7 @@ mod common;
 mod consistency;
 mod database_docs;
 mod devices;
+mod hardening;
 mod multi_host;
 mod multi_objective;
 mod optuna_compat;

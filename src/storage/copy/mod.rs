@@ -83,6 +83,41 @@ pub struct ReportDump {
     pub reported_at: Option<NaiveDateTime>,
 }
 
+impl StudyDump {
+    /// The dump as any database stores it, whatever the source kept (one written by an older
+    /// tune): the study file without its storage password, and NUL bytes in a trial's error,
+    /// stderr tail and attribute names replaced (see `storage::text`).
+    pub fn storable(mut self) -> StudyDump {
+        use super::text::{storable, study_file_for_storage};
+        let clean = |s: &mut String| {
+            if s.contains('\0') {
+                *s = storable(s).into_owned();
+            }
+        };
+        if let Some(t) = &mut self.config_toml {
+            *t = study_file_for_storage(t).into_owned();
+        }
+        for (k, _) in self
+            .user_attrs
+            .iter_mut()
+            .chain(self.system_attrs.iter_mut())
+        {
+            clean(k);
+        }
+        for t in &mut self.trials {
+            for (k, _) in t.user_attrs.iter_mut().chain(t.system_attrs.iter_mut()) {
+                clean(k);
+            }
+            if let Some(x) = &mut t.tune {
+                for s in [&mut x.error, &mut x.log_tail].into_iter().flatten() {
+                    clean(s);
+                }
+            }
+        }
+        self
+    }
+}
+
 /// A database that studies can be copied out of and into.
 pub trait Copyable {
     /// The names of every study, oldest first.

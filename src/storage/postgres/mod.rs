@@ -218,6 +218,17 @@ impl PostgresStorage {
             let client = slot.as_mut().expect("connected just above");
             match f(client) {
                 Ok(v) => return Ok(v),
+                // The data of this write, not the server: no retry would help.
+                Err(e) if e.as_db_error().is_some_and(|d| is_data_fault(d.code())) => {
+                    let message = e
+                        .as_db_error()
+                        .map(|d| format!("{} (SQLSTATE {})", d.message(), d.code().code()))
+                        .unwrap_or_default();
+                    return Err(StorageError::Rejected {
+                        location: self.location(),
+                        message,
+                    });
+                }
                 Err(e) => match connect::classify(&self.url, &e) {
                     PgFault::Transient(m) if started.elapsed() < self.retry_window() => {
                         if !told {
@@ -356,6 +367,12 @@ impl Drop for PostgresStorage {
 }
 
 /// The applied migrations: 0 on an empty database.
+/// Whether an error is PostgreSQL refusing a value (a data exception, SQLSTATE class 22, or a
+/// size limit, 54000) rather than a fault of the server or the connection.
+fn is_data_fault(code: &tokio_postgres::error::SqlState) -> bool {
+    code.code().starts_with("22") || code.code() == "54000"
+}
+
 fn schema_version(c: &impl GenericClient) -> PgResult<i64> {
     let row = wait(c.query_one(
         "SELECT to_regclass('public.tune_schema_version') IS NOT NULL",
@@ -881,6 +898,9 @@ impl Storage for PostgresStorage {
             Direction::Maximize => "MAXIMIZE",
         };
         let file = new.file.map(|p| p.display().to_string());
+        let source: Option<String> = new
+            .source
+            .map(|s| super::text::study_file_for_storage(s).into_owned());
         self.run(|c| {
             let tx = wait(c.transaction())?;
             // Serialises creators of the same name: the second finds the first's study.
@@ -920,7 +940,7 @@ impl Storage for PostgresStorage {
                         "INSERT INTO tune_studies (study_id, metric, study_file, config_toml, created_at)
                          VALUES ($1, $2, $3, $4, {NOW})"
                     ),
-                    &[&id, &new.metric, &file, &new.source],
+                    &[&id, &new.metric, &file, &source],
                 ))?;
             }
             wait(tx.commit())
@@ -1214,6 +1234,7 @@ impl Storage for PostgresStorage {
         is_final: bool,
         metric: &str,
     ) -> Result<(), StorageError> {
+        let report = super::text::storable_report(report);
         let json = serde_json::to_string(&report.metrics).unwrap_or_else(|_| "{}".into());
         let id = id32(trial.0);
         let objective = (!is_final)
@@ -1255,6 +1276,7 @@ impl Storage for PostgresStorage {
         logs: &[PathBuf],
     ) -> Result<(), StorageError> {
         let id = id32(trial.0);
+        let status = &*super::text::storable_status(status);
         let crate::storage::Ending {
             logs_json: logs,
             error,
@@ -1446,6 +1468,8 @@ impl Storage for PostgresStorage {
         text: &str,
     ) -> Result<(), StorageError> {
         let (sid, f) = (id32(study.id), file.display().to_string());
+        let text = super::text::study_file_for_storage(text);
+        let text: &str = &text;
         self.run(|c| {
             wait(c.execute(
                 "UPDATE tune_studies SET study_file = $1, config_toml = $2 WHERE study_id = $3",
