@@ -1,4 +1,5 @@
-//! Processes that must not outlive their trial or tune (issue 29, item 16).
+//! Processes that must not outlive their trial or tune, and files that are not what they seem
+//! (issue 29, items 16 and 17).
 //!
 //! Every trial here leaves behind the three kinds of process that escape a plain process-group
 //! kill or a parent-death signal: a daemon that calls `setsid()`, an orphan of a double fork,
@@ -232,4 +233,213 @@ fn a_program_that_cannot_start_still_says_so_in_the_trials_error() {
         "{err}\n{}",
         text(&out)
     );
+}
+
+/// `tune show N` of `study` in `db`, as JSON.
+fn show(sb: &Sandbox, db: &str, n: u64, study: &str) -> serde_json::Value {
+    let out = sb.ok(&[
+        "--db",
+        db,
+        "show",
+        &n.to_string(),
+        study,
+        "--format",
+        "json",
+    ]);
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// The stored log of trial `n` whose file name is `name`, read.
+fn stored_log(sb: &Sandbox, db: &str, n: u64, study: &str, name: &str) -> String {
+    let show = show(sb, db, n, study);
+    let path = show["logs"]
+        .as_array()
+        .expect("logs")
+        .iter()
+        .filter_map(|l| l.as_str())
+        .find(|l| l.ends_with(name))
+        .unwrap_or_else(|| panic!("no {name} among {show:#}"))
+        .to_string();
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+#[test]
+fn a_symlink_planted_where_a_trials_log_goes_is_never_followed() {
+    let sb = Sandbox::new();
+    sb.write("s.toml", &sh_study("planted", 3, 1, "", &["{x}"]));
+    sb.write(
+        "trial.sh",
+        "echo \"out of $TUNE_TRIAL\"; echo \"err of $TUNE_TRIAL\" >&2; echo \"tune: {\\\"loss\\\": $1}\"\n",
+    );
+    let victim = sb.write("victim.txt", "precious\n");
+    let runs = sb.join("runs/planted");
+    std::fs::create_dir_all(runs.join("trial-00000")).expect("mkdir");
+    std::fs::create_dir_all(sb.join("elsewhere")).expect("mkdir");
+    let link = |target: &Path, at: &Path| std::os::unix::fs::symlink(target, at).expect("symlink");
+    // Every way of planting one: at stdout.log, at stderr.log (pointing nowhere yet), and the
+    // trial's directory itself a link to a directory of someone else's.
+    link(&victim, &runs.join("trial-00000/stdout.log"));
+    link(
+        &sb.join("created-by-tune.txt"),
+        &runs.join("trial-00000/stderr.log"),
+    );
+    link(&sb.join("elsewhere"), &runs.join("trial-00001"));
+    let out = sb.ok(&["run", "s.toml", "--no-tui"]);
+
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "precious\n",
+        "{}",
+        text(&out)
+    );
+    assert!(
+        !sb.join("created-by-tune.txt").exists(),
+        "a dangling link is not created through"
+    );
+    assert_eq!(
+        std::fs::read_dir(sb.join("elsewhere"))
+            .expect("dir")
+            .count(),
+        0,
+        "nothing written there"
+    );
+    let trials = sb.trials("s.toml");
+    assert!(
+        trials.iter().all(|t| t["state"] == "complete"),
+        "{trials:#?}"
+    );
+    for n in 0..3 {
+        let dir = show(&sb, "tune.db", n, "s.toml")["trial_dir"]
+            .as_str()
+            .expect("trial_dir")
+            .to_string();
+        let meta = std::fs::symlink_metadata(&dir).expect("the trial directory");
+        assert!(meta.is_dir(), "{dir} is a real directory, not a link");
+        assert_eq!(
+            stored_log(&sb, "tune.db", n, "s.toml", "stdout.log"),
+            format!("out of {n}\n")
+        );
+        assert_eq!(
+            stored_log(&sb, "tune.db", n, "s.toml", "stderr.log"),
+            format!("err of {n}\n")
+        );
+    }
+}
+
+#[test]
+fn one_study_file_run_against_two_databases_keeps_each_databases_logs() {
+    let sb = Sandbox::new();
+    sb.write("s.toml", &sh_study("twice", 2, 1, "", &["{x}"]));
+    for db in ["a.db", "b.db", "c.db"] {
+        sb.write(
+            "trial.sh",
+            &format!("echo \"run of {db}\"\necho \"tune: {{\\\"loss\\\": $1}}\"\n"),
+        );
+        sb.ok(&["--db", db, "run", "s.toml", "--no-tui"]);
+    }
+    let mut dirs = std::collections::BTreeSet::new();
+    for db in ["a.db", "b.db", "c.db"] {
+        for n in 0..2 {
+            assert_eq!(
+                stored_log(&sb, db, n, "s.toml", "stdout.log"),
+                format!("run of {db}\n")
+            );
+            let dir = show(&sb, db, n, "s.toml")["trial_dir"]
+                .as_str()
+                .expect("dir")
+                .to_string();
+            assert!(dirs.insert(dir.clone()), "{dir} is used twice");
+        }
+    }
+    // A study deleted and run again keeps the old run's directories too.
+    sb.ok(&["--db", "a.db", "delete", "s.toml", "--yes"]);
+    sb.write(
+        "trial.sh",
+        "echo again\necho \"tune: {\\\"loss\\\": $1}\"\n",
+    );
+    sb.ok(&["--db", "a.db", "run", "s.toml", "--no-tui"]);
+    assert_eq!(
+        stored_log(&sb, "a.db", 0, "s.toml", "stdout.log"),
+        "again\n"
+    );
+    assert_eq!(
+        stored_log(&sb, "b.db", 0, "s.toml", "stdout.log"),
+        "run of b.db\n"
+    );
+}
+
+#[test]
+fn a_study_name_longer_than_a_file_name_still_runs_its_trials() {
+    for name in [
+        "x".repeat(300),
+        format!("{}/{}", "y".repeat(200), "z".repeat(200)),
+        "é".repeat(200),
+    ] {
+        let sb = Sandbox::new();
+        sb.write("s.toml", &sh_study(&name, 2, 1, "", &["{x}"]));
+        sb.write("trial.sh", "echo \"tune: {\\\"loss\\\": $1}\"\n");
+        let out = sb.ok(&["run", "s.toml", "--no-tui"]);
+        let trials = sb.trials("s.toml");
+        assert!(
+            trials.len() == 2 && trials.iter().all(|t| t["state"] == "complete"),
+            "{name}: {trials:#?}\n{}",
+            text(&out)
+        );
+        for e in std::fs::read_dir(sb.join("runs")).expect("runs/").flatten() {
+            assert!(e.file_name().len() <= 255, "{:?}", e.file_name());
+        }
+    }
+}
+
+/// Runs six slow trials on `t.db`, does `harm` to the file after two are complete, and
+/// returns what tune printed and how it ended.
+fn run_and_harm_the_database(harm: impl FnOnce(&Sandbox)) -> std::process::Output {
+    let sb = Sandbox::new();
+    sb.write("s.toml", &sh_study("doomed", 6, 1, "", &["{x}"]));
+    sb.write("trial.sh", "sleep 0.3\necho \"tune: {\\\"loss\\\": $1}\"\n");
+    let child = sb
+        .tune(&["--db", "t.db", "run", "s.toml", "--no-tui"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tune starts");
+    wait_until(PATIENCE, "two complete trials", || {
+        rusqlite::Connection::open_with_flags(
+            sb.join("t.db"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .and_then(|db| {
+            db.query_row(
+                "SELECT COUNT(*) FROM trials WHERE state = 'COMPLETE'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+        })
+        .is_ok_and(|n| n >= 2)
+    });
+    harm(&sb);
+    crate::common::wait_output(child, PATIENCE)
+}
+
+#[test]
+fn a_database_deleted_or_replaced_during_a_run_ends_it_with_a_failure_that_says_so() {
+    let deleted = run_and_harm_the_database(|sb| {
+        for f in ["t.db", "t.db-wal", "t.db-shm"] {
+            let _ = std::fs::remove_file(sb.join(f));
+        }
+    });
+    let replaced = run_and_harm_the_database(|sb| {
+        let other = sb.write("other.db", "");
+        std::fs::rename(other, sb.join("t.db")).expect("rename over the database");
+    });
+    for (out, word) in [(deleted, "deleted"), (replaced, "replaced")] {
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        let err = crate::common::stderr(&out);
+        assert!(
+            err.contains(&format!("t.db: the database file was {word}"))
+                && err.contains("while this process had it open; nothing more is stored"),
+            "{err}"
+        );
+        assert!(!text(&out).contains("budget is spent"), "{}", text(&out));
+    }
 }
