@@ -128,8 +128,15 @@ pub fn keeper_main(args: &[OsString]) -> ! {
             libc::signal(sig, remember as *const () as libc::sighandler_t);
         }
         // A handler (not the default, which ignores it) so that the trial's end interrupts
-        // the wait on the lifeline at once: poll(2) is never restarted after a signal.
+        // the wait on the lifeline at once (ppoll is never restarted after a signal). It stays
+        // blocked outside that wait, which unblocks it atomically: a trial that ends just
+        // before the wait still cuts it short. The program starts with an empty mask (std
+        // resets it in the child).
         libc::signal(libc::SIGCHLD, wake as *const () as libc::sighandler_t);
+        let mut chld: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut chld);
+        libc::sigaddset(&mut chld, libc::SIGCHLD);
+        libc::sigprocmask(libc::SIG_BLOCK, &chld, std::ptr::null_mut());
     }
     use std::os::unix::process::CommandExt;
     let child = match std::process::Command::new(program)
@@ -158,15 +165,11 @@ pub fn keeper_main(args: &[OsString]) -> ! {
             // SAFETY: signalling the trial's own process group.
             unsafe { libc::kill(-pid, sig) };
         }
-        if let Some(fd) = lifeline {
-            match poll_gone(fd) {
-                Some(true) => break,
-                Some(false) => {}
-                // Not a descriptor (started by hand): nothing to watch.
-                None => lifeline = None,
-            }
-        } else {
-            std::thread::sleep(TICK);
+        match poll_gone(lifeline) {
+            Some(true) => break,
+            Some(false) => {}
+            // Not a descriptor (started by hand): nothing to watch.
+            None => lifeline = None,
         }
     }
     kill_descendants(pid, &mut status);
@@ -176,17 +179,27 @@ pub fn keeper_main(args: &[OsString]) -> ! {
 /// How often the keeper looks at the trial, its signals and the lifeline.
 const TICK: Duration = Duration::from_millis(50);
 
-/// Waits up to [`TICK`] on the lifeline: `Some(true)` when tune is gone (the write end is
-/// closed, or something was written), `None` when `fd` is not open.
-fn poll_gone(fd: RawFd) -> Option<bool> {
+/// Waits up to [`TICK`] on the lifeline (or, without one, for a signal): `Some(true)` when
+/// tune is gone (the write end is closed, or something was written), `None` when `fd` is not
+/// open. SIGCHLD and the forwarded signals cut the wait short.
+fn poll_gone(fd: Option<RawFd>) -> Option<bool> {
     let mut p = libc::pollfd {
-        fd,
+        fd: fd.unwrap_or(-1),
         events: libc::POLLIN,
         revents: 0,
     };
-    // SAFETY: one valid pollfd.
-    let n = unsafe { libc::poll(&mut p, 1, TICK.as_millis() as libc::c_int) };
-    if n <= 0 {
+    let tick = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: TICK.as_nanos() as libc::c_long,
+    };
+    // SAFETY: one pollfd (a negative fd is skipped by the kernel), a timespec and an empty
+    // signal mask, all valid for the call.
+    let n = unsafe {
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::ppoll(&mut p, 1, &tick, &none)
+    };
+    if n <= 0 || fd.is_none() {
         return Some(false);
     }
     if p.revents & libc::POLLNVAL != 0 {

@@ -443,3 +443,40 @@ fn a_database_deleted_or_replaced_during_a_run_ends_it_with_a_failure_that_says_
         assert!(!text(&out).contains("budget is spent"), "{}", text(&out));
     }
 }
+
+#[test]
+fn the_keeper_passes_on_the_trials_own_exit_status_and_signal() {
+    let sb = Sandbox::new();
+    sb.write("s.toml", &study("ends", 5, ""));
+    sb.write(
+        "trial.sh",
+        r#"echo "tune: {\"loss\": $1}"
+case $TUNE_TRIAL in
+0) exit 3 ;;
+1) echo "sh: nope: not found" >&2; exit 127 ;;
+2) kill -SEGV $$ ;;
+3) kill -KILL $$ ;;
+4) kill -ABRT $$ ;;
+esac
+"#,
+    );
+    let out = sb.run(&["run", "s.toml", "--no-tui"]);
+    let trials = sb.trials("s.toml");
+    let error = |n: u64| {
+        trials
+            .iter()
+            .find(|t| t["number"] == n)
+            .and_then(|t| t["error"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    for (n, want) in [
+        (0, "exited with status 3"),
+        (1, "exited with status 127"),
+        (2, "killed by SIGSEGV"),
+        (3, "killed by SIGKILL"),
+        (4, "killed by SIGABRT"),
+    ] {
+        assert_eq!(error(n), want, "trial {n}\n{}", text(&out));
+    }
+}
