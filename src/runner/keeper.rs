@@ -43,7 +43,9 @@ pub struct Keeper {
 
 /// The write end of a trial's lifeline: dropping it makes the keeper kill the whole trial.
 #[derive(Debug)]
-pub struct Lifeline(#[allow(dead_code)] OwnedFd);
+pub struct Lifeline {
+    _write: OwnedFd,
+}
 
 impl Keeper {
     /// The keeper is this very binary (`tune`), which knows [`KEEPER_ARG`].
@@ -87,7 +89,7 @@ impl Keeper {
                 Ok(())
             });
         }
-        Ok((cmd, Lifeline(write)))
+        Ok((cmd, Lifeline { _write: write }))
     }
 }
 
