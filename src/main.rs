@@ -94,6 +94,13 @@ fn main() -> ExitCode {
         .get()
         .cloned()
         .unwrap_or_else(|| std::env::args_os().collect());
+    if args
+        .get(1)
+        .is_some_and(|a| a == tune::runner::keeper::KEEPER_ARG)
+    {
+        // A trial's keeper (src/runner/keeper.rs), started by tune itself.
+        tune::runner::keeper::keeper_main(&args[2..]);
+    }
     if names_a_study_file(&args) {
         args.insert(1, "run".into());
     }

@@ -541,15 +541,27 @@ fn sanitize(name: &str) -> String {
             }
         })
         .collect();
-    if safe == name && !name.is_empty() && name != "." && name != ".." {
+    if safe == name && !name.is_empty() && name != "." && name != ".." && name.len() <= DIR_NAME_MAX
+    {
         return safe;
     }
     // FNV-1a: stable across releases and platforms, which the directory must be.
     let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     });
-    format!("{}@{:08x}", safe.trim_matches('.'), hash as u32)
+    let safe = safe.trim_matches('.');
+    // `safe` is ASCII, so any byte index is a character boundary.
+    format!(
+        "{}@{:08x}",
+        &safe[..safe.len().min(DIR_NAME_MAX)],
+        hash as u32
+    )
 }
+
+/// The longest study name kept whole as a directory name: a path component may have 255
+/// bytes, and a longer name would fail every trial. Longer names keep this many characters
+/// plus `@` and the hash, as unsafe names do.
+const DIR_NAME_MAX: usize = 100;
 
 /// The devices of the worker slots: `count` slots over `devices` ("auto", "cpu", "cuda:N" or a
 /// list), round-robin; or `slots_per_device` slots on each device.
@@ -826,6 +838,17 @@ mod tests {
             );
         }
         assert_eq!(super::sanitize("a/b"), super::sanitize("a/b"), "stable");
+        for long in [
+            "x".repeat(101),
+            "x".repeat(300),
+            "é".repeat(200),
+            "a/".repeat(400),
+        ] {
+            let d = super::sanitize(&long);
+            assert!(d.len() <= 110, "{} bytes: {d}", d.len());
+            assert_ne!(d, super::sanitize(&format!("{long}y")), "still unique");
+        }
+        assert_eq!(super::sanitize(&"x".repeat(100)), "x".repeat(100));
     }
 
     use super::*;

@@ -10,6 +10,7 @@ use super::load_study;
 use crate::cli::RunArgs;
 use crate::runner::TrialRunner;
 use crate::runner::command::CommandRunner;
+use crate::runner::keeper::Keeper;
 use crate::runner::worker::WorkerRunner;
 use crate::scheduler::{Control, Scheduler};
 use crate::study::TrialSpec;
@@ -113,10 +114,15 @@ async fn run_async(
     ui: bool,
 ) -> anyhow::Result<ExitCode> {
     let runner: Arc<dyn TrialRunner> = match &study.trial {
-        TrialSpec::Command(c) => Arc::new(CommandRunner::new(c.clone())),
+        // Every trial's processes run under a keeper (this binary), so none outlives its
+        // trial or this process, whatever ends it (src/runner/keeper.rs).
+        TrialSpec::Command(c) => {
+            Arc::new(CommandRunner::new(c.clone()).with_keeper(Keeper::current()))
+        }
         TrialSpec::Builtin(b) => Arc::new(
             WorkerRunner::new((**b).clone(), worker_exe()?)
-                .with_gpu_memory_fraction(study.gpu_memory_fraction),
+                .with_gpu_memory_fraction(study.gpu_memory_fraction)
+                .with_keeper(Keeper::current()),
         ),
     };
     let sampler = crate::sampler::build_with(study.sampler, &study.sampler_options);

@@ -12,6 +12,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::watch;
 
+use super::keeper::{CANNOT_START, CANNOT_START_PREFIX, Keeper, Lifeline};
 use super::{ReportSender, RunEnd, RunFuture, RunResult, StopRequest, TrialJob, TrialRunner};
 use crate::spec::placeholders;
 use crate::study::CommandSpec;
@@ -24,11 +25,19 @@ pub use crate::trial::FINAL_KEY;
 
 pub struct CommandRunner {
     spec: CommandSpec,
+    keeper: Option<Keeper>,
 }
 
 impl CommandRunner {
     pub fn new(spec: CommandSpec) -> CommandRunner {
-        CommandRunner { spec }
+        CommandRunner { spec, keeper: None }
+    }
+
+    /// Runs every trial under a keeper (`tune run` and `tune worker` do), so that nothing
+    /// the command starts outlives the trial or tune (see [`super::keeper`]).
+    pub fn with_keeper(mut self, keeper: Option<Keeper>) -> CommandRunner {
+        self.keeper = keeper;
+        self
     }
 }
 
@@ -313,12 +322,48 @@ impl TrialRunner for CommandRunner {
         stop: watch::Receiver<StopRequest>,
     ) -> RunFuture {
         let spec = self.spec.clone();
-        Box::pin(run_command(spec, job, reports, stop))
+        let keeper = self.keeper.clone();
+        Box::pin(run_command(spec, keeper, job, reports, stop))
+    }
+}
+
+/// Opens a fresh log file in the trial's directory: never an existing file, and never through
+/// a symbolic link planted at its name (whose target would otherwise be truncated).
+pub(crate) fn create_log(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
+/// How the runner ends a trial's process: through its keeper's lifeline where there is one,
+/// else by signalling its process group (the command leads its own).
+struct Ender {
+    pid: Option<u32>,
+    lifeline: Option<Lifeline>,
+}
+
+impl Ender {
+    /// SIGTERM to the trial's process group (a keeper passes it on).
+    fn term(&self) {
+        signal_group(self.pid, nix::sys::signal::Signal::SIGTERM);
+    }
+
+    /// Kills the trial and everything it started.
+    fn kill(&mut self) {
+        if self.lifeline.take().is_none() {
+            signal_group(self.pid, nix::sys::signal::Signal::SIGKILL);
+        }
+        // Else dropping the lifeline made the keeper kill every descendant, however far it
+        // went (`setsid()`, a double fork); a SIGKILL to the keeper would orphan them instead.
     }
 }
 
 async fn run_command(
     spec: CommandSpec,
+    keeper: Option<Keeper>,
     job: TrialJob,
     reports: ReportSender,
     mut stop: watch::Receiver<StopRequest>,
@@ -331,14 +376,27 @@ async fn run_command(
         logs,
     };
     let argv = fill_argv(&spec.argv, &job);
-    let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..])
-        .current_dir(&spec.workdir)
+    let (mut cmd, lifeline) = match &keeper {
+        Some(k) => match k.command(&argv[0], &argv[1..]) {
+            Ok((cmd, lifeline)) => (cmd, Some(lifeline)),
+            Err(e) => {
+                return fail(
+                    format!("cannot start the trial's keeper: {e}"),
+                    None,
+                    vec![],
+                );
+            }
+        },
+        None => {
+            let mut cmd = Command::new(&argv[0]);
+            cmd.args(&argv[1..]).process_group(0).kill_on_drop(true);
+            (cmd, None)
+        }
+    };
+    cmd.current_dir(&spec.workdir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true)
         .env("TUNE_TRIAL", job.number.to_string())
         .env(
             "TUNE_PARAMS",
@@ -362,11 +420,8 @@ async fn run_command(
     for (k, v) in &spec.env {
         cmd.env(k, v);
     }
-    let (mut out_file, mut err_file) = match (
-        tokio::fs::File::create(&stdout_log).await,
-        tokio::fs::File::create(&stderr_log).await,
-    ) {
-        (Ok(a), Ok(b)) => (a, b),
+    let (mut out_file, mut err_file) = match (create_log(&stdout_log), create_log(&stderr_log)) {
+        (Ok(a), Ok(b)) => (tokio::fs::File::from_std(a), tokio::fs::File::from_std(b)),
         (Err(e), _) | (_, Err(e)) => {
             return fail(
                 format!(
@@ -382,9 +437,14 @@ async fn run_command(
         Ok(c) => c,
         Err(e) => return fail(format!("cannot start `{}`: {e}", argv[0]), None, logs),
     };
-    let pid = child.id();
+    // The keeper's end of the lifeline lives in the command until it is dropped.
+    drop(cmd);
+    let mut ender = Ender {
+        pid: child.id(),
+        lifeline,
+    };
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+        ender.kill();
         return fail(
             "the command's output pipes could not be opened".into(),
             None,
@@ -488,19 +548,19 @@ async fn run_command(
     let status = match why {
         Why::Exited(s) => Some(s),
         Why::TimedOut | Why::Stopped => {
-            signal_group(pid, nix::sys::signal::Signal::SIGTERM);
+            ender.term();
             match tokio::time::timeout(spec.grace, child.wait()).await {
                 Ok(_) => {}
                 Err(_) => {
-                    signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+                    ender.kill();
                     let _ = child.wait().await;
                 }
             }
             None
         }
     };
-    // Kill whatever the command left behind in its group, so the pipes close.
-    signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+    // Kill whatever the command left behind, so the pipes close (a keeper did already).
+    ender.kill();
     let _ = tokio::time::timeout(Duration::from_secs(5), stdout_task).await;
     let tail = tokio::time::timeout(Duration::from_secs(5), stderr_task)
         .await
@@ -520,7 +580,22 @@ async fn run_command(
         }
         (None, _) => RunEnd::Stopped,
     };
+    let exited_127 = matches!(&status, Some(Ok(s)) if s.code() == Some(CANNOT_START));
     let end = match end {
+        // The keeper could not start the program: say so as tune always has.
+        RunEnd::Failed { .. }
+            if keeper.is_some()
+                && exited_127
+                && let Some(why) = tail
+                    .as_deref()
+                    .and_then(|t| t.lines().last())
+                    .and_then(|l| l.strip_prefix(CANNOT_START_PREFIX)) =>
+        {
+            RunEnd::Failed {
+                reason: format!("cannot start {why}"),
+                log_tail: None,
+            }
+        }
         RunEnd::Failed { reason, .. } => RunEnd::Failed {
             reason,
             log_tail: tail,

@@ -6,6 +6,7 @@
 //! trial is a value here, never an `Err` that could stop the study.
 
 pub mod command;
+pub mod keeper;
 pub mod protocol;
 pub mod worker;
 

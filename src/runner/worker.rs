@@ -17,6 +17,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
 
+use super::keeper::{Keeper, Lifeline};
 use super::protocol::{Capabilities, EndStatus, FromWorker, ToWorker};
 use super::{ReportSender, RunEnd, RunFuture, RunResult, StopRequest, TrialJob, TrialRunner};
 use crate::builtin::BuiltinTrial;
@@ -32,6 +33,24 @@ struct Worker {
     stdin: ChildStdin,
     stdout: Lines<BufReader<ChildStdout>>,
     device: String,
+    /// The worker's keeper's lifeline, where it runs under one: dropping the worker (or this)
+    /// kills the worker and anything it started.
+    lifeline: Option<Lifeline>,
+}
+
+impl Worker {
+    /// Kills the worker: through its keeper (dropping the lifeline) where it has one, so that
+    /// nothing it started is orphaned; else directly.
+    async fn kill(&mut self) {
+        if self.lifeline.take().is_some()
+            && tokio::time::timeout(Duration::from_secs(5), self.child.wait())
+                .await
+                .is_ok()
+        {
+            return;
+        }
+        let _ = self.child.kill().await;
+    }
 }
 
 type Slot = Arc<tokio::sync::Mutex<Option<Worker>>>;
@@ -42,6 +61,7 @@ pub struct WorkerRunner {
     exe: PathBuf,
     slots: Mutex<HashMap<usize, Slot>>,
     gpu_memory_fraction: Option<f64>,
+    keeper: Option<Keeper>,
 }
 
 impl WorkerRunner {
@@ -52,7 +72,15 @@ impl WorkerRunner {
             exe,
             slots: Mutex::new(HashMap::new()),
             gpu_memory_fraction: None,
+            keeper: None,
         }
+    }
+
+    /// Runs every worker under a keeper (`tune run` and `tune worker` do), so that no worker
+    /// outlives tune, `kill -9` included (see [`super::keeper`]).
+    pub fn with_keeper(mut self, keeper: Option<Keeper>) -> WorkerRunner {
+        self.keeper = keeper;
+        self
     }
 
     /// Caps the caching allocator of each worker on a CUDA slot at this share of its GPU's
@@ -113,16 +141,37 @@ fn alloc_conf(existing: Option<&str>, fraction: f64) -> String {
 
 fn spawn(
     exe: &Path,
+    keeper: Option<&Keeper>,
     device: &str,
     log: &Path,
     gpu_memory_fraction: Option<f64>,
 ) -> Result<Worker, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // Never through a symbolic link planted at the log's name.
     let log_file = OpenOptions::new()
         .create(true)
         .append(true)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(log)
         .map_err(|e| format!("cannot open the log {}: {e}", log.display()))?;
-    let mut command = Command::new(exe);
+    let args = [
+        "worker".to_string(),
+        "--device".to_string(),
+        device.to_string(),
+    ];
+    let (mut command, lifeline) = match keeper {
+        Some(k) => {
+            let (c, l) = k
+                .command(&exe.to_string_lossy(), &args)
+                .map_err(|e| format!("cannot start the worker's keeper: {e}"))?;
+            (c, Some(l))
+        }
+        None => {
+            let mut c = Command::new(exe);
+            c.args(&args).kill_on_drop(true);
+            (c, None)
+        }
+    };
     for k in super::DB_CREDENTIALS {
         command.env_remove(k);
     }
@@ -138,7 +187,6 @@ fn spawn(
         );
     }
     let mut child = command
-        .args(["worker", "--device", device])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log_file))
@@ -146,7 +194,6 @@ fn spawn(
         // load and make every trial slower. The worker also calls set_num_threads(1).
         .env("OMP_NUM_THREADS", "1")
         .env("MKL_NUM_THREADS", "1")
-        .kill_on_drop(true)
         .spawn()
         .map_err(|e| format!("cannot start the worker {}: {e}", exe.display()))?;
     let stdin = child
@@ -162,6 +209,7 @@ fn spawn(
         stdin,
         stdout: BufReader::new(stdout).lines(),
         device: device.to_string(),
+        lifeline,
     })
 }
 
@@ -209,10 +257,12 @@ impl TrialRunner for WorkerRunner {
         let slot = self.slot(job.slot);
         let trial = (*self.trial).clone();
         let exe = self.exe.clone();
+        let keeper = self.keeper.clone();
         let fraction = self.gpu_memory_fraction;
         Box::pin(async move {
             let mut guard = slot.lock().await;
-            run_on(&mut guard, &exe, fraction, trial, job, reports, stop).await
+            let exe = (exe.as_path(), keeper.as_ref());
+            run_on(&mut guard, exe, fraction, trial, job, reports, stop).await
         })
     }
 }
@@ -227,7 +277,7 @@ enum Asked {
 
 async fn run_on(
     slot: &mut Option<Worker>,
-    exe: &Path,
+    (exe, keeper): (&Path, Option<&Keeper>),
     gpu_memory_fraction: Option<f64>,
     trial: BuiltinTrial,
     job: TrialJob,
@@ -270,7 +320,7 @@ async fn run_on(
         };
         if !alive {
             *slot = None;
-            match spawn(exe, &job.device, &log, gpu_memory_fraction) {
+            match spawn(exe, keeper, &job.device, &log, gpu_memory_fraction) {
                 Ok(w) => *slot = Some(w),
                 Err(e) => return failed(e, None),
             }
@@ -370,7 +420,7 @@ async fn run_on(
             _ = tokio::time::sleep_until(kill_at.unwrap_or_else(far)), if kill_at.is_some() => {
                 // It did not stop at a step boundary in time (a step stuck in libtorch):
                 // kill it; the slot gets a fresh worker next time.
-                let _ = w.child.kill().await;
+                w.kill().await;
                 *slot = None;
                 let end = match asked {
                     Asked::Timeout => RunEnd::Failed {

@@ -6,6 +6,7 @@
 //! A failed trial is data: it becomes a state with a reason and the study goes on. Only a fault
 //! of storage stops the study, and then cleanly (running trials are stopped first).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -419,10 +420,11 @@ impl Scheduler {
         let Some(trial) = self.engine.ask(slot, &device)? else {
             return Ok(None);
         };
-        let trial_dir = self
-            .study
-            .runs_dir
-            .join(format!("trial-{:05}", trial.number.0));
+        let made = fresh_trial_dir(&self.study.runs_dir, trial.number);
+        let trial_dir = match &made {
+            Ok(d) => d.clone(),
+            Err(_) => trial_dir_name(&self.study.runs_dir, trial.number, 1),
+        };
         self.engine.set_trial_dir(trial.id, &trial_dir)?;
         let (stop_tx, stop_rx) = watch::channel(StopRequest::None);
         self.emit(Event::TrialStarted {
@@ -448,7 +450,7 @@ impl Scheduler {
             .zip(self.gpus.clone());
         let number = trial.number;
         tokio::spawn(async move {
-            if let Err(e) = tokio::fs::create_dir_all(&trial_dir).await {
+            if let Err(e) = made {
                 let _ = tx.send(SlotMsg::Done(
                     slot,
                     RunResult {
@@ -610,4 +612,37 @@ impl Scheduler {
 /// carries the line output or the UI), or to the live UI's footer while it owns the terminal.
 fn tracing_line(msg: &str) {
     crate::notice::tell(msg);
+}
+
+/// How many directories of one trial number may exist side by side before a trial fails.
+const TRIAL_DIR_TRIES: u32 = 1000;
+
+/// `RUNS/trial-NNNNN`, or `RUNS/trial-NNNNN.K` for the K-th directory of that number.
+fn trial_dir_name(runs: &std::path::Path, number: TrialNumber, k: u32) -> PathBuf {
+    if k <= 1 {
+        runs.join(format!("trial-{:05}", number.0))
+    } else {
+        runs.join(format!("trial-{:05}.{k}", number.0))
+    }
+}
+
+/// Creates a trial's directory, fresh: never one that exists already. Another database's run
+/// of the same study file, a study deleted and run again, or a planted directory or symbolic
+/// link has `trial-NNNNN` taken; the trial then gets `trial-NNNNN.2` (`.3`, …), and each
+/// database records where its own trials' logs are. Creating it is atomic, so two runs at
+/// once never share one.
+fn fresh_trial_dir(runs: &std::path::Path, number: TrialNumber) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(runs)?;
+    for k in 1..=TRIAL_DIR_TRIES {
+        let dir = trial_dir_name(runs, number, k);
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AlreadyExists,
+        format!("{TRIAL_DIR_TRIES} directories of this trial number exist already"),
+    ))
 }

@@ -611,6 +611,10 @@ pub enum StorageError {
         "{path}: trial (id {trial}) was declared interrupted by another process while this one was cut off; its result is discarded"
     )]
     Fenced { path: PathBuf, trial: i64 },
+    /// The database file was deleted or replaced while it was open: what is written now would
+    /// go to a file nobody can open again, so the study stops instead of pretending.
+    #[error("{path}: {message}")]
+    Lost { path: PathBuf, message: String },
 }
 
 /// Optuna's `DATETIME` text form (naive UTC, microseconds).

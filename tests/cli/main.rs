@@ -15,6 +15,7 @@ mod multi_host;
 mod multi_objective;
 mod optuna_compat;
 mod postgres;
+mod processes_files;
 mod queries;
 mod recovery;
 mod setup_script;
