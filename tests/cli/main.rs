@@ -8,6 +8,7 @@ mod command_trials;
 mod common;
 mod consistency;
 mod database_docs;
+mod dead_ends;
 mod devices;
 mod multi_host;
 mod multi_objective;

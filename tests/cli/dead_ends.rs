@@ -1,0 +1,182 @@
+//! Dead ends that name the way out (issue 29): a refusal or a failure that leaves the user
+//! stuck says what happened and which command gets them going again, from the real binary.
+
+use std::path::Path;
+
+use rstest::rstest;
+
+use crate::common::{Sandbox, sh_study, stderr, text};
+
+/// A trial script that reports `loss` = its first argument.
+const REPORTS_X: &str = "echo \"tune: {\\\"loss\\\": $1}\"\n";
+
+/// Asserts a refusal: exit status 2 and every needle in standard error.
+fn assert_refused(out: &std::process::Output, needles: &[&str]) {
+    assert_eq!(out.status.code(), Some(2), "{}", text(out));
+    let err = stderr(out);
+    for n in needles {
+        assert!(err.contains(n), "`{n}` not in:\n{}", text(out));
+    }
+}
+
+/// The sandbox's absolute path, as the binary sees its working directory.
+fn real(sb: &Sandbox) -> String {
+    std::fs::canonicalize(sb.path())
+        .expect("the sandbox exists")
+        .display()
+        .to_string()
+}
+
+// ---- item 8: a query that finds no database says where it looked ----
+
+/// A sandbox laid out like the repository: a study run from the root whose database is
+/// `studies/tune.db`, beside its file.
+fn repository_layout() -> Sandbox {
+    let sb = Sandbox::new();
+    sb.write("studies/trial.sh", REPORTS_X);
+    sb.write("studies/s.toml", &sh_study("s", 2, 1, "", &["{x}"]));
+    sb.ok(&["run", "studies/s.toml", "--no-tui"]);
+    assert!(sb.join("studies/tune.db").is_file());
+    assert!(!sb.join("tune.db").exists());
+    sb
+}
+
+#[rstest]
+#[case::studies(&["studies"], false)]
+#[case::trials(&["trials", "--study", "s"], true)]
+#[case::best(&["best", "--study", "s"], true)]
+#[case::show(&["show", "0", "--study", "s"], true)]
+#[case::watch(&["watch", "--study", "s"], true)]
+#[case::discard(&["discard", "0", "--study", "s"], true)]
+#[case::delete(&["delete", "--study", "s", "--yes"], true)]
+fn a_query_from_the_wrong_directory_says_where_it_looked_and_names_the_database_found(
+    #[case] args: &[&str],
+    #[case] takes_a_file: bool,
+) {
+    let sb = repository_layout();
+    let out = sb.run(args);
+    let looked = format!("{}/tune.db", real(&sb));
+    assert_refused(
+        &out,
+        &[
+            &looked,
+            "current directory",
+            "--db studies/tune.db",
+            "TUNE_DB",
+        ],
+    );
+    assert_eq!(
+        stderr(&out).contains("study file instead"),
+        takes_a_file,
+        "{}",
+        text(&out)
+    );
+    // The way out it names works, and nothing was created where it looked.
+    let mut fixed: Vec<&str> = args.to_vec();
+    fixed.extend(["--db", "studies/tune.db"]);
+    if args[0] != "watch" {
+        sb.ok(&fixed);
+    }
+    assert!(!sb.join("tune.db").exists());
+}
+
+#[test]
+fn a_missing_database_named_by_db_or_a_study_file_is_named_with_its_absolute_path() {
+    let sb = repository_layout();
+    let root = real(&sb);
+    // --db that names nothing: where it looked, and the flag it came from.
+    let out = sb.run(&["trials", "--study", "s", "--db", "studies/x.db"]);
+    assert_refused(&out, &["--db", &format!("{root}/studies/x.db")]);
+    let out = sb.run(&["studies", "--db", "x.db"]);
+    assert_refused(&out, &["--db", &format!("{root}/x.db")]);
+    // A study file that has not run yet: its storage, and the command that creates it.
+    sb.write("new/n.toml", &sh_study("n", 2, 1, "", &["{x}"]));
+    let out = sb.run(&["trials", "new/n.toml"]);
+    assert_refused(
+        &out,
+        &[
+            "new/n.toml",
+            &format!("{root}/new/tune.db"),
+            "tune run new/n.toml",
+        ],
+    );
+    // A database without the study names the studies it holds.
+    let out = sb.run(&["trials", "--study", "nope", "--db", "studies/tune.db"]);
+    assert_refused(&out, &["no study named `nope`", "it holds `s`"]);
+}
+
+/// The README's querying block, one command per line, split as a shell would (single quotes
+/// only, which is all it uses), without `tune` and the comment.
+fn readme_queries() -> Vec<Vec<String>> {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("README");
+    let section = readme
+        .split("## Querying")
+        .nth(1)
+        .expect("the README has a querying section");
+    let block = section
+        .split("```sh")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("the querying section has a sh block");
+    block
+        .lines()
+        .filter(|l| l.starts_with("tune "))
+        .map(|l| {
+            let mut words = Vec::new();
+            let mut word = String::new();
+            let mut quoted = false;
+            for c in l.chars() {
+                match c {
+                    '\'' => quoted = !quoted,
+                    '#' if !quoted && word.is_empty() => break,
+                    c if c.is_whitespace() && !quoted => {
+                        if !word.is_empty() {
+                            words.push(std::mem::take(&mut word));
+                        }
+                    }
+                    c => word.push(c),
+                }
+            }
+            if !word.is_empty() {
+                words.push(word);
+            }
+            words.remove(0);
+            words
+        })
+        .collect()
+}
+
+#[test]
+fn the_readme_querying_commands_work_from_the_repository_root() {
+    let sb = Sandbox::new();
+    // The real study file with a quick stand-in for its Python script.
+    let real_study = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("studies/command-digits.toml"),
+    )
+    .expect("studies/command-digits.toml");
+    let head = real_study
+        .split("[trial]")
+        .next()
+        .expect("the study file has a [trial] table");
+    sb.write(
+        "studies/command-digits.toml",
+        &format!(
+            "{head}[trial]\nkind = \"command\"\ncommand = [\"sh\", \"trial.sh\", \"{{lr}}\"]\n"
+        ),
+    );
+    sb.write(
+        "studies/trial.sh",
+        "[ \"$TUNE_TRIAL\" = 3 ] && exit 1\necho \"tune: {\\\"val_loss\\\": $1}\"\n",
+    );
+    sb.ok(&["studies/command-digits.toml", "--no-tui"]);
+    let commands = readme_queries();
+    assert!(commands.len() >= 8, "{commands:?}");
+    for mut args in commands {
+        if args[0] == "delete" {
+            args.push("--yes".into()); // it asks on a terminal; the test has none
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        sb.ok(&args);
+    }
+}
