@@ -180,3 +180,162 @@ fn the_readme_querying_commands_work_from_the_repository_root() {
         sb.ok(&args);
     }
 }
+
+// ---- item 4: queued trials the budget has no room for ----
+
+#[rstest]
+// A finished study: the queued trial has no room at all.
+#[case::on_a_finished_study(3, 3, 1, &["is spent", "3 trials counted", "it will not run", "raise `trials` to 4"])]
+// Room for one, two queued: one of them waits.
+#[case::beyond_the_room_left(3, 2, 2, &["room for 1 more", "1 of them will not run", "raise `trials` to 4"])]
+// Two queued on a finished study: none of them runs.
+#[case::several_on_a_finished_study(2, 2, 2, &["is spent", "none of them will run", "raise `trials` to 4"])]
+fn enqueue_says_when_the_budget_has_no_room_for_the_queue_and_run_names_the_queued_trials_left(
+    #[case] trials: u64,
+    #[case] run_first: u64,
+    #[case] queue: u64,
+    #[case] at_enqueue: &[&str],
+) {
+    let sb = Sandbox::new();
+    sb.write("trial.sh", REPORTS_X);
+    sb.write("s.toml", &sh_study("q", run_first, 1, "", &["{x}"]));
+    sb.ok(&["run", "s.toml", "--no-tui"]);
+    sb.write("s.toml", &sh_study("q", trials, 1, "", &["{x}"]));
+    let mut last = None;
+    for i in 0..queue {
+        let params = format!("{{\"x\": 0.{i}5, \"k\": 2, \"c\": \"a\"}}");
+        last = Some(sb.ok(&["enqueue", "s.toml", "--params", &params]));
+    }
+    let out = last.expect("queued at least one");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("queued trial"),
+        "{}",
+        text(&out)
+    );
+    for n in at_enqueue {
+        assert!(stderr(&out).contains(n), "`{n}` not in:\n{}", text(&out));
+    }
+    assert!(stderr(&out).contains("s.toml"), "{}", text(&out));
+
+    // The run ends with the queued trials it left, and the `trials` that runs them.
+    let out = sb.ok(&["run", "s.toml", "--no-tui"]);
+    let left: Vec<u64> = sb
+        .trials("s.toml")
+        .iter()
+        .filter(|t| t["state"] == "queued")
+        .map(|t| t["number"].as_u64().expect("a number"))
+        .collect();
+    assert!(!left.is_empty());
+    let err = stderr(&out);
+    let want = format!("raise `trials` to {}", trials + left.len() as u64);
+    assert!(err.contains("did not run"), "{}", text(&out));
+    assert!(err.contains(&want), "`{want}` not in:\n{}", text(&out));
+    for n in &left {
+        assert!(err.contains(&n.to_string()), "{}", text(&out));
+    }
+    // Following it runs them all.
+    sb.write(
+        "s.toml",
+        &sh_study("q", trials + left.len() as u64, 1, "", &["{x}"]),
+    );
+    let out = sb.ok(&["run", "s.toml", "--no-tui"]);
+    assert!(!stderr(&out).contains("did not run"), "{}", text(&out));
+    assert!(
+        sb.trials("s.toml").iter().all(|t| t["state"] == "complete"),
+        "every queued trial ran"
+    );
+}
+
+#[test]
+fn enqueue_within_the_budget_says_nothing_more() {
+    let sb = Sandbox::new();
+    sb.write("trial.sh", REPORTS_X);
+    sb.write("s.toml", &sh_study("q", 3, 1, "", &["{x}"]));
+    let out = sb.ok(&[
+        "enqueue",
+        "s.toml",
+        "--params",
+        "{\"x\": 0.5, \"k\": 2, \"c\": \"a\"}",
+    ]);
+    assert_eq!(stderr(&out), "", "{}", text(&out));
+    let out = sb.ok(&["run", "s.toml", "--no-tui"]);
+    assert!(!stderr(&out).contains("did not run"), "{}", text(&out));
+}
+
+// ---- item 6: a budget held by failed trials ----
+
+#[test]
+fn a_budget_spent_on_failed_trials_names_tune_discard_and_following_it_runs_the_study() {
+    let sb = Sandbox::new();
+    sb.write("trial.sh", "echo 'No module named numpy' >&2\nexit 1\n");
+    sb.write(
+        "s.toml",
+        &sh_study("broken", 3, 1, "max_consecutive_failures = 0", &["{x}"]),
+    );
+    let out = sb.run(&["run", "s.toml", "--no-tui"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("tune discard s.toml --state failed"),
+        "{}",
+        text(&out)
+    );
+    // Fixed script, same budget: the rerun runs nothing and says how to go on.
+    sb.write("trial.sh", REPORTS_X);
+    let out = sb.run(&["run", "s.toml", "--no-tui"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = stderr(&out);
+    for n in [
+        "no trial completed",
+        "3 trials failed",
+        "`trials = 3`",
+        "tune discard s.toml --state failed",
+    ] {
+        assert!(err.contains(n), "`{n}` not in:\n{}", text(&out));
+    }
+    // The command it names exists with those flags, and then the study runs.
+    sb.ok(&["discard", "s.toml", "--state", "failed"]);
+    let out = sb.ok(&["run", "s.toml", "--no-tui"]);
+    assert!(!stderr(&out).contains("discard"), "{}", text(&out));
+    let complete = sb
+        .trials("s.toml")
+        .iter()
+        .filter(|t| t["state"] == "complete")
+        .count();
+    assert_eq!(complete, 3);
+}
+
+#[test]
+fn a_rerun_with_db_names_the_database_in_the_discard_it_suggests() {
+    let sb = Sandbox::new();
+    sb.write("trial.sh", "exit 1\n");
+    sb.write("s.toml", &sh_study("broken", 2, 1, "", &["{x}"]));
+    let out = sb.run(&["run", "s.toml", "--no-tui", "--db", "other.db"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("tune discard s.toml --db other.db --state failed"),
+        "{}",
+        text(&out)
+    );
+    sb.ok(&["discard", "s.toml", "--db", "other.db", "--state", "failed"]);
+}
+
+#[test]
+fn a_rerun_of_a_study_whose_budget_was_spent_with_some_failures_says_how_to_run_more() {
+    let sb = Sandbox::new();
+    sb.write(
+        "trial.sh",
+        "[ \"$TUNE_TRIAL\" = 1 ] && exit 1\necho \"tune: {\\\"loss\\\": $1}\"\n",
+    );
+    sb.write("s.toml", &sh_study("some", 3, 1, "", &["{x}"]));
+    let first = sb.ok(&["run", "s.toml", "--no-tui"]);
+    assert!(!stderr(&first).contains("raise"), "{}", text(&first));
+    let out = sb.ok(&["run", "s.toml", "--no-tui"]);
+    let err = stderr(&out);
+    for n in [
+        "before this run",
+        "raise `trials`",
+        "tune discard s.toml --state failed",
+    ] {
+        assert!(err.contains(n), "`{n}` not in:\n{}", text(&out));
+    }
+}
