@@ -43,7 +43,12 @@ pub fn enqueue(args: &EnqueueArgs, db: Option<&StorageUrl>) -> anyhow::Result<Ex
             file: Some(&study.file),
             source: Some(&study.source),
         })
-        .map_err(|e| super::storage_error(&study.file, e))?;
+        .map_err(|e| match e {
+            crate::storage::StorageError::Differs { .. } => {
+                super::differs(&study.file, db, &e, None)
+            }
+            other => super::storage_error(&study.file, other),
+        })?;
     let n = storage.enqueue(&row, &study.space, &params)?;
     println!("queued trial {n} in study `{}`", study.name);
     if let Some(budget) = study.trials {

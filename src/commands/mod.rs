@@ -40,14 +40,46 @@ pub fn load_study(file: &Path, db: Option<&StorageUrl>) -> anyhow::Result<Study>
 pub fn storage_error(file: &Path, e: StorageError) -> anyhow::Error {
     match e {
         StorageError::Conflict { .. } => bad(format!("{}: {e}", file.display())),
+        StorageError::Differs { .. } => differs(file, None, &e, None),
         other => storage_fault(other),
     }
+}
+
+/// The refusal of a study file that disagrees with the study stored under its name
+/// ([`StorageError::Differs`]), with the three ways on: the file back as it was, another name,
+/// or the stored study deleted (`trials`: how many it has and how many completed, where known,
+/// so the user sees what deleting loses).
+pub fn differs(
+    file: &Path,
+    db: Option<&StorageUrl>,
+    e: &StorageError,
+    trials: Option<(usize, usize)>,
+) -> anyhow::Error {
+    let f = file.display();
+    let on = db.map(|d| format!(" --db {d}")).unwrap_or_default();
+    let has = match trials {
+        Some((0, _)) => " (it has no trial)".to_string(),
+        Some((n, 0)) => format!(
+            " and its {n} trial{} (none complete)",
+            if n == 1 { "" } else { "s" }
+        ),
+        Some((n, c)) => format!(
+            " and its {n} trial{} ({c} complete)",
+            if n == 1 { "" } else { "s" }
+        ),
+        None => " and its trials".to_string(),
+    };
+    bad(format!(
+        "{f}: {e}. To go on with the stored study, change the file back; to keep both, give this one another `study.name`; to start over from this file, `tune delete {f}{on}` deletes the stored study{has}, then `tune run {f}{on}`"
+    ))
 }
 
 /// [`storage_error`] without a study file.
 pub fn storage_fault(e: StorageError) -> anyhow::Error {
     match &e {
-        StorageError::TooNew { .. } | StorageError::NoStudy { .. } => bad(e.to_string()),
+        StorageError::TooNew { .. }
+        | StorageError::NoStudy { .. }
+        | StorageError::Differs { .. } => bad(e.to_string()),
         // `--db` names a file that is not a SQLite database: the user's to fix.
         StorageError::Sqlite { error, .. }
             if error.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) =>

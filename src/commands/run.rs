@@ -27,7 +27,7 @@ pub fn run(args: &RunArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> 
     let file = study.file.clone();
     let mut storage =
         crate::storage::open(&study.storage).map_err(|e| super::storage_error(&file, e))?;
-    follow_the_file(storage.as_mut(), &study, args.allow_space_change)?;
+    follow_the_file(storage.as_mut(), &study, db, args.allow_space_change)?;
     let ways = WaysOut::of_file(&study.file, db);
     run_study(study, storage, ui, &ways)
 }
@@ -60,14 +60,33 @@ impl WaysOut {
 fn follow_the_file(
     storage: &mut dyn crate::storage::Storage,
     study: &crate::study::Study,
+    db: Option<&StorageUrl>,
     allow_space_change: bool,
 ) -> anyhow::Result<()> {
     let Ok(row) = storage.study(&study.name) else {
         return Ok(()); // a new study
     };
-    if row.direction != study.direction || row.metric != study.metric || row.others != study.others
-    {
-        return Ok(()); // refused when the study opens, with the database untouched
+    let new = crate::storage::NewStudy {
+        name: &study.name,
+        direction: study.direction,
+        metric: &study.metric,
+        others: &study.others,
+        file: Some(&study.file),
+        source: Some(&study.source),
+    };
+    if let Err(e) = crate::storage::check_same(&storage.location(), row.clone(), &new) {
+        // Refused with the database untouched, saying what deleting the stored study loses.
+        let trials = storage.trials(&row, None).map_err(super::storage_fault)?;
+        let complete = trials
+            .iter()
+            .filter(|t| t.state() == crate::trial::TrialState::Complete)
+            .count();
+        return Err(match e {
+            crate::storage::StorageError::Differs { .. } => {
+                super::differs(&study.file, db, &e, Some((trials.len(), complete)))
+            }
+            other => super::storage_error(&study.file, other),
+        });
     }
     let stored = storage.study_file(&row).map_err(super::storage_fault)?;
     let Some(text) = stored.text else {
@@ -84,12 +103,13 @@ fn follow_the_file(
         && !allow_space_change
     {
         return Err(super::bad(format!(
-            "{}: study `{}` in {} was created with another search space ({}); its {} trials so far were sampled from the old one. Rename the study, `tune delete` it, or pass --allow-space-change to go on with the new space",
-            study.file.display(),
+            "{f}: study `{}` in {} was created with another search space ({}); its {} trials so far were sampled from the old one. To go on with the stored study, change the file back; to keep both, give this one another `study.name`; to start over from this file, `tune delete {f}{on}` deletes the stored study and its trials, then `tune run {f}{on}`; to go on with the new space, `tune run {f}{on} --allow-space-change`",
             study.name,
             study.storage,
             space_diff(&old.space, &study.space),
             storage.trials(&row, None).map(|t| t.len()).unwrap_or(0),
+            f = study.file.display(),
+            on = db.map(|d| format!(" --db {d}")).unwrap_or_default(),
         )));
     }
     storage

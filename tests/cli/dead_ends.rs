@@ -339,3 +339,141 @@ fn a_rerun_of_a_study_whose_budget_was_spent_with_some_failures_says_how_to_run_
         assert!(err.contains(n), "`{n}` not in:\n{}", text(&out));
     }
 }
+
+// ---- item 5: a study file that disagrees with the stored study ----
+
+#[rstest]
+#[case::metric("metric = \"loss\"", "metric = \"val_loss\"", "metric `loss`")]
+#[case::direction("seed = 5", "seed = 5\ndirection = \"maximize\"", "direction minimize")]
+#[case::objectives(
+    "metric = \"loss\"",
+    "metric = [\"loss\", \"cost\"]\ndirection = [\"minimize\", \"minimize\"]",
+    "objectives"
+)]
+#[case::space(
+    "x = { type = \"float\", low = -2.0, high = 2.0 }",
+    "x = { type = \"float\", low = -3.0, high = 2.0 }",
+    "another search space"
+)]
+fn a_study_file_that_disagrees_with_the_stored_study_names_the_ways_out_and_delete_works(
+    #[case] from: &str,
+    #[case] to: &str,
+    #[case] what: &str,
+    #[values(false, true)] with_db: bool,
+) {
+    let sb = Sandbox::new();
+    // Every trial fails (the script reports a key the file does not ask for): the user's
+    // first mistake, found after the study is stored.
+    sb.write("trial.sh", "echo \"tune: {\\\"val_loss\\\": $1}\"\n");
+    let good = sh_study("s", 2, 1, "", &["{x}"]);
+    assert!(good.contains(from), "{from}");
+    sb.write("s.toml", &good);
+    let db: &[&str] = if with_db { &["--db", "other.db"] } else { &[] };
+    let with =
+        |args: &[&str]| -> Vec<String> { args.iter().chain(db).map(|s| s.to_string()).collect() };
+    let run = with(&["run", "s.toml", "--no-tui"]);
+    let run: Vec<&str> = run.iter().map(String::as_str).collect();
+    assert_eq!(sb.run(&run).status.code(), Some(1));
+    let dbfile = if with_db { "other.db" } else { "tune.db" };
+    let dump = || {
+        let db = sb.db(dbfile);
+        let mut s = db
+            .prepare("SELECT number, state FROM trials ORDER BY number")
+            .expect("select");
+        s.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+            .expect("rows")
+            .collect::<Result<Vec<_>, _>>()
+            .expect("rows")
+    };
+    let before = dump();
+    sb.write("s.toml", &good.replacen(from, to, 1));
+    let out = sb.run(&run);
+    let on = if with_db { " --db other.db" } else { "" };
+    let delete = format!("`tune delete s.toml{on}`");
+    let rerun = format!("`tune run s.toml{on}");
+    assert_refused(
+        &out,
+        &[
+            "s.toml",
+            what,
+            "change the file back",
+            "another `study.name`",
+            &delete,
+            &rerun,
+        ],
+    );
+    if what != "another search space" {
+        assert!(
+            stderr(&out).contains("2 trials (none complete)"),
+            "{}",
+            text(&out)
+        );
+    }
+    assert_eq!(dump(), before, "nothing stored changed");
+    // `tune enqueue` of the same file says the same.
+    let enqueue = with(&[
+        "enqueue",
+        "s.toml",
+        "--params",
+        "{\"x\": 0.5, \"k\": 2, \"c\": \"a\"}",
+    ]);
+    let enqueue: Vec<&str> = enqueue.iter().map(String::as_str).collect();
+    if what != "another search space" {
+        let out = sb.run(&enqueue);
+        assert_refused(&out, &[what, &delete]);
+    }
+    // The way out it names works: delete, then run the file as it is now.
+    let del = with(&["delete", "s.toml", "--yes"]);
+    sb.ok(&del.iter().map(String::as_str).collect::<Vec<_>>());
+    let out = sb.run(&run);
+    assert_ne!(out.status.code(), Some(2), "{}", text(&out));
+    if what.starts_with("metric") {
+        assert!(
+            out.status.success(),
+            "the fixed metric completes: {}",
+            text(&out)
+        );
+    }
+    assert_eq!(dump().len(), 2, "a fresh study of 2 trials");
+}
+
+#[test]
+fn ask_tell_on_a_stored_study_with_other_objectives_names_the_ways_out() {
+    let sb = Sandbox::new();
+    sb.write(
+        "space.toml",
+        "[space]\nx = { type = \"float\", low = 0.0, high = 1.0 }\n",
+    );
+    let session = |direction: &str| {
+        let mut c = sb.tune(&[
+            "ask-tell",
+            "--space",
+            "space.toml",
+            "--db",
+            "a.db",
+            "--study",
+            "at",
+            "--direction",
+            direction,
+        ]);
+        c.stdin(std::process::Stdio::piped());
+        let mut child = c
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("tune starts");
+        drop(child.stdin.take());
+        crate::common::wait_output(child, crate::common::PATIENCE)
+    };
+    let out = session("minimize");
+    assert!(out.status.success(), "{}", text(&out));
+    let out = session("maximize");
+    assert_refused(
+        &out,
+        &[
+            "direction minimize",
+            "--study",
+            "tune delete --study at --db a.db",
+        ],
+    );
+}
