@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use crate::space::Params;
-use crate::trial::{Report, TrialNumber};
+use crate::trial::{Report, ReportNotes, TrialNumber};
 
 /// One trial to run on one slot.
 #[derive(Debug, Clone)]
@@ -66,6 +66,9 @@ pub struct RunResult {
     pub end: RunEnd,
     /// Log files this run wrote (recorded in the database).
     pub logs: Vec<PathBuf>,
+    /// What the output said about its reports besides them (command trials), for the message
+    /// of a trial that ends without a value.
+    pub notes: Option<ReportNotes>,
 }
 
 /// What a runner hands the scheduler while a trial runs.

@@ -236,6 +236,7 @@ async fn run_on(
     let failed = |reason: String, log_tail: Option<String>| RunResult {
         end: RunEnd::Failed { reason, log_tail },
         logs: logs.clone(),
+        notes: None,
     };
     if let Err(e) = std::fs::create_dir_all(&job.trial_dir) {
         return failed(
@@ -247,6 +248,7 @@ async fn run_on(
         return RunResult {
             end: RunEnd::Stopped,
             logs,
+            notes: None,
         };
     }
     let msg = ToWorker::Job {
@@ -322,7 +324,11 @@ async fn run_on(
                                     log_tail: tail(&log),
                                 },
                             };
-                            return RunResult { end, logs };
+                            return RunResult {
+                    end,
+                    logs,
+                    notes: None,
+                };
                         }
                         // Not ours: a stray line cannot come from the protocol writer, but
                         // keep it rather than lose it.
@@ -376,7 +382,11 @@ async fn run_on(
                     },
                     _ => RunEnd::Stopped,
                 };
-                return RunResult { end, logs };
+                return RunResult {
+                    end,
+                    logs,
+                    notes: None,
+                };
             }
         }
     }

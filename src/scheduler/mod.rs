@@ -484,6 +484,7 @@ impl Scheduler {
                             log_tail: None,
                         },
                         logs: vec![],
+                        notes: None,
                     },
                 ));
                 return;
@@ -584,6 +585,9 @@ impl Scheduler {
                 log_tail: None,
             },
         };
+        if let Some(notes) = result.notes {
+            self.engine.note_output(b.id, notes);
+        }
         let trial = match self.engine.finish(b.id, finish, &result.logs) {
             Err(StorageError::Fenced { .. }) => {
                 // Fencing: the trial was declared interrupted and queued again while this

@@ -477,3 +477,115 @@ fn ask_tell_on_a_stored_study_with_other_objectives_names_the_ways_out() {
         ],
     );
 }
+
+// ---- item 7: a trial without a value says what its output showed ----
+
+#[rstest]
+#[case::json_without_the_prefix(
+    "echo \"{\\\"loss\\\": $1}\"\n",
+    "lacks the `tune: ` prefix",
+    &["without the `tune: ` prefix: {\"loss\": ", "0 reports stored"]
+)]
+#[case::a_logging_prefix_before_it(
+    "echo \"INFO:train: tune: {\\\"loss\\\": $1}\"\n",
+    "lacks the `tune: ` prefix",
+    &["INFO:train: tune: {\"loss\""]
+)]
+#[case::python_dict_repr(
+    "echo \"tune: {'loss': $1}\"\n",
+    "malformed report lines were ignored",
+    &["1 malformed report line ignored", "not JSON", "tune: {'loss': "]
+)]
+#[case::a_string_value(
+    "echo 'tune: {\"loss\": \"0.5\"}'\necho 'tune: {\"loss\": \"0.4\"}'\n",
+    "malformed report lines were ignored",
+    &["2 malformed report lines ignored", "must be a number", "tune: {\"loss\": \"0.5\"}"]
+)]
+#[case::a_wrong_key(
+    "echo \"tune: {\\\"val_loss\\\": $1, \\\"acc\\\": 0.5}\"\necho \"tune: {\\\"val_loss\\\": $1}\"\n",
+    "its reports had `acc`, `val_loss`",
+    &["2 reports stored"]
+)]
+#[case::on_standard_error(
+    "echo \"tune: {\\\"loss\\\": $1}\" >&2\n",
+    "went to standard error",
+    &["on standard error: tune: {\"loss\""]
+)]
+#[case::steps_going_backwards(
+    "echo 'tune: {\"step\": 5, \"acc\": 1}'\necho 'tune: {\"step\": 2, \"acc\": 1}'\n",
+    "its reports had `acc`",
+    &["step 2 after step 5"]
+)]
+#[case::nothing_at_all("echo starting\n", "no report arrived", &["0 reports stored"])]
+fn a_trial_without_a_value_says_what_its_output_showed(
+    #[case] script: &str,
+    #[case] first_line: &str,
+    #[case] details: &[&str],
+) {
+    let sb = Sandbox::new();
+    sb.write("trial.sh", script);
+    sb.write("s.toml", &sh_study("r", 1, 1, "", &["{x}"]));
+    let out = sb.run(&["run", "s.toml", "--no-tui"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    // The event line: what kind of mistake, and where the rest is.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("trial 0 failed"))
+        .unwrap_or_else(|| panic!("no failure line in\n{}", text(&out)));
+    assert!(line.contains("without reporting `loss`"), "{line}");
+    assert!(line.contains(first_line), "`{first_line}` not in {line}");
+    assert!(line.contains("tune show 0"), "{line}");
+    // `tune show` and the JSON error: the lines themselves, and what a report looks like.
+    let show = sb.ok(&["show", "0", "s.toml"]);
+    let show = String::from_utf8_lossy(&show.stdout);
+    for d in details
+        .iter()
+        .chain(&["tune: {\"step\": 3, \"loss\": 0.42}"])
+    {
+        assert!(show.contains(d), "`{d}` not in:\n{show}");
+    }
+    let error = sb.trials("s.toml")[0]["error"]
+        .as_str()
+        .expect("an error")
+        .to_string();
+    assert!(error.contains(first_line), "{error}");
+}
+
+#[test]
+fn trials_that_miss_the_prefix_with_different_values_still_stop_the_study_as_failing_the_same_way()
+{
+    let sb = Sandbox::new();
+    // Each trial prints other numbers: the failure must still read as the same one.
+    sb.write("trial.sh", "echo \"{\\\"loss\\\": $1}\"\n");
+    sb.write(
+        "s.toml",
+        &sh_study("r", 20, 1, "max_consecutive_failures = 3", &["{x}"]),
+    );
+    let out = sb.run(&["run", "s.toml", "--no-tui"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("3 trials in a row failed the same way"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(sb.trials("s.toml").len(), 3);
+}
+
+#[test]
+fn a_very_long_line_is_shown_cut_in_the_failure() {
+    let sb = Sandbox::new();
+    sb.write(
+        "trial.sh",
+        "printf '{\"loss\": 1, \"pad\": \"%s\"}\\n' \"$(head -c 100000 /dev/zero | tr '\\0' a)\"\n",
+    );
+    sb.write("s.toml", &sh_study("r", 1, 1, "", &["{x}"]));
+    sb.run(&["run", "s.toml", "--no-tui"]);
+    let error = sb.trials("s.toml")[0]["error"]
+        .as_str()
+        .expect("an error")
+        .to_string();
+    assert!(error.contains("lacks the `tune: ` prefix"), "{error}");
+    assert!(error.contains('…'), "cut: {}", error.len());
+    assert!(error.len() < 2_000, "{} bytes", error.len());
+}
