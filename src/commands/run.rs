@@ -258,7 +258,7 @@ pub fn budget_notes(
         None => "the budget is spent".to_string(),
     };
     let discard = format!(
-        "`tune discard {} --state failed` sets the {} aside (kept and shown, but no longer counted) so that `tune run` runs that many again",
+        "`tune discard {} --state failed` sets the {} aside (kept and shown, but no longer counted) so that the next run runs that many again",
         ways.study_arg,
         if failed == 1 {
             "failed trial"

@@ -589,3 +589,46 @@ fn a_very_long_line_is_shown_cut_in_the_failure() {
     assert!(error.contains('…'), "cut: {}", error.len());
     assert!(error.len() < 2_000, "{} bytes", error.len());
 }
+
+#[test]
+fn a_worker_on_a_budget_held_by_failed_trials_names_the_discard_by_study_name_and_database() {
+    let sb = Sandbox::new();
+    sb.write("trial.sh", "exit 1\n");
+    sb.write("s.toml", &sh_study("w", 2, 1, "", &["{x}"]));
+    assert_eq!(
+        sb.run(&["run", "s.toml", "--no-tui"]).status.code(),
+        Some(1)
+    );
+    let out = sb.run(&["worker", "--db", "tune.db", "--study", "w", "--no-tui"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let discard = "tune discard --study w --db tune.db --state failed";
+    assert!(stderr(&out).contains(discard), "{}", text(&out));
+    sb.ok(&[
+        "discard", "--study", "w", "--db", "tune.db", "--state", "failed",
+    ]);
+    sb.write("trial.sh", REPORTS_X);
+    sb.ok(&["worker", "--db", "tune.db", "--study", "w", "--no-tui"]);
+}
+
+#[test]
+fn enqueue_entries_in_the_study_file_beyond_its_budget_are_named_when_the_run_ends() {
+    let sb = Sandbox::new();
+    sb.write("trial.sh", REPORTS_X);
+    let study = format!(
+        "{}\n[[enqueue]]\nx = 0.5\nk = 1\nc = \"a\"\n\n[[enqueue]]\nx = 0.25\nk = 2\nc = \"b\"\n",
+        sh_study("e", 1, 1, "", &["{x}"])
+    );
+    sb.write("s.toml", &study);
+    let out = sb.ok(&["run", "s.toml", "--no-tui"]);
+    let err = stderr(&out);
+    assert!(
+        err.contains("queued trial 1 of study `e` did not run"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        err.contains("raise `trials` to 2 in s.toml"),
+        "{}",
+        text(&out)
+    );
+}
