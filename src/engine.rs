@@ -18,8 +18,8 @@ use crate::sampler::{AskContext, Sampler};
 use crate::space::{Params, Space};
 use crate::storage::{ClaimRequest, NewStudy, Storage, StorageError, StudyRow};
 use crate::trial::{
-    Direction, FINAL_KEY, Objective, Placement, Ran, Report, Trial, TrialId, TrialNumber,
-    TrialState, TrialStatus, WorkerId,
+    Direction, FINAL_KEY, Objective, Placement, Ran, Report, ReportNotes, Trial, TrialId,
+    TrialNumber, TrialState, TrialStatus, WorkerId,
 };
 
 /// What the engine needs of a study.
@@ -95,6 +95,8 @@ struct Live {
     /// Why the database refused one of its reports (see `StorageError::Rejected`): the trial
     /// then ends failed, saying so, since its result would rest on a report not stored.
     refused: Option<String>,
+    /// What its runner noticed in its output besides the reports (command trials).
+    notes: Option<ReportNotes>,
 }
 
 impl Live {
@@ -106,6 +108,83 @@ impl Live {
             &mut self.seen
         };
         into.extend(metrics.iter().map(|(k, v)| (k.clone(), *v)));
+    }
+
+    /// Why a trial that ran to its end has no value of `metric`, on the reason's first line
+    /// (kept the same from trial to trial of one mistake: no values, no counts, so that
+    /// `max_consecutive_failures` sees the same failure), and on the next lines what its
+    /// output showed: how many reports, the first malformed report line, a report without its
+    /// prefix or on the wrong stream, a step that went backwards.
+    fn no_value(&self, metric: &str) -> String {
+        let keys: Vec<String> = self
+            .seen
+            .keys()
+            .chain(self.final_metrics.keys())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .map(|k| format!("`{k}`"))
+            .collect();
+        let mut what = Vec::new();
+        if self.seq > 0 && keys.is_empty() {
+            what.push("its reports had no metric".to_string());
+        } else if self.seq > 0 {
+            what.push(format!("its reports had {}", keys.join(", ")));
+        }
+        let notes = self.notes.clone().unwrap_or_default();
+        if notes.malformed > 0 {
+            what.push("malformed report lines were ignored".into());
+        }
+        if notes.unprefixed.is_some() {
+            what.push("a line that looks like a report lacks the `tune: ` prefix".into());
+        }
+        if notes.on_stderr.is_some() {
+            what.push("a report-like line went to standard error, not standard output".into());
+        }
+        if self.seq == 0 && what.is_empty() {
+            what.push("no report arrived".into());
+        }
+        let mut out = format!(
+            "no value: the trial ended without reporting `{metric}` ({})",
+            what.join("; ")
+        );
+        if self.notes.is_none() {
+            return out;
+        }
+        let plural = |n: u64| if n == 1 { "" } else { "s" };
+        out.push_str(&format!(
+            "\n  {} report{} stored{}",
+            self.seq,
+            plural(self.seq),
+            if notes.malformed > 0 {
+                format!(
+                    ", {} malformed report line{} ignored",
+                    notes.malformed,
+                    plural(notes.malformed)
+                )
+            } else {
+                String::new()
+            }
+        ));
+        if let Some((line, why)) = &notes.first_malformed {
+            out.push_str(&format!("\n  the first malformed line ({why}): {line}"));
+        }
+        if let Some(line) = &notes.unprefixed {
+            out.push_str(&format!(
+                "\n  on standard output without the `tune: ` prefix: {line}"
+            ));
+        }
+        if let Some(line) = &notes.on_stderr {
+            out.push_str(&format!("\n  on standard error: {line}"));
+        }
+        if let Some((step, before)) = notes.backwards {
+            out.push_str(&format!(
+                "\n  a report's step went backwards: step {step} after step {before}"
+            ));
+        }
+        out.push_str(&format!(
+            "\n  a report is one line on standard output, such as: tune: {{\"step\": 3, \"{metric}\": 0.42}}"
+        ));
+        out
     }
 
     /// A further objective's value: the final report's, else the last reported one.
@@ -286,9 +365,18 @@ impl Engine {
                 final_metrics: BTreeMap::new(),
                 stopping: false,
                 refused: None,
+                notes: None,
             },
         );
         Ok(Some(trial))
+    }
+
+    /// Records what a running trial's runner noticed in its output besides the reports, for
+    /// the message if it ends without a value.
+    pub fn note_output(&mut self, id: TrialId, notes: ReportNotes) {
+        if let Some(l) = self.running.get_mut(&id) {
+            l.notes = Some(notes);
+        }
     }
 
     /// Records where a running trial logs.
@@ -416,6 +504,7 @@ impl Engine {
             final_metrics: BTreeMap::new(),
             stopping: false,
             refused: None,
+            notes: None,
         };
         for r in stored {
             live.note(&r.report.metrics, r.is_final);
@@ -484,11 +573,7 @@ impl Engine {
             }
             for (m, v) in &values {
                 match v {
-                    None => {
-                        return failed(format!(
-                            "no value: the trial ended without reporting `{m}`"
-                        ));
-                    }
+                    None => return failed(live.no_value(m)),
                     Some(v) if !v.is_finite() => {
                         return failed(format!("the value of `{m}` is {v}, not a finite number"));
                     }

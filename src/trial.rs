@@ -166,6 +166,48 @@ pub struct Report {
     pub metrics: BTreeMap<String, f64>,
 }
 
+/// What a command trial's output said about its reports beyond the reports themselves, for
+/// the message of a trial that ended without a value: the malformed report lines (and the
+/// first), a line that looks like a report but lacks the `tune: ` prefix, a report-like line
+/// on standard error, and a step that went backwards. Lines are kept cut to
+/// [`ReportNotes::SHOWN`] characters.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReportNotes {
+    /// Report lines (`tune: …`) that were not a valid report, and were ignored.
+    pub malformed: u64,
+    /// The first of them and what is wrong with it.
+    pub first_malformed: Option<(String, String)>,
+    /// The first line on standard output that looks like a report (a JSON object, or `tune:`
+    /// inside the line) but is none.
+    pub unprefixed: Option<String>,
+    /// The first line on standard error that looks like a report.
+    pub on_stderr: Option<String>,
+    /// The first report whose step went backwards: (its step, the step before it).
+    pub backwards: Option<(u64, u64)>,
+}
+
+impl ReportNotes {
+    /// How many characters of a line a note keeps: enough to recognise it, never a whole
+    /// megabyte of output in a trial's error.
+    pub const SHOWN: usize = 200;
+
+    /// `line` cut to [`ReportNotes::SHOWN`] characters (marked `…` when cut).
+    pub fn shown(line: &str) -> String {
+        let line = line.trim();
+        match line.char_indices().nth(Self::SHOWN) {
+            Some((i, _)) => format!("{}…", &line[..i]),
+            None => line.to_string(),
+        }
+    }
+
+    /// Whether a line that is not a report looks like one that was meant to be: a JSON object
+    /// on its own, or `tune:` after other text (a logging prefix) or in other case.
+    pub fn looks_like_report(line: &str) -> bool {
+        let t = line.trim();
+        (t.starts_with('{') && t.ends_with('}')) || t.to_ascii_lowercase().contains("tune:")
+    }
+}
+
 /// How a finished trial ended, as samplers see it. Values are in the study's own direction;
 /// use [`Direction::loss`] to compare.
 #[derive(Debug, Clone, PartialEq)]

@@ -314,7 +314,16 @@ pub fn ask_tell(args: &AskTellArgs, db: Option<&StorageUrl>) -> anyhow::Result<E
             kind,
             args.seed,
             &directions,
-        )?,
+        )
+        .map_err(|e| match e.downcast_ref::<crate::storage::StorageError>() {
+            Some(crate::storage::StorageError::Differs {
+                path, stored, given, ..
+            }) => bad(format!(
+                "--study {name}: {}: the study is stored with {stored}, but this session's objectives (--direction; ask-tell names them value, value1, …) are {given}. Give the session another --study NAME, or start over with `tune delete --study {name} --db {url}` (it deletes the stored study and its trials)",
+                path.display()
+            )),
+            _ => e,
+        })?,
         (None, Some(_)) => return Err(bad("--study needs --db PATH (or TUNE_DB)")),
         _ => AskTell::new(space, kind, args.seed, &directions),
     };

@@ -67,7 +67,10 @@ fn study_cells(s: &crate::storage::StudySummary) -> Vec<String> {
 }
 
 pub fn studies(args: &StudiesArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> {
-    let storage = super::open_read(&super::default_storage(db))?;
+    let storage = super::open_read(
+        &super::default_storage(db),
+        super::DbFrom::of_flag(db, false),
+    )?;
     let mut list = storage.list_studies()?;
     for s in &mut list {
         if let Some(row) = storage.find_study(&s.name)?

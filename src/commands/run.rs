@@ -28,8 +28,31 @@ pub fn run(args: &RunArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> 
     let file = study.file.clone();
     let mut storage =
         crate::storage::open(&study.storage).map_err(|e| super::storage_error(&file, e))?;
-    follow_the_file(storage.as_mut(), &study, args.allow_space_change)?;
-    run_study(study, storage, ui)
+    follow_the_file(storage.as_mut(), &study, db, args.allow_space_change)?;
+    let ways = WaysOut::of_file(&study.file, db);
+    run_study(study, storage, ui, &ways)
+}
+
+/// How the commands that a run suggests at its end name the study: by its file for `tune run`
+/// (with `--db` when one was given), by name and database for `tune worker`.
+pub struct WaysOut {
+    /// The study's arguments in a suggested command (`s.toml`, `--study s --db URL`).
+    pub study_arg: String,
+    /// Where `trials` is raised, as the end of a sentence.
+    pub raise: String,
+}
+
+impl WaysOut {
+    pub fn of_file(file: &std::path::Path, db: Option<&StorageUrl>) -> WaysOut {
+        let file = file.display();
+        WaysOut {
+            study_arg: match db {
+                Some(db) => format!("{file} --db {db}"),
+                None => file.to_string(),
+            },
+            raise: format!("in {file}, then `tune run {file}` again"),
+        }
+    }
 }
 
 /// A study run again from a changed file: a changed search space is refused unless allowed
@@ -38,14 +61,33 @@ pub fn run(args: &RunArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> 
 fn follow_the_file(
     storage: &mut dyn crate::storage::Storage,
     study: &crate::study::Study,
+    db: Option<&StorageUrl>,
     allow_space_change: bool,
 ) -> anyhow::Result<()> {
     let Ok(row) = storage.study(&study.name) else {
         return Ok(()); // a new study
     };
-    if row.direction != study.direction || row.metric != study.metric || row.others != study.others
-    {
-        return Ok(()); // refused when the study opens, with the database untouched
+    let new = crate::storage::NewStudy {
+        name: &study.name,
+        direction: study.direction,
+        metric: &study.metric,
+        others: &study.others,
+        file: Some(&study.file),
+        source: Some(&study.source),
+    };
+    if let Err(e) = crate::storage::check_same(&storage.location(), row.clone(), &new) {
+        // Refused with the database untouched, saying what deleting the stored study loses.
+        let trials = storage.trials(&row, None).map_err(super::storage_fault)?;
+        let complete = trials
+            .iter()
+            .filter(|t| t.state() == crate::trial::TrialState::Complete)
+            .count();
+        return Err(match e {
+            crate::storage::StorageError::Differs { .. } => {
+                super::differs(&study.file, db, &e, Some((trials.len(), complete)))
+            }
+            other => super::storage_error(&study.file, other),
+        });
     }
     let stored = storage.study_file(&row).map_err(super::storage_fault)?;
     let Some(text) = stored.text else {
@@ -62,12 +104,13 @@ fn follow_the_file(
         && !allow_space_change
     {
         return Err(super::bad(format!(
-            "{}: study `{}` in {} was created with another search space ({}); its {} trials so far were sampled from the old one. Rename the study, `tune delete` it, or pass --allow-space-change to go on with the new space",
-            study.file.display(),
+            "{f}: study `{}` in {} was created with another search space ({}); its {} trials so far were sampled from the old one. To go on with the stored study, change the file back; to keep both, give this one another `study.name`; to start over from this file, `tune delete {f}{on}` deletes the stored study and its trials, then `tune run {f}{on}`; to go on with the new space, `tune run {f}{on} --allow-space-change`",
             study.name,
             study.storage,
             space_diff(&old.space, &study.space),
             storage.trials(&row, None).map(|t| t.len()).unwrap_or(0),
+            f = study.file.display(),
+            on = db.map(|d| format!(" --db {d}")).unwrap_or_default(),
         )));
     }
     storage
@@ -100,18 +143,20 @@ pub fn run_study(
     study: crate::study::Study,
     storage: Box<dyn crate::storage::Storage>,
     ui: bool,
+    ways: &WaysOut,
 ) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(run_async(study, storage, ui))
+    rt.block_on(run_async(study, storage, ui, ways))
 }
 
 async fn run_async(
     study: crate::study::Study,
     storage: Box<dyn crate::storage::Storage>,
     ui: bool,
+    ways: &WaysOut,
 ) -> anyhow::Result<ExitCode> {
     let runner: Arc<dyn TrialRunner> = match &study.trial {
         // Every trial's processes run under a keeper (this binary), so none outlives its
@@ -132,6 +177,7 @@ async fn run_async(
     let direction = study.direction;
     let metric = study.metric.clone();
     let file = study.file.clone();
+    let (name, budget) = (study.name.clone(), study.trials);
     let scheduler = Scheduler::open(study, storage, sampler, pruner, runner, etx)
         .map_err(|e| super::storage_error(&file, e))?;
 
@@ -200,11 +246,83 @@ async fn run_async(
         );
         return Ok(ExitCode::from(1));
     }
+    for note in budget_notes(&summary, &name, budget, ways) {
+        eprintln!("tune: {note}");
+    }
     if summary.complete == 0 {
-        eprintln!("tune: no trial completed");
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a run says at its end when the budget is what stops the user: queued trials that will
+/// not run, a study that had spent its budget before this run, and no complete trial at all
+/// (with the failed trials that hold the budget). Each names the command that goes on.
+pub fn budget_notes(
+    summary: &crate::scheduler::RunSummary,
+    name: &str,
+    budget: Option<u64>,
+    ways: &WaysOut,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    let (counted, failed) = (summary.counted, summary.failed);
+    let plural = |n: u64| if n == 1 { "" } else { "s" };
+    let trials = |n: u64| format!("{n} trial{}", plural(n));
+    let budget_is = match budget {
+        Some(b) => format!(
+            "the budget (`trials = {b}`) is spent, with {} counted",
+            trials(counted)
+        ),
+        None => "the budget is spent".to_string(),
+    };
+    let discard = format!(
+        "`tune discard {} --state failed` sets the {} aside (kept and shown, but no longer counted) so that the next run runs that many again",
+        ways.study_arg,
+        if failed == 1 {
+            "failed trial"
+        } else {
+            "failed trials"
+        },
+    );
+    if summary.budget_spent && !summary.queued.is_empty() {
+        let q = summary.queued.len() as u64;
+        let numbers: Vec<String> = summary.queued.iter().map(u64::to_string).collect();
+        notes.push(format!(
+            "queued trial{} {} of study `{name}` did not run: {budget_is}; raise `trials` to {} {}",
+            plural(q),
+            numbers.join(", "),
+            counted + q,
+            ways.raise
+        ));
+    }
+    if summary.complete == 0 {
+        let mut note = format!("no trial completed in study `{name}`");
+        if failed > 0 {
+            note.push_str(&format!(
+                ": its {} failed (`tune show N` has each one's error and stderr)",
+                trials(failed)
+            ));
+            if summary.budget_spent {
+                note.push_str(&format!(
+                    " and {budget_is}. Once you have fixed what made them fail, {discard}"
+                ));
+            }
+        }
+        notes.push(note);
+    } else if summary.budget_spent && summary.started == 0 && summary.queued.is_empty() {
+        let mut note = format!(
+            "study `{name}` had spent its budget before this run, so no trial ran: {budget_is}. To run more, raise `trials` {}",
+            ways.raise
+        );
+        if failed > 0 {
+            note.push_str(&format!(
+                "; or, if the {} failed for a cause you have fixed, {discard}",
+                trials(failed)
+            ));
+        }
+        notes.push(note);
+    }
+    notes
 }
 
 /// A command study whose program or required files are missing here is refused before any

@@ -80,7 +80,14 @@ pub fn worker(args: &WorkerArgs, db: Option<&StorageUrl>) -> anyhow::Result<Exit
         study.slots.join(", ")
     );
     let ui = !args.no_tui && crate::tui::stdout_is_terminal();
-    super::run::run_study(study, storage, ui)
+    let file = study.file.display().to_string();
+    let ways = super::run::WaysOut {
+        study_arg: format!("--study {} --db {url}", study.name),
+        raise: format!(
+            "in the study file ({file}) and store it with `tune run {file} --db {url}`; workers read it from there"
+        ),
+    };
+    super::run::run_study(study, storage, ui, &ways)
 }
 
 /// The study, once it exists: a worker may be started before `tune run` creates it.

@@ -194,9 +194,16 @@ impl Printer {
                         fmt_value(trial.value())
                     ),
                     _ => format!(
-                        "{stamp} trial {} failed{dur}: {}",
+                        "{stamp} trial {} failed{dur}: {}{}",
                         trial.number,
-                        trial.status.why().unwrap_or_else(|| "unknown".into())
+                        trial.status.why().unwrap_or_else(|| "unknown".into()),
+                        // A reason of several lines (what a trial without a value printed)
+                        // shows its first here; the rest is one command away.
+                        if trial.status.reason().is_some_and(|r| r.contains('\n')) {
+                            format!(" (more: `tune show {}`)", trial.number)
+                        } else {
+                            String::new()
+                        }
                     ),
                 }
             }

@@ -16,7 +16,7 @@ use super::keeper::{CANNOT_START, CANNOT_START_PREFIX, Keeper, Lifeline};
 use super::{ReportSender, RunEnd, RunFuture, RunResult, StopRequest, TrialJob, TrialRunner};
 use crate::spec::placeholders;
 use crate::study::CommandSpec;
-use crate::trial::Report;
+use crate::trial::{Report, ReportNotes};
 
 /// How many lines of standard error are kept for the trial's record.
 const TAIL_LINES: usize = 20;
@@ -374,6 +374,7 @@ async fn run_command(
     let fail = |reason: String, log_tail: Option<String>, logs: Vec<PathBuf>| RunResult {
         end: RunEnd::Failed { reason, log_tail },
         logs,
+        notes: None,
     };
     let argv = fill_argv(&spec.argv, &job);
     let (mut cmd, lifeline) = match &keeper {
@@ -456,6 +457,7 @@ async fn run_command(
         let mut reader = BufReader::new(stdout);
         let mut raw = Vec::new();
         let mut prev_step: Option<u64> = None;
+        let mut notes = ReportNotes::default();
         // Output is bytes: a line that is not UTF-8 is logged as it came and read lossily,
         // never a reason to stop reading (which would kill the command with SIGPIPE).
         while let Some(bytes) = next_line(&mut reader, &mut raw).await {
@@ -466,6 +468,7 @@ async fn run_command(
                         if let Some(p) = prev_step
                             && r.step < p
                         {
+                            notes.backwards.get_or_insert((r.step, p));
                             let _ = out_file
                                 .write_all(
                                     format!(
@@ -489,6 +492,10 @@ async fn run_command(
                         continue;
                     }
                     Err(why) => {
+                        notes.malformed += 1;
+                        if notes.first_malformed.is_none() {
+                            notes.first_malformed = Some((ReportNotes::shown(&line), why.clone()));
+                        }
                         let _ = out_file
                             .write_all(
                                 format!("tune: ignored a malformed report ({why}): {line}\n")
@@ -499,25 +506,35 @@ async fn run_command(
                     }
                 }
             }
+            if notes.unprefixed.is_none() && ReportNotes::looks_like_report(&line) {
+                notes.unprefixed = Some(ReportNotes::shown(&line));
+            }
             let _ = out_file.write_all(bytes).await;
             let _ = out_file.write_all(b"\n").await;
         }
         let _ = out_file.flush().await;
+        notes
     });
     let stderr_task = tokio::spawn(async move {
         let mut tail: VecDeque<String> = VecDeque::with_capacity(TAIL_LINES);
         let mut reader = BufReader::new(stderr);
         let mut raw = Vec::new();
+        // A report printed to the wrong stream (Python's logging writes to standard error).
+        let mut on_stderr = None;
         while let Some(bytes) = next_line(&mut reader, &mut raw).await {
             let _ = err_file.write_all(bytes).await;
             let _ = err_file.write_all(b"\n").await;
             if tail.len() == TAIL_LINES {
                 tail.pop_front();
             }
-            tail.push_back(String::from_utf8_lossy(bytes).into_owned());
+            let line = String::from_utf8_lossy(bytes).into_owned();
+            if on_stderr.is_none() && ReportNotes::looks_like_report(&line) {
+                on_stderr = Some(ReportNotes::shown(&line));
+            }
+            tail.push_back(line);
         }
         let _ = err_file.flush().await;
-        tail.into_iter().collect::<Vec<_>>().join("\n")
+        (tail.into_iter().collect::<Vec<_>>().join("\n"), on_stderr)
     });
 
     let deadline = job.timeout.map(|t| tokio::time::Instant::now() + t);
@@ -561,12 +578,18 @@ async fn run_command(
     };
     // Kill whatever the command left behind, so the pipes close (a keeper did already).
     ender.kill();
-    let _ = tokio::time::timeout(Duration::from_secs(5), stdout_task).await;
-    let tail = tokio::time::timeout(Duration::from_secs(5), stderr_task)
+    let mut notes = tokio::time::timeout(Duration::from_secs(5), stdout_task)
         .await
         .ok()
         .and_then(|r| r.ok())
-        .filter(|t| !t.is_empty());
+        .unwrap_or_default();
+    let (tail, on_stderr) = tokio::time::timeout(Duration::from_secs(5), stderr_task)
+        .await
+        .ok()
+        .and_then(|r| r.ok())
+        .unwrap_or_default();
+    notes.on_stderr = on_stderr;
+    let tail = Some(tail).filter(|t| !t.is_empty());
     let end = match (why_end(&status), job.timeout) {
         (Some(end), _) => end,
         (None, Some(t))
@@ -602,7 +625,11 @@ async fn run_command(
         },
         other => other,
     };
-    RunResult { end, logs }
+    RunResult {
+        end,
+        logs,
+        notes: Some(notes),
+    }
 }
 
 fn why_end(status: &Option<std::io::Result<std::process::ExitStatus>>) -> Option<RunEnd> {

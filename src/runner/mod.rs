@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use crate::space::Params;
-use crate::trial::{Report, TrialNumber};
+use crate::trial::{Report, ReportNotes, TrialNumber};
 
 /// The environment variables that carry the study database's location or credentials, which
 /// no trial inherits (docs/command-trials.md): a trial reports on standard output and needs no
@@ -73,6 +73,9 @@ pub struct RunResult {
     pub end: RunEnd,
     /// Log files this run wrote (recorded in the database).
     pub logs: Vec<PathBuf>,
+    /// What the output said about its reports besides them (command trials), for the message
+    /// of a trial that ends without a value.
+    pub notes: Option<ReportNotes>,
 }
 
 /// What a runner hands the scheduler while a trial runs.

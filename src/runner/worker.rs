@@ -289,6 +289,7 @@ async fn run_on(
     let failed = |reason: String, log_tail: Option<String>| RunResult {
         end: RunEnd::Failed { reason, log_tail },
         logs: logs.clone(),
+        notes: None,
     };
     if let Err(e) = std::fs::create_dir_all(&job.trial_dir) {
         return failed(
@@ -300,6 +301,7 @@ async fn run_on(
         return RunResult {
             end: RunEnd::Stopped,
             logs,
+            notes: None,
         };
     }
     let msg = ToWorker::Job {
@@ -375,7 +377,11 @@ async fn run_on(
                                     log_tail: tail(&log),
                                 },
                             };
-                            return RunResult { end, logs };
+                            return RunResult {
+                    end,
+                    logs,
+                    notes: None,
+                };
                         }
                         // Not ours: a stray line cannot come from the protocol writer, but
                         // keep it rather than lose it.
@@ -429,7 +435,11 @@ async fn run_on(
                     },
                     _ => RunEnd::Stopped,
                 };
-                return RunResult { end, logs };
+                return RunResult {
+                    end,
+                    logs,
+                    notes: None,
+                };
             }
         }
     }

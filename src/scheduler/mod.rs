@@ -94,6 +94,15 @@ pub struct RunSummary {
     pub interrupted: bool,
     /// Why the run stopped early because its trials kept failing, if it did.
     pub failing: Option<String>,
+    /// Whether it ended because the budget was spent.
+    pub budget_spent: bool,
+    /// How many trials this run started.
+    pub started: u64,
+    /// The trials the budget counts at the end.
+    pub counted: u64,
+    /// Queued trials left waiting when the budget was spent (their numbers): they run only
+    /// once `trials` is raised. Empty when the run ended otherwise.
+    pub queued: Vec<u64>,
 }
 
 pub struct Scheduler {
@@ -106,6 +115,8 @@ pub struct Scheduler {
     gpus: Option<Arc<Gpus>>,
     /// Trials that failed on their own in a row here, all the same way, and that way.
     failures_in_a_row: (u64, String),
+    /// Trials this run started.
+    started: u64,
 }
 
 impl Scheduler {
@@ -148,6 +159,7 @@ impl Scheduler {
             events,
             gpus,
             failures_in_a_row: (0, String::new()),
+            started: 0,
         })
     }
 
@@ -338,6 +350,17 @@ impl Scheduler {
                 Ending::Failing(why) => Some(why.clone()),
                 _ => None,
             },
+            budget_spent: matches!(ending, Ending::BudgetSpent),
+            started: self.started,
+            counted: storage.counted(row)?,
+            queued: match ending {
+                Ending::BudgetSpent => rows
+                    .iter()
+                    .filter(|t| t.state() == TrialState::Queued)
+                    .map(|t| t.number.0)
+                    .collect(),
+                _ => Vec::new(),
+            },
         };
         let reason = match &ending {
             Ending::Storage(e) => format!("storage failed: {e}"),
@@ -420,6 +443,7 @@ impl Scheduler {
         let Some(trial) = self.engine.ask(slot, &device)? else {
             return Ok(None);
         };
+        self.started += 1;
         let made = fresh_trial_dir(&self.study.runs_dir, trial.number);
         let trial_dir = match &made {
             Ok(d) => d.clone(),
@@ -462,6 +486,7 @@ impl Scheduler {
                             log_tail: None,
                         },
                         logs: vec![],
+                        notes: None,
                     },
                 ));
                 return;
@@ -562,6 +587,9 @@ impl Scheduler {
                 log_tail: None,
             },
         };
+        if let Some(notes) = result.notes {
+            self.engine.note_output(b.id, notes);
+        }
         let trial = match self.engine.finish(b.id, finish, &result.logs) {
             Err(StorageError::Fenced { .. }) => {
                 // Fencing: the trial was declared interrupted and queued again while this

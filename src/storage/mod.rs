@@ -462,23 +462,23 @@ pub(crate) fn check_same(
     existing: StudyRow,
     new: &NewStudy<'_>,
 ) -> Result<StudyRow, StorageError> {
-    let conflict = |message: String| StorageError::Conflict {
+    let conflict = |stored: String, given: String| StorageError::Differs {
         path: PathBuf::from(location),
-        message,
+        name: existing.name.clone(),
+        stored,
+        given,
     };
     if existing.direction != new.direction {
-        return Err(conflict(format!(
-            "study `{}` is stored with direction {}, but the study file says {}; use another `study.name`",
-            existing.name,
-            existing.direction.as_str(),
-            new.direction.as_str()
-        )));
+        return Err(conflict(
+            format!("direction {}", existing.direction.as_str()),
+            new.direction.as_str().to_string(),
+        ));
     }
     if existing.metric != new.metric {
-        return Err(conflict(format!(
-            "study `{}` is stored with metric `{}`, but the study file says `{}`; use another `study.name`",
-            existing.name, existing.metric, new.metric
-        )));
+        return Err(conflict(
+            format!("metric `{}`", existing.metric),
+            format!("`{}`", new.metric),
+        ));
     }
     if existing.others != new.others {
         let list = |first: &str, d: Direction, o: &[Objective]| {
@@ -490,12 +490,13 @@ pub(crate) fn check_same(
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        return Err(conflict(format!(
-            "study `{}` is stored with objectives {}, but the study file says {}; use another `study.name`",
-            existing.name,
-            list(&existing.metric, existing.direction, &existing.others),
-            list(new.metric, new.direction, new.others)
-        )));
+        return Err(conflict(
+            format!(
+                "objectives {}",
+                list(&existing.metric, existing.direction, &existing.others)
+            ),
+            list(new.metric, new.direction, new.others),
+        ));
     }
     Ok(existing)
 }
@@ -594,6 +595,15 @@ pub enum StorageError {
     Conflict { path: PathBuf, message: String },
     #[error("{path}: no study named `{name}`")]
     NoStudy { path: PathBuf, name: String },
+    /// The study stored under the name has another direction, metric or objectives than the
+    /// study file (`stored`, `given`); nothing was written. The caller names the way out.
+    #[error("{path}: study `{name}` is stored with {stored}, but the study file says {given}")]
+    Differs {
+        path: PathBuf,
+        name: String,
+        stored: String,
+        given: String,
+    },
     /// A database server's fault: unreachable, refused, or an error it reported. `location`
     /// never carries a password.
     #[error("{location}: {message}")]

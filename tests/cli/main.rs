@@ -9,6 +9,7 @@ mod command_trials;
 mod common;
 mod consistency;
 mod database_docs;
+mod dead_ends;
 mod devices;
 mod hardening;
 mod multi_host;
