@@ -189,8 +189,13 @@ impl Printer {
                         )
                     }
                     TrialState::Pruned => format!(
-                        "{stamp} trial {} pruned{dur}: {metric}={}",
+                        "{stamp} trial {} pruned{}{dur}: {metric}={}",
                         trial.number,
+                        trial
+                            .status
+                            .pruned_reason()
+                            .map(|r| format!(" {r}"))
+                            .unwrap_or_default(),
                         fmt_value(trial.value())
                     ),
                     _ => format!(

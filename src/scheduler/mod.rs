@@ -549,7 +549,14 @@ impl Scheduler {
                     .to_string(),
             },
             (RunEnd::Finished, _) => Finish::Ended,
-            (_, Some(StopKind::Prune | StopKind::UserPruned)) => Finish::Pruned { value: None },
+            (_, Some(StopKind::Prune)) => Finish::Pruned {
+                value: None,
+                reason: None,
+            },
+            (_, Some(StopKind::UserPruned)) => Finish::Pruned {
+                value: None,
+                reason: Some("stopped by the user".to_string()),
+            },
             (_, Some(StopKind::UserFailed)) => Finish::Failed {
                 reason: "stopped by the user".to_string(),
                 log_tail: None,

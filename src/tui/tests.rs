@@ -554,6 +554,35 @@ fn snapshot_failed_trial_opened_80x24() {
 }
 
 #[test]
+fn snapshot_pruned_trial_opened_80x24() {
+    let mut s = state_with(30, 4, 4, Some(100));
+    s.handle_key(key('f'));
+    s.handle_key(key('f'));
+    s.handle_key(key('f')); // pruned
+    s.handle_key(code(KeyCode::Enter));
+    let text = screen(&s, 80, 24);
+    assert!(
+        text.contains("pruned  at epoch 3 (rung 1: 3rd of 4 trials there, below the top 1/3)"),
+        "{text}"
+    );
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn a_pruned_trials_reason_is_its_why_in_the_table() {
+    let s = state_with(30, 4, 4, Some(100));
+    let text = screen(&s, 160, 48);
+    let row = text
+        .lines()
+        .find(|l| l.contains(" 28 + pruned"))
+        .expect("trial 28's row");
+    assert!(
+        row.contains("at epoch 3 (rung 1: 3rd of 4 trials there, below the top 1/3)"),
+        "{row}"
+    );
+}
+
+#[test]
 fn snapshot_running_trial_opened_160x48() {
     let mut s = state_with(30, 4, 4, Some(100));
     s.handle_key(key('f')); // running

@@ -1767,6 +1767,14 @@ fn render_trial(
             Span::raw(m),
         ]));
     }
+    if t.state == TrialState::Pruned
+        && let Some(w) = &t.why
+    {
+        lines.push(Line::from(vec![
+            Span::styled("pruned  ", theme.header()),
+            Span::raw(w.clone()),
+        ]));
+    }
     if let Some(e) = &t.error {
         lines.push(Line::from(Span::styled(
             "error",
