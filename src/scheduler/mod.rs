@@ -189,6 +189,12 @@ impl Scheduler {
                 sampler: self.study.sampler.as_str().to_string(),
                 pruner: self.study.pruner.name().to_string(),
                 rungs: self.study.pruner.rung_schedule(),
+                // One objective only: on several, the samplers scalarise and follow other rules.
+                exploration: self
+                    .study
+                    .sampler
+                    .exploration(&self.study.space, &self.study.sampler_options)
+                    .filter(|_| self.study.others.is_empty()),
                 budget: self.study.trials,
                 timeout: self.study.timeout,
                 slots: self.study.slots.clone(),

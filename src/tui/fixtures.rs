@@ -39,6 +39,7 @@ pub fn info(budget: Option<u64>, slots: usize) -> StudyInfo {
         sampler: "tpe".into(),
         pruner: "median".into(),
         rungs: None,
+        exploration: None,
         budget,
         timeout: None,
         slots: (0..slots)

@@ -478,14 +478,38 @@ fn render_header(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) 
         ]
     };
     let width = |spans: &[Span]| spans.iter().map(|s| s.width()).sum::<usize>();
+    // The sampler's own rule: past its initial design with too few complete trials (pruning
+    // or failures left too few), it still explores; that says more than the best's params.
+    let next = state
+        .trials
+        .iter()
+        .map(|t| t.number.0 + 1)
+        .max()
+        .unwrap_or(0);
+    let exploring = state
+        .info
+        .as_ref()
+        .and_then(|i| i.exploration)
+        .and_then(|r| crate::events::exploring_note(&r, next, c.complete));
     let mut l3 = counts(true);
-    if let Some((label, items)) = &best {
+    let exploring_shown = exploring.is_some();
+    if let Some(note) = exploring {
+        l3 = counts(false);
+        l3.push(Span::styled(note, theme.state(TrialState::Pruned)));
+        if let Some((label, _)) = &best
+            && width(&l3) + 2 + label.chars().count() <= area.width as usize
+        {
+            l3.push(Span::raw("  "));
+            l3.push(Span::styled(label.clone(), theme.best()));
+        }
+    } else if let Some((label, items)) = &best {
         let params_w = items.iter().map(|i| i.chars().count() + 1).sum::<usize>();
         if width(&l3) + label.chars().count() + 1 + params_w > area.width as usize {
             l3 = counts(false);
         }
     }
     match best {
+        _ if exploring_shown => {}
         Some((label, items)) => {
             l3.push(Span::styled(label, theme.best()));
             let room = (area.width as usize).saturating_sub(width(&l3) + 2);

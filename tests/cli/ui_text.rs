@@ -147,3 +147,93 @@ fn a_maximised_study_states_the_median_rule_in_its_own_terms() {
         "at step 0 (its best 1.5 is worse than the median 100.5 of 1 complete trial there)",
     );
 }
+
+// ----- the sampler still exploring (issue 29, item 11) ---------------------------------------
+
+/// A median-pruned study of `trials` trials whose `[sampler]` is `sampler`: trial 0 completes
+/// at 1.5 and every later trial is pruned at its first report, so pruning leaves one complete
+/// trial, fewer than the model needs.
+fn all_pruned_study(sampler: &str, trials: u64) -> String {
+    study("minimize", "kind = \"median\"\nmin_trials = 1")
+        .replace("trials = 3", &format!("trials = {trials}"))
+        .replace("[pruner]", &format!("[sampler]\n{sampler}\n\n[pruner]"))
+}
+
+fn lines_of(sb: &Sandbox, study: &str) -> String {
+    sb.write("s.toml", study);
+    sb.write("trial.sh", &script(1.5, 100.5));
+    let out = sb.ok(&["run", "s.toml", "--no-tui"]);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_lines_say_the_sampler_still_explores_once_pruning_leaves_too_few_complete_trials() {
+    for (sampler, startup) in [
+        ("kind = \"gp\"\nn_startup = 2", 2),
+        ("kind = \"auto\"\nn_startup = 3", 3),
+        ("kind = \"tpe\"\nn_startup = 2", 2),
+        // The GP's default initial design for one param: 5 trials.
+        ("kind = \"gp\"", 5),
+    ] {
+        let sb = Sandbox::new();
+        let out = lines_of(&sb, &all_pruned_study(sampler, 7));
+        for n in 1..7u64 {
+            let line = out
+                .lines()
+                .find(|l| l.contains(&format!("trial {n} pruned")))
+                .unwrap_or_else(|| panic!("{sampler}: no line for trial {n}:\n{out}"));
+            // The trial after this one is asked past the initial design with one complete
+            // trial: the sampler explores, by its own rule.
+            let note = format!(
+                "; sampler: exploring (Sobol) until 2 trials complete; 1 complete, {n} pruned"
+            );
+            assert_eq!(
+                line.ends_with(&note),
+                n + 1 >= startup,
+                "{sampler}, trial {n}: {line}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_lines_say_nothing_of_exploring_once_two_trials_are_complete_or_for_a_sampler_without_a_model()
+ {
+    // Two complete trials: the model proposes.
+    let sb = Sandbox::new();
+    sb.write(
+        "s.toml",
+        &study("minimize", "kind = \"none\"")
+            .replace("trials = 3", "trials = 6")
+            .replace(
+                "[pruner]",
+                "[sampler]\nkind = \"gp\"\nn_startup = 2\n\n[pruner]",
+            ),
+    );
+    sb.write("trial.sh", "echo 'tune: {\"step\": 0, \"loss\": 1.5}'\n");
+    let out = sb.ok(&["run", "s.toml", "--no-tui"]);
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("exploring"),
+        "{}",
+        text(&out)
+    );
+    // Random and Sobol never model: nothing to say.
+    for sampler in ["kind = \"random\"", "kind = \"sobol\""] {
+        let sb = Sandbox::new();
+        let out = lines_of(&sb, &all_pruned_study(sampler, 5));
+        assert!(!out.contains("exploring"), "{sampler}: {out}");
+    }
+}
+
+#[test]
+fn tune_watch_says_the_sampler_still_explores_after_the_fact() {
+    let sb = Sandbox::new();
+    lines_of(&sb, &all_pruned_study("kind = \"gp\"\nn_startup = 2", 4));
+    let out = sb.ok(&["watch", "s.toml"]);
+    let all = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        all.contains("; sampler: exploring (Sobol) until 2 trials complete; 1 complete, 3 pruned"),
+        "{}",
+        text(&out)
+    );
+}
