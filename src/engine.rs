@@ -68,7 +68,7 @@ pub enum Finish {
     /// complete when all are finite, else failed.
     Values(Vec<f64>),
     /// Stopped as pruned, with this value (`None`: its last reported one). Its reason is the
-    /// pruner's where the pruner decided it, else `reason` (`stopped by the user`).
+    /// pruner's where the pruner decided it, else `reason` (`by the user`).
     Pruned {
         value: Option<f64>,
         reason: Option<String>,

@@ -295,7 +295,8 @@ pub enum TrialStatus {
     },
     /// Stopped by the pruner (or the user as pruned): its last reported objective, the
     /// step it stopped at, and why, as the user reads it after "pruned " (the pruner's
-    /// [`crate::pruner::Prune`], `stopped by the user`, or `None` where nobody said).
+    /// [`crate::pruner::Prune`], `by the user`, `by the ask-tell client`, or `None` where
+    /// nobody said).
     Pruned {
         value: Option<f64>,
         step: Option<u64>,

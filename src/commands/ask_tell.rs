@@ -245,7 +245,7 @@ impl AskTell {
             (TrialState::Pruned, value, values) => Finish::Pruned {
                 value: value.or_else(|| values.and_then(|v| v.first().copied())),
                 // The pruner's reason where it advised this; else the client's own call.
-                reason: Some("told as pruned".into()),
+                reason: Some("by the ask-tell client".into()),
             },
             (TrialState::Complete, _, Some(vs)) => Finish::Values(vs),
             (TrialState::Complete, Some(v), None) => Finish::Value(v),

@@ -561,7 +561,7 @@ impl Scheduler {
             },
             (_, Some(StopKind::UserPruned)) => Finish::Pruned {
                 value: None,
-                reason: Some("stopped by the user".to_string()),
+                reason: Some("by the user".to_string()),
             },
             (_, Some(StopKind::UserFailed)) => Finish::Failed {
                 reason: "stopped by the user".to_string(),

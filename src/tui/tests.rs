@@ -1480,7 +1480,10 @@ fn awkward_params(n: u64) -> crate::space::Params {
     );
     p.insert("activation".into(), ParamValue::Str("leaky_relu".into()));
     p.insert("batch_size".into(), ParamValue::Int(4096));
-    p.insert("use_batch_norm".into(), ParamValue::Bool(n.is_multiple_of(2)));
+    p.insert(
+        "use_batch_norm".into(),
+        ParamValue::Bool(n.is_multiple_of(2)),
+    );
     p.insert("momentum".into(), ParamValue::Float(0.9));
     p.insert("label_smoothing_factor".into(), ParamValue::Float(0.05 * k));
     p
