@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use crate::pruner::{PruneContext, Pruner, PrunerConfig, TrialCurve};
+use crate::pruner::{Prune, PruneContext, Pruner, PrunerConfig, TrialCurve};
 use crate::sampler::{AskContext, Sampler};
 use crate::space::{Params, Space};
 use crate::storage::{ClaimRequest, NewStudy, Storage, StorageError, StudyRow};
@@ -67,8 +67,12 @@ pub enum Finish {
     /// Told every objective's value directly (`tune ask-tell` on a multi-objective study):
     /// complete when all are finite, else failed.
     Values(Vec<f64>),
-    /// Stopped as pruned, with this value (`None`: its last reported one).
-    Pruned { value: Option<f64> },
+    /// Stopped as pruned, with this value (`None`: its last reported one). Its reason is the
+    /// pruner's where the pruner decided it, else `reason` (`by the user`).
+    Pruned {
+        value: Option<f64>,
+        reason: Option<String>,
+    },
     /// Failed by its own fault.
     Failed {
         reason: String,
@@ -97,6 +101,8 @@ struct Live {
     refused: Option<String>,
     /// What its runner noticed in its output besides the reports (command trials).
     notes: Option<ReportNotes>,
+    /// Why the pruner stopped it, once it has ([`Prune`]'s text).
+    pruned: Option<String>,
 }
 
 impl Live {
@@ -366,6 +372,7 @@ impl Engine {
                 stopping: false,
                 refused: None,
                 notes: None,
+                pruned: None,
             },
         );
         Ok(Some(trial))
@@ -436,13 +443,14 @@ impl Engine {
         });
         curve.state = TrialState::Running;
         curve.reports.push(report);
-        let decision = self.judge(number);
-        if decision == Decision::Prune
-            && let Some(live) = self.running.get_mut(&id)
-        {
+        let Some(prune) = self.verdict(number) else {
+            return Ok(Decision::Continue);
+        };
+        if let Some(live) = self.running.get_mut(&id) {
             live.stopping = true;
+            live.pruned = Some(prune.to_string());
         }
-        Ok(decision)
+        Ok(Decision::Prune)
     }
 
     /// What the pruner says of trial `number` now, from every trial of the study as this
@@ -452,6 +460,15 @@ impl Engine {
     /// the way (the first always) and prunes only when every one says so: a trial among the
     /// best on any objective is a candidate for the Pareto front and runs on.
     pub fn judge(&mut self, number: TrialNumber) -> Decision {
+        match self.verdict(number) {
+            Some(_) => Decision::Prune,
+            None => Decision::Continue,
+        }
+    }
+
+    /// [`Engine::judge`] with the reason: the first objective's where every objective says
+    /// to prune.
+    fn verdict(&mut self, number: TrialNumber) -> Option<Prune> {
         let trials: Vec<TrialCurve> = self.curves.values().cloned().collect();
         let own = trials.iter().find(|t| t.number == number);
         let reports = |metric: &str| {
@@ -465,6 +482,7 @@ impl Engine {
             .zip(self.other_pruners.iter_mut())
             .map(|(o, p)| (&o.metric, o.direction, p))
             .filter(|(m, _, _)| reports(m));
+        let mut reason = None;
         for (metric, direction, pruner) in first.chain(others) {
             let ctx = PruneContext {
                 direction,
@@ -473,11 +491,10 @@ impl Engine {
                 trial: number,
                 trials: &trials,
             };
-            if !pruner.should_prune(&ctx) {
-                return Decision::Continue;
-            }
+            let prune = pruner.decide(&ctx)?;
+            reason.get_or_insert(prune);
         }
-        Decision::Prune
+        reason
     }
 
     /// Takes over running trial `number` of the study, whose run goes on while the engine
@@ -505,6 +522,7 @@ impl Engine {
             stopping: false,
             refused: None,
             notes: None,
+            pruned: None,
         };
         for r in stored {
             live.note(&r.report.metrics, r.is_final);
@@ -601,9 +619,10 @@ impl Engine {
                     ))
                 }
             }
-            Finish::Pruned { value } => TrialStatus::Pruned {
+            Finish::Pruned { value, reason } => TrialStatus::Pruned {
                 value: value.or(live.last_value),
                 step: live.last_step,
+                reason: live.pruned.clone().or(reason),
                 ran: ran.clone(),
             },
             Finish::Failed { reason, log_tail } => TrialStatus::Failed {
@@ -798,7 +817,14 @@ mod tests {
                 Decision::Continue
             );
             let p = e
-                .finish(bad.id, Finish::Pruned { value: None }, &[])
+                .finish(
+                    bad.id,
+                    Finish::Pruned {
+                        value: None,
+                        reason: None,
+                    },
+                    &[],
+                )
                 .expect("finish");
             assert_eq!(p.state(), TrialState::Pruned);
             assert_eq!(p.value(), Some(9.5));
@@ -872,8 +898,15 @@ mod tests {
                 e.report(bad.id, r(1, 0.9, Some(5.0))).expect("r"),
                 Decision::Prune
             );
-            e.finish(bad.id, Finish::Pruned { value: None }, &[])
-                .expect("finish");
+            e.finish(
+                bad.id,
+                Finish::Pruned {
+                    value: None,
+                    reason: None,
+                },
+                &[],
+            )
+            .expect("finish");
             // An objective the trial does not report along the way does not vote: worse loss
             // alone prunes, as in a single-objective study.
             let silent = e.ask(0, "cpu").expect("ask").expect("a trial");

@@ -335,11 +335,14 @@ pub enum TrialStatus {
         others: Vec<f64>,
         ran: Ran,
     },
-    /// Stopped by the pruner (or the user as pruned): its last reported objective and the
-    /// step it stopped at.
+    /// Stopped by the pruner (or the user as pruned): its last reported objective, the
+    /// step it stopped at, and why, as the user reads it after "pruned " (the pruner's
+    /// [`crate::pruner::Prune`], `by the user`, `by the ask-tell client`, or `None` where
+    /// nobody said).
     Pruned {
         value: Option<f64>,
         step: Option<u64>,
+        reason: Option<String>,
         ran: Ran,
     },
     /// Failed: `reason` says why; `log_tail` holds the last lines of its standard error;
@@ -419,6 +422,16 @@ impl TrialStatus {
         }
     }
 
+    /// Why a pruned trial was pruned, as the user reads it after "pruned " (`at epoch 3
+    /// (rung 1: 3rd of 4 trials there, below the top 1/3)`); `None` for other states and
+    /// where nobody said.
+    pub fn pruned_reason(&self) -> Option<&str> {
+        match self {
+            TrialStatus::Pruned { reason, .. } => reason.as_deref(),
+            _ => None,
+        }
+    }
+
     /// Why it failed, with the last lines of its standard error when there are any.
     pub fn error(&self) -> Option<String> {
         match self {
@@ -477,6 +490,7 @@ impl TrialStatus {
             TrialState::Pruned => TrialStatus::Pruned {
                 value,
                 step: None,
+                reason: None,
                 ran,
             },
             _ => TrialStatus::Failed {

@@ -271,6 +271,8 @@ impl AskTell {
         let finish = match (state, value, values) {
             (TrialState::Pruned, value, values) => Finish::Pruned {
                 value: value.or_else(|| values.and_then(|v| v.first().copied())),
+                // The pruner's reason where it advised this; else the client's own call.
+                reason: Some("by the ask-tell client".into()),
             },
             (TrialState::Complete, _, Some(vs)) => Finish::Values(vs),
             (TrialState::Complete, Some(v), None) => Finish::Value(v),

@@ -445,6 +445,10 @@ pub fn show(args: &ShowArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode
                 m.insert("host".into(), serde_json::json!(host));
                 m.insert("log_tail".into(), serde_json::json!(log_tail));
                 m.insert("pruned_step".into(), serde_json::json!(pruned_step));
+                m.insert(
+                    "pruned_reason".into(),
+                    serde_json::json!(row.status.pruned_reason()),
+                );
             }
             print_json(&v)?;
         }
@@ -494,6 +498,9 @@ pub fn show(args: &ShowArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode
                     t.add_row(row);
                 }
                 println!("{t}");
+            }
+            if let Some(reason) = row.status.pruned_reason() {
+                println!("pruned {reason}");
             }
             if let TrialStatus::Failed {
                 reason, log_tail, ..

@@ -26,6 +26,33 @@ pub struct Printer {
     points: Vec<(u64, Vec<f64>)>,
     /// The GPU use of running trials, for their finishing line (where NVML samples them).
     gpu: std::collections::HashMap<u64, crate::telemetry::GpuUsage>,
+    /// The sampler's rule for exploring (from the study's start), the trials counted so far
+    /// by how they ended, and the next trial number: whether it still explores.
+    exploration: Option<super::Exploration>,
+    ended: Counted,
+    next: u64,
+}
+
+/// Finished trials that count toward the budget, by state.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counted {
+    complete: usize,
+    pruned: usize,
+    failed: usize,
+}
+
+impl Counted {
+    fn add(&mut self, t: &Trial) {
+        if t.discarded || t.status.interrupted() {
+            return;
+        }
+        match t.state() {
+            TrialState::Complete => self.complete += 1,
+            TrialState::Pruned => self.pruned += 1,
+            TrialState::Failed => self.failed += 1,
+            _ => {}
+        }
+    }
 }
 
 impl Printer {
@@ -37,7 +64,31 @@ impl Printer {
             others: Vec::new(),
             points: Vec::new(),
             gpu: std::collections::HashMap::new(),
+            exploration: None,
+            ended: Counted::default(),
+            next: 0,
         }
+    }
+
+    /// `; sampler: exploring (Sobol) until 2 trials complete; 0 complete, 5 pruned` while the
+    /// sampler's own rule keeps it exploring past its initial design; else nothing.
+    fn exploring(&self) -> String {
+        let Some(note) = self
+            .exploration
+            .and_then(|r| super::exploring_note(&r, self.next, self.ended.complete))
+        else {
+            return String::new();
+        };
+        let c = self.ended;
+        let failed = if c.failed > 0 {
+            format!(", {} failed", c.failed)
+        } else {
+            String::new()
+        };
+        format!(
+            "; {note}; {} complete, {} pruned{failed}",
+            c.complete, c.pruned
+        )
     }
 
     fn consider(&mut self, t: &Trial) {
@@ -82,8 +133,11 @@ impl Printer {
         Some(match ev {
             Event::StudyStarted { info, existing, .. } => {
                 self.others = info.others.clone();
+                self.exploration = info.exploration;
                 for t in existing {
                     self.consider(t);
+                    self.ended.add(t);
+                    self.next = self.next.max(t.number.0 + 1);
                 }
                 // Done as the budget counts it (storage's `counted`): an interrupted trial's
                 // params run again as another trial, and a discarded trial leaves its place.
@@ -124,10 +178,13 @@ impl Printer {
                 device,
                 params,
                 ..
-            } => format!(
-                "{stamp} trial {number} started on {device}: {}",
-                fmt_params(params)
-            ),
+            } => {
+                self.next = self.next.max(number.0 + 1);
+                format!(
+                    "{stamp} trial {number} started on {device}: {}",
+                    fmt_params(params)
+                )
+            }
             Event::TrialReported { .. } => return None,
             Event::GpuSampled { number, usage, .. } => {
                 self.gpu.insert(number.0, *usage);
@@ -153,6 +210,8 @@ impl Printer {
                     Some(u) => format!("{dur} ({})", u.summary()),
                     None => dur,
                 };
+                self.ended.add(trial);
+                self.next = self.next.max(trial.number.0 + 1);
                 match trial.state() {
                     TrialState::Complete if !self.others.is_empty() => {
                         self.consider(trial);
@@ -182,19 +241,26 @@ impl Printer {
                         let v = trial.value().unwrap_or(f64::NAN);
                         let (bn, bv) = self.best.unwrap_or((trial.number.0, v));
                         format!(
-                            "{stamp} trial {} complete{dur}: {metric}={} (best {} at trial {bn})",
+                            "{stamp} trial {} complete{dur}: {metric}={} (best {} at trial {bn}){}",
                             trial.number,
                             fmt_value(Some(v)),
-                            fmt_value(Some(bv))
+                            fmt_value(Some(bv)),
+                            self.exploring()
                         )
                     }
                     TrialState::Pruned => format!(
-                        "{stamp} trial {} pruned{dur}: {metric}={}",
+                        "{stamp} trial {} pruned{}{dur}: {metric}={}{}",
                         trial.number,
-                        fmt_value(trial.value())
+                        trial
+                            .status
+                            .pruned_reason()
+                            .map(|r| format!(" {r}"))
+                            .unwrap_or_default(),
+                        fmt_value(trial.value()),
+                        self.exploring()
                     ),
                     _ => format!(
-                        "{stamp} trial {} failed{dur}: {}{}",
+                        "{stamp} trial {} failed{dur}: {}{}{}",
                         trial.number,
                         trial.status.why().unwrap_or_else(|| "unknown".into()),
                         // A reason of several lines (what a trial without a value printed)
@@ -203,7 +269,8 @@ impl Printer {
                             format!(" (more: `tune show {}`)", trial.number)
                         } else {
                             String::new()
-                        }
+                        },
+                        self.exploring()
                     ),
                 }
             }
@@ -451,6 +518,7 @@ mod tests {
                 sampler: "tpe".into(),
                 pruner: "none".into(),
                 rungs: None,
+                exploration: None,
                 budget: Some(4),
                 timeout: None,
                 slots: vec!["cpu".into()],
@@ -509,6 +577,7 @@ mod tests {
                 sampler: "tpe".into(),
                 pruner: "none".into(),
                 rungs: None,
+                exploration: None,
                 budget: Some(4),
                 timeout: None,
                 slots: vec!["cpu".into()],

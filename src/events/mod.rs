@@ -13,6 +13,7 @@ pub mod replay;
 use std::time::{Duration, SystemTime};
 
 pub use crate::pruner::RungSchedule;
+pub use crate::sampler::{Exploration, Phase};
 use crate::space::Params;
 use crate::telemetry::GpuUsage;
 use crate::trial::{Direction, Report, Trial, TrialNumber};
@@ -34,6 +35,9 @@ pub struct StudyInfo {
     /// Where an ASHA or Hyperband pruner judges trials; `None` for other pruners (and a
     /// watched study whose stored file no longer checks).
     pub rungs: Option<RungSchedule>,
+    /// When the sampler explores rather than models (the GP's and TPE's rule); `None` for a
+    /// sampler that never models, and a watched study whose stored file no longer checks.
+    pub exploration: Option<Exploration>,
     /// The trial budget (`trials`), if any.
     pub budget: Option<u64>,
     pub timeout: Option<Duration>,
@@ -41,6 +45,21 @@ pub struct StudyInfo {
     pub slots: Vec<String>,
     /// Where the study is stored.
     pub storage: String,
+}
+
+/// What the line output and the UI say when the sampler is past its initial design and still
+/// explores for want of complete trials (pruning or failures have left too few): `sampler:
+/// exploring (Sobol) until 2 trials complete`, by the sampler's own rule for its ask of trial
+/// `next` with `complete` trials complete. `None` during the initial design (expected, and
+/// said by the study file's docs) and once the model proposes.
+pub fn exploring_note(rule: &Exploration, next: u64, complete: usize) -> Option<String> {
+    match rule.phase(next, complete) {
+        Phase::TooFewComplete { need, .. } => Some(format!(
+            "sampler: exploring (Sobol) until {need} trial{} complete",
+            if need == 1 { "" } else { "s" }
+        )),
+        Phase::InitialDesign { .. } | Phase::Modelling => None,
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

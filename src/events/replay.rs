@@ -30,6 +30,7 @@ struct Settings {
     sampler: String,
     pruner: String,
     rungs: Option<super::RungSchedule>,
+    exploration: Option<super::Exploration>,
     budget: Option<u64>,
     timeout: Option<Duration>,
     /// After this long without a heartbeat, a worker process counts as gone.
@@ -164,6 +165,7 @@ impl Poller {
             sampler: self.settings.sampler.clone(),
             pruner: self.settings.pruner.clone(),
             rungs: self.settings.rungs.clone(),
+            exploration: self.settings.exploration,
             budget: self.settings.budget,
             timeout: self.settings.timeout,
             slots,
@@ -373,6 +375,7 @@ fn settings_of(stored: &StoredStudyFile) -> Settings {
         sampler: "?".into(),
         pruner: "?".into(),
         rungs: None,
+        exploration: None,
         budget: None,
         timeout: None,
         grace: Duration::from_secs(30),
@@ -388,6 +391,11 @@ fn settings_of(stored: &StoredStudyFile) -> Settings {
             sampler: s.sampler.as_str().to_string(),
             pruner: s.pruner.name().to_string(),
             rungs: s.pruner.rung_schedule(),
+            // One objective only, as the scheduler says it.
+            exploration: s
+                .sampler
+                .exploration(&s.space, &s.sampler_options)
+                .filter(|_| s.others.is_empty()),
             budget: s.trials,
             timeout: s.timeout,
             grace: s.heartbeat_grace.max(s.heartbeat * 3),

@@ -15,7 +15,7 @@
 
 use std::cmp::Ordering;
 
-use super::{AshaConfig, Memo, Point, PruneContext, Pruner, cmp_loss, reached};
+use super::{AshaConfig, Memo, Point, Prune, PruneContext, PruneWhy, Pruner, cmp_loss, reached};
 use crate::trial::TrialNumber;
 
 /// More rungs than any sane study has (η ≥ 2 makes rung 64 sit 2^64 times past the first);
@@ -91,25 +91,24 @@ impl Rungs {
         out
     }
 
-    /// The ASHA decision for `ctx.trial`, against the trials for which `rival` holds.
-    pub fn should_prune(
+    /// The ASHA decision for `ctx.trial`, against the trials for which `rival` holds; the
+    /// reason names the first rung crossed now where the trial fell short.
+    pub fn decide(
         &self,
         ctx: &PruneContext<'_>,
         memo: &mut Memo<RungValues>,
         rival: impl Fn(TrialNumber) -> bool,
-    ) -> bool {
+    ) -> Option<Prune> {
         memo.enter(ctx);
         let own: Vec<Point> = ctx.curve(ctx.own()).collect();
-        let Some((last, earlier)) = own.split_last() else {
-            return false;
-        };
+        let (last, earlier) = own.split_last()?;
         let before = earlier
             .iter()
             .map(|p| p.resource)
             .max_by(|a, b| a.total_cmp(b));
         let crossed: Vec<usize> = self.crossed(before, last.resource).collect();
         if crossed.is_empty() {
-            return false;
+            return None;
         }
         // Every earlier report is below these rungs, so this report is the first one at or
         // past each: the trial's value there.
@@ -117,7 +116,7 @@ impl Rungs {
         if mine.is_nan() {
             // A diverged trial cannot climb; without this it would go on whenever it is the
             // first to reach a rung.
-            return true;
+            return Some(Prune::at(ctx, last.resource, PruneWhy::NotANumber));
         }
         let mut others: Vec<Vec<f64>> = vec![Vec::new(); crossed.len()];
         for t in ctx
@@ -132,14 +131,27 @@ impl Rungs {
                 }
             }
         }
-        others.iter().any(|others| {
+        others.iter().zip(&crossed).find_map(|(others, &rung)| {
             let n = others.len() + 1;
             let keep = ((n as f64 / self.eta).floor() as usize).max(1);
             let better = others
                 .iter()
                 .filter(|&&o| cmp_loss(o, mine) == Ordering::Less)
                 .count();
-            better >= keep
+            (better >= keep).then(|| {
+                Prune::at(
+                    ctx,
+                    last.resource,
+                    PruneWhy::Rung {
+                        bracket: None,
+                        rung,
+                        rank: better + 1,
+                        of: n,
+                        keep,
+                        eta: self.eta,
+                    },
+                )
+            })
         })
     }
 }
@@ -165,8 +177,8 @@ impl AshaPruner {
 }
 
 impl Pruner for AshaPruner {
-    fn should_prune(&mut self, ctx: &PruneContext<'_>) -> bool {
-        self.rungs.should_prune(ctx, &mut self.memo, |_| true)
+    fn decide(&mut self, ctx: &PruneContext<'_>) -> Option<Prune> {
+        self.rungs.decide(ctx, &mut self.memo, |_| true)
     }
 }
 

@@ -11,7 +11,7 @@
 //! trials of their own bracket. The `[pruner]` keys are in [`super::HyperbandConfig`].
 
 use super::asha::{RungValues, Rungs, rung_resource};
-use super::{HyperbandConfig, Memo, PruneContext, Pruner, reached};
+use super::{HyperbandConfig, Memo, Prune, PruneContext, PruneWhy, Pruner, reached};
 use crate::trial::TrialNumber;
 
 /// `⌊log_η(max / min)⌋ + 1`, counted by multiplication so that `max = min · η^k` exactly is
@@ -83,13 +83,16 @@ impl HyperbandPruner {
 }
 
 impl Pruner for HyperbandPruner {
-    fn should_prune(&mut self, ctx: &PruneContext<'_>) -> bool {
+    fn decide(&mut self, ctx: &PruneContext<'_>) -> Option<Prune> {
         let b = self.bracket_of(ctx.trial);
-        let Some((rungs, _)) = self.brackets.get(b) else {
-            return false;
-        };
+        let (rungs, _) = self.brackets.get(b)?;
         let (brackets, total) = (&self.brackets, self.total);
-        rungs.should_prune(ctx, &mut self.memo, |t| bracket_in(brackets, total, t) == b)
+        let mut prune =
+            rungs.decide(ctx, &mut self.memo, |t| bracket_in(brackets, total, t) == b)?;
+        if let PruneWhy::Rung { bracket, .. } = &mut prune.why {
+            *bracket = Some(b);
+        }
+        Some(prune)
     }
 }
 

@@ -13,7 +13,7 @@
 
 use std::cmp::Ordering;
 
-use super::{MedianConfig, Memo, Point, PruneContext, Pruner, cmp_loss, reached};
+use super::{MedianConfig, Memo, Point, Prune, PruneContext, PruneWhy, Pruner, cmp_loss, reached};
 use crate::trial::TrialState;
 
 pub struct MedianPruner {
@@ -108,29 +108,24 @@ fn median(mut values: Vec<f64>) -> Option<f64> {
 }
 
 impl Pruner for MedianPruner {
-    fn should_prune(&mut self, ctx: &PruneContext<'_>) -> bool {
+    fn decide(&mut self, ctx: &PruneContext<'_>) -> Option<Prune> {
         let own: Vec<Point> = ctx.curve(ctx.own()).collect();
-        let Some((last, earlier)) = own.split_last() else {
-            return false;
-        };
+        let (last, earlier) = own.split_last()?;
         let before = earlier
             .iter()
             .map(|p| p.resource)
             .max_by(|a, b| a.total_cmp(b));
         if !self.judged_now(before, last.resource) {
-            return false;
+            return None;
         }
         let r = last.resource;
-        let Some(mine) = own
+        let mine = own
             .iter()
             .filter(|p| reached(r, p.resource))
             .map(|p| p.loss)
-            .min_by(|a, b| cmp_loss(*a, *b))
-        else {
-            return false;
-        };
+            .min_by(|a, b| cmp_loss(*a, *b))?;
         if mine.is_nan() {
-            return true;
+            return Some(Prune::at(ctx, r, PruneWhy::NotANumber));
         }
         self.memo.enter(ctx);
         let mut yardstick: Vec<f64> = Vec::new();
@@ -144,10 +139,22 @@ impl Pruner for MedianPruner {
                 .get(ctx, t, |t| Yardstick::new(ctx.curve(&t.reports)));
             yardstick.extend(y.at(r));
         }
-        if yardstick.len() < self.min_trials {
-            return false;
+        let of = yardstick.len();
+        if of < self.min_trials {
+            return None;
         }
-        median(yardstick).is_some_and(|m| cmp_loss(mine, m) == Ordering::Greater)
+        let m = median(yardstick).filter(|m| cmp_loss(mine, *m) == Ordering::Greater)?;
+        // Losses back to the objective's own terms (`loss` negates a maximised value, and
+        // negating is its own inverse).
+        Some(Prune::at(
+            ctx,
+            r,
+            PruneWhy::Median {
+                best: ctx.direction.loss(mine),
+                median: ctx.direction.loss(m),
+                of,
+            },
+        ))
     }
 }
 

@@ -196,18 +196,118 @@ impl<S> Memo<S> {
 
 /// The seam between the scheduler and the pruning rules.
 pub trait Pruner: Send {
-    /// Whether `ctx.trial` should stop now. Asked after each stored report of a running trial;
-    /// the answer depends on `ctx` alone, so asking again with the same context (after a
-    /// resume, say) gives the same answer.
-    fn should_prune(&mut self, ctx: &PruneContext<'_>) -> bool;
+    /// Whether `ctx.trial` should stop now, and if so why. Asked after each stored report of
+    /// a running trial; the answer depends on `ctx` alone, so asking again with the same
+    /// context (after a resume, say) gives the same answer.
+    fn decide(&mut self, ctx: &PruneContext<'_>) -> Option<Prune>;
+
+    /// Whether `ctx.trial` should stop now: [`Pruner::decide`] without its reason.
+    fn should_prune(&mut self, ctx: &PruneContext<'_>) -> bool {
+        self.decide(ctx).is_some()
+    }
 }
 
 /// Never prunes.
 pub struct NoPruner;
 
 impl Pruner for NoPruner {
-    fn should_prune(&mut self, _ctx: &PruneContext<'_>) -> bool {
-        false
+    fn decide(&mut self, _ctx: &PruneContext<'_>) -> Option<Prune> {
+        None
+    }
+}
+
+/// A decision to stop a trial, with its reason: where the trial stood and what the rule found
+/// there. Its `Display` is what the user reads after "pruned ": `at epoch 3 (rung 1: 3rd of 4
+/// trials there, below the top 1/3)`. The scheduler stores that text with the trial, so
+/// `tune show` and `tune watch` can tell it later.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prune {
+    /// The key trials are judged by: `step`, `epoch` or another report key.
+    pub resource: String,
+    /// Where the trial stood, in that key's unit.
+    pub at: f64,
+    pub why: PruneWhy,
+}
+
+/// What a pruning rule found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PruneWhy {
+    /// ASHA, or one bracket of Hyperband: at rung `rung` (counted from 0, the rung at the
+    /// first resource of the schedule), it ranked `rank` of the `of` trials that have reached
+    /// that rung, and only the top `keep` (a `1/eta` share) go on.
+    Rung {
+        bracket: Option<usize>,
+        rung: usize,
+        rank: usize,
+        of: usize,
+        keep: usize,
+        eta: f64,
+    },
+    /// The median rule: its best value so far (`best`) is worse than `median`, the median of
+    /// the best values that `of` complete trials had reached by the same resource; both in
+    /// the objective's own terms (not as losses).
+    Median { best: f64, median: f64, of: usize },
+    /// Its value is NaN: a diverged trial cannot win.
+    NotANumber,
+}
+
+impl Prune {
+    /// A decision of `ctx`'s rule at `at`.
+    pub(crate) fn at(ctx: &PruneContext<'_>, at: f64, why: PruneWhy) -> Prune {
+        Prune {
+            resource: ctx.resource.to_string(),
+            at,
+            why,
+        }
+    }
+}
+
+/// `1st`, `2nd`, `3rd`, `4th`, `11th`, `21st`.
+fn ordinal(n: usize) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
+impl std::fmt::Display for Prune {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let num = |v: f64| crate::fmt::fmt_value(Some(v));
+        write!(f, "at {} {} (", self.resource, num(self.at))?;
+        match &self.why {
+            PruneWhy::Rung {
+                bracket,
+                rung,
+                rank,
+                of,
+                // The top `keep` is the `1/eta` share rounded down (at least one): the share
+                // is what the user set.
+                keep: _,
+                eta,
+            } => {
+                if let Some(b) = bracket {
+                    write!(f, "bracket {b}, ")?;
+                }
+                write!(
+                    f,
+                    "rung {rung}: {} of {of} trials there, below the top 1/{})",
+                    ordinal(*rank),
+                    num(*eta)
+                )
+            }
+            PruneWhy::Median { best, median, of } => write!(
+                f,
+                "its best {} is worse than the median {} of {of} complete trial{} there)",
+                num(*best),
+                num(*median),
+                if *of == 1 { "" } else { "s" }
+            ),
+            PruneWhy::NotANumber => write!(f, "its value is NaN)"),
+        }
     }
 }
 
@@ -944,6 +1044,96 @@ mod tests {
         ask(&mut memo, &trial, "epoch");
         ask(&mut memo, &trial, "epoch");
         assert_eq!(calls, 5);
+    }
+
+    fn rung(bracket: Option<usize>, rung: usize, rank: usize, of: usize, eta: f64) -> PruneWhy {
+        PruneWhy::Rung {
+            bracket,
+            rung,
+            rank,
+            of,
+            keep: ((of as f64 / eta).floor() as usize).max(1),
+            eta,
+        }
+    }
+
+    #[rstest]
+    #[case(
+        "epoch",
+        3.0,
+        rung(None, 1, 3, 4, 3.0),
+        "at epoch 3 (rung 1: 3rd of 4 trials there, below the top 1/3)"
+    )]
+    #[case(
+        "step",
+        1.0,
+        rung(None, 0, 2, 2, 3.0),
+        "at step 1 (rung 0: 2nd of 2 trials there, below the top 1/3)"
+    )]
+    #[case(
+        "samples",
+        2500.0,
+        rung(Some(1), 2, 11, 12, 2.5),
+        "at samples 2500 (bracket 1, rung 2: 11th of 12 trials there, below the top 1/2.5)"
+    )]
+    #[case(
+        "step",
+        12.0,
+        rung(None, 4, 21, 40, 3.0),
+        "at step 12 (rung 4: 21st of 40 trials there, below the top 1/3)"
+    )]
+    #[case("step", 12.0, PruneWhy::Median { best: 0.52, median: 0.41, of: 5 }, "at step 12 (its best 0.52 is worse than the median 0.41 of 5 complete trials there)")]
+    #[case("epoch", 2.0, PruneWhy::Median { best: -3e-7, median: -1.25e-7, of: 1 }, "at epoch 2 (its best -3.0000e-7 is worse than the median -1.2500e-7 of 1 complete trial there)")]
+    #[case("step", 0.5, PruneWhy::NotANumber, "at step 0.5 (its value is NaN)")]
+    fn a_prune_decision_says_where_and_why(
+        #[case] resource: &str,
+        #[case] at: f64,
+        #[case] why: PruneWhy,
+        #[case] text: &str,
+    ) {
+        let p = Prune {
+            resource: resource.into(),
+            at,
+            why,
+        };
+        assert_eq!(p.to_string(), text);
+    }
+
+    #[rstest]
+    #[case::asha(PrunerConfig::Asha(AshaConfig { max_resource: Some(9.0), ..AshaConfig::default() }), "rung 1: ")]
+    #[case::hyperband(PrunerConfig::Hyperband(HyperbandConfig { max_resource: Some(9.0), brackets: Some(1), ..HyperbandConfig::default() }), "bracket 0, rung 1: ")]
+    #[case::median(PrunerConfig::Median(MedianConfig { min_trials: 1, ..MedianConfig::default() }), "the median")]
+    fn each_pruner_gives_its_reason_with_its_decision(
+        #[case] config: PrunerConfig,
+        #[case] words: &str,
+    ) {
+        use crate::pruner::testkit::{METRIC, report};
+        // Trial 0 complete at 1.0 through step 3; trial 1 reports 5.0 up to step 3.
+        let trials = [
+            TrialCurve {
+                number: TrialNumber(0),
+                state: TrialState::Complete,
+                reports: (0..=3).map(|s| report(s, 1.0)).collect(),
+            },
+            TrialCurve {
+                number: TrialNumber(1),
+                state: TrialState::Running,
+                reports: (0..=3).map(|s| report(s, 5.0)).collect(),
+            },
+        ];
+        let mut p = build(&config);
+        let ctx = PruneContext {
+            direction: Direction::Minimize,
+            metric: METRIC,
+            resource: "step",
+            trial: TrialNumber(1),
+            trials: &trials,
+        };
+        let prune = p.decide(&ctx).expect("trial 1 is pruned at step 3");
+        let text = prune.to_string();
+        assert!(text.starts_with("at step 3 ("), "{text}");
+        assert!(text.contains(words), "{text}");
+        assert!(p.should_prune(&ctx));
     }
 
     #[test]

@@ -144,7 +144,10 @@ impl Sim {
                 seed.report(id, r.clone()).expect("report");
             }
             let finish = match t.state {
-                TrialState::Pruned => Some(Finish::Pruned { value: None }),
+                TrialState::Pruned => Some(Finish::Pruned {
+                    value: None,
+                    reason: None,
+                }),
                 TrialState::Complete => Some(Finish::Value(last_value(&t.reports))),
                 TrialState::Failed => Some(Finish::Failed {
                     reason: "scripted".into(),
@@ -233,7 +236,14 @@ impl Sim {
         );
         if decision {
             self.engine
-                .finish(id, Finish::Pruned { value: None }, &[])
+                .finish(
+                    id,
+                    Finish::Pruned {
+                        value: None,
+                        reason: None,
+                    },
+                    &[],
+                )
                 .expect("finish");
             self.pruned.push((n, step));
         }

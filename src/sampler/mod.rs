@@ -202,6 +202,76 @@ impl Sampler for AutoSampler {
     }
 }
 
+/// The fewest complete trials (with a finite value) the model-based samplers need before they
+/// model the objective: one value has nothing to be compared with. With fewer, after their
+/// initial design, they keep drawing from the Sobol sequence.
+pub const MIN_COMPLETE_TO_MODEL: usize = 2;
+
+/// When a model-based sampler (the GP, TPE) explores, drawing from its Sobol design, rather
+/// than models: the one rule those samplers follow, and what the UI and the line output say of
+/// it ("sampler: exploring (Sobol) until 2 trials complete").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exploration {
+    /// Trials numbered below this are the initial design.
+    pub startup: usize,
+    /// After it, fewer complete trials than this still leave the sampler exploring.
+    pub min_complete: usize,
+}
+
+/// What a model-based sampler does at an ask, by [`Exploration`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The initial design: trials numbered below `startup`.
+    InitialDesign { startup: usize },
+    /// Past the initial design, but fewer than `need` trials are complete (pruning or failures
+    /// have left too few): still exploring.
+    TooFewComplete { complete: usize, need: usize },
+    /// The model proposes.
+    Modelling,
+}
+
+impl Exploration {
+    /// The rule of a sampler whose initial design has `startup` trials.
+    pub fn new(startup: usize) -> Exploration {
+        Exploration {
+            startup,
+            min_complete: MIN_COMPLETE_TO_MODEL,
+        }
+    }
+
+    /// The phase of the ask for trial `number` when `complete` trials are complete.
+    pub fn phase(&self, number: u64, complete: usize) -> Phase {
+        if usize::try_from(number).is_ok_and(|n| n < self.startup) {
+            Phase::InitialDesign {
+                startup: self.startup,
+            }
+        } else if complete < self.min_complete {
+            Phase::TooFewComplete {
+                complete,
+                need: self.min_complete,
+            }
+        } else {
+            Phase::Modelling
+        }
+    }
+}
+
+impl SamplerKind {
+    /// When this sampler explores rather than models, on `space` with `opts`; `None` for a
+    /// sampler that never models (random, Sobol) or follows another rule (NSGA-II).
+    pub fn exploration(self, space: &Space, opts: &SamplerOptions) -> Option<Exploration> {
+        let gp = || Exploration::new(opts.n_startup.unwrap_or_else(|| gp::default_startup(space)));
+        let tpe = || Exploration::new(tpe_options(opts).n_startup);
+        match self {
+            SamplerKind::Gp => Some(gp()),
+            SamplerKind::Tpe => Some(tpe()),
+            SamplerKind::Auto if space.len() > AUTO_GP_MAX_PARAMS => Some(tpe()),
+            SamplerKind::Auto => Some(gp()),
+            SamplerKind::Random | SamplerKind::Sobol | SamplerKind::Nsga2 => None,
+        }
+    }
+}
+
 /// Whether `params` equals a finished or pending configuration (exact match).
 pub fn is_duplicate(params: &Params, ctx: &AskContext<'_>) -> bool {
     ctx.history.iter().any(|t| &t.params == params) || ctx.pending.iter().any(|p| p == params)
@@ -277,5 +347,64 @@ pub fn avoid_repeat(p: Params, ctx: &AskContext<'_>) -> Params {
         unseen_config(ctx, mix(ctx.seed, ctx.trial_number.0 ^ 0x5EE4)).unwrap_or(p)
     } else {
         p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rstest::rstest;
+
+    use super::*;
+
+    #[rstest]
+    #[case::first_design_trial(5, 0, 0, Phase::InitialDesign { startup: 5 })]
+    #[case::last_design_trial_with_completes(5, 4, 4, Phase::InitialDesign { startup: 5 })]
+    #[case::past_the_design_none_complete(5, 5, 0, Phase::TooFewComplete { complete: 0, need: 2 })]
+    #[case::past_the_design_one_complete(5, 9, 1, Phase::TooFewComplete { complete: 1, need: 2 })]
+    #[case::past_the_design_two_complete(5, 5, 2, Phase::Modelling)]
+    fn a_model_based_sampler_explores_through_its_design_and_until_two_trials_complete(
+        #[case] startup: usize,
+        #[case] number: u64,
+        #[case] complete: usize,
+        #[case] phase: Phase,
+    ) {
+        assert_eq!(Exploration::new(startup).phase(number, complete), phase);
+    }
+
+    #[test]
+    fn each_sampler_kind_has_the_exploration_rule_it_asks_by() {
+        let space = |n: usize| {
+            let body: String = (0..n)
+                .map(|i| format!("p{i} = {{ type = \"float\", low = 0.0, high = 1.0 }}\n"))
+                .collect();
+            let t: toml::Table = toml::from_str(&body).expect("toml");
+            Space::from_toml(&t).expect("space")
+        };
+        let opts = SamplerOptions::default();
+        let startup = |k: SamplerKind, n| k.exploration(&space(n), &opts).map(|e| e.startup);
+        assert_eq!(startup(SamplerKind::Gp, 1), Some(5));
+        assert_eq!(startup(SamplerKind::Gp, 9), Some(10));
+        assert_eq!(startup(SamplerKind::Auto, 4), Some(7));
+        assert_eq!(
+            startup(SamplerKind::Tpe, 4),
+            Some(TpeOptions::default().n_startup)
+        );
+        assert_eq!(
+            startup(SamplerKind::Auto, AUTO_GP_MAX_PARAMS + 1),
+            Some(TpeOptions::default().n_startup)
+        );
+        for k in [SamplerKind::Random, SamplerKind::Sobol, SamplerKind::Nsga2] {
+            assert_eq!(startup(k, 3), None, "{k:?}");
+        }
+        let set = SamplerOptions {
+            n_startup: Some(3),
+            ..SamplerOptions::default()
+        };
+        for k in [SamplerKind::Gp, SamplerKind::Tpe, SamplerKind::Auto] {
+            let e = k
+                .exploration(&space(2), &set)
+                .expect("a model-based sampler");
+            assert_eq!((e.startup, e.min_complete), (3, MIN_COMPLETE_TO_MODEL));
+        }
     }
 }

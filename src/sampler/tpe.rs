@@ -11,7 +11,10 @@ use rand::Rng;
 use rand_distr::StandardNormal;
 use statrs::function::erf::erfc;
 
-use super::{AskContext, RandomSampler, Sampler, SobolSampler, avoid_repeat, is_duplicate};
+use super::{
+    AskContext, Exploration, Phase, RandomSampler, Sampler, SobolSampler, avoid_repeat,
+    is_duplicate,
+};
 use crate::space::{ParamKind, Params, Space};
 use crate::trial::Outcome;
 
@@ -162,7 +165,8 @@ impl Sampler for TpeSampler {
 
 impl TpeSampler {
     fn propose(&mut self, ctx: &AskContext<'_>) -> Params {
-        if (ctx.trial_number.0 as usize) < self.opts.n_startup {
+        let rule = Exploration::new(self.opts.n_startup);
+        if let Phase::InitialDesign { .. } = rule.phase(ctx.trial_number.0, 0) {
             return SobolSampler.ask(ctx);
         }
         let space = ctx.space;
@@ -183,7 +187,7 @@ impl TpeSampler {
                 _ => rest.push(&t.params),
             }
         }
-        if complete.len() < 2 {
+        if let Phase::TooFewComplete { .. } = rule.phase(ctx.trial_number.0, complete.len()) {
             return SobolSampler.ask(ctx);
         }
         complete.sort_by(|a, b| a.0.total_cmp(&b.0));

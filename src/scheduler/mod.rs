@@ -202,6 +202,12 @@ impl Scheduler {
                 sampler: self.study.sampler.as_str().to_string(),
                 pruner: self.study.pruner.name().to_string(),
                 rungs: self.study.pruner.rung_schedule(),
+                // One objective only: on several, the samplers scalarise and follow other rules.
+                exploration: self
+                    .study
+                    .sampler
+                    .exploration(&self.study.space, &self.study.sampler_options)
+                    .filter(|_| self.study.others.is_empty()),
                 budget: self.study.trials,
                 timeout: self.study.timeout,
                 slots: self.study.slots.clone(),
@@ -576,7 +582,14 @@ impl Scheduler {
                     .to_string(),
             },
             (RunEnd::Finished, _) => Finish::Ended,
-            (_, Some(StopKind::Prune | StopKind::UserPruned)) => Finish::Pruned { value: None },
+            (_, Some(StopKind::Prune)) => Finish::Pruned {
+                value: None,
+                reason: None,
+            },
+            (_, Some(StopKind::UserPruned)) => Finish::Pruned {
+                value: None,
+                reason: Some("by the user".to_string()),
+            },
             (_, Some(StopKind::UserFailed)) => Finish::Failed {
                 reason: "stopped by the user".to_string(),
                 log_tail: None,

@@ -286,7 +286,7 @@ fn reports_values_and_failures_round_trip() {
 }
 
 #[test]
-fn a_pruned_trial_keeps_its_last_value_and_step() {
+fn a_pruned_trial_keeps_its_last_value_step_and_reason() {
     for (name, mut s, _dir) in backends() {
         let study = study(s.as_mut(), Direction::Minimize, "loss");
         let w = s.register_worker(&study, &["cpu".into()]).expect("worker");
@@ -298,6 +298,7 @@ fn a_pruned_trial_keeps_its_last_value_and_step() {
             &TrialStatus::Pruned {
                 value: Some(2.5),
                 step: Some(4),
+                reason: Some("at step 4 (rung 1: 3rd of 4 trials there, below the top 1/3)".into()),
                 ran: Ran::default(),
             },
             &[],
@@ -305,8 +306,18 @@ fn a_pruned_trial_keeps_its_last_value_and_step() {
         .expect("finish");
         let back = s.trial(&study, 0).expect("read").expect("trial");
         match back.status {
-            TrialStatus::Pruned { value, step, .. } => {
-                assert_eq!((value, step), (Some(2.5), Some(4)), "{name}")
+            TrialStatus::Pruned {
+                value,
+                step,
+                reason,
+                ..
+            } => {
+                assert_eq!((value, step), (Some(2.5), Some(4)), "{name}");
+                assert_eq!(
+                    reason.as_deref(),
+                    Some("at step 4 (rung 1: 3rd of 4 trials there, below the top 1/3)"),
+                    "{name}"
+                );
             }
             other => panic!("{name}: {other:?}"),
         }

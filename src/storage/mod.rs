@@ -359,8 +359,8 @@ pub struct StoredStudyFile {
 }
 
 /// What `tune_trials` keeps of a trial's end, the same on every backend: its log paths (as a
-/// JSON list), and from its status the error, the stderr tail, the pruning step and whether it
-/// was interrupted.
+/// JSON list), and from its status the error (why it failed, or why it was pruned), the stderr
+/// tail, the pruning step and whether it was interrupted.
 pub(crate) struct Ending<'a> {
     pub logs_json: String,
     pub error: Option<&'a str>,
@@ -389,7 +389,11 @@ pub(crate) fn ending<'a>(status: &'a TrialStatus, logs: &[PathBuf]) -> Ending<'a
             None,
             *interrupted,
         ),
-        TrialStatus::Pruned { step, .. } => (None, None, step.map(|s| s as i64), false),
+        // A pruned trial's reason lives in the same column as a failed one's: why it ended
+        // short (tune_trials.error, see docs/database.md).
+        TrialStatus::Pruned { step, reason, .. } => {
+            (reason.as_deref(), None, step.map(|s| s as i64), false)
+        }
         _ => (None, None, None, false),
     };
     Ending {

@@ -1431,6 +1431,7 @@ impl StoredStatus {
             TrialState::Pruned => TrialStatus::Pruned {
                 value: self.value,
                 step: self.pruned_step,
+                reason: self.error,
                 ran,
             },
             TrialState::Failed => TrialStatus::Failed {

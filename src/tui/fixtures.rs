@@ -39,6 +39,7 @@ pub fn info(budget: Option<u64>, slots: usize) -> StudyInfo {
         sampler: "tpe".into(),
         pruner: "median".into(),
         rungs: None,
+        exploration: None,
         budget,
         timeout: None,
         slots: (0..slots)
@@ -117,7 +118,11 @@ pub fn finished_trial(n: u64, state: TrialState, value: f64, ran: Ran) -> Trial 
         },
         TrialState::Pruned => TrialStatus::Pruned {
             value: Some(value),
-            step: None,
+            step: Some(3),
+            reason: Some(format!(
+                "at epoch 3 (rung 1: {} of 4 trials there, below the top 1/3)",
+                ["3rd", "4th"][(n % 2) as usize]
+            )),
             ran,
         },
         _ => TrialStatus::Failed {

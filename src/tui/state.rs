@@ -61,7 +61,7 @@ pub struct TrialRow {
     /// Set aside by `tune discard`: still listed, but the budget does not count it and it is
     /// never the best (as storage counts it).
     pub discarded: bool,
-    /// The last line of [`error`](Self::error), for the table.
+    /// The last line of [`error`](Self::error), or a pruned trial's reason, for the table.
     pub why: Option<String>,
     pub started_at: Option<SystemTime>,
     pub finished_at: Option<SystemTime>,
@@ -361,7 +361,7 @@ pub struct UiState {
     pub best: Option<TrialNumber>,
     /// Every parameter name seen, sorted: the table's param columns.
     pub param_names: Vec<String>,
-    /// Some trial failed: the table shows why in its last column.
+    /// Some trial failed or was pruned with a reason: the table shows why in its last column.
     pub failed_any: bool,
     pub slots: Vec<Slot>,
     pub table: TableView,
@@ -753,12 +753,16 @@ impl UiState {
         row.params = t.params.clone();
         row.error = t.status.error();
         // The table's column is narrow: the last line of the error (the exception its
-        // standard error ended with, else the reason) says the most in the least space.
-        row.why = row
-            .error
-            .as_deref()
-            .and_then(|e| e.lines().rev().map(str::trim).find(|l| !l.is_empty()))
-            .map(str::to_string);
+        // standard error ended with, else the reason) says the most in the least space; a
+        // pruned trial's is where and why it was pruned.
+        row.why = match t.status.pruned_reason() {
+            Some(r) => Some(r.to_string()),
+            None => row
+                .error
+                .as_deref()
+                .and_then(|e| e.lines().rev().map(str::trim).find(|l| !l.is_empty()))
+                .map(str::to_string),
+        };
         if row.why.is_some() {
             self.failed_any = true;
         }

@@ -1,6 +1,6 @@
 //! Tests of the UI: state updates from events and keys, and snapshots of the screen.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use ratatui::Terminal;
@@ -551,6 +551,35 @@ fn snapshot_failed_trial_opened_80x24() {
     s.handle_key(key('f')); // failed
     s.handle_key(code(KeyCode::Enter));
     insta::assert_snapshot!(screen(&s, 80, 24));
+}
+
+#[test]
+fn snapshot_pruned_trial_opened_80x24() {
+    let mut s = state_with(30, 4, 4, Some(100));
+    s.handle_key(key('f'));
+    s.handle_key(key('f'));
+    s.handle_key(key('f')); // pruned
+    s.handle_key(code(KeyCode::Enter));
+    let text = screen(&s, 80, 24);
+    assert!(
+        text.contains("pruned  at epoch 3 (rung 1: 3rd of 4 trials there, below the top 1/3)"),
+        "{text}"
+    );
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn a_pruned_trials_reason_is_its_why_in_the_table() {
+    let s = state_with(30, 4, 4, Some(100));
+    let text = screen(&s, 160, 48);
+    let row = text
+        .lines()
+        .find(|l| l.contains(" 28 + pruned"))
+        .expect("trial 28's row");
+    assert!(
+        row.contains("at epoch 3 (rung 1: 3rd of 4 trials there, below the top 1/3)"),
+        "{row}"
+    );
 }
 
 #[test]
@@ -1422,4 +1451,251 @@ fn a_study_with_three_objectives_lists_its_pareto_front_in_a_table() {
         .take_while(|w| w.parse::<u64>().is_ok())
         .collect();
     assert_eq!(listed, ["0", "1", "3"], "{text}");
+}
+
+// ----- the trials table keeps every token whole ---------------------------------------------
+
+/// Params of every awkward shape: tiny and huge floats, negatives, a long categorical string,
+/// a long int, a bool, and more of them than any screen has columns for.
+fn awkward_params(n: u64) -> crate::space::Params {
+    use crate::space::ParamValue;
+    let k = n as f64;
+    let mut p = crate::space::Params::new();
+    p.insert("lr".into(), ParamValue::Float(1.99e-4 * (1.0 + k)));
+    p.insert(
+        "weight_decay".into(),
+        ParamValue::Float(-5.44e-7 * (1.0 + k)),
+    );
+    p.insert("scale".into(), ParamValue::Float(-3.2e12 * (1.0 + k)));
+    p.insert("eps".into(), ParamValue::Float(2.5e-300));
+    p.insert(
+        "seed_offset".into(),
+        ParamValue::Int(-1_234_567_890_123 - n as i64),
+    );
+    p.insert(
+        "optimizer".into(),
+        ParamValue::Str(
+            ["adamw_with_decoupled_weight_decay_and_amsgrad", "sgd"][n as usize % 2].into(),
+        ),
+    );
+    p.insert("activation".into(), ParamValue::Str("leaky_relu".into()));
+    p.insert("batch_size".into(), ParamValue::Int(4096));
+    p.insert(
+        "use_batch_norm".into(),
+        ParamValue::Bool(n.is_multiple_of(2)),
+    );
+    p.insert("momentum".into(), ParamValue::Float(0.9));
+    p.insert("label_smoothing_factor".into(), ParamValue::Float(0.05 * k));
+    p
+}
+
+/// A study of complete, pruned and failed trials with values from tiny to huge, negative and
+/// NaN, and two running ones that have reported (their value in parentheses).
+fn awkward_state() -> UiState {
+    let values = [
+        1.99e-4,
+        -5.44e-7,
+        3.2e12,
+        -0.123456,
+        1e-300,
+        12345.678,
+        -98765432.1,
+        f64::NAN,
+    ];
+    let mut s = fresh(Direction::Minimize, Some(40));
+    for (n, v) in values.iter().enumerate() {
+        let n = n as u64;
+        let state = [TrialState::Complete, TrialState::Pruned, TrialState::Failed][n as usize % 3];
+        let mut t = failed_with(
+            n,
+            state,
+            Some(*v),
+            "exited with status 1: RuntimeError: CUDA out of memory while allocating 2.00 GiB",
+        );
+        t.params = awkward_params(n);
+        s.apply(&Event::TrialFinished {
+            slot: 0,
+            trial: t,
+            at: t0(),
+            study_best: None,
+        });
+    }
+    for (k, v) in [0.13456789, -7.77e-9].iter().enumerate() {
+        let n = values.len() as u64 + k as u64;
+        s.apply(&Event::TrialStarted {
+            number: TrialNumber(n),
+            slot: k,
+            device: "cpu".into(),
+            params: awkward_params(n),
+            at: t0(),
+        });
+        let mut m = BTreeMap::new();
+        m.insert("val_loss".into(), *v);
+        s.apply(&Event::TrialReported {
+            number: TrialNumber(n),
+            slot: k,
+            report: Report {
+                step: 3,
+                metrics: m,
+            },
+        });
+    }
+    s
+}
+
+/// The tokens of the trials table on a `w`×`h` screen that are not whole: every token of a row
+/// must be a whole token of some cell of the state (a number, a state word, a param's value) or
+/// of a column title; only prose and titles may be shortened, and then only with `…`.
+fn cut_tokens(s: &UiState, w: u16, h: u16) -> Vec<String> {
+    let cols = s.columns();
+    let mut whole: BTreeSet<String> = BTreeSet::new();
+    let mut prose: BTreeSet<String> = BTreeSet::new();
+    for t in &s.trials {
+        for c in &cols {
+            let text = view::cell_text(c, t, s);
+            let into = if matches!(c, Column::Why) {
+                &mut prose
+            } else {
+                &mut whole
+            };
+            into.extend(text.split_whitespace().map(str::to_string));
+        }
+    }
+    for c in &cols {
+        prose.insert(c.title().to_string());
+        whole.insert(c.title().to_string());
+    }
+    let text = screen(s, w, h);
+    let lines: Vec<&str> = text.lines().map(|l| l.trim_matches('"')).collect();
+    let top = lines
+        .iter()
+        .position(|l| l.starts_with(" Trials "))
+        .expect("the trials table's title");
+    let mut bad = Vec::new();
+    for line in &lines[top + 1..lines.len() - 1] {
+        for token in line.split_whitespace() {
+            let token = token.trim_start_matches('▸');
+            let token = token.trim_end_matches(['▲', '▼']);
+            if token.is_empty() || whole.contains(token) || prose.contains(token) {
+                continue;
+            }
+            let shortened = token
+                .strip_suffix('…')
+                .is_some_and(|stem| !stem.is_empty() && prose.iter().any(|p| p.starts_with(stem)));
+            if !shortened {
+                bad.push(format!("{token:?} at {w}x{h}: {line}"));
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn the_trials_table_never_cuts_a_number_or_a_state_word_at_any_width() {
+    let mut s = awkward_state();
+    for sort in [0, 2, 5, 8] {
+        s.table.sort = sort;
+        for w in (40..=200).step_by(4).chain([60, 80, 100, 120]) {
+            for h in [24, 40] {
+                let bad = cut_tokens(&s, w, h);
+                assert!(bad.is_empty(), "cut tokens:\n{}", bad.join("\n"));
+            }
+        }
+    }
+}
+
+#[test]
+fn the_trials_table_of_the_long_params_study_never_cuts_a_token() {
+    let s = long_params_state();
+    for w in [60, 80, 100, 120] {
+        let bad = cut_tokens(&s, w, 24);
+        assert!(bad.is_empty(), "cut tokens:\n{}", bad.join("\n"));
+    }
+}
+
+#[test]
+fn the_trials_table_leaves_whole_columns_out_and_says_so() {
+    let s = awkward_state();
+    let narrow = screen(&s, 80, 24);
+    assert!(narrow.contains("columns left out"), "{narrow}");
+    // The number, the state and the value always stay; the sorted-by param stays too.
+    let mut sorted = s.clone();
+    let lr = sorted
+        .columns()
+        .iter()
+        .position(|c| matches!(c, Column::Param(p) if p == "scale"))
+        .expect("a scale column");
+    sorted.table.sort = lr;
+    let text = screen(&sorted, 80, 24);
+    let header = text
+        .lines()
+        .find(|l| l.contains(" # ") || l.contains(" #▲") || l.contains(" #▼"))
+        .unwrap_or_default();
+    assert!(header.contains("scale"), "{text}");
+    for word in ["state", "value"] {
+        assert!(header.contains(word), "{header}");
+    }
+}
+
+#[test]
+fn snapshot_awkward_values_80x24() {
+    insta::assert_snapshot!(screen(&awkward_state(), 80, 24));
+}
+
+#[test]
+fn snapshot_awkward_values_120x30() {
+    insta::assert_snapshot!(screen(&awkward_state(), 120, 30));
+}
+
+// ----- the sampler still exploring ------------------------------------------------------------
+
+/// A study whose sampler's initial design is `startup` trials, with `complete` complete trials
+/// then `pruned` pruned ones.
+fn exploring_state(startup: usize, complete: u64, pruned: u64) -> UiState {
+    let mut s = UiState::new(Mode::Live, false, t0());
+    let mut i = info(Some(20), 2);
+    i.sampler = "gp".into();
+    i.exploration = Some(crate::sampler::Exploration::new(startup));
+    s.apply(&Event::StudyStarted {
+        info: i,
+        existing: Vec::new(),
+        at: t0(),
+    });
+    for n in 0..complete + pruned {
+        let state = if n < complete {
+            TrialState::Complete
+        } else {
+            TrialState::Pruned
+        };
+        s.apply(&done(n, 0, state, Some(0.5 + n as f64)));
+    }
+    s
+}
+
+#[rstest::rstest]
+#[case::all_pruned_past_the_design(3, 0, 5, true)]
+#[case::one_complete_past_the_design(3, 1, 4, true)]
+#[case::still_in_the_initial_design(8, 0, 5, false)]
+#[case::two_complete(3, 2, 3, false)]
+fn the_header_says_the_sampler_still_explores_by_its_own_rule(
+    #[case] startup: usize,
+    #[case] complete: u64,
+    #[case] pruned: u64,
+    #[case] shown: bool,
+) {
+    let s = exploring_state(startup, complete, pruned);
+    for w in [80, 120] {
+        let text = screen(&s, w, 24);
+        let line = text.lines().nth(2).expect("the header's third line");
+        assert_eq!(
+            line.contains("sampler: exploring (Sobol) until 2 trials complete"),
+            shown,
+            "{w}: {line}"
+        );
+    }
+}
+
+#[test]
+fn snapshot_sampler_exploring_after_pruning_80x24() {
+    insta::assert_snapshot!(screen(&exploring_state(3, 1, 4), 80, 24));
 }

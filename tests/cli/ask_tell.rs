@@ -391,6 +391,12 @@ fn with_db_and_study_the_exchange_is_recorded_and_tune_trials_shows_it() {
         trials[2]["value"], 0.4,
         "a pruned trial keeps the value it was told"
     );
+    // And says who pruned it (no pruner advised it here).
+    let show = sb.ok(&[
+        "show", "2", "--db", "at.db", "--study", "remote", "--format", "json",
+    ]);
+    let show: Value = serde_json::from_slice(&show.stdout).expect("JSON");
+    assert_eq!(show["pruned_reason"], "by the ask-tell client", "{show:#}");
 
     // A second session on the same study goes on from its history: first the queued params.
     let mut s = Session::start(&sb, &args);

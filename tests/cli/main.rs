@@ -22,4 +22,5 @@ mod recovery;
 mod setup_script;
 mod shared_db;
 mod studies;
+mod ui_text;
 mod without_worker;

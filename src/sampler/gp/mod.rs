@@ -28,7 +28,10 @@ use rand::Rng;
 use rand_distr::StandardNormal;
 
 use super::qmc::sobol_point;
-use super::{AskContext, RandomSampler, Sampler, SobolSampler, avoid_repeat, is_duplicate, mix};
+use super::{
+    AskContext, Exploration, MIN_COMPLETE_TO_MODEL, Phase, RandomSampler, Sampler, SobolSampler,
+    avoid_repeat, is_duplicate, mix,
+};
 use crate::space::{ParamKind, Params, Space};
 use crate::trial::Outcome;
 use acquisition::Acq;
@@ -350,7 +353,7 @@ fn observations(ctx: &AskContext<'_>, layout: &Layout, objective: Objective) -> 
             }
         }
     }
-    if complete.len() < 2 {
+    if complete.len() < MIN_COMPLETE_TO_MODEL {
         return None;
     }
     let warp = Warp::fit(&complete);
@@ -852,11 +855,14 @@ impl Sampler for GpSampler {
             self.scalarised = false;
             return p;
         }
-        let n_startup = self
-            .opts
-            .n_startup
-            .unwrap_or_else(|| default_startup(ctx.space));
-        if (ctx.trial_number.0 as usize) < n_startup {
+        let rule = Exploration::new(
+            self.opts
+                .n_startup
+                .unwrap_or_else(|| default_startup(ctx.space)),
+        );
+        let complete = ctx.history.iter().filter(|t| t.value().is_some()).count();
+        let phase = rule.phase(ctx.trial_number.0, complete);
+        if let Phase::InitialDesign { .. } = phase {
             return avoid_repeat(SobolSampler.ask(ctx), ctx);
         }
         let proposal = if ctx.is_multi() {
@@ -869,7 +875,7 @@ impl Sampler for GpSampler {
             // Too little data (fewer than two complete trials), a model that cannot be built,
             // or nothing new among the candidates: keep exploring.
             None => {
-                if ctx.history.iter().filter(|t| t.value().is_some()).count() < 2 {
+                if let Phase::TooFewComplete { .. } = phase {
                     SobolSampler.ask(ctx)
                 } else {
                     RandomSampler.ask(ctx)
