@@ -13,6 +13,7 @@ use tokio::process::Command;
 use tokio::sync::watch;
 
 use super::{ReportSender, RunEnd, RunFuture, RunResult, StopRequest, TrialJob, TrialRunner};
+use crate::limits::MAX_STEP;
 use crate::spec::placeholders;
 use crate::study::CommandSpec;
 use crate::trial::Report;
@@ -206,13 +207,19 @@ pub fn parse_report(json: &str, prev_step: Option<u64>) -> Result<Report, String
     let mut is_final = false;
     for (k, v) in map {
         match (k.as_str(), &v) {
+            // Hazard: the database holds steps as signed 64-bit integers; a larger one would
+            // come back negative, so it is as malformed as a fraction.
             ("step", serde_json::Value::Number(n)) => match n.as_u64() {
-                Some(s) => step = Some(s),
-                None => return Err(format!("`step` must be a non-negative integer, not {n}")),
+                Some(s) if s <= MAX_STEP => step = Some(s),
+                _ => {
+                    return Err(format!(
+                        "`step` must be an integer from 0 to {MAX_STEP}, not {n}"
+                    ));
+                }
             },
             ("step", other) => {
                 return Err(format!(
-                    "`step` must be a non-negative integer, not {other}"
+                    "`step` must be an integer from 0 to {MAX_STEP}, not {other}"
                 ));
             }
             ("final", serde_json::Value::Bool(b)) => is_final = *b,
@@ -243,11 +250,17 @@ pub fn parse_report(json: &str, prev_step: Option<u64>) -> Result<Report, String
     if is_final {
         metrics.insert(FINAL_KEY.to_string(), 1.0);
     }
-    let step = step.unwrap_or_else(|| {
-        prev_step
-            .map(|s| if is_final { s } else { s + 1 })
-            .unwrap_or(0)
-    });
+    let step = match (step, prev_step) {
+        (Some(s), _) => s,
+        (None, None) => 0,
+        (None, Some(p)) if is_final => p,
+        (None, Some(p)) if p < MAX_STEP => p + 1,
+        (None, Some(p)) => {
+            return Err(format!(
+                "no `step`, and the step after {p} would pass the largest, {MAX_STEP}"
+            ));
+        }
+    };
     Ok(Report { step, metrics })
 }
 
