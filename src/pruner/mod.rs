@@ -200,6 +200,12 @@ pub trait Pruner: Send {
     /// the answer depends on `ctx` alone, so asking again with the same context (after a
     /// resume, say) gives the same answer.
     fn should_prune(&mut self, ctx: &PruneContext<'_>) -> bool;
+
+    /// Whether this pruner ever looks at the reports: `false` lets the engine keep no curves
+    /// at all (a study without a pruner then costs nothing per report beyond storing it).
+    fn judges(&self) -> bool {
+        true
+    }
 }
 
 /// Never prunes.
@@ -207,6 +213,10 @@ pub struct NoPruner;
 
 impl Pruner for NoPruner {
     fn should_prune(&mut self, _ctx: &PruneContext<'_>) -> bool {
+        false
+    }
+
+    fn judges(&self) -> bool {
         false
     }
 }

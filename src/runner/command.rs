@@ -454,7 +454,18 @@ async fn run_command(
             if tail.len() == TAIL_LINES {
                 tail.pop_front();
             }
-            tail.push_back(String::from_utf8_lossy(bytes).into_owned());
+            // Each line cut to what could be stored, so that the tail held here stays small
+            // however long the lines (the log file above has them whole).
+            let line = String::from_utf8_lossy(bytes);
+            let kept = crate::trial::last_bytes(&line, crate::trial::LOG_TAIL_BYTES);
+            tail.push_back(if kept.len() < line.len() {
+                format!(
+                    "[tune: cut the first {} bytes of this line]{kept}",
+                    line.len() - kept.len()
+                )
+            } else {
+                kept.to_string()
+            });
         }
         let _ = err_file.flush().await;
         tail.into_iter().collect::<Vec<_>>().join("\n")

@@ -773,3 +773,124 @@ fn ask_tell_refuses_trial_numbers_past_i64_and_goes_on() {
     }
     assert_eq!(answers[requests.len() - 1], serde_json::json!({"ok": true}));
 }
+
+// Work that grows with the input: each bounded or linear (issue 29, item 15).
+
+/// A space with `n` string choices, and a conditional parameter whose `when` lists `n / 2`.
+fn big_space(n: usize) -> String {
+    let choices: Vec<String> = (0..n).map(|i| format!("\"c{i}\"")).collect();
+    let half: Vec<String> = (0..n / 2).map(|i| format!("\"c{}\"", i * 2)).collect();
+    format!(
+        "[space]\nc = {{ type = \"categorical\", choices = [{}] }}\nd = {{ type = \"float\", low = 0.0, high = 1.0, when = {{ c = [{}] }} }}\n",
+        choices.join(", "),
+        half.join(", ")
+    )
+}
+
+#[test]
+fn a_categorical_of_200_000_choices_is_checked_in_linear_time() {
+    // Duplicates were found by comparing each choice with every earlier one, and `when`
+    // values with every choice: 2e10 comparisons here, minutes. Now a set: well under a second
+    // of checking (the rest is the debug binary reading 3 MB of TOML).
+    let sb = Sandbox::new();
+    sb.write("space.toml", &big_space(200_000));
+    let mut child = sb
+        .tune(&["ask-tell", "--space", "space.toml", "--sampler", "random"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ask-tell starts");
+    {
+        let mut stdin = child.stdin.take().expect("stdin");
+        writeln!(stdin, r#"{{"ask": {{}}}}"#).expect("ask");
+    }
+    let t0 = Instant::now();
+    let out = crate::common::wait_output(child, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let answer: Value = serde_json::from_slice(&out.stdout).expect("one JSON answer");
+    let c = answer["params"]["c"].as_str().expect("a choice");
+    assert!(c.starts_with('c'), "{answer}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        t0.elapsed()
+    );
+    // A duplicate among them is still found, and named.
+    let dup = big_space(200_000).replacen("\"c199999\"", "\"c7\"", 1);
+    sb.write("dup.toml", &dup);
+    let out = sb.run(&["ask-tell", "--space", "dup.toml"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("choice c7 is listed twice"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// The bytes `tune` keeps of a failed trial's standard error (the whole of it stays in the log).
+const LOG_TAIL_BYTES: usize = 16 * 1024;
+
+#[test]
+fn a_failed_trials_stored_log_tail_is_bounded_cut_on_a_character_and_says_so() {
+    // One 4 MB line of two-byte characters (after one byte, so that a cut at a fixed byte
+    // count would split one), many 300 kB lines, and lines that fit: each is stored bounded.
+    for (name, script, whole) in [
+        (
+            "one-long-line",
+            "head -c 2000000 /dev/zero | tr '\\0' 'x' | sed 's/x/é/g' | { printf 'a'; cat; echo; } >&2\nexit 1\n",
+            false,
+        ),
+        (
+            "many-long-lines",
+            "i=0; while [ $i -lt 30 ]; do head -c 150000 /dev/zero | tr '\\0' 'x' | sed 's/x/é/g' | tr -d '\\n' >&2; echo 'λ end' >&2; i=$((i+1)); done\nexit 1\n",
+            false,
+        ),
+        (
+            "short-lines",
+            "echo 'Traceback' >&2\necho 'ValueError: bad lr' >&2\nexit 1\n",
+            true,
+        ),
+    ] {
+        let sb = Sandbox::new();
+        sb.write("trial.sh", script);
+        sb.write(
+            "s.toml",
+            &COMMAND
+                .replace("trials = 2", "trials = 1")
+                .replace("[\"sh\", \"trial.sh\", \"{x}\"]", "[\"sh\", \"trial.sh\"]"),
+        );
+        let out = sb.run(&["run", "s.toml", "--no-tui"]);
+        assert!(!stderr(&out).contains("panicked"), "{}", text(&out));
+        let out = sb.ok(&["show", "0", "s.toml", "--format", "json"]);
+        let shown: Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(shown["state"], "failed", "{name}: {shown}");
+        let tail = shown["log_tail"].as_str().expect("a log tail");
+        let marker = "[tune: cut the first ";
+        assert!(
+            tail.len() <= LOG_TAIL_BYTES + 200,
+            "{name}: {} bytes stored",
+            tail.len()
+        );
+        if whole {
+            assert_eq!(tail, "Traceback\nValueError: bad lr", "{name}");
+        } else {
+            assert!(tail.starts_with(marker), "{name}: {}", &tail[..80]);
+            assert!(!tail.contains('\u{FFFD}'), "{name}: a character was split");
+        }
+        let db = std::fs::metadata(sb.join("tune.db"))
+            .expect("the database")
+            .len();
+        assert!(db < 2_000_000, "{name}: the database is {db} bytes");
+        // The log itself has every byte.
+        let stderr_log = shown["logs"]
+            .as_array()
+            .expect("logs")
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|p| p.ends_with("stderr.log"))
+            .expect("a stderr.log");
+        let logged = std::fs::metadata(stderr_log).expect("the log").len();
+        assert!(whole || logged > 4_000_000, "{name}: {logged} bytes logged");
+    }
+}
