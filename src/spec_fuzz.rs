@@ -498,7 +498,12 @@ fn check(src: &str) {
 
 proptest! {
     #![proptest_config(Config {
-        cases: 384,
+        // Bounded so that it runs in seconds in every `cargo test`; `PROPTEST_CASES=100000`
+        // for a longer hunt.
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(384),
         failure_persistence: None,
         ..Config::default()
     })]
