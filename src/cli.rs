@@ -113,9 +113,9 @@ pub struct WorkerArgs {
     /// The study to join (its name in the database).
     #[arg(long, value_name = "NAME")]
     pub study: String,
-    /// How many trials to run at once on this machine (default: the study file's
+    /// How many trials to run at once on this machine, 1 to 1024 (default: the study file's
     /// `workers.count`).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub count: Option<u64>,
     /// This machine's devices for the slots: `auto`, or a comma-separated list such as
     /// `cuda:0,cuda:1` or `cpu` (default: the study file's `workers.devices`). A list without
@@ -130,7 +130,8 @@ pub struct WorkerArgs {
     /// there and relative paths resolve from it (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
-    /// How long to wait for a study that does not exist yet (e.g. `30s`, `10m`).
+    /// How long to wait for a study that does not exist yet (e.g. `30s`, `10m`; at most
+    /// `10y`).
     #[arg(long, value_name = "DURATION", default_value = "10m")]
     pub wait: String,
     /// Print one line per trial event instead of the live UI.

@@ -88,6 +88,27 @@ impl fmt::Display for ParamValue {
     }
 }
 
+/// A choice as [`ParamValue::same`] compares it, hashable: choices of one list share a type
+/// (mixed lists are refused first), floats are finite, and `-0.0` is `0.0`.
+#[derive(PartialEq, Eq, Hash)]
+enum ChoiceKey {
+    Bool(bool),
+    Int(i64),
+    Float(u64),
+    Str(String),
+}
+
+impl ChoiceKey {
+    fn of(v: &ParamValue) -> ChoiceKey {
+        match v {
+            ParamValue::Bool(b) => ChoiceKey::Bool(*b),
+            ParamValue::Int(i) => ChoiceKey::Int(*i),
+            ParamValue::Float(f) => ChoiceKey::Float(if *f == 0.0 { 0 } else { f.to_bits() }),
+            ParamValue::Str(s) => ChoiceKey::Str(s.clone()),
+        }
+    }
+}
+
 /// The active parameters of one trial, by name. Inactive conditional parameters are absent.
 pub type Params = BTreeMap<String, ParamValue>;
 
@@ -233,6 +254,7 @@ impl Space {
                 }
             }
         }
+        let mut choice_sets: HashMap<usize, std::collections::HashSet<ChoiceKey>> = HashMap::new();
         for p in &params {
             for c in &p.when {
                 let Some(&pi) = index.get(c.parent.as_str()) else {
@@ -252,7 +274,22 @@ impl Space {
                 }
                 let parent = &params[pi];
                 for v in &c.values {
-                    if !parent.admits(v) {
+                    let admitted = match &parent.kind {
+                        // A set of the parent's choices, built once: a long `when` list
+                        // against a long choice list would otherwise be quadratic.
+                        ParamKind::Categorical { choices } => {
+                            let set = choice_sets
+                                .entry(pi)
+                                .or_insert_with(|| choices.iter().map(ChoiceKey::of).collect());
+                            set.contains(&ChoiceKey::of(v))
+                                // `3` for a choice `3.0`: the set holds one type; ask `same`.
+                                || (choices.first().is_some_and(|f| {
+                                    std::mem::discriminant(f) != std::mem::discriminant(v)
+                                }) && parent.admits(v))
+                        }
+                        _ => parent.admits(v),
+                    };
+                    if !admitted {
                         return Err(perr(
                             &p.name,
                             format!(
@@ -580,6 +617,10 @@ fn parse_param(name: &str, value: &toml::Value) -> Result<Param, SpaceError> {
                 return Err(perr(name, "`choices` is empty"));
             }
             let mut choices: Vec<ParamValue> = Vec::with_capacity(list.len());
+            // Duplicates found through a set, not by comparing each choice with every earlier
+            // one: that was quadratic (700 000 choices took minutes).
+            let mut seen: std::collections::HashSet<ChoiceKey> =
+                std::collections::HashSet::with_capacity(list.len());
             for v in list {
                 let c = ParamValue::from_toml(v).ok_or_else(|| {
                     perr(
@@ -619,7 +660,7 @@ fn parse_param(name: &str, value: &toml::Value) -> Result<Param, SpaceError> {
                         ),
                     ));
                 }
-                if choices.iter().any(|x| x.same(&c)) {
+                if !seen.insert(ChoiceKey::of(&c)) {
                     return Err(perr(name, format!("choice {c} is listed twice")));
                 }
                 choices.push(c);

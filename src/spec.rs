@@ -132,6 +132,9 @@ pub struct Overrides {
 /// A study stops starting trials after this many in a row failed on their own (`0`: never).
 pub const DEFAULT_MAX_CONSECUTIVE_FAILURES: u64 = 5;
 
+/// The shortest `study.heartbeat`: each beat is a database write.
+pub const MIN_HEARTBEAT: Duration = Duration::from_millis(10);
+
 /// Reads and checks a study file.
 pub fn load(file: &Path, overrides: &Overrides) -> Result<Study, SpecError> {
     let err = |message: String| SpecError {
@@ -298,6 +301,13 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
         .transpose()
         .map_err(err)?
         .unwrap_or(Duration::from_secs(60));
+    if heartbeat < MIN_HEARTBEAT {
+        return Err(err(format!(
+            "key `study.heartbeat`: {:?} is shorter than {}ms; a heartbeat that often would keep the database busy writing it",
+            s.heartbeat.as_deref().unwrap_or_default(),
+            MIN_HEARTBEAT.as_millis()
+        )));
+    }
     if heartbeat_grace <= heartbeat {
         return Err(err(format!(
             "key `study.heartbeat_grace`: must be longer than `study.heartbeat` ({}s)",
@@ -377,9 +387,7 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
     };
     let trial = match kind {
         "command" => {
-            let raw_cmd: RawCommandTrial = toml::Value::Table(raw.trial.clone())
-                .try_into()
-                .map_err(|e: toml::de::Error| err(format!("in `[trial]`: {}", e.message())))?;
+            let raw_cmd: RawCommandTrial = table_into(&raw.trial, "trial").map_err(err)?;
             let mut c = command(raw_cmd, &space, &dir).map_err(err)?;
             // A command trial applies the cap itself (PyTorch:
             // `torch.cuda.set_per_process_memory_fraction`); a value in `trial.env` wins.
@@ -474,6 +482,57 @@ fn toml_message(e: &toml::de::Error) -> String {
     e.to_string().trim_end().to_string()
 }
 
+/// A table of the study file read into `T`, refusing a wrong value by its key. Hazard: serde
+/// on a detached table says only "invalid value: integer `-1`, expected u32", naming no key;
+/// read from text, the error's span falls on the key's line, which names it.
+fn table_into<T: serde::de::DeserializeOwned>(t: &toml::Table, name: &str) -> Result<T, String> {
+    let text = toml::to_string(t).map_err(|e| format!("in `[{name}]`: {e}"))?;
+    toml::from_str::<T>(&text).map_err(|e| {
+        let message = e.message().trim_end();
+        let key = e
+            .span()
+            .filter(|s| s.start > 0 && !message.starts_with("missing field"))
+            .and_then(|s| {
+                let before = text.get(..s.start)?;
+                let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+                let (key, _) = text.get(line_start..)?.split_once(" = ")?;
+                // A sub-table (`[env]`) is written as a section after the plain keys.
+                let section = before
+                    .lines()
+                    .rev()
+                    .find_map(|l| l.strip_prefix('[').and_then(|l| l.strip_suffix(']')));
+                let key = key.trim();
+                Some(match section {
+                    Some(sec) => format!("{sec}.{key}"),
+                    None => key.to_string(),
+                })
+            });
+        // An internally tagged enum (`[pruner]`, by `kind`) buffers its table and loses the
+        // span: then the key is the one that fails alone beside the tag (every other key of
+        // such a table has a default).
+        let key = key.or_else(|| {
+            if message.starts_with("missing field") {
+                return None;
+            }
+            t.iter()
+                .filter(|(k, _)| k.as_str() != "kind")
+                .find(|(k, v)| {
+                    let mut alone = toml::Table::new();
+                    if let Some(kind) = t.get("kind") {
+                        alone.insert("kind".into(), kind.clone());
+                    }
+                    alone.insert(k.to_string(), (*v).clone());
+                    toml::Value::Table(alone).try_into::<T>().is_err()
+                })
+                .map(|(k, _)| k.clone())
+        });
+        match key {
+            Some(k) => format!("key `{name}.{k}`: {message}"),
+            None => format!("in `[{name}]`: {message}"),
+        }
+    })
+}
+
 fn parse_pruner(t: &toml::Table) -> Result<PrunerConfig, String> {
     if !t.contains_key("kind") {
         return Err(format!(
@@ -481,9 +540,7 @@ fn parse_pruner(t: &toml::Table) -> Result<PrunerConfig, String> {
             PrunerConfig::NAMES.join(", ")
         ));
     }
-    let cfg: PrunerConfig = toml::Value::Table(t.clone())
-        .try_into()
-        .map_err(|e: toml::de::Error| format!("in `[pruner]`: {}", e.message()))?;
+    let cfg: PrunerConfig = table_into(t, "pruner")?;
     cfg.check().map_err(|e| format!("key {e}"))?;
     Ok(cfg)
 }
@@ -508,23 +565,10 @@ fn builtin_epochs(b: &crate::builtin::BuiltinTrial, space: &Space) -> Option<u64
     }
 }
 
-/// Parses a duration such as "90s", "20m", "1h 30m" or a number of seconds.
+/// Parses a duration such as "90s", "20m", "1h 30m" or a number of seconds, longer than zero
+/// and at most [`crate::limits::MAX_DURATION`].
 pub fn duration(key: &str, text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let d = if let Ok(secs) = t.parse::<f64>() {
-        Duration::try_from_secs_f64(secs)
-            .map_err(|_| format!("key `{key}`: {text:?} is not a valid duration"))?
-    } else {
-        humantime::parse_duration(t).map_err(|e| {
-            format!(
-                "key `{key}`: {text:?} is not a duration ({e}); write e.g. \"90s\", \"20m\", \"1h\""
-            )
-        })?
-    };
-    if d.is_zero() {
-        return Err(format!("key `{key}`: must be longer than zero"));
-    }
-    Ok(d)
+    crate::limits::duration(&format!("key `{key}`"), text)
 }
 
 /// The directory name of a study's runs: the name itself when it is a plain file name, else
@@ -1137,3 +1181,7 @@ opt = "adam"
         );
     }
 }
+
+#[cfg(test)]
+#[path = "spec_fuzz.rs"]
+mod fuzz;

@@ -24,6 +24,33 @@ impl fmt::Display for TrialNumber {
     }
 }
 
+/// The most bytes of a failed trial's standard error stored with it (`log_tail`): its end, the
+/// part that says why. The whole stream stays in the trial's `stderr.log`. Hazard: without a
+/// bound one 100 MB line of output is a 100 MB row, in every copy of the database.
+pub const LOG_TAIL_BYTES: usize = 16 * 1024;
+
+/// The last `max` bytes of `text` or fewer, starting on a UTF-8 character boundary.
+pub fn last_bytes(text: &str, max: usize) -> &str {
+    let mut start = text.len().saturating_sub(max);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}
+
+/// A log tail as stored: unchanged when it fits in [`LOG_TAIL_BYTES`], else its last
+/// `LOG_TAIL_BYTES` bytes (cut on a character boundary) under a line that says what was cut.
+pub fn bound_log_tail(text: String) -> String {
+    if text.len() <= LOG_TAIL_BYTES {
+        return text;
+    }
+    let kept = last_bytes(&text, LOG_TAIL_BYTES);
+    format!(
+        "[tune: cut the first {} bytes of this tail; the trial's stderr.log has them all]\n{kept}",
+        text.len() - kept.len()
+    )
+}
+
 /// Whether the objective is minimised or maximised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -646,6 +673,20 @@ impl Trial {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_log_tail_keeps_its_end_cut_on_a_character_and_says_so() {
+        assert_eq!(bound_log_tail("short".into()), "short");
+        // One byte then two-byte characters: the cut point falls inside one.
+        let text = format!("a{}end", "é".repeat(LOG_TAIL_BYTES));
+        let kept = bound_log_tail(text.clone());
+        let (head, body) = kept.split_once('\n').expect("a first line");
+        assert!(head.starts_with("[tune: cut the first "), "{head}");
+        assert!(body.len() <= LOG_TAIL_BYTES && body.len() >= LOG_TAIL_BYTES - 1);
+        assert!(body.ends_with("éend") && text.ends_with(body));
+        assert_eq!(last_bytes("aé", 1), "");
+        assert_eq!(last_bytes("aé", 2), "é");
+    }
 
     fn failed(reason: &str, tail: Option<&str>) -> TrialStatus {
         TrialStatus::Failed {

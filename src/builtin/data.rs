@@ -181,12 +181,16 @@ impl DataSpec {
                 }
             },
         };
-        let positive = |k: &str| -> Result<Option<u64>, String> {
+        // Each with a bound far past any use, so that no product or allocation made from it
+        // overflows (MB times 2^20 bytes; a prefetch queue is allocated up front).
+        let positive = |k: &str, max: i64| -> Result<Option<u64>, String> {
             match t.get(k) {
                 None => Ok(None),
                 Some(v) => match v.as_integer() {
-                    Some(i) if i > 0 => Ok(Some(i as u64)),
-                    _ => Err(format!("trial.data.{k}: must be an integer > 0, not {v}")),
+                    Some(i) if (1..=max).contains(&i) => Ok(Some(i as u64)),
+                    _ => Err(format!(
+                        "trial.data.{k}: must be an integer from 1 to {max}, not {v}"
+                    )),
                 },
             }
         };
@@ -209,11 +213,11 @@ impl DataSpec {
         Ok(DataSpec {
             source,
             validation,
-            limit: positive("limit")?,
+            limit: positive("limit", i64::MAX)?,
             normalize,
             device_cache,
-            max_device_mb: positive("max_device_mb")?.unwrap_or(2048),
-            prefetch: positive("prefetch")?.unwrap_or(4) as usize,
+            max_device_mb: positive("max_device_mb", 1 << 30)?.unwrap_or(2048),
+            prefetch: positive("prefetch", 1024)?.unwrap_or(4) as usize,
         })
     }
 

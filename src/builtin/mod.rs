@@ -147,11 +147,16 @@ enum KnobType {
     NonNegative,
     /// A float in [0, 1).
     Fraction,
-    /// An integer at or above this.
+    /// An integer at or above this, and at most [`MAX_INT_KNOB`].
     IntAtLeast(i64),
     Bool,
     Choice(&'static [&'static str]),
 }
+
+/// The largest value of an integer knob (batch size, epochs, width, …): far past any real
+/// trial, and small enough that products of two (the effective batch is `batch_size *
+/// accumulation`) never overflow an `i64`.
+pub const MAX_INT_KNOB: i64 = i32::MAX as i64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Section {
@@ -344,9 +349,8 @@ impl KnobType {
                 }
             }
             KnobType::IntAtLeast(min) => match v {
-                ParamValue::Int(i) if *i >= min => Ok(()),
-                ParamValue::Int(i) => Err(format!("must be an integer >= {min}, not {i}")),
-                _ => Err(format!("must be an integer >= {min}, not {v}")),
+                ParamValue::Int(i) if (min..=MAX_INT_KNOB).contains(i) => Ok(()),
+                _ => Err(format!("must be {}, not {v}", self.describe())),
             },
             KnobType::Bool => match v {
                 ParamValue::Bool(_) => Ok(()),
@@ -364,7 +368,7 @@ impl KnobType {
             KnobType::Positive => "a number > 0".into(),
             KnobType::NonNegative => "a number >= 0".into(),
             KnobType::Fraction => "a number in [0, 1)".into(),
-            KnobType::IntAtLeast(m) => format!("an integer >= {m}"),
+            KnobType::IntAtLeast(m) => format!("an integer from {m} to {MAX_INT_KNOB}"),
             KnobType::Bool => "true or false".into(),
             KnobType::Choice(c) => format!("one of {}", c.join(", ")),
         }
@@ -408,9 +412,12 @@ impl KnobType {
                 self.check(&ParamValue::Float(*high as f64))
                     .map_err(|e| format!("high: {e}"))
             }
-            (KnobType::IntAtLeast(_), ParamKind::Int { low, .. }) => self
-                .check(&ParamValue::Int(*low))
-                .map_err(|e| format!("low: {e}")),
+            (KnobType::IntAtLeast(_), ParamKind::Int { low, high, .. }) => {
+                self.check(&ParamValue::Int(*low))
+                    .map_err(|e| format!("low: {e}"))?;
+                self.check(&ParamValue::Int(*high))
+                    .map_err(|e| format!("high: {e}"))
+            }
             (ty, _) => Err(format!(
                 "is {} here, so its parameter must be {}",
                 ty.describe(),
@@ -478,11 +485,7 @@ pub fn parse_builtin(
                 let s = value.as_str().ok_or_else(|| {
                     format!("trial.{key}: must be a duration string such as \"90s\" or \"5m\"")
                 })?;
-                let d = humantime::parse_duration(s)
-                    .map_err(|e| format!("trial.{key}: {s:?} is not a duration: {e}"))?;
-                if d.is_zero() {
-                    return Err(format!("trial.{key}: must be longer than zero"));
-                }
+                let d = crate::limits::duration(&format!("trial.{key}"), s)?;
                 if key == "timeout" {
                     timeout = Some(d);
                 } else {
@@ -490,10 +493,10 @@ pub fn parse_builtin(
                 }
             }
             "report_every" => match value.as_integer() {
-                Some(n) if n >= 0 => report_every = n as u64,
+                Some(n) if (0..=MAX_INT_KNOB).contains(&n) => report_every = n as u64,
                 _ => {
                     return Err(format!(
-                        "trial.report_every: must be an integer >= 0 (steps; 0 = every epoch), not {value}"
+                        "trial.report_every: must be an integer from 0 to {MAX_INT_KNOB} (steps; 0 = every epoch), not {value}"
                     ));
                 }
             },

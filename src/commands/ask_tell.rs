@@ -209,7 +209,8 @@ impl AskTell {
         let number = t
             .get("trial")
             .and_then(Value::as_u64)
-            .ok_or("tell needs `trial`, a trial number")?;
+            .filter(|n| *n <= crate::limits::MAX_STEP)
+            .ok_or("tell needs `trial`, a trial number (an integer from 0 that ask gave)")?;
         let state = match t.get("state") {
             None => TrialState::Complete,
             Some(s) => match s.as_str() {

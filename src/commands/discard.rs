@@ -3,14 +3,14 @@
 //! trials` marks it), but the sampler does not learn from it, the budget does not count it
 //! and it is never the best; `--restore` takes the mark back. Optuna has no way to do this.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use super::{bad, storage_fault, writable_study};
 use crate::cli::{DiscardArgs, FinishedState, StudyRef};
 use crate::storage::StorageUrl;
-use crate::trial::{TrialState, TrialStatus};
+use crate::trial::{Trial, TrialState, TrialStatus};
 
 /// One argument: a trial number, a range `A-B` (both included), or else the study file.
 #[derive(Debug, PartialEq)]
@@ -45,11 +45,12 @@ fn parse_arg(a: &str) -> Result<Arg, String> {
 }
 
 pub fn discard(args: &DiscardArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> {
-    let mut wanted = BTreeSet::new();
+    // Ranges are kept as ranges: `0-99999999999` must not become a set of 10^11 numbers.
+    let mut ranges = Vec::new();
     let mut file = None;
     for a in &args.args {
         match parse_arg(a).map_err(|e| bad(format!("tune discard: {e}")))? {
-            Arg::Numbers(r) => wanted.extend(r),
+            Arg::Numbers(r) => ranges.push(r),
             Arg::File(f) if file.is_none() => file = Some(f),
             Arg::File(f) => {
                 return Err(bad(format!(
@@ -60,7 +61,7 @@ pub fn discard(args: &DiscardArgs, db: Option<&StorageUrl>) -> anyhow::Result<Ex
             }
         }
     }
-    if wanted.is_empty() && args.state.is_none() {
+    if ranges.is_empty() && args.state.is_none() {
         return Err(bad(
             "tune discard: say which trials: numbers (`3 5`), a range (`0-11`) or --state failed",
         ));
@@ -71,20 +72,31 @@ pub fn discard(args: &DiscardArgs, db: Option<&StorageUrl>) -> anyhow::Result<Ex
     };
     let (mut storage, study, url) = writable_study(&r, db)?;
     let trials = storage.trials(&study, None).map_err(storage_fault)?;
-    // Every trial named must exist and have finished: nothing is changed otherwise.
-    for n in &wanted {
-        let Some(t) = trials.iter().find(|t| t.number.0 == *n) else {
+    let by_number: BTreeMap<u64, &Trial> = trials.iter().map(|t| (t.number.0, t)).collect();
+    // Every trial named must exist and have finished: nothing is changed otherwise. Each
+    // range is walked over the trials inside it, so the work is bounded by the trials.
+    let mut wanted = BTreeSet::new();
+    for r in &ranges {
+        let mut next = Some(*r.start());
+        for (&n, t) in by_number.range(r.clone()) {
+            if next != Some(n) {
+                break;
+            }
+            if matches!(t.status, TrialStatus::Queued | TrialStatus::Running { .. }) {
+                return Err(bad(format!(
+                    "tune discard: trial {n} of `{}` is {}: only finished trials can be set aside; nothing changed",
+                    study.name,
+                    t.state().as_str()
+                )));
+            }
+            wanted.insert(n);
+            next = n.checked_add(1);
+        }
+        if let Some(n) = next.filter(|n| r.contains(n)) {
             return Err(bad(format!(
                 "tune discard: study `{}` has no trial {n} (its trials are 0 to {}); nothing changed",
                 study.name,
                 trials.len().saturating_sub(1)
-            )));
-        };
-        if matches!(t.status, TrialStatus::Queued | TrialStatus::Running { .. }) {
-            return Err(bad(format!(
-                "tune discard: trial {n} of `{}` is {}: only finished trials can be set aside; nothing changed",
-                study.name,
-                t.state().as_str()
             )));
         }
     }

@@ -19,8 +19,7 @@ pub fn worker(args: &WorkerArgs, db: Option<&StorageUrl>) -> anyhow::Result<Exit
     let url = db.ok_or_else(|| {
         bad("tune worker needs the database that holds the study: --db URL (or TUNE_DB)")
     })?;
-    let wait = humantime::parse_duration(&args.wait)
-        .map_err(|e| bad(format!("--wait: `{}` is not a duration: {e}", args.wait)))?;
+    let wait = crate::limits::duration("--wait", &args.wait).map_err(bad)?;
     let storage = crate::storage::open(url).map_err(storage_fault)?;
     let row = wait_for_study(storage.as_ref(), &args.study, url, wait)?;
     let stored = storage.study_file(&row).map_err(storage_fault)?;

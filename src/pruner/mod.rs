@@ -205,6 +205,12 @@ pub trait Pruner: Send {
     fn should_prune(&mut self, ctx: &PruneContext<'_>) -> bool {
         self.decide(ctx).is_some()
     }
+
+    /// Whether this pruner ever looks at the reports: `false` lets the engine keep no curves
+    /// at all (a study without a pruner then costs nothing per report beyond storing it).
+    fn judges(&self) -> bool {
+        true
+    }
 }
 
 /// Never prunes.
@@ -213,6 +219,10 @@ pub struct NoPruner;
 impl Pruner for NoPruner {
     fn decide(&mut self, _ctx: &PruneContext<'_>) -> Option<Prune> {
         None
+    }
+
+    fn judges(&self) -> bool {
+        false
     }
 }
 

@@ -14,6 +14,7 @@ use tokio::sync::watch;
 
 use super::keeper::{CANNOT_START, CANNOT_START_PREFIX, Keeper, Lifeline};
 use super::{ReportSender, RunEnd, RunFuture, RunResult, StopRequest, TrialJob, TrialRunner};
+use crate::limits::MAX_STEP;
 use crate::spec::placeholders;
 use crate::study::CommandSpec;
 use crate::trial::{Report, ReportNotes};
@@ -215,13 +216,19 @@ pub fn parse_report(json: &str, prev_step: Option<u64>) -> Result<Report, String
     let mut is_final = false;
     for (k, v) in map {
         match (k.as_str(), &v) {
+            // Hazard: the database holds steps as signed 64-bit integers; a larger one would
+            // come back negative, so it is as malformed as a fraction.
             ("step", serde_json::Value::Number(n)) => match n.as_u64() {
-                Some(s) => step = Some(s),
-                None => return Err(format!("`step` must be a non-negative integer, not {n}")),
+                Some(s) if s <= MAX_STEP => step = Some(s),
+                _ => {
+                    return Err(format!(
+                        "`step` must be an integer from 0 to {MAX_STEP}, not {n}"
+                    ));
+                }
             },
             ("step", other) => {
                 return Err(format!(
-                    "`step` must be a non-negative integer, not {other}"
+                    "`step` must be an integer from 0 to {MAX_STEP}, not {other}"
                 ));
             }
             ("final", serde_json::Value::Bool(b)) => is_final = *b,
@@ -252,11 +259,17 @@ pub fn parse_report(json: &str, prev_step: Option<u64>) -> Result<Report, String
     if is_final {
         metrics.insert(FINAL_KEY.to_string(), 1.0);
     }
-    let step = step.unwrap_or_else(|| {
-        prev_step
-            .map(|s| if is_final { s } else { s + 1 })
-            .unwrap_or(0)
-    });
+    let step = match (step, prev_step) {
+        (Some(s), _) => s,
+        (None, None) => 0,
+        (None, Some(p)) if is_final => p,
+        (None, Some(p)) if p < MAX_STEP => p + 1,
+        (None, Some(p)) => {
+            return Err(format!(
+                "no `step`, and the step after {p} would pass the largest, {MAX_STEP}"
+            ));
+        }
+    };
     Ok(Report { step, metrics })
 }
 
@@ -527,11 +540,21 @@ async fn run_command(
             if tail.len() == TAIL_LINES {
                 tail.pop_front();
             }
-            let line = String::from_utf8_lossy(bytes).into_owned();
+            let line = String::from_utf8_lossy(bytes);
             if on_stderr.is_none() && ReportNotes::looks_like_report(&line) {
                 on_stderr = Some(ReportNotes::shown(&line));
             }
-            tail.push_back(line);
+            // Each line cut to what could be stored, so that the tail held here stays small
+            // however long the lines (the log file above has them whole).
+            let kept = crate::trial::last_bytes(&line, crate::trial::LOG_TAIL_BYTES);
+            tail.push_back(if kept.len() < line.len() {
+                format!(
+                    "[tune: cut the first {} bytes of this line]{kept}",
+                    line.len() - kept.len()
+                )
+            } else {
+                kept.to_string()
+            });
         }
         let _ = err_file.flush().await;
         (tail.into_iter().collect::<Vec<_>>().join("\n"), on_stderr)

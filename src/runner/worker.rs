@@ -215,9 +215,37 @@ fn spawn(
 
 /// The last lines of a log file.
 fn tail(path: &Path) -> Option<String> {
-    let text = std::fs::read(path).ok()?;
-    let text = String::from_utf8_lossy(&text);
-    let lines: Vec<&str> = text.lines().collect();
+    use std::io::{Read, Seek, SeekFrom};
+    // Only the file's end is read: the log may be gigabytes, the stored tail is bounded.
+    let mut file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    let from = len.saturating_sub(crate::trial::LOG_TAIL_BYTES as u64);
+    file.seek(SeekFrom::Start(from)).ok()?;
+    let mut text = Vec::new();
+    file.read_to_end(&mut text).ok()?;
+    // Read from inside a character: start at the next one (at most 3 continuation bytes).
+    let skip = if from > 0 {
+        text.iter()
+            .take(3)
+            .take_while(|b| (0x80..0xC0).contains(*b))
+            .count()
+    } else {
+        0
+    };
+    let from = from + skip as u64;
+    let text = String::from_utf8_lossy(&text[skip..]);
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    // Read from the middle of a line: drop that piece, or say it was cut when it is all.
+    if from > 0 && !lines.is_empty() {
+        if lines.len() > 1 {
+            lines.remove(0);
+        } else {
+            lines[0] = format!(
+                "[tune: cut the first {from} bytes of this line]{}",
+                lines[0]
+            );
+        }
+    }
     let start = lines.len().saturating_sub(TAIL_LINES);
     let t = lines[start..].join("\n");
     (!t.trim().is_empty()).then_some(t)
@@ -460,7 +488,22 @@ fn append_log(path: &Path, line: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::alloc_conf;
+    use super::{alloc_conf, tail};
+
+    #[test]
+    fn the_tail_of_a_huge_log_is_read_from_its_end_only() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let log = dir.path().join("stderr.log");
+        let line = "é".repeat(500_000);
+        std::fs::write(&log, format!("first\n{line}\nlast line\n")).expect("write");
+        let t = tail(&log).expect("a tail");
+        assert_eq!(t, "last line", "the cut piece of a line is dropped");
+        std::fs::write(&log, &line).expect("write");
+        let t = tail(&log).expect("a tail");
+        assert!(t.starts_with("[tune: cut the first "), "{}", &t[..40]);
+        assert!(!t.contains('\u{FFFD}'), "a character was split");
+        assert!(t.len() <= crate::trial::LOG_TAIL_BYTES + 100, "{}", t.len());
+    }
 
     #[test]
     fn the_memory_cap_joins_the_users_allocator_settings_and_replaces_their_cap() {

@@ -949,10 +949,14 @@ impl Storage for SqliteStorage {
     ) -> Result<Vec<u64>, StorageError> {
         let host = hostname();
         let me = std::process::id() as i64;
-        let cutoff = (chrono::Utc::now()
-            - chrono::Duration::from_std(grace).unwrap_or(chrono::TimeDelta::MAX))
-        .format(super::DATETIME_FORMAT)
-        .to_string();
+        // Saturating: `DateTime - TimeDelta` panics past chrono's range, and a grace that
+        // long means "never interrupted by age" (the spec bounds it anyway).
+        let cutoff = chrono::TimeDelta::from_std(grace)
+            .ok()
+            .and_then(|g| chrono::Utc::now().checked_sub_signed(g))
+            .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC)
+            .format(super::DATETIME_FORMAT)
+            .to_string();
         self.write(|tx| {
             let mut stmt = tx.prepare(
                 "SELECT t.trial_id, t.number, w.host, w.pid,
@@ -1110,7 +1114,7 @@ impl Storage for SqliteStorage {
             tx.execute(
                 "INSERT INTO tune_reports (trial_id, seq, step, is_final, metrics_json, reported_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![trial_id.0, seq as i64, report.step as i64, is_final, json, now_text()],
+                params![trial_id.0, seq as i64, i64::try_from(report.step).unwrap_or(i64::MAX), is_final, json, now_text()],
             )?;
             if !is_final && let Some(v) = report.metrics.get(metric) {
                 tx.execute(
@@ -1118,7 +1122,7 @@ impl Storage for SqliteStorage {
                      VALUES (?1, ?2, ?3, ?4)
                      ON CONFLICT (trial_id, step) DO UPDATE SET intermediate_value = excluded.intermediate_value,
                         intermediate_value_type = excluded.intermediate_value_type",
-                    params![trial_id.0, report.step as i64, v.is_finite().then_some(*v), value_type(*v)],
+                    params![trial_id.0, i64::try_from(report.step).unwrap_or(i64::MAX), v.is_finite().then_some(*v), value_type(*v)],
                 )?;
             }
             Ok(false)

@@ -4,6 +4,7 @@
 mod ask_tell;
 mod bad_input;
 mod bench;
+mod bounds;
 mod cluster;
 mod command_trials;
 mod common;

@@ -1240,7 +1240,7 @@ impl Storage for PostgresStorage {
         let objective = (!is_final)
             .then(|| report.metrics.get(metric).copied())
             .flatten();
-        let step = report.step as i64;
+        let step = i64::try_from(report.step).unwrap_or(i64::MAX);
         let fenced = self.run(|c| {
             let tx = wait(c.transaction())?;
             // Only a running trial takes reports: one declared interrupted belongs to its rerun.
