@@ -767,7 +767,6 @@ mod tests {
         // reports of one trial were 1.25e9 report clones (minutes); now each costs its store.
         let mut e = engine(Box::new(MemoryStorage::new()), None, &PrunerConfig::None);
         let t = e.ask(0, "cpu").expect("ask").expect("a trial");
-        let t0 = std::time::Instant::now();
         for i in 0..50_000u64 {
             let d = e
                 .report(t.id, report(i, 1.0 / (i + 1) as f64))
@@ -775,11 +774,6 @@ mod tests {
             assert_eq!(d, Decision::Continue);
         }
         assert!(e.curves.is_empty(), "no pruner, no curves");
-        assert!(
-            t0.elapsed() < std::time::Duration::from_secs(30),
-            "50 000 reports took {:?}",
-            t0.elapsed()
-        );
         // With a pruner the curves are read in place, sorted by number.
         let asha = PrunerConfig::Asha(AshaConfig::default());
         let mut e = engine(Box::new(MemoryStorage::new()), None, &asha);

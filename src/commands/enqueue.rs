@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use super::{bad, load_study};
 use crate::cli::EnqueueArgs;
 use crate::space::{ParamValue, Params};
-use crate::storage::{NewStudy, StorageUrl};
+use crate::storage::StorageUrl;
 use crate::trial::TrialState;
 
 pub fn enqueue(args: &EnqueueArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> {
@@ -35,14 +35,7 @@ pub fn enqueue(args: &EnqueueArgs, db: Option<&StorageUrl>) -> anyhow::Result<Ex
     let mut storage =
         crate::storage::open(&study.storage).map_err(|e| super::storage_error(&study.file, e))?;
     let row = storage
-        .create_or_load_study(&NewStudy {
-            name: &study.name,
-            direction: study.direction,
-            metric: &study.metric,
-            others: &study.others,
-            file: Some(&study.file),
-            source: Some(&study.source),
-        })
+        .create_or_load_study(&super::new_study(&study))
         .map_err(|e| match e {
             crate::storage::StorageError::Differs { .. } => {
                 super::differs(&study.file, db, &e, None)

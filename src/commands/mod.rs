@@ -37,6 +37,18 @@ pub fn load_study(file: &Path, db: Option<&StorageUrl>) -> anyhow::Result<Study>
 /// disagrees with the study stored under its name, a file that is not a database, a database
 /// with a newer schema, a server that refuses the password or has no such database. Others (a
 /// server that cannot be reached, a failed write) are failures of the run (status 1).
+/// The study as storage creates or checks it: its name, objectives and file.
+pub fn new_study(study: &Study) -> crate::storage::NewStudy<'_> {
+    crate::storage::NewStudy {
+        name: &study.name,
+        direction: study.direction,
+        metric: &study.metric,
+        others: &study.others,
+        file: Some(&study.file),
+        source: Some(&study.source),
+    }
+}
+
 pub fn storage_error(file: &Path, e: StorageError) -> anyhow::Error {
     match e {
         StorageError::Conflict { .. } => bad(format!("{}: {e}", file.display())),

@@ -67,14 +67,7 @@ fn follow_the_file(
     let Ok(row) = storage.study(&study.name) else {
         return Ok(()); // a new study
     };
-    let new = crate::storage::NewStudy {
-        name: &study.name,
-        direction: study.direction,
-        metric: &study.metric,
-        others: &study.others,
-        file: Some(&study.file),
-        source: Some(&study.source),
-    };
+    let new = super::new_study(study);
     if let Err(e) = crate::storage::check_same(&storage.location(), row.clone(), &new) {
         // Refused with the database untouched, saying what deleting the stored study loses.
         let trials = storage.trials(&row, None).map_err(super::storage_fault)?;

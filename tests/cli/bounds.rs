@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::Path;
 use std::process::{Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -326,9 +326,9 @@ fn check_clean(
         return fail(&format!("ended with {:?}", out.status));
     }
     // A builtin study is checked with `tune trials`, which parses it whole and then finds no
-    // database: a status 2 that does not name the study file is that, an acceptance.
+    // database: a status 2 that says so is that, an acceptance.
     let builtin = study_is_builtin(what);
-    let is_refusal = code == Some(2) && (!builtin || err.contains("s.toml:"));
+    let is_refusal = code == Some(2) && (!builtin || !err.contains("no database at"));
     if let Some(r) = refused
         && is_refusal != r
     {
@@ -649,14 +649,9 @@ fn extreme_durations_and_integers_on_every_flag_end_cleanly() {
         "18446744073709551616",
         "5-18446744073709551615",
     ] {
-        let t0 = Instant::now();
+        // A materialised range would run out of memory or past `limit`.
         let out = clean(&sb, &["discard", "s.toml", "--", v], limit);
         assert_eq!(out.status.code(), Some(2), "discard {v}: {}", text(&out));
-        assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "discard {v} took {:?}",
-            t0.elapsed()
-        );
     }
     // A range reaching past the last trial names the first missing one, and changes nothing.
     let out = clean(&sb, &["discard", "s.toml", "0-99999999999"], limit);
@@ -805,17 +800,13 @@ fn a_categorical_of_200_000_choices_is_checked_in_linear_time() {
         let mut stdin = child.stdin.take().expect("stdin");
         writeln!(stdin, r#"{{"ask": {{}}}}"#).expect("ask");
     }
-    let t0 = Instant::now();
+    // Quadratic checking would not answer within this wait; the figures are in `tune bench
+    // scaling`, never in a test.
     let out = crate::common::wait_output(child, Duration::from_secs(60));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let answer: Value = serde_json::from_slice(&out.stdout).expect("one JSON answer");
     let c = answer["params"]["c"].as_str().expect("a choice");
     assert!(c.starts_with('c'), "{answer}");
-    assert!(
-        t0.elapsed() < Duration::from_secs(30),
-        "took {:?}",
-        t0.elapsed()
-    );
     // A duplicate among them is still found, and named.
     let dup = big_space(200_000).replacen("\"c199999\"", "\"c7\"", 1);
     sb.write("dup.toml", &dup);
