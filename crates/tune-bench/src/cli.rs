@@ -49,6 +49,12 @@ pub enum BenchCommand {
     /// ZDT1, ZDT2, DTLZ2 (3 objectives) and a training-shaped problem (loss, seconds), mean
     /// and worst seed, as a fraction of the true front's, and ms per ask.
     Multi(MultiArgs),
+    /// Growth with input size (issue 29, item 15): each case at n and 10 n in the same run,
+    /// and the ratio of per-item costs (1: linear, 10: quadratic): one trial's reports absorbed
+    /// by the engine (no pruner, ASHA, median; memory and SQLite), a categorical's check,
+    /// a stored log tail; and `tune discard` on a range as wide as the study against
+    /// `0-99999999999`.
+    Scaling(ScalingArgs),
     /// One process of `tune bench storage` (internal).
     #[command(hide = true)]
     StorageClient(StorageClientArgs),
@@ -212,6 +218,16 @@ pub struct OverheadArgs {
     /// Repetitions of each query.
     #[arg(long, default_value_t = 10)]
     pub repeat: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct ScalingArgs {
+    /// Runs of each measurement; the median is shown.
+    #[arg(long, default_value_t = 3)]
+    pub repeat: usize,
+    /// Sizes a tenth as large (a test of the harness, not a measurement).
+    #[arg(long)]
+    pub quick: bool,
 }
 
 #[derive(Debug, Args)]

@@ -18,6 +18,7 @@ pub mod overhead;
 pub mod problems;
 pub mod process;
 pub mod pruning;
+pub mod scaling;
 pub mod storage;
 pub mod trainer;
 pub mod tui;
@@ -40,6 +41,7 @@ pub fn run(cmd: &BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Multi(a) => multi::run_cli(a),
         BenchCommand::Trainer(a) => trainer::run(a),
         BenchCommand::Tui(a) => tui::run(a),
+        BenchCommand::Scaling(a) => scaling::run(a),
         BenchCommand::Storage(a) => storage::run(a),
         BenchCommand::StorageClient(a) => storage::client(a),
     }

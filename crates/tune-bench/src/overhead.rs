@@ -190,7 +190,7 @@ command = ["sh", "-c", '''printf 'tune: {{"v": %s, "t": %s}}\n' {{x}} $(date +%s
 }
 
 /// A study of `n` finished trials with params and three reports each.
-fn fill_query_study(path: &Path, n: u64) -> anyhow::Result<()> {
+pub(crate) fn fill_query_study(path: &Path, n: u64) -> anyhow::Result<()> {
     let mut s = SqliteStorage::open(path)?;
     let space_t: toml::Table = toml::from_str(
         r#"lr = { type = "float", low = 1e-5, high = 1.0, log = true }
