@@ -11,8 +11,10 @@
 //! - tune drops the lifeline (the SIGKILL after the grace period), or
 //! - tune dies in any way, `kill -9` included: the kernel closes the write end.
 //!
-//! A lifeline, not `PR_SET_PDEATHSIG`: that signal fires when the *thread* that forked the
-//! child exits (tokio's blocking threads come and go), and it reaches only the direct child.
+//! A lifeline, not `PR_SET_PDEATHSIG`, between tune and the keeper: that signal fires when the
+//! *thread* that forked the child exits (tokio's blocking threads come and go), and it reaches
+//! only the direct child. Between the keeper (one thread) and the trial's process it is exact,
+//! and is set, so that a keeper killed on its own takes the trial's process with it.
 //! The keeper forwards SIGTERM (and SIGINT, SIGHUP) to the trial's process group, and ends with
 //! the trial's own exit status, or dies of the trial's own signal, so the runners see the
 //! trial's end as if there were no keeper.
@@ -141,11 +143,23 @@ pub fn keeper_main(args: &[OsString]) -> ! {
         libc::sigprocmask(libc::SIG_BLOCK, &chld, std::ptr::null_mut());
     }
     use std::os::unix::process::CommandExt;
-    let child = match std::process::Command::new(program)
-        .args(rest)
-        .process_group(0)
-        .spawn()
-    {
+    let keeper = std::process::id() as libc::pid_t;
+    let mut command = std::process::Command::new(program);
+    command.args(rest).process_group(0);
+    // SAFETY: async-signal-safe calls only, in the child between fork and exec. The keeper
+    // has one thread, so the parent-death signal (which follows the forking *thread*) fires
+    // exactly when the keeper dies: a keeper killed on its own (the OOM killer, a stray
+    // kill -9) takes its trial's process with it instead of leaving it untethered.
+    unsafe {
+        command.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            if libc::getppid() != keeper {
+                libc::_exit(CANNOT_START); // the keeper died before the signal was set
+            }
+            Ok(())
+        });
+    }
+    let child = match command.spawn() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{CANNOT_START_PREFIX}`{}`: {e}", program.to_string_lossy());

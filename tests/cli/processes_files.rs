@@ -480,3 +480,59 @@ esac
         assert_eq!(error(n), want, "trial {n}\n{}", text(&out));
     }
 }
+
+#[test]
+fn a_keeper_killed_on_its_own_takes_its_trials_process_with_it_and_the_study_goes_on() {
+    // The OOM killer or a stray kill -9 may hit the keeper alone: its trial's process must not
+    // run on untethered (tune would wait on its pipes for as long as it ran).
+    let sb = Sandbox::new();
+    sb.write("s.toml", &study("keeperless", 2, ""));
+    sb.write(
+        "trial.sh",
+        "echo $$ > main-$TUNE_TRIAL.tmp; mv main-$TUNE_TRIAL.tmp main-$TUNE_TRIAL\n\
+         if [ \"$TUNE_TRIAL\" = 0 ]; then exec sleep 300; fi\n\
+         echo \"tune: {\\\"loss\\\": $1}\"\n",
+    );
+    let mut child = sb
+        .tune(&["run", "s.toml", "--no-tui"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tune starts");
+    wait_until(PATIENCE, "trial 0 to start", || sb.join("main-0").exists());
+    let main: i32 = std::fs::read_to_string(sb.join("main-0"))
+        .expect("pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let stat = std::fs::read_to_string(format!("/proc/{main}/stat")).expect("the trial runs");
+    let keeper: i32 = stat[stat.rfind(')').expect("a stat line") + 1..]
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .expect("its parent");
+    let cmdline = std::fs::read(format!("/proc/{keeper}/cmdline")).unwrap_or_default();
+    assert!(
+        String::from_utf8_lossy(&cmdline).contains("__keep-trial"),
+        "the trial's parent is its keeper"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(keeper),
+        nix::sys::signal::SIGKILL,
+    )
+    .expect("kill the keeper");
+    wait_until(Duration::from_secs(5), "the trial's process to die", || {
+        !alive(main)
+    });
+    let status = wait_within(&mut child, PATIENCE);
+    assert_eq!(status.code(), Some(0), "the study goes on to its end");
+    let trials = sb.trials("s.toml");
+    let states: Vec<&str> = trials.iter().filter_map(|t| t["state"].as_str()).collect();
+    assert_eq!(states, ["failed", "complete"], "{trials:#?}");
+    assert!(
+        trials[0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("SIGKILL")),
+        "{trials:#?}"
+    );
+}

@@ -821,15 +821,16 @@ mod tests {
     #[test]
     fn a_model_too_large_for_memory_fails_as_out_of_device_memory() {
         let _rng = crate::torch_rng_lock();
-        // 2^36 × 64 floats = 16 TiB: the allocator refuses at once, nothing is touched.
+        // (2^31 - 1) × 64 floats = 512 GiB (the widest a knob may be): the allocator refuses at
+        // once, nothing is touched.
         let t = trial_from(
             "epochs = 1\n[model]\nkind = \"mlp\"\ndepth = 1\n[data]\ndataset = \"digits\"\n",
             r#"lr = { type = "float", low = 1e-4, high = 1e-1, log = true }
-               width = { type = "int", low = 1, high = 68719476736, log = true }"#,
+               width = { type = "int", low = 1, high = 2147483647, log = true }"#,
         );
         let mut p = Params::new();
         p.insert("lr".into(), ParamValue::Float(1e-3));
-        p.insert("width".into(), ParamValue::Int(1 << 36));
+        p.insert("width".into(), ParamValue::Int((1 << 31) - 1));
         let (r, _) = run(&t, &p, 1);
         match r {
             Err(e @ TrainError::OutOfMemory(_)) => {

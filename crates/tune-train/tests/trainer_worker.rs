@@ -205,7 +205,7 @@ async fn out_of_memory_fails_only_its_trial_with_the_allocators_words_and_the_wo
     )
     .expect("trial table");
     let space: toml::Table =
-        toml::from_str(r#"width = { type = "int", low = 1, high = 68719476736, log = true }"#)
+        toml::from_str(r#"width = { type = "int", low = 1, high = 2147483647, log = true }"#)
             .expect("space table");
     let space = Space::from_toml(&space).expect("space");
     let r = runner(parse_builtin(&t, &space, Path::new(".")).expect("valid trial"));
@@ -216,8 +216,9 @@ async fn out_of_memory_fails_only_its_trial_with_the_allocators_words_and_the_wo
             .collect();
         j
     };
-    // 2^36 × 64 floats = 16 TiB: the allocator refuses at once, nothing is touched.
-    let (a, _) = run(&r, with_width(0, 1 << 36), |_| StopRequest::None).await;
+    // (2^31 - 1) × 64 floats = 512 GiB (the widest a knob may be): the allocator refuses at
+    // once, nothing is touched.
+    let (a, _) = run(&r, with_width(0, (1 << 31) - 1), |_| StopRequest::None).await;
     match &a.end {
         RunEnd::Failed { reason, log_tail } => {
             assert!(reason.starts_with("oom: "), "{reason}");
