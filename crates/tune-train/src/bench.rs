@@ -363,7 +363,6 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
             device_arg(o.device)
         ));
     }
-    tch::set_num_threads(1);
     let fashion = Path::new(FASHION_MNIST_DIR);
     let (source, data_arg, data_name) = if fashion.join("train-images-idx3-ubyte.gz").is_file() {
         (
@@ -448,6 +447,10 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     } else {
         Some(Python::start(&data_arg, o)?)
     };
+    // One intra-op thread, as in a trial's worker; set only once the arguments and the data
+    // have passed every check. Hazard: resizing libtorch's thread pools after a convolution has
+    // run (or while one runs) corrupts the heap, so a refusal must leave them as they were.
+    tch::set_num_threads(1);
     // Runs alternate between the two sides, configuration by configuration, and each keeps
     // its best: a burst of load from other processes then costs both sides alike.
     let mut tune_rates = vec![Rate::default(); configs.len()];

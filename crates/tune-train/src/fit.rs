@@ -830,7 +830,7 @@ mod tests {
         );
         let mut p = Params::new();
         p.insert("lr".into(), ParamValue::Float(1e-3));
-        p.insert("width".into(), ParamValue::Int((1 << 31) - 1));
+        p.insert("width".into(), ParamValue::Int(1 << 30));
         let (r, _) = run(&t, &p, 1);
         match r {
             Err(e @ TrainError::OutOfMemory(_)) => {
