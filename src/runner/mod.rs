@@ -25,6 +25,25 @@ use crate::trial::{Report, ReportNotes, TrialNumber};
 /// `[trial] env` may still set them for a trial that wants them.
 pub const DB_CREDENTIALS: &[&str] = &["TUNE_DB", "PGPASSWORD", "PGPASSFILE"];
 
+/// What a runner refuses before a trial, or reads wrong during one. None of these stops a
+/// study by itself: a bad report or a worker that will not start fails one trial (its message
+/// becomes the reason), and a program or worker that is not ready is refused before any trial.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunnerError {
+    /// The command's program or a required file is missing, or `[trial] check` failed.
+    #[error("{0}")]
+    NotReady(String),
+    /// A `tune: {...}` line that is not a report.
+    #[error("{0}")]
+    BadReport(String),
+    /// `tune-worker --capabilities` could not be asked or did not answer.
+    #[error("{0}")]
+    Capabilities(String),
+    /// A `tune-worker` process (or its keeper, or its log) could not be started.
+    #[error("{0}")]
+    Spawn(String),
+}
+
 /// One trial to run on one slot.
 #[derive(Debug, Clone)]
 pub struct TrialJob {
