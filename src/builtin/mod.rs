@@ -623,7 +623,7 @@ pub fn parse_builtin(
                 )));
             }
             (Some(v), None) => {
-                let v = toml_param(v).ok_or_else(|| {
+                let v = ParamValue::from_toml(v).ok_or_else(|| {
                     KnobError::Invalid(format!("{path}: must be {}, not {v}", spec.ty.describe()))
                 })?;
                 let v = widen(spec.ty, v);
@@ -692,16 +692,6 @@ pub fn parse_builtin(
         )));
     }
     Ok(trial)
-}
-
-fn toml_param(v: &toml::Value) -> Option<ParamValue> {
-    match v {
-        toml::Value::Boolean(b) => Some(ParamValue::Bool(*b)),
-        toml::Value::Integer(i) => Some(ParamValue::Int(*i)),
-        toml::Value::Float(f) => Some(ParamValue::Float(*f)),
-        toml::Value::String(s) => Some(ParamValue::Str(s.clone())),
-        _ => None,
-    }
 }
 
 /// `lr = 1` means 1.0: float knobs accept integers.

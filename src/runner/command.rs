@@ -14,7 +14,8 @@ use tokio::sync::watch;
 
 use super::keeper::{CANNOT_START, CANNOT_START_PREFIX, Keeper, Lifeline};
 use super::{
-    ReportSender, RunEnd, RunFuture, RunResult, RunnerError, StopRequest, TrialJob, TrialRunner,
+    Exit, ReportSender, RunEnd, RunFuture, RunResult, RunnerError, StopRequest, TrialJob,
+    TrialRunner,
 };
 use crate::limits::MAX_STEP;
 use crate::spec::placeholders;
@@ -667,20 +668,14 @@ async fn run_command(
 }
 
 fn why_end(status: &Option<std::io::Result<std::process::ExitStatus>>) -> Option<RunEnd> {
-    use std::os::unix::process::ExitStatusExt;
     let status = status.as_ref()?;
     Some(match status {
         Ok(s) if s.success() => RunEnd::Finished,
         Ok(s) => {
-            let reason = match (s.code(), s.signal()) {
-                (Some(c), _) => format!("exited with status {c}"),
-                (None, Some(sig)) => {
-                    let name = nix::sys::signal::Signal::try_from(sig)
-                        .map(|s| s.as_str().to_string())
-                        .unwrap_or_else(|_| format!("signal {sig}"));
-                    format!("killed by {name}")
-                }
-                _ => "ended abnormally".into(),
+            let reason = match Exit::of(*s) {
+                Exit::Code(c) => format!("exited with status {c}"),
+                Exit::Signal { name, .. } => format!("killed by {name}"),
+                Exit::Other => "ended abnormally".into(),
             };
             RunEnd::Failed {
                 reason,

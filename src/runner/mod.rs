@@ -44,6 +44,35 @@ pub enum RunnerError {
     Spawn(String),
 }
 
+/// How a process that did not succeed ended, read from its exit status: the one reading of an
+/// `ExitStatus` (code, or signal and its name) that each runner words its reason from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// It exited with this status code.
+    Code(i32),
+    /// A signal killed it: its number and name (`SIGKILL`, or `signal N` for one nix does
+    /// not know).
+    Signal { number: i32, name: String },
+    /// Neither a code nor a signal (a stopped process, say).
+    Other,
+}
+
+impl Exit {
+    pub(crate) fn of(status: std::process::ExitStatus) -> Exit {
+        use std::os::unix::process::ExitStatusExt;
+        match (status.code(), status.signal()) {
+            (Some(c), _) => Exit::Code(c),
+            (None, Some(number)) => Exit::Signal {
+                number,
+                name: nix::sys::signal::Signal::try_from(number)
+                    .map(|s| s.as_str().to_string())
+                    .unwrap_or_else(|_| format!("signal {number}")),
+            },
+            _ => Exit::Other,
+        }
+    }
+}
+
 /// One trial to run on one slot.
 #[derive(Debug, Clone)]
 pub struct TrialJob {

@@ -20,7 +20,8 @@ use tokio::sync::watch;
 use super::keeper::{Keeper, Lifeline};
 use super::protocol::{Capabilities, EndStatus, FromWorker, ToWorker};
 use super::{
-    ReportSender, RunEnd, RunFuture, RunResult, RunnerError, StopRequest, TrialJob, TrialRunner,
+    Exit, ReportSender, RunEnd, RunFuture, RunResult, RunnerError, StopRequest, TrialJob,
+    TrialRunner,
 };
 use crate::builtin::BuiltinTrial;
 use crate::trial::Report;
@@ -256,17 +257,11 @@ fn tail(path: &Path) -> Option<String> {
 }
 
 fn describe_exit(status: Option<ExitStatus>) -> String {
-    use std::os::unix::process::ExitStatusExt;
     match status {
-        Some(s) => match (s.code(), s.signal()) {
-            (Some(c), _) => format!("worker exited with status {c}"),
-            (None, Some(sig)) => {
-                let name = nix::sys::signal::Signal::try_from(sig)
-                    .map(|s| s.as_str().to_string())
-                    .unwrap_or_else(|_| format!("signal {sig}"));
-                format!("worker killed by signal {sig} ({name})")
-            }
-            _ => "worker ended".into(),
+        Some(s) => match Exit::of(s) {
+            Exit::Code(c) => format!("worker exited with status {c}"),
+            Exit::Signal { number, name } => format!("worker killed by signal {number} ({name})"),
+            Exit::Other => "worker ended".into(),
         },
         None => "worker ended (status unknown)".into(),
     }
