@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config, NoTls};
 
+use crate::storage::ServerFault;
 use crate::storage::url::{PasswordFrom, PgUrl, SslMode, passfile};
 
 /// How long a connection attempt waits for the server before it counts as unreachable.
@@ -36,6 +37,14 @@ impl PgFault {
     pub(crate) fn message(&self) -> &str {
         match self {
             PgFault::Transient(m) | PgFault::Refused(m) => m,
+        }
+    }
+
+    /// What the fault is to the user: a server that may come back, or one that refused.
+    pub(crate) fn fault(&self) -> ServerFault {
+        match self {
+            PgFault::Transient(_) => ServerFault::Unreachable,
+            PgFault::Refused(_) => ServerFault::Refused,
         }
     }
 }
