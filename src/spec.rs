@@ -343,35 +343,8 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
 
     let space = Space::from_toml(&raw.space).map_err(|e| err(format!("key `space`: {e}")))?;
 
-    let sampler = match raw.sampler.as_ref().and_then(|r| r.kind.as_deref()) {
-        None => SamplerKind::default(),
-        Some(k) => SamplerKind::parse(k).ok_or_else(|| {
-            err(format!(
-                "key `sampler.kind`: unknown sampler \"{k}\" (known: {})",
-                SamplerKind::NAMES.join(", ")
-            ))
-        })?,
-    };
-    let sampler_options = SamplerOptions {
-        n_startup: match raw.sampler.as_ref().and_then(|r| r.n_startup) {
-            None => None,
-            Some(n) if (1..=100_000).contains(&n) => Some(n as usize),
-            Some(n) => {
-                return Err(err(format!(
-                    "key `sampler.n_startup`: must be between 1 and 100000, not {n}"
-                )));
-            }
-        },
-        cost_aware: match raw.sampler.as_ref().and_then(|r| r.cost_aware.as_ref()) {
-            None => None,
-            Some(toml::Value::Boolean(b)) => Some(*b),
-            Some(v) => {
-                return Err(err(format!(
-                    "key `sampler.cost_aware`: must be true or false, not {v}"
-                )));
-            }
-        },
-    };
+    let (sampler, sampler_options) =
+        sampler_section(raw.sampler.as_ref()).map_err(|e| err(e.to_string()))?;
 
     let slots = workers(raw.workers.as_ref()).map_err(|e| err(e.to_string()))?;
     let auto_devices = match raw.workers.as_ref().and_then(|w| w.devices.as_ref()) {
@@ -385,46 +358,8 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
     )
     .map_err(|e| err(e.to_string()))?;
 
-    let kind = match raw.trial.get("kind") {
-        Some(toml::Value::String(k)) => k.as_str(),
-        Some(other) => {
-            return Err(err(format!(
-                "key `trial.kind`: must be a string, not {}",
-                other.type_str()
-            )));
-        }
-        None => {
-            return Err(err(
-                "key `trial.kind`: missing (\"command\" or \"builtin\")".into(),
-            ));
-        }
-    };
-    let trial = match kind {
-        "command" => {
-            let raw_cmd: RawCommandTrial =
-                table_into(&raw.trial, "trial").map_err(|e| err(e.to_string()))?;
-            let mut c = command(raw_cmd, &space, &dir).map_err(|e| err(e.to_string()))?;
-            // A command trial applies the cap itself (PyTorch:
-            // `torch.cuda.set_per_process_memory_fraction`); a value in `trial.env` wins.
-            if let Some(f) = gpu_memory_fraction
-                && !c.env.iter().any(|(k, _)| k == "TUNE_GPU_MEMORY_FRACTION")
-            {
-                c.env
-                    .push(("TUNE_GPU_MEMORY_FRACTION".to_string(), f.to_string()));
-            }
-            TrialSpec::Command(c)
-        }
-        "builtin" => {
-            let b = crate::builtin::parse_builtin(&raw.trial, &space, &dir)
-                .map_err(|e| err(e.to_string()))?;
-            TrialSpec::Builtin(Box::new(b))
-        }
-        other => {
-            return Err(err(format!(
-                "key `trial.kind`: unknown kind \"{other}\" (\"command\" or \"builtin\")"
-            )));
-        }
-    };
+    let trial = trial_section(&raw.trial, &space, &dir, gpu_memory_fraction)
+        .map_err(|e| err(e.to_string()))?;
 
     // Builtin studies train for a known number of epochs: ASHA over epochs is their default
     // pruner, and an epoch-based pruner's full resource is that number unless the table says.
@@ -446,23 +381,7 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
         }
     };
 
-    let mut enqueue = Vec::with_capacity(raw.enqueue.len());
-    for (i, t) in raw.enqueue.iter().enumerate() {
-        let mut p = Params::new();
-        for (k, v) in t {
-            let pv = ParamValue::from_toml(v).ok_or_else(|| {
-                err(format!(
-                    "key `enqueue[{i}].{k}`: must be a string, number or boolean"
-                ))
-            })?;
-            p.insert(k.clone(), pv);
-        }
-        let p = space.coerce(p);
-        space
-            .validate(&p)
-            .map_err(|e| err(format!("key `enqueue[{i}]`: {e}")))?;
-        enqueue.push(p);
-    }
+    let enqueue = enqueue_section(&raw.enqueue, &space).map_err(|e| err(e.to_string()))?;
 
     Ok(Study {
         file: file.to_path_buf(),
@@ -490,6 +409,111 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
         max_consecutive_failures,
         runs_dir,
     })
+}
+
+/// `[sampler]`: the sampler's kind and options.
+fn sampler_section(raw: Option<&RawSampler>) -> Result<(SamplerKind, SamplerOptions), Mistake> {
+    let sampler = match raw.and_then(|r| r.kind.as_deref()) {
+        None => SamplerKind::default(),
+        Some(k) => SamplerKind::parse(k).ok_or_else(|| {
+            Mistake::Key(format!(
+                "key `sampler.kind`: unknown sampler \"{k}\" (known: {})",
+                SamplerKind::NAMES.join(", ")
+            ))
+        })?,
+    };
+    let sampler_options = SamplerOptions {
+        n_startup: match raw.and_then(|r| r.n_startup) {
+            None => None,
+            Some(n) if (1..=100_000).contains(&n) => Some(n as usize),
+            Some(n) => {
+                return Err(Mistake::Key(format!(
+                    "key `sampler.n_startup`: must be between 1 and 100000, not {n}"
+                )));
+            }
+        },
+        cost_aware: match raw.and_then(|r| r.cost_aware.as_ref()) {
+            None => None,
+            Some(toml::Value::Boolean(b)) => Some(*b),
+            Some(v) => {
+                return Err(Mistake::Key(format!(
+                    "key `sampler.cost_aware`: must be true or false, not {v}"
+                )));
+            }
+        },
+    };
+    Ok((sampler, sampler_options))
+}
+
+/// `[trial]`: a command or a builtin trial. `gpu_memory_fraction` (of `[workers]`) goes to a
+/// command trial's environment.
+fn trial_section(
+    table: &toml::Table,
+    space: &Space,
+    dir: &Path,
+    gpu_memory_fraction: Option<f64>,
+) -> Result<TrialSpec, Mistake> {
+    let kind = match table.get("kind") {
+        Some(toml::Value::String(k)) => k.as_str(),
+        Some(other) => {
+            return Err(Mistake::Key(format!(
+                "key `trial.kind`: must be a string, not {}",
+                other.type_str()
+            )));
+        }
+        None => {
+            return Err(Mistake::Key(
+                "key `trial.kind`: missing (\"command\" or \"builtin\")".into(),
+            ));
+        }
+    };
+    Ok(match kind {
+        "command" => {
+            let raw_cmd: RawCommandTrial = table_into(table, "trial")?;
+            let mut c = command(raw_cmd, space, dir)?;
+            // A command trial applies the cap itself (PyTorch:
+            // `torch.cuda.set_per_process_memory_fraction`); a value in `trial.env` wins.
+            if let Some(f) = gpu_memory_fraction
+                && !c.env.iter().any(|(k, _)| k == "TUNE_GPU_MEMORY_FRACTION")
+            {
+                c.env
+                    .push(("TUNE_GPU_MEMORY_FRACTION".to_string(), f.to_string()));
+            }
+            TrialSpec::Command(c)
+        }
+        "builtin" => {
+            let b = crate::builtin::parse_builtin(table, space, dir)
+                .map_err(|e| Mistake::Key(e.to_string()))?;
+            TrialSpec::Builtin(Box::new(b))
+        }
+        other => {
+            return Err(Mistake::Key(format!(
+                "key `trial.kind`: unknown kind \"{other}\" (\"command\" or \"builtin\")"
+            )));
+        }
+    })
+}
+
+/// `[[enqueue]]`: the trials to run first, each checked against the space.
+fn enqueue_section(tables: &[toml::Table], space: &Space) -> Result<Vec<Params>, Mistake> {
+    let mut enqueue = Vec::with_capacity(tables.len());
+    for (i, t) in tables.iter().enumerate() {
+        let mut p = Params::new();
+        for (k, v) in t {
+            let pv = ParamValue::from_toml(v).ok_or_else(|| {
+                Mistake::Key(format!(
+                    "key `enqueue[{i}].{k}`: must be a string, number or boolean"
+                ))
+            })?;
+            p.insert(k.clone(), pv);
+        }
+        let p = space.coerce(p);
+        space
+            .validate(&p)
+            .map_err(|e| Mistake::Key(format!("key `enqueue[{i}]`: {e}")))?;
+        enqueue.push(p);
+    }
+    Ok(enqueue)
 }
 
 /// toml's messages carry the line, the column and the offending line with a caret; keep them
