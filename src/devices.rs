@@ -37,6 +37,19 @@ impl DevicesFrom {
     }
 }
 
+/// A study's devices refused before any trial starts. Each message names the key or flag the
+/// devices came from and says what to write instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DevicesError {
+    /// A `cuda:N` this machine does not have (or does not show, `CUDA_VISIBLE_DEVICES`).
+    #[error("{0}")]
+    NotOnMachine(String),
+    /// CUDA slots that this `tune-worker` cannot train on: built for the CPU only, or its
+    /// libtorch sees fewer GPUs than the driver.
+    #[error("{0}")]
+    WorkerCannotTrain(String),
+}
+
 /// The CUDA index of a slot's device (`cuda:N`), `None` for the CPU.
 pub fn cuda_index(device: &str) -> Option<usize> {
     device.strip_prefix("cuda:")?.parse().ok()
@@ -45,7 +58,11 @@ pub fn cuda_index(device: &str) -> Option<usize> {
 /// Refuses slots on CUDA devices this machine does not have (`visible` of them), before any
 /// trial starts: otherwise every trial on such a slot fails and burns the budget. The message
 /// names the key and what to write instead.
-pub fn check_slots(slots: &[String], visible: usize, from: DevicesFrom) -> Result<(), String> {
+pub fn check_slots(
+    slots: &[String],
+    visible: usize,
+    from: DevicesFrom,
+) -> Result<(), DevicesError> {
     let mut missing: Vec<&str> = slots
         .iter()
         .filter(|d| cuda_index(d).is_some_and(|i| i >= visible))
@@ -76,10 +93,10 @@ pub fn check_slots(slots: &[String], visible: usize, from: DevicesFrom) -> Resul
     } else {
         String::new()
     };
-    Err(format!(
+    Err(DevicesError::NotOnMachine(format!(
         "{}: \"{first}\"{list} is not on this machine, which has {have}; {fix}",
         from.key()
-    ))
+    )))
 }
 
 /// The slots of a builtin study whose devices came from `"auto"` when its `tune-worker` is
@@ -101,25 +118,25 @@ pub fn check_worker(
     slots: &[String],
     caps: &Capabilities,
     from: DevicesFrom,
-) -> Result<(), String> {
+) -> Result<(), DevicesError> {
     let Some(first) = slots.iter().find(|d| cuda_index(d).is_some()) else {
         return Ok(());
     };
     let key = from.key();
     if !caps.cuda {
-        return Err(format!(
+        return Err(DevicesError::WorkerCannotTrain(format!(
             "{key}: \"{first}\" needs a `tune-worker` built with CUDA, but this one was built for the CPU only; install a CUDA libtorch and rebuild it with `./scripts/setup.sh --cuda` (see the README, \"Training on NVIDIA GPUs\"), or {}",
             from.cpu()
-        ));
+        )));
     }
     if let Some(d) = slots
         .iter()
         .find(|d| cuda_index(d).is_some_and(|i| i >= caps.cuda_devices))
     {
-        return Err(format!(
+        return Err(DevicesError::WorkerCannotTrain(format!(
             "{key}: \"{d}\" is not usable by `tune-worker`: its CUDA libtorch sees {} CUDA device(s); check that the NVIDIA driver is new enough for the CUDA version of that libtorch (`nvidia-smi` shows the highest CUDA it supports)",
             caps.cuda_devices
-        ));
+        )));
     }
     Ok(())
 }
@@ -192,7 +209,8 @@ mod tests {
     #[test]
     fn a_cuda_device_beyond_the_machines_gpus_is_refused_with_the_ones_it_has() {
         let e = check_slots(&slots(&["cuda:0", "cuda:7"]), 1, DevicesFrom::StudyFile)
-            .expect_err("cuda:7 of 1");
+            .expect_err("cuda:7 of 1")
+            .to_string();
         assert!(e.contains("\"cuda:7\" is not on this machine"), "{e}");
         assert!(e.contains("1 visible CUDA device (cuda:0)"), "{e}");
         assert!(e.contains("key `workers.devices`"), "{e}");
@@ -214,7 +232,8 @@ mod tests {
             0,
             DevicesFrom::StudyFile,
         )
-        .expect_err("no GPU");
+        .expect_err("no GPU")
+        .to_string();
         assert!(e.contains("\"cuda:0\" (and cuda:1)"), "{e}");
         assert!(e.contains("no visible CUDA device"), "{e}");
         assert!(e.contains("devices = [\"cpu\"]"), "{e}");
@@ -223,7 +242,9 @@ mod tests {
 
     #[test]
     fn a_refusal_of_the_devices_flag_names_the_flag_and_its_fix() {
-        let e = check_slots(&slots(&["cuda:0"]), 0, DevicesFrom::Flag).expect_err("no GPU");
+        let e = check_slots(&slots(&["cuda:0"]), 0, DevicesFrom::Flag)
+            .expect_err("no GPU")
+            .to_string();
         assert!(
             e.starts_with("--devices: \"cuda:0\" is not on this machine"),
             "{e}"
@@ -243,7 +264,8 @@ mod tests {
             &cpu_build,
             DevicesFrom::StudyFile,
         )
-        .expect_err("no CUDA");
+        .expect_err("no CUDA")
+        .to_string();
         assert!(e.contains("./scripts/setup.sh --cuda"), "{e}");
         assert!(check_worker(&slots(&["cpu"]), &cpu_build, DevicesFrom::StudyFile).is_ok());
         let sees_one = Capabilities {
@@ -259,7 +281,8 @@ mod tests {
             .is_ok()
         );
         let e = check_worker(&slots(&["cuda:1"]), &sees_one, DevicesFrom::StudyFile)
-            .expect_err("sees one");
+            .expect_err("sees one")
+            .to_string();
         assert!(e.contains("driver"), "{e}");
     }
 

@@ -18,35 +18,62 @@ pub const MAX_DURATION_TEXT: &str = "10y";
 /// The largest report step (and trial number): what the database's 64-bit signed columns hold.
 pub const MAX_STEP: u64 = i64::MAX as u64;
 
+/// A duration refused by [`duration`]. `what` names the key or flag it was given to.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    /// A plain number of seconds that is zero, negative or NaN.
+    #[error("{what}: {text:?} must be longer than zero (e.g. \"90s\", \"20m\", \"1h\")")]
+    NotPositive { what: String, text: String },
+    /// Neither a number nor something humantime reads (`reason` is humantime's word).
+    #[error(
+        "{what}: {text:?} is not a duration ({reason}); write e.g. \"90s\", \"20m\", \"1h\", at most {MAX_DURATION_TEXT}"
+    )]
+    NotADuration {
+        what: String,
+        text: String,
+        reason: String,
+    },
+    /// A duration that reads as zero (`"0s"`).
+    #[error("{what}: {text:?} must be longer than zero")]
+    Zero { what: String, text: String },
+    /// Past [`MAX_DURATION`].
+    #[error(
+        "{what}: {text:?} is longer than the longest duration tune accepts, {MAX_DURATION_TEXT} ({} s)",
+        MAX_DURATION.as_secs()
+    )]
+    TooLong { what: String, text: String },
+}
+
 /// Parses a duration such as `"90s"`, `"20m"`, `"1h 30m"` or a number of seconds (`"90"`,
 /// `"0.5"`), longer than zero and at most [`MAX_DURATION`]. `what` names the key or flag in the
 /// message (`` key `study.timeout` `` or `--wait`).
-pub fn duration(what: &str, text: &str) -> Result<Duration, String> {
-    let t = text.trim();
+pub fn duration(what: &str, text: &str) -> Result<Duration, DurationError> {
+    let (what, t) = (what.to_string(), text.trim());
+    let text = text.to_string();
     let d = if let Ok(secs) = t.parse::<f64>() {
         if secs.is_nan() || secs <= 0.0 {
-            return Err(format!(
-                "{what}: {text:?} must be longer than zero (e.g. \"90s\", \"20m\", \"1h\")"
-            ));
+            return Err(DurationError::NotPositive { what, text });
         }
         // Past the bound (or past what a Duration holds at all): the same refusal below.
         Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX)
     } else {
         // humantime refuses "999999999999y" itself ("number is too large").
-        humantime::parse_duration(t).map_err(|e| {
-            format!(
-                "{what}: {text:?} is not a duration ({e}); write e.g. \"90s\", \"20m\", \"1h\", at most {MAX_DURATION_TEXT}"
-            )
-        })?
+        match humantime::parse_duration(t) {
+            Ok(d) => d,
+            Err(e) => {
+                return Err(DurationError::NotADuration {
+                    what,
+                    text,
+                    reason: e.to_string(),
+                });
+            }
+        }
     };
     if d.is_zero() {
-        return Err(format!("{what}: {text:?} must be longer than zero"));
+        return Err(DurationError::Zero { what, text });
     }
     if d > MAX_DURATION {
-        return Err(format!(
-            "{what}: {text:?} is longer than the longest duration tune accepts, {MAX_DURATION_TEXT} ({} s)",
-            MAX_DURATION.as_secs()
-        ));
+        return Err(DurationError::TooLong { what, text });
     }
     Ok(d)
 }
@@ -75,9 +102,14 @@ mod tests {
             "soon",
             "",
         ] {
-            let e = duration("key `k`", bad).expect_err(bad);
+            let e = duration("key `k`", bad).expect_err(bad).to_string();
             assert!(e.starts_with("key `k`: "), "{bad}: {e}");
         }
-        assert!(duration("k", "11y").unwrap_err().contains("10y"));
+        assert!(
+            duration("k", "11y")
+                .unwrap_err()
+                .to_string()
+                .contains("10y")
+        );
     }
 }

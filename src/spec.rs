@@ -14,6 +14,18 @@ use crate::space::{ParamValue, Params, Space};
 use crate::study::{CommandSpec, Study, TrialSpec};
 use crate::trial::{Direction, Objective};
 
+/// What one check of a study file found wrong, before [`parse`] names the file in a
+/// [`SpecError`]. Each message names the key it is about.
+#[derive(Debug, thiserror::Error)]
+enum Mistake {
+    /// A duration key that does not hold a duration tune accepts.
+    #[error(transparent)]
+    Duration(#[from] crate::limits::DurationError),
+    /// Any other key whose value is wrong.
+    #[error("{0}")]
+    Key(String),
+}
+
 /// A mistake in a study file.
 #[derive(Debug, thiserror::Error)]
 #[error("{file}: {message}")]
@@ -149,46 +161,48 @@ pub fn load(file: &Path, overrides: &Overrides) -> Result<Study, SpecError> {
 /// Parses and checks a study file's text (`file` names it in errors and anchors relative paths).
 /// The study's objectives from `study.metric` and `study.direction`: one metric (direction
 /// "minimize" unless named), or lists of equal length (a multi-objective study).
-fn objectives(s: &RawStudy) -> Result<Vec<Objective>, String> {
+fn objectives(s: &RawStudy) -> Result<Vec<Objective>, Mistake> {
     let metrics = s.metric.list();
     let multi = matches!(s.metric, OneOrMany::Many(_));
     if metrics.is_empty() {
-        return Err(
+        return Err(Mistake::Key(
             "key `study.metric`: the list is empty (name at least one reported metric)".into(),
-        );
+        ));
     }
     for (i, m) in metrics.iter().enumerate() {
         if m.trim().is_empty() || m == "step" || m == "final" {
-            return Err(format!(
+            return Err(Mistake::Key(format!(
                 "key `study.metric`: `{m}` cannot be the objective (name a reported metric such as \"val_loss\")"
-            ));
+            )));
         }
         if m.contains('\0') {
-            return Err(format!(
+            return Err(Mistake::Key(format!(
                 "key `study.metric`: {m:?} contains a NUL byte, which no report can name"
-            ));
+            )));
         }
         if metrics[..i].contains(m) {
-            return Err(format!("key `study.metric`: `{m}` is named twice"));
+            return Err(Mistake::Key(format!(
+                "key `study.metric`: `{m}` is named twice"
+            )));
         }
     }
     let directions = match &s.direction {
         None if multi && metrics.len() > 1 => {
-            return Err(format!(
+            return Err(Mistake::Key(format!(
                 "key `study.direction`: missing; a study with {} metrics needs a list of {} directions, such as [\"minimize\", \"maximize\"]",
                 metrics.len(),
                 metrics.len()
-            ));
+            )));
         }
         None => vec!["minimize".to_string(); metrics.len()],
         Some(d) => d.list(),
     };
     if directions.len() != metrics.len() {
-        return Err(format!(
+        return Err(Mistake::Key(format!(
             "key `study.direction`: {} direction(s) for {} metric(s); give one per metric, in the same order",
             directions.len(),
             metrics.len()
-        ));
+        )));
     }
     metrics
         .into_iter()
@@ -198,9 +212,9 @@ fn objectives(s: &RawStudy) -> Result<Vec<Objective>, String> {
                 "minimize" => Direction::Minimize,
                 "maximize" => Direction::Maximize,
                 other => {
-                    return Err(format!(
+                    return Err(Mistake::Key(format!(
                         "key `study.direction`: \"{other}\" is neither \"minimize\" nor \"maximize\""
-                    ));
+                    )));
                 }
             };
             Ok(Objective { metric, direction })
@@ -238,7 +252,7 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
             s.name
         )));
     }
-    let objectives = objectives(s).map_err(err)?;
+    let objectives = objectives(s).map_err(|e| err(e.to_string()))?;
     let (first, others) = objectives.split_first().expect("at least one objective");
     let trials = match s.trials {
         None => None,
@@ -254,7 +268,7 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
         .as_deref()
         .map(|t| duration("study.timeout", t))
         .transpose()
-        .map_err(err)?;
+        .map_err(|e| err(e.to_string()))?;
     if trials.is_none() && timeout.is_none() {
         return Err(err(
             "key `study.trials`: a study needs a budget: set `study.trials`, `study.timeout`, or both".into(),
@@ -292,14 +306,14 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
         .as_deref()
         .map(|t| duration("study.heartbeat", t))
         .transpose()
-        .map_err(err)?
+        .map_err(|e| err(e.to_string()))?
         .unwrap_or(Duration::from_secs(2));
     let heartbeat_grace = s
         .heartbeat_grace
         .as_deref()
         .map(|t| duration("study.heartbeat_grace", t))
         .transpose()
-        .map_err(err)?
+        .map_err(|e| err(e.to_string()))?
         .unwrap_or(Duration::from_secs(60));
     if heartbeat < MIN_HEARTBEAT {
         return Err(err(format!(
@@ -329,37 +343,10 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
 
     let space = Space::from_toml(&raw.space).map_err(|e| err(format!("key `space`: {e}")))?;
 
-    let sampler = match raw.sampler.as_ref().and_then(|r| r.kind.as_deref()) {
-        None => SamplerKind::default(),
-        Some(k) => SamplerKind::parse(k).ok_or_else(|| {
-            err(format!(
-                "key `sampler.kind`: unknown sampler \"{k}\" (known: {})",
-                SamplerKind::NAMES.join(", ")
-            ))
-        })?,
-    };
-    let sampler_options = SamplerOptions {
-        n_startup: match raw.sampler.as_ref().and_then(|r| r.n_startup) {
-            None => None,
-            Some(n) if (1..=100_000).contains(&n) => Some(n as usize),
-            Some(n) => {
-                return Err(err(format!(
-                    "key `sampler.n_startup`: must be between 1 and 100000, not {n}"
-                )));
-            }
-        },
-        cost_aware: match raw.sampler.as_ref().and_then(|r| r.cost_aware.as_ref()) {
-            None => None,
-            Some(toml::Value::Boolean(b)) => Some(*b),
-            Some(v) => {
-                return Err(err(format!(
-                    "key `sampler.cost_aware`: must be true or false, not {v}"
-                )));
-            }
-        },
-    };
+    let (sampler, sampler_options) =
+        sampler_section(raw.sampler.as_ref()).map_err(|e| err(e.to_string()))?;
 
-    let slots = workers(raw.workers.as_ref()).map_err(err)?;
+    let slots = workers(raw.workers.as_ref()).map_err(|e| err(e.to_string()))?;
     let auto_devices = match raw.workers.as_ref().and_then(|w| w.devices.as_ref()) {
         None => true,
         Some(toml::Value::String(s)) => s == "auto",
@@ -369,46 +356,10 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
         raw.workers.as_ref().and_then(|w| w.gpu_memory_fraction),
         &slots,
     )
-    .map_err(err)?;
+    .map_err(|e| err(e.to_string()))?;
 
-    let kind = match raw.trial.get("kind") {
-        Some(toml::Value::String(k)) => k.as_str(),
-        Some(other) => {
-            return Err(err(format!(
-                "key `trial.kind`: must be a string, not {}",
-                other.type_str()
-            )));
-        }
-        None => {
-            return Err(err(
-                "key `trial.kind`: missing (\"command\" or \"builtin\")".into(),
-            ));
-        }
-    };
-    let trial = match kind {
-        "command" => {
-            let raw_cmd: RawCommandTrial = table_into(&raw.trial, "trial").map_err(err)?;
-            let mut c = command(raw_cmd, &space, &dir).map_err(err)?;
-            // A command trial applies the cap itself (PyTorch:
-            // `torch.cuda.set_per_process_memory_fraction`); a value in `trial.env` wins.
-            if let Some(f) = gpu_memory_fraction
-                && !c.env.iter().any(|(k, _)| k == "TUNE_GPU_MEMORY_FRACTION")
-            {
-                c.env
-                    .push(("TUNE_GPU_MEMORY_FRACTION".to_string(), f.to_string()));
-            }
-            TrialSpec::Command(c)
-        }
-        "builtin" => {
-            let b = crate::builtin::parse_builtin(&raw.trial, &space, &dir).map_err(err)?;
-            TrialSpec::Builtin(Box::new(b))
-        }
-        other => {
-            return Err(err(format!(
-                "key `trial.kind`: unknown kind \"{other}\" (\"command\" or \"builtin\")"
-            )));
-        }
-    };
+    let trial = trial_section(&raw.trial, &space, &dir, gpu_memory_fraction)
+        .map_err(|e| err(e.to_string()))?;
 
     // Builtin studies train for a known number of epochs: ASHA over epochs is their default
     // pruner, and an epoch-based pruner's full resource is that number unless the table says.
@@ -420,7 +371,7 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
         (None, Some(e)) => PrunerConfig::builtin_default(e),
         (None, None) => PrunerConfig::default(),
         (Some(t), e) => {
-            let mut p = parse_pruner(t).map_err(err)?;
+            let mut p = parse_pruner(t).map_err(|e| err(e.to_string()))?;
             if let Some(e) = e
                 && p.resource() == "epoch"
             {
@@ -430,23 +381,7 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
         }
     };
 
-    let mut enqueue = Vec::with_capacity(raw.enqueue.len());
-    for (i, t) in raw.enqueue.iter().enumerate() {
-        let mut p = Params::new();
-        for (k, v) in t {
-            let pv = ParamValue::from_toml(v).ok_or_else(|| {
-                err(format!(
-                    "key `enqueue[{i}].{k}`: must be a string, number or boolean"
-                ))
-            })?;
-            p.insert(k.clone(), pv);
-        }
-        let p = space.coerce(p);
-        space
-            .validate(&p)
-            .map_err(|e| err(format!("key `enqueue[{i}]`: {e}")))?;
-        enqueue.push(p);
-    }
+    let enqueue = enqueue_section(&raw.enqueue, &space).map_err(|e| err(e.to_string()))?;
 
     Ok(Study {
         file: file.to_path_buf(),
@@ -476,6 +411,111 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
     })
 }
 
+/// `[sampler]`: the sampler's kind and options.
+fn sampler_section(raw: Option<&RawSampler>) -> Result<(SamplerKind, SamplerOptions), Mistake> {
+    let sampler = match raw.and_then(|r| r.kind.as_deref()) {
+        None => SamplerKind::default(),
+        Some(k) => SamplerKind::parse(k).ok_or_else(|| {
+            Mistake::Key(format!(
+                "key `sampler.kind`: unknown sampler \"{k}\" (known: {})",
+                SamplerKind::NAMES.join(", ")
+            ))
+        })?,
+    };
+    let sampler_options = SamplerOptions {
+        n_startup: match raw.and_then(|r| r.n_startup) {
+            None => None,
+            Some(n) if (1..=100_000).contains(&n) => Some(n as usize),
+            Some(n) => {
+                return Err(Mistake::Key(format!(
+                    "key `sampler.n_startup`: must be between 1 and 100000, not {n}"
+                )));
+            }
+        },
+        cost_aware: match raw.and_then(|r| r.cost_aware.as_ref()) {
+            None => None,
+            Some(toml::Value::Boolean(b)) => Some(*b),
+            Some(v) => {
+                return Err(Mistake::Key(format!(
+                    "key `sampler.cost_aware`: must be true or false, not {v}"
+                )));
+            }
+        },
+    };
+    Ok((sampler, sampler_options))
+}
+
+/// `[trial]`: a command or a builtin trial. `gpu_memory_fraction` (of `[workers]`) goes to a
+/// command trial's environment.
+fn trial_section(
+    table: &toml::Table,
+    space: &Space,
+    dir: &Path,
+    gpu_memory_fraction: Option<f64>,
+) -> Result<TrialSpec, Mistake> {
+    let kind = match table.get("kind") {
+        Some(toml::Value::String(k)) => k.as_str(),
+        Some(other) => {
+            return Err(Mistake::Key(format!(
+                "key `trial.kind`: must be a string, not {}",
+                other.type_str()
+            )));
+        }
+        None => {
+            return Err(Mistake::Key(
+                "key `trial.kind`: missing (\"command\" or \"builtin\")".into(),
+            ));
+        }
+    };
+    Ok(match kind {
+        "command" => {
+            let raw_cmd: RawCommandTrial = table_into(table, "trial")?;
+            let mut c = command(raw_cmd, space, dir)?;
+            // A command trial applies the cap itself (PyTorch:
+            // `torch.cuda.set_per_process_memory_fraction`); a value in `trial.env` wins.
+            if let Some(f) = gpu_memory_fraction
+                && !c.env.iter().any(|(k, _)| k == "TUNE_GPU_MEMORY_FRACTION")
+            {
+                c.env
+                    .push(("TUNE_GPU_MEMORY_FRACTION".to_string(), f.to_string()));
+            }
+            TrialSpec::Command(c)
+        }
+        "builtin" => {
+            let b = crate::builtin::parse_builtin(table, space, dir)
+                .map_err(|e| Mistake::Key(e.to_string()))?;
+            TrialSpec::Builtin(Box::new(b))
+        }
+        other => {
+            return Err(Mistake::Key(format!(
+                "key `trial.kind`: unknown kind \"{other}\" (\"command\" or \"builtin\")"
+            )));
+        }
+    })
+}
+
+/// `[[enqueue]]`: the trials to run first, each checked against the space.
+fn enqueue_section(tables: &[toml::Table], space: &Space) -> Result<Vec<Params>, Mistake> {
+    let mut enqueue = Vec::with_capacity(tables.len());
+    for (i, t) in tables.iter().enumerate() {
+        let mut p = Params::new();
+        for (k, v) in t {
+            let pv = ParamValue::from_toml(v).ok_or_else(|| {
+                Mistake::Key(format!(
+                    "key `enqueue[{i}].{k}`: must be a string, number or boolean"
+                ))
+            })?;
+            p.insert(k.clone(), pv);
+        }
+        let p = space.coerce(p);
+        space
+            .validate(&p)
+            .map_err(|e| Mistake::Key(format!("key `enqueue[{i}]`: {e}")))?;
+        enqueue.push(p);
+    }
+    Ok(enqueue)
+}
+
 /// toml's messages carry the line, the column and the offending line with a caret; keep them
 /// whole but on the file's behalf.
 fn toml_message(e: &toml::de::Error) -> String {
@@ -485,8 +525,8 @@ fn toml_message(e: &toml::de::Error) -> String {
 /// A table of the study file read into `T`, refusing a wrong value by its key. Hazard: serde
 /// on a detached table says only "invalid value: integer `-1`, expected u32", naming no key;
 /// read from text, the error's span falls on the key's line, which names it.
-fn table_into<T: serde::de::DeserializeOwned>(t: &toml::Table, name: &str) -> Result<T, String> {
-    let text = toml::to_string(t).map_err(|e| format!("in `[{name}]`: {e}"))?;
+fn table_into<T: serde::de::DeserializeOwned>(t: &toml::Table, name: &str) -> Result<T, Mistake> {
+    let text = toml::to_string(t).map_err(|e| Mistake::Key(format!("in `[{name}]`: {e}")))?;
     toml::from_str::<T>(&text).map_err(|e| {
         let message = e.message().trim_end();
         let key = e
@@ -526,22 +566,22 @@ fn table_into<T: serde::de::DeserializeOwned>(t: &toml::Table, name: &str) -> Re
                 })
                 .map(|(k, _)| k.clone())
         });
-        match key {
+        Mistake::Key(match key {
             Some(k) => format!("key `{name}.{k}`: {message}"),
             None => format!("in `[{name}]`: {message}"),
-        }
+        })
     })
 }
 
-fn parse_pruner(t: &toml::Table) -> Result<PrunerConfig, String> {
+fn parse_pruner(t: &toml::Table) -> Result<PrunerConfig, Mistake> {
     if !t.contains_key("kind") {
-        return Err(format!(
+        return Err(Mistake::Key(format!(
             "key `pruner.kind`: missing (one of {})",
             PrunerConfig::NAMES.join(", ")
-        ));
+        )));
     }
     let cfg: PrunerConfig = table_into(t, "pruner")?;
-    cfg.check().map_err(|e| format!("key {e}"))?;
+    cfg.check().map_err(|e| Mistake::Key(format!("key {e}")))?;
     Ok(cfg)
 }
 
@@ -567,7 +607,7 @@ fn builtin_epochs(b: &crate::builtin::BuiltinTrial, space: &Space) -> Option<u64
 
 /// Parses a duration such as "90s", "20m", "1h 30m" or a number of seconds, longer than zero
 /// and at most [`crate::limits::MAX_DURATION`].
-pub fn duration(key: &str, text: &str) -> Result<Duration, String> {
+pub fn duration(key: &str, text: &str) -> Result<Duration, crate::limits::DurationError> {
     crate::limits::duration(&format!("key `{key}`"), text)
 }
 
@@ -609,26 +649,26 @@ const DIR_NAME_MAX: usize = 100;
 
 /// The devices of the worker slots: `count` slots over `devices` ("auto", "cpu", "cuda:N" or a
 /// list), round-robin; or `slots_per_device` slots on each device.
-fn workers(raw: Option<&RawWorkers>) -> Result<Vec<String>, String> {
+fn workers(raw: Option<&RawWorkers>) -> Result<Vec<String>, Mistake> {
     let count = match raw.and_then(|w| w.count) {
         None => None,
         Some(n) if (1..=1024).contains(&n) => Some(n as usize),
         Some(n) => {
-            return Err(format!(
+            return Err(Mistake::Key(format!(
                 "key `workers.count`: must be between 1 and 1024, not {n}"
-            ));
+            )));
         }
     };
     let per_device = match raw.and_then(|w| w.slots_per_device) {
         None => None,
         Some(_) if count.is_some() => {
-            return Err("keys `workers.count` and `workers.slots_per_device`: give one of them (count slots round-robin over the devices, or slots_per_device slots on each device), not both".to_string());
+            return Err(Mistake::Key("keys `workers.count` and `workers.slots_per_device`: give one of them (count slots round-robin over the devices, or slots_per_device slots on each device), not both".to_string()));
         }
         Some(n) if (1..=64).contains(&n) => Some(n as usize),
         Some(n) => {
-            return Err(format!(
+            return Err(Mistake::Key(format!(
                 "key `workers.slots_per_device`: must be between 1 and 64, not {n}"
-            ));
+            )));
         }
     };
     let listed = raw
@@ -641,21 +681,21 @@ fn workers(raw: Option<&RawWorkers>) -> Result<Vec<String>, String> {
         Some(toml::Value::Array(a)) if !a.is_empty() => a
             .iter()
             .map(|v| match v.as_str() {
-                Some("auto") => {
-                    Err("key `workers.devices`: \"auto\" stands alone, not in a list".to_string())
-                }
+                Some("auto") => Err(Mistake::Key(
+                    "key `workers.devices`: \"auto\" stands alone, not in a list".to_string(),
+                )),
                 Some(s) => check_device(s),
-                None => Err(format!(
+                None => Err(Mistake::Key(format!(
                     "key `workers.devices`: entries must be strings, not {}",
                     v.type_str()
-                )),
+                ))),
             })
             .collect::<Result<_, _>>()?,
         Some(other) => {
-            return Err(format!(
+            return Err(Mistake::Key(format!(
                 "key `workers.devices`: must be \"auto\", a device such as \"cpu\" or \"cuda:0\", or a non-empty list of them, not {}",
                 other
-            ));
+            )));
         }
     };
     if let Some(k) = per_device {
@@ -670,12 +710,12 @@ fn workers(raw: Option<&RawWorkers>) -> Result<Vec<String>, String> {
     // leave the last ones idle without a word. ("auto" may find more GPUs than a count wants.)
     if listed && n < devices.len() {
         let unused = devices[n..].join(", ");
-        return Err(format!(
+        return Err(Mistake::Key(format!(
             "key `workers.count`: {n} slot{} over the {} devices listed in `workers.devices` would leave {unused} unused; raise `count` to {} or more, or list only the devices to use",
             if n == 1 { "" } else { "s" },
             devices.len(),
             devices.len()
-        ));
+        )));
     }
     Ok((0..n).map(|i| devices[i % devices.len()].clone()).collect())
 }
@@ -683,14 +723,14 @@ fn workers(raw: Option<&RawWorkers>) -> Result<Vec<String>, String> {
 /// `workers.gpu_memory_fraction`: the share of its GPU's memory each trial's caching allocator
 /// may hold, so that trials sharing a GPU cannot starve each other. The shares of the slots on
 /// one GPU must fit in it.
-fn memory_fraction(raw: Option<f64>, slots: &[String]) -> Result<Option<f64>, String> {
+fn memory_fraction(raw: Option<f64>, slots: &[String]) -> Result<Option<f64>, Mistake> {
     let Some(f) = raw else {
         return Ok(None);
     };
     if !(f > 0.0 && f <= 1.0) {
-        return Err(format!(
+        return Err(Mistake::Key(format!(
             "key `workers.gpu_memory_fraction`: must be above 0 and at most 1 (a share of the GPU's memory per trial), not {f}"
-        ));
+        )));
     }
     let mut per_gpu: BTreeMap<&str, usize> = BTreeMap::new();
     for d in slots.iter().filter(|d| d.starts_with("cuda:")) {
@@ -700,15 +740,15 @@ fn memory_fraction(raw: Option<f64>, slots: &[String]) -> Result<Option<f64>, St
         .into_iter()
         .find(|&(_, n)| n as f64 * f > 1.0 + 1e-9)
     {
-        return Err(format!(
+        return Err(Mistake::Key(format!(
             "key `workers.gpu_memory_fraction`: {n} slots on {d} × {f} is more than the whole GPU; write at most {:.3} (1 / {n})",
             1.0 / n as f64
-        ));
+        )));
     }
     Ok(Some(f))
 }
 
-fn check_device(s: &str) -> Result<String, String> {
+fn check_device(s: &str) -> Result<String, Mistake> {
     if s == "cpu" {
         return Ok(s.to_string());
     }
@@ -717,9 +757,9 @@ fn check_device(s: &str) -> Result<String, String> {
     {
         return Ok(s.to_string());
     }
-    Err(format!(
+    Err(Mistake::Key(format!(
         "key `workers.devices`: \"{s}\" is not a device (\"cpu\", \"cuda:0\", \"cuda:1\", … or \"auto\")"
-    ))
+    )))
 }
 
 /// Every visible CUDA device, or the CPU when there is none.
@@ -767,14 +807,16 @@ pub fn placeholders(arg: &str) -> Vec<(usize, usize, &str)> {
 
 /// What in a command argument would not do what it seems to: a NUL byte (no program can
 /// receive it), `{}`, and a placeholder left open at the end (`--lr={lr`).
-fn check_argument(arg: &str) -> Result<(), String> {
+fn check_argument(arg: &str) -> Result<(), Mistake> {
     if arg.contains('\0') {
-        return Err("contains a NUL byte, which no program can be given".into());
+        return Err(Mistake::Key(
+            "contains a NUL byte, which no program can be given".into(),
+        ));
     }
     if arg.contains("{}") {
-        return Err(
+        return Err(Mistake::Key(
             "has an empty placeholder `{}` (a placeholder names a parameter, e.g. `{lr}`, or one of {trial}, {trial_dir}, {device})".into(),
-        );
+        ));
     }
     if let Some(open) = arg.rfind('{') {
         let rest = &arg[open + 1..];
@@ -782,9 +824,9 @@ fn check_argument(arg: &str) -> Result<(), String> {
             && rest.chars().all(name_char)
             && !rest.starts_with(|c: char| c.is_ascii_digit())
         {
-            return Err(format!(
+            return Err(Mistake::Key(format!(
                 "has a placeholder that is never closed: `{{{rest}`"
-            ));
+            )));
         }
     }
     Ok(())
@@ -792,38 +834,40 @@ fn check_argument(arg: &str) -> Result<(), String> {
 
 const BUILTIN_PLACEHOLDERS: &[&str] = &["trial", "trial_dir", "device"];
 
-fn command(raw: RawCommandTrial, space: &Space, dir: &Path) -> Result<CommandSpec, String> {
+fn command(raw: RawCommandTrial, space: &Space, dir: &Path) -> Result<CommandSpec, Mistake> {
     if raw.command.is_empty() {
-        return Err(
+        return Err(Mistake::Key(
             "key `trial.command`: must name a program (a non-empty list of arguments)".into(),
-        );
+        ));
     }
     if raw.command[0].trim().is_empty() {
-        return Err("key `trial.command`: the program (first element) is empty".into());
+        return Err(Mistake::Key(
+            "key `trial.command`: the program (first element) is empty".into(),
+        ));
     }
     for b in BUILTIN_PLACEHOLDERS {
         if space.get(b).is_some() {
-            return Err(format!(
+            return Err(Mistake::Key(format!(
                 "key `space.{b}`: a parameter of a command study may not be named `{b}`: {{{b}}} in the command is tune's own (rename the parameter)"
-            ));
+            )));
         }
     }
     for (i, arg) in raw.command.iter().enumerate() {
         check_argument(arg)
-            .map_err(|e| format!("key `trial.command`: element {i} ({arg:?}) {e}"))?;
+            .map_err(|e| Mistake::Key(format!("key `trial.command`: element {i} ({arg:?}) {e}")))?;
         for (_, _, name) in placeholders(arg) {
             if space.get(name).is_none() && !BUILTIN_PLACEHOLDERS.contains(&name) {
-                return Err(format!(
+                return Err(Mistake::Key(format!(
                     "key `trial.command`: placeholder {{{name}}} is neither a parameter of the space nor one of {{trial}}, {{trial_dir}}, {{device}}"
-                ));
+                )));
             }
         }
     }
     for k in raw.env.keys() {
         if k.is_empty() || k.contains('=') || k.contains('\0') {
-            return Err(format!(
+            return Err(Mistake::Key(format!(
                 "key `trial.env`: {k:?} is not a valid environment variable name"
-            ));
+            )));
         }
     }
     let timeout = raw
@@ -839,21 +883,24 @@ fn command(raw: RawCommandTrial, space: &Space, dir: &Path) -> Result<CommandSpe
         .unwrap_or(Duration::from_secs(10));
     for (i, r) in raw.requires.iter().enumerate() {
         if r.trim().is_empty() || r.contains('\0') {
-            return Err(format!(
+            return Err(Mistake::Key(format!(
                 "key `trial.requires`: element {i} ({r:?}) is not a path"
-            ));
+            )));
         }
     }
     for (i, arg) in raw.check.iter().enumerate() {
-        check_argument(arg).map_err(|e| format!("key `trial.check`: element {i} ({arg:?}) {e}"))?;
+        check_argument(arg)
+            .map_err(|e| Mistake::Key(format!("key `trial.check`: element {i} ({arg:?}) {e}")))?;
         if !placeholders(arg).is_empty() {
-            return Err(format!(
+            return Err(Mistake::Key(format!(
                 "key `trial.check`: element {i} ({arg:?}) has a placeholder; the check runs once, before any trial, with no params"
-            ));
+            )));
         }
     }
     if raw.check.first().is_some_and(|p| p.trim().is_empty()) {
-        return Err("key `trial.check`: the program (first element) is empty".into());
+        return Err(Mistake::Key(
+            "key `trial.check`: the program (first element) is empty".into(),
+        ));
     }
     Ok(CommandSpec {
         check: raw.check,
@@ -1172,11 +1219,22 @@ opt = "adam"
     fn arguments_that_would_not_do_what_they_seem_are_found() {
         assert!(check_argument("--lr={lr}").is_ok());
         assert!(check_argument("{\"json\": 1}").is_ok());
-        assert!(check_argument("a\0b").unwrap_err().contains("NUL"));
-        assert!(check_argument("{}").unwrap_err().contains("empty"));
+        assert!(
+            check_argument("a\0b")
+                .unwrap_err()
+                .to_string()
+                .contains("NUL")
+        );
+        assert!(
+            check_argument("{}")
+                .unwrap_err()
+                .to_string()
+                .contains("empty")
+        );
         assert!(
             check_argument("--lr={lr")
                 .unwrap_err()
+                .to_string()
                 .contains("never closed")
         );
     }

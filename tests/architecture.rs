@@ -246,3 +246,162 @@ fn nothing_users_read_points_at_the_projects_private_shared_folder() {
     }
     assert!(bad.is_empty(), "pointers at shared/:\n{}", bad.join("\n"));
 }
+
+/// The files under `src/` compiled only for tests (or the test fixtures feature): the target
+/// of a `mod x;` under `#[cfg(test)]` or `#[cfg(any(test, …))]`.
+fn test_only_files(files: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(f).expect("readable source file");
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        let stem = f.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+        let dir = match stem {
+            "mod" | "lib" | "main" => f.parent().expect("a file has a folder").to_path_buf(),
+            _ => f.with_extension(""),
+        };
+        for (i, line) in lines.iter().enumerate() {
+            if !(line.starts_with("#[cfg(test)]") || line.starts_with("#[cfg(any(test")) {
+                continue;
+            }
+            let mut path_attr = None;
+            let mut j = i + 1;
+            while let Some(l) = lines.get(j).filter(|l| l.starts_with("#[")) {
+                if let Some(p) = l.strip_prefix("#[path = \"") {
+                    path_attr = p.split('"').next();
+                }
+                j += 1;
+            }
+            let item = lines.get(j).copied().unwrap_or("");
+            let Some(name) = item
+                .split("mod ")
+                .nth(1)
+                .and_then(|rest| rest.strip_suffix(';'))
+            else {
+                continue;
+            };
+            let parent = f.parent().expect("a file has a folder");
+            match path_attr {
+                Some(p) => out.push(parent.join(p)),
+                None => {
+                    out.push(dir.join(format!("{name}.rs")));
+                    out.push(dir.join(name).join("mod.rs"));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The code of a source file without its test modules (by the house's habit, at the end of the
+/// file) and without comment lines.
+fn code_outside_tests(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut code = String::new();
+    for (i, line) in lines.iter().enumerate() {
+        let t = line.trim();
+        if t.starts_with("#[cfg(test)]")
+            && lines[i + 1..]
+                .iter()
+                .map(|l| l.trim())
+                .find(|l| !l.starts_with("#["))
+                .is_some_and(|l| l.contains("mod ") && l.ends_with('{'))
+        {
+            break;
+        }
+        if !t.starts_with("//") {
+            code.push_str(line);
+            code.push('\n');
+        }
+    }
+    code
+}
+
+/// Each `Result<…, String>` in `code` (over several lines too), as written.
+fn string_results(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (at, _) in code.match_indices("Result<") {
+        if code[..at].chars().next_back().is_some_and(is_ident) {
+            continue;
+        }
+        let inner_start = at + "Result<".len();
+        let (mut depth, mut commas, mut end) = (1, vec![inner_start - 1], None);
+        for (k, c) in code[inner_start..].char_indices() {
+            match c {
+                '<' => depth += 1,
+                '>' if code[..inner_start + k].ends_with('-') => {}
+                '>' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = Some(inner_start + k);
+                        break;
+                    }
+                }
+                ',' if depth == 1 => commas.push(inner_start + k),
+                _ => {}
+            }
+        }
+        let Some(end) = end else { continue };
+        commas.push(end);
+        // The arguments, a trailing comma's empty one left out: the last is the error type.
+        let error_type = commas
+            .windows(2)
+            .map(|w| code[w[0] + 1..w[1]].trim())
+            .filter(|a| !a.is_empty())
+            .nth(1);
+        if error_type == Some("String") {
+            out.push(
+                code[at..=end]
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            );
+        }
+    }
+    out
+}
+
+#[test]
+fn the_check_sees_string_results_over_lines_but_not_other_errors() {
+    assert_eq!(
+        string_results("fn f() -> Result<(), String> {"),
+        ["Result<(), String>"]
+    );
+    assert_eq!(
+        string_results("fn f() -> Result<\n    BTreeMap<String, Vec<u8>>,\n    String,\n> {"),
+        ["Result< BTreeMap<String, Vec<u8>>, String, >"]
+    );
+    assert!(string_results("fn f() -> Result<String, SpecError> {").is_empty());
+    assert!(string_results("fn f() -> anyhow::Result<String> {").is_empty());
+    assert!(string_results("fn f() -> io::Result<Vec<String>> {").is_empty());
+    assert!(string_results("fn f() -> TryResult<(), String> {").is_empty());
+    let text = "fn a() -> Result<(), E> {}\n// Result<(), String>\n#[cfg(test)]\nmod tests {\n    fn b() -> Result<(), String> {}\n}\n";
+    assert!(string_results(&code_outside_tests(text)).is_empty());
+}
+
+/// Errors are types (`thiserror`, one per module, with kinds callers match on), never strings:
+/// a `String` error can only be shown or searched, and a caller that picks an exit status by
+/// searching a message breaks silently when the wording changes.
+#[test]
+fn no_function_of_the_orchestrators_src_returns_a_string_error() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files = rust_files(&src);
+    let test_only = test_only_files(&files);
+    assert!(
+        test_only
+            .iter()
+            .any(|f| f.ends_with("storage/test_server.rs")),
+        "found the test-only files: {test_only:?}"
+    );
+    let mut offenders = Vec::new();
+    for file in files.iter().filter(|f| !test_only.contains(f)) {
+        let text = std::fs::read_to_string(file).expect("readable source file");
+        for found in string_results(&code_outside_tests(&text)) {
+            offenders.push(format!("{}: {found}", file.display()));
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "return a `thiserror` type of the module instead of a String error:\n{}",
+        offenders.join("\n")
+    );
+}

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::ModelKind;
+use super::{KnobError, ModelKind};
 
 /// Where a study's data come from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -60,7 +60,7 @@ pub struct DataSpec {
 }
 
 impl DataSpec {
-    pub(super) fn parse(t: &toml::Table, study_dir: &Path) -> Result<DataSpec, String> {
+    pub(super) fn parse(t: &toml::Table, study_dir: &Path) -> Result<DataSpec, KnobError> {
         const KEYS: &[&str] = &[
             "dataset",
             "path",
@@ -78,32 +78,33 @@ impl DataSpec {
         ];
         for k in t.keys() {
             if !KEYS.contains(&k.as_str()) {
-                return Err(format!(
+                return Err(KnobError::Invalid(format!(
                     "trial.data.{k}: unknown key (known: {})",
                     KEYS.join(", ")
-                ));
+                )));
             }
         }
-        let string = |k: &str| -> Result<Option<String>, String> {
+        let string = |k: &str| -> Result<Option<String>, KnobError> {
             match t.get(k) {
                 None => Ok(None),
                 Some(toml::Value::String(s)) => Ok(Some(s.clone())),
-                Some(v) => Err(format!(
+                Some(v) => Err(KnobError::Invalid(format!(
                     "trial.data.{k}: must be a string, not {}",
                     v.type_str()
-                )),
+                ))),
             }
         };
-        let need = |k: &str, what: &str| -> Result<String, String> {
-            string(k)?.ok_or_else(|| format!("trial.data.{k}: missing ({what})"))
+        let need = |k: &str, what: &str| -> Result<String, KnobError> {
+            string(k)?
+                .ok_or_else(|| KnobError::Invalid(format!("trial.data.{k}: missing ({what})")))
         };
-        let file = |k: &str, what: &str| -> Result<PathBuf, String> {
+        let file = |k: &str, what: &str| -> Result<PathBuf, KnobError> {
             let p = super::resolve_path(study_dir, &need(k, what)?);
             if !p.is_file() {
-                return Err(format!(
+                return Err(KnobError::Invalid(format!(
                     "trial.data.{k}: {} is not a readable file",
                     p.display()
-                ));
+                )));
             }
             Ok(p)
         };
@@ -111,10 +112,12 @@ impl DataSpec {
             "dataset",
             "digits, fashion-mnist, gpl3-text, text, npy or safetensors",
         )?;
-        let only = |allowed: &[&str]| -> Result<(), String> {
+        let only = |allowed: &[&str]| -> Result<(), KnobError> {
             for k in ["path", "x", "y", "x_key", "y_key", "dir"] {
                 if t.contains_key(k) && !allowed.contains(&k) {
-                    return Err(format!("trial.data.{k}: not used by dataset {dataset:?}"));
+                    return Err(KnobError::Invalid(format!(
+                        "trial.data.{k}: not used by dataset {dataset:?}"
+                    )));
                 }
             }
             Ok(())
@@ -132,10 +135,10 @@ impl DataSpec {
                 // Checked when the study starts, so a missing install is one clear error and
                 // not one failed trial after another.
                 if !dir.join("train-images-idx3-ubyte.gz").is_file() {
-                    return Err(format!(
+                    return Err(KnobError::Invalid(format!(
                         "trial.data.dataset: fashion-mnist is not installed in {} (run scripts/setup.sh, which installs the Debian package dataset-fashion-mnist)",
                         dir.display()
-                    ));
+                    )));
                 }
                 Source::FashionMnist { dir }
             }
@@ -165,9 +168,9 @@ impl DataSpec {
                 }
             }
             other => {
-                return Err(format!(
+                return Err(KnobError::Invalid(format!(
                     "trial.data.dataset: unknown dataset {other:?} (digits, fashion-mnist, gpl3-text, text, npy, safetensors)"
-                ));
+                )));
             }
         };
         let validation = match t.get("validation") {
@@ -175,39 +178,41 @@ impl DataSpec {
             Some(v) => match v.as_float().or_else(|| v.as_integer().map(|i| i as f64)) {
                 Some(f) if f > 0.0 && f < 1.0 => f,
                 _ => {
-                    return Err(format!(
+                    return Err(KnobError::Invalid(format!(
                         "trial.data.validation: must be a fraction in (0, 1), not {v}"
-                    ));
+                    )));
                 }
             },
         };
         // Each with a bound far past any use, so that no product or allocation made from it
         // overflows (MB times 2^20 bytes; a prefetch queue is allocated up front).
-        let positive = |k: &str, max: i64| -> Result<Option<u64>, String> {
+        let positive = |k: &str, max: i64| -> Result<Option<u64>, KnobError> {
             match t.get(k) {
                 None => Ok(None),
                 Some(v) => match v.as_integer() {
                     Some(i) if (1..=max).contains(&i) => Ok(Some(i as u64)),
-                    _ => Err(format!(
+                    _ => Err(KnobError::Invalid(format!(
                         "trial.data.{k}: must be an integer from 1 to {max}, not {v}"
-                    )),
+                    ))),
                 },
             }
         };
         let normalize = match t.get("normalize") {
             None => true,
-            Some(v) => v
-                .as_bool()
-                .ok_or_else(|| format!("trial.data.normalize: must be true or false, not {v}"))?,
+            Some(v) => v.as_bool().ok_or_else(|| {
+                KnobError::Invalid(format!(
+                    "trial.data.normalize: must be true or false, not {v}"
+                ))
+            })?,
         };
         let device_cache = match string("device_cache")?.as_deref() {
             None | Some("auto") => DeviceCache::Auto,
             Some("always") => DeviceCache::Always,
             Some("never") => DeviceCache::Never,
             Some(o) => {
-                return Err(format!(
+                return Err(KnobError::Invalid(format!(
                     "trial.data.device_cache: must be auto, always or never, not {o:?}"
-                ));
+                )));
             }
         };
         Ok(DataSpec {
@@ -222,17 +227,17 @@ impl DataSpec {
     }
 
     /// Image models need images; the Transformer needs tokens.
-    pub(super) fn check_model(&self, model: ModelKind) -> Result<(), String> {
+    pub(super) fn check_model(&self, model: ModelKind) -> Result<(), KnobError> {
         let text = matches!(self.source, Source::Gpl3Text | Source::Text { .. });
         match (model, text) {
-            (ModelKind::Transformer, false) => Err(
+            (ModelKind::Transformer, false) => Err(KnobError::Invalid(
                 "trial.data.dataset: the transformer is a language model; use gpl3-text or text"
                     .into(),
-            ),
-            (m, true) if m != ModelKind::Transformer => Err(format!(
+            )),
+            (m, true) if m != ModelKind::Transformer => Err(KnobError::Invalid(format!(
                 "trial.data.dataset: a text dataset needs model kind transformer, not {}",
                 m.as_str()
-            )),
+            ))),
             _ => Ok(()),
         }
     }

@@ -329,13 +329,29 @@ fn knob_default(name: &str, model: ModelKind) -> Option<ParamValue> {
     })
 }
 
+/// A builtin trial's key or knob refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KnobError {
+    /// A `[trial]` key or knob of the study file (or a searched parameter's range) that a
+    /// builtin trial cannot take; the message names it.
+    #[error("{0}")]
+    Invalid(String),
+    /// `trial.timeout` or `trial.time_budget` that is not a duration tune accepts.
+    #[error(transparent)]
+    Duration(#[from] crate::limits::DurationError),
+    /// A trial's params that do not resolve to every knob (a param outside the checked space,
+    /// e.g. enqueued by hand); the trial fails with this message.
+    #[error("{0}")]
+    Unresolved(String),
+}
+
 impl KnobType {
     /// Checks one value; the message says what is wrong.
-    fn check(self, v: &ParamValue) -> Result<(), String> {
+    fn check(self, v: &ParamValue) -> Result<(), KnobError> {
         match self {
             KnobType::Positive | KnobType::NonNegative | KnobType::Fraction => {
                 let Some(x) = v.as_f64() else {
-                    return Err(format!("must be a number, not {v}"));
+                    return Err(KnobError::Invalid(format!("must be a number, not {v}")));
                 };
                 let ok = match self {
                     KnobType::Positive => x > 0.0 && x.is_finite(),
@@ -345,20 +361,31 @@ impl KnobType {
                 if ok {
                     Ok(())
                 } else {
-                    Err(format!("must be {}, not {x}", self.describe()))
+                    Err(KnobError::Invalid(format!(
+                        "must be {}, not {x}",
+                        self.describe()
+                    )))
                 }
             }
             KnobType::IntAtLeast(min) => match v {
                 ParamValue::Int(i) if (min..=MAX_INT_KNOB).contains(i) => Ok(()),
-                _ => Err(format!("must be {}, not {v}", self.describe())),
+                _ => Err(KnobError::Invalid(format!(
+                    "must be {}, not {v}",
+                    self.describe()
+                ))),
             },
             KnobType::Bool => match v {
                 ParamValue::Bool(_) => Ok(()),
-                _ => Err(format!("must be true or false, not {v}")),
+                _ => Err(KnobError::Invalid(format!(
+                    "must be true or false, not {v}"
+                ))),
             },
             KnobType::Choice(choices) => match v {
                 ParamValue::Str(s) if choices.contains(&s.as_str()) => Ok(()),
-                _ => Err(format!("must be one of {}, not {v}", choices.join(", "))),
+                _ => Err(KnobError::Invalid(format!(
+                    "must be one of {}, not {v}",
+                    choices.join(", ")
+                ))),
             },
         }
     }
@@ -375,7 +402,7 @@ impl KnobType {
     }
 
     /// Checks that every value a searched parameter can take is valid for this knob.
-    fn check_param(self, kind: &ParamKind) -> Result<(), String> {
+    fn check_param(self, kind: &ParamKind) -> Result<(), KnobError> {
         match (self, kind) {
             (_, ParamKind::Categorical { choices }) => {
                 for c in choices {
@@ -388,7 +415,8 @@ impl KnobType {
                         ) => ParamValue::Float(*i as f64),
                         _ => c.clone(),
                     };
-                    self.check(&c).map_err(|e| format!("choice {c}: {e}"))?;
+                    self.check(&c)
+                        .map_err(|e| KnobError::Invalid(format!("choice {c}: {e}")))?;
                 }
                 Ok(())
             }
@@ -397,28 +425,28 @@ impl KnobType {
                 ParamKind::Float { low, high, .. },
             ) => {
                 self.check(&ParamValue::Float(*low))
-                    .map_err(|e| format!("low: {e}"))?;
+                    .map_err(|e| KnobError::Invalid(format!("low: {e}")))?;
                 // The high end of a fraction is exclusive for the knob but inclusive for
                 // the space: a space reaching 1.0 may sample it.
                 self.check(&ParamValue::Float(*high))
-                    .map_err(|e| format!("high: {e}"))
+                    .map_err(|e| KnobError::Invalid(format!("high: {e}")))
             }
             (
                 KnobType::Positive | KnobType::NonNegative | KnobType::Fraction,
                 ParamKind::Int { low, high, .. },
             ) => {
                 self.check(&ParamValue::Float(*low as f64))
-                    .map_err(|e| format!("low: {e}"))?;
+                    .map_err(|e| KnobError::Invalid(format!("low: {e}")))?;
                 self.check(&ParamValue::Float(*high as f64))
-                    .map_err(|e| format!("high: {e}"))
+                    .map_err(|e| KnobError::Invalid(format!("high: {e}")))
             }
             (KnobType::IntAtLeast(_), ParamKind::Int { low, high, .. }) => {
                 self.check(&ParamValue::Int(*low))
-                    .map_err(|e| format!("low: {e}"))?;
+                    .map_err(|e| KnobError::Invalid(format!("low: {e}")))?;
                 self.check(&ParamValue::Int(*high))
-                    .map_err(|e| format!("high: {e}"))
+                    .map_err(|e| KnobError::Invalid(format!("high: {e}")))
             }
-            (ty, _) => Err(format!(
+            (ty, _) => Err(KnobError::Invalid(format!(
                 "is {} here, so its parameter must be {}",
                 ty.describe(),
                 match ty {
@@ -427,7 +455,7 @@ impl KnobType {
                     KnobType::Choice(_) => "a categorical of strings",
                     _ => "a float, an int or a categorical of numbers",
                 }
-            )),
+            ))),
         }
     }
 }
@@ -438,39 +466,51 @@ pub fn parse_builtin(
     table: &toml::Table,
     space: &Space,
     study_dir: &Path,
-) -> Result<BuiltinTrial, String> {
+) -> Result<BuiltinTrial, KnobError> {
     let model_table = match table.get("model") {
         Some(toml::Value::Table(t)) => t.clone(),
         Some(other) => {
-            return Err(format!(
+            return Err(KnobError::Invalid(format!(
                 "trial.model: must be a table, not {}",
                 other.type_str()
+            )));
+        }
+        None => {
+            return Err(KnobError::Invalid(
+                "trial.model: missing (a table with `kind = \"mlp\"` etc.)".into(),
             ));
         }
-        None => return Err("trial.model: missing (a table with `kind = \"mlp\"` etc.)".into()),
     };
     let model = match model_table.get("kind") {
         Some(toml::Value::String(s)) => ModelKind::parse(s).ok_or_else(|| {
-            format!("trial.model.kind: must be one of mlp, cnn, resnet, transformer, not {s:?}")
+            KnobError::Invalid(format!(
+                "trial.model.kind: must be one of mlp, cnn, resnet, transformer, not {s:?}"
+            ))
         })?,
         Some(other) => {
-            return Err(format!(
+            return Err(KnobError::Invalid(format!(
                 "trial.model.kind: must be a string, not {}",
                 other.type_str()
+            )));
+        }
+        None => {
+            return Err(KnobError::Invalid(
+                "trial.model.kind: missing (mlp, cnn, resnet or transformer)".into(),
             ));
         }
-        None => return Err("trial.model.kind: missing (mlp, cnn, resnet or transformer)".into()),
     };
     let data = match table.get("data") {
         Some(toml::Value::Table(t)) => DataSpec::parse(t, study_dir)?,
         Some(other) => {
-            return Err(format!(
+            return Err(KnobError::Invalid(format!(
                 "trial.data: must be a table, not {}",
                 other.type_str()
-            ));
+            )));
         }
         None => {
-            return Err("trial.data: missing (a table with `dataset = \"digits\"` etc.)".into());
+            return Err(KnobError::Invalid(
+                "trial.data: missing (a table with `dataset = \"digits\"` etc.)".into(),
+            ));
         }
     };
     data.check_model(model)?;
@@ -483,7 +523,9 @@ pub fn parse_builtin(
             "kind" | "model" | "data" => {}
             "time_budget" | "timeout" => {
                 let s = value.as_str().ok_or_else(|| {
-                    format!("trial.{key}: must be a duration string such as \"90s\" or \"5m\"")
+                    KnobError::Invalid(format!(
+                        "trial.{key}: must be a duration string such as \"90s\" or \"5m\""
+                    ))
                 })?;
                 let d = crate::limits::duration(&format!("trial.{key}"), s)?;
                 if key == "timeout" {
@@ -495,21 +537,21 @@ pub fn parse_builtin(
             "report_every" => match value.as_integer() {
                 Some(n) if (0..=MAX_INT_KNOB).contains(&n) => report_every = n as u64,
                 _ => {
-                    return Err(format!(
+                    return Err(KnobError::Invalid(format!(
                         "trial.report_every: must be an integer from 0 to {MAX_INT_KNOB} (steps; 0 = every epoch), not {value}"
-                    ));
+                    )));
                 }
             },
             k if KNOBS
                 .iter()
                 .any(|s| s.name == k && s.section == Section::Trial) => {}
             k if KNOBS.iter().any(|s| s.name == k) => {
-                return Err(format!(
+                return Err(KnobError::Invalid(format!(
                     "trial.{k}: a model knob; set it in [trial.model] (or search it in [space])"
-                ));
+                )));
             }
             k => {
-                return Err(format!(
+                return Err(KnobError::Invalid(format!(
                     "trial.{k}: unknown key (known: time_budget, timeout, report_every, model, data, {})",
                     KNOBS
                         .iter()
@@ -517,7 +559,7 @@ pub fn parse_builtin(
                         .map(|s| s.name)
                         .collect::<Vec<_>>()
                         .join(", ")
-                ));
+                )));
             }
         }
     }
@@ -530,26 +572,26 @@ pub fn parse_builtin(
                 if let Some(models) = s.models
                     && !models.contains(&model)
                 {
-                    return Err(format!(
+                    return Err(KnobError::Invalid(format!(
                         "trial.model.{key}: not used by model kind {}",
                         model.as_str()
-                    ));
+                    )));
                 }
             }
             Some(_) => {
-                return Err(format!(
+                return Err(KnobError::Invalid(format!(
                     "trial.model.{key}: a training knob; set it in [trial] (or search it in [space])"
-                ));
+                )));
             }
             None => {
-                return Err(format!(
+                return Err(KnobError::Invalid(format!(
                     "trial.model.{key}: unknown key (known: kind, width, depth, dropout{})",
                     if model == ModelKind::Transformer {
                         ", heads, context"
                     } else {
                         ""
                     }
-                ));
+                )));
             }
         }
     }
@@ -560,11 +602,11 @@ pub fn parse_builtin(
             && !models.contains(&model)
         {
             if space.get(spec.name).is_some() {
-                return Err(format!(
+                return Err(KnobError::Invalid(format!(
                     "space.{}: not used by model kind {}",
                     spec.name,
                     model.as_str()
-                ));
+                )));
             }
             continue;
         }
@@ -576,26 +618,29 @@ pub fn parse_builtin(
         let searched = space.get(spec.name);
         let knob = match (fixed, searched) {
             (Some(_), Some(_)) => {
-                return Err(format!(
+                return Err(KnobError::Invalid(format!(
                     "{path}: set here and searched in [space] as well; keep one"
-                ));
+                )));
             }
             (Some(v), None) => {
-                let v = toml_param(v)
-                    .ok_or_else(|| format!("{path}: must be {}, not {v}", spec.ty.describe()))?;
+                let v = ParamValue::from_toml(v).ok_or_else(|| {
+                    KnobError::Invalid(format!("{path}: must be {}, not {v}", spec.ty.describe()))
+                })?;
                 let v = widen(spec.ty, v);
-                spec.ty.check(&v).map_err(|e| format!("{path}: {e}"))?;
+                spec.ty
+                    .check(&v)
+                    .map_err(|e| KnobError::Invalid(format!("{path}: {e}")))?;
                 Knob::Fixed(v)
             }
             (None, Some(p)) => {
                 spec.ty
                     .check_param(&p.kind)
-                    .map_err(|e| format!("space.{}: {e}", spec.name))?;
+                    .map_err(|e| KnobError::Invalid(format!("space.{}: {e}", spec.name)))?;
                 if !p.when.is_empty() && knob_default(spec.name, model).is_none() {
-                    return Err(format!(
+                    return Err(KnobError::Invalid(format!(
                         "space.{}: has a condition, but {path} has no default to use when the condition is false",
                         spec.name
-                    ));
+                    )));
                 }
                 Knob::Searched
             }
@@ -603,16 +648,16 @@ pub fn parse_builtin(
                 Some(v) => Knob::Fixed(v),
                 None if spec.name == "epochs" => {
                     if time_budget.is_none() {
-                        return Err(
-                            "trial.epochs: missing; give epochs, a time_budget, or both".into()
-                        );
+                        return Err(KnobError::Invalid(
+                            "trial.epochs: missing; give epochs, a time_budget, or both".into(),
+                        ));
                     }
                     continue;
                 }
                 None => {
-                    return Err(format!(
+                    return Err(KnobError::Invalid(format!(
                         "{path}: missing (set it here or search it in [space])"
-                    ));
+                    )));
                 }
             },
         };
@@ -620,12 +665,12 @@ pub fn parse_builtin(
     }
     for p in space.params() {
         if !knobs.contains_key(&p.name) {
-            return Err(format!(
+            return Err(KnobError::Invalid(format!(
                 "space.{}: not a knob of the builtin trainer for model kind {} (knobs: {})",
                 p.name,
                 model.as_str(),
                 knobs.keys().cloned().collect::<Vec<_>>().join(", ")
-            ));
+            )));
         }
     }
     let trial = BuiltinTrial {
@@ -642,21 +687,11 @@ pub fn parse_builtin(
         && let (ParamValue::Int(w), ParamValue::Int(h)) = (w, h)
         && w % h != 0
     {
-        return Err(format!(
+        return Err(KnobError::Invalid(format!(
             "trial.model.width: {w} is not a multiple of trial.model.heads = {h}"
-        ));
+        )));
     }
     Ok(trial)
-}
-
-fn toml_param(v: &toml::Value) -> Option<ParamValue> {
-    match v {
-        toml::Value::Boolean(b) => Some(ParamValue::Bool(*b)),
-        toml::Value::Integer(i) => Some(ParamValue::Int(*i)),
-        toml::Value::Float(f) => Some(ParamValue::Float(*f)),
-        toml::Value::String(s) => Some(ParamValue::Str(s.clone())),
-        _ => None,
-    }
 }
 
 /// `lr = 1` means 1.0: float knobs accept integers.
@@ -764,7 +799,7 @@ impl Hyper {
 
 impl BuiltinTrial {
     /// The value of one knob for a trial with these params.
-    fn value(&self, name: &str, params: &Params) -> Result<Option<ParamValue>, String> {
+    fn value(&self, name: &str, params: &Params) -> Result<Option<ParamValue>, KnobError> {
         match self.knobs.get(name) {
             Some(Knob::Fixed(v)) => Ok(Some(v.clone())),
             Some(Knob::Searched) => match params.get(name) {
@@ -778,42 +813,48 @@ impl BuiltinTrial {
     /// Resolves every knob against a trial's params. Params come from the space that
     /// `parse_builtin` checked, so an error here means a param outside it (e.g. enqueued by
     /// hand); the trial then fails with this message.
-    pub fn resolve(&self, params: &Params) -> Result<Hyper, String> {
-        let get = |name: &str| -> Result<ParamValue, String> {
+    pub fn resolve(&self, params: &Params) -> Result<Hyper, KnobError> {
+        let get = |name: &str| -> Result<ParamValue, KnobError> {
             let v = self
                 .value(name, params)?
-                .ok_or_else(|| format!("knob `{name}` has no value"))?;
+                .ok_or_else(|| KnobError::Unresolved(format!("knob `{name}` has no value")))?;
             let spec = KNOBS
                 .iter()
                 .find(|s| s.name == name)
-                .ok_or_else(|| format!("knob `{name}` is unknown"))?;
+                .ok_or_else(|| KnobError::Unresolved(format!("knob `{name}` is unknown")))?;
             let v = widen(spec.ty, v);
             spec.ty
                 .check(&v)
-                .map_err(|e| format!("param `{name}`: {e}"))?;
+                .map_err(|e| KnobError::Unresolved(format!("param `{name}`: {e}")))?;
             Ok(v)
         };
-        let f = |name: &str| -> Result<f64, String> {
+        let f = |name: &str| -> Result<f64, KnobError> {
             get(name)?
                 .as_f64()
-                .ok_or_else(|| format!("param `{name}` is not a number"))
+                .ok_or_else(|| KnobError::Unresolved(format!("param `{name}` is not a number")))
         };
-        let i = |name: &str| -> Result<i64, String> {
+        let i = |name: &str| -> Result<i64, KnobError> {
             match get(name)? {
                 ParamValue::Int(i) => Ok(i),
-                v => Err(format!("param `{name}` is not an integer: {v}")),
+                v => Err(KnobError::Unresolved(format!(
+                    "param `{name}` is not an integer: {v}"
+                ))),
             }
         };
-        let s = |name: &str| -> Result<String, String> {
+        let s = |name: &str| -> Result<String, KnobError> {
             match get(name)? {
                 ParamValue::Str(s) => Ok(s),
-                v => Err(format!("param `{name}` is not a string: {v}")),
+                v => Err(KnobError::Unresolved(format!(
+                    "param `{name}` is not a string: {v}"
+                ))),
             }
         };
-        let b = |name: &str| -> Result<bool, String> {
+        let b = |name: &str| -> Result<bool, KnobError> {
             match get(name)? {
                 ParamValue::Bool(b) => Ok(b),
-                v => Err(format!("param `{name}` is not a boolean: {v}")),
+                v => Err(KnobError::Unresolved(format!(
+                    "param `{name}` is not a boolean: {v}"
+                ))),
             }
         };
         let optimizer = match s("optimizer")?.as_str() {
@@ -867,10 +908,10 @@ impl BuiltinTrial {
             context: if transformer { i("context")? } else { 1 },
         };
         if transformer && hyper.width % hyper.heads != 0 {
-            return Err(format!(
+            return Err(KnobError::Unresolved(format!(
                 "width {} is not a multiple of heads {}",
                 hyper.width, hyper.heads
-            ));
+            )));
         }
         Ok(hyper)
     }
@@ -942,14 +983,18 @@ mod tests {
         let s = space(r#"width = { type = "int", low = 8, high = 64 }"#);
         let src =
             format!("lr = 0.1\n{BASE}").replace("kind = \"mlp\"", "kind = \"mlp\"\nwidth = 32");
-        let e = parse_builtin(&table(&src), &s, Path::new(".")).expect_err("both");
+        let e = parse_builtin(&table(&src), &s, Path::new("."))
+            .expect_err("both")
+            .to_string();
         assert!(e.starts_with("trial.model.width"), "{e}");
     }
 
     #[test]
     fn a_missing_learning_rate_is_an_error() {
         let s = space(r#"width = { type = "int", low = 8, high = 64 }"#);
-        let e = parse_builtin(&table(BASE), &s, Path::new(".")).expect_err("no lr");
+        let e = parse_builtin(&table(BASE), &s, Path::new("."))
+            .expect_err("no lr")
+            .to_string();
         assert!(e.starts_with("trial.lr: missing"), "{e}");
     }
 
@@ -959,7 +1004,9 @@ mod tests {
             r#"lr = { type = "float", low = 1e-4, high = 1e-1 }
                optimizer = { type = "categorical", choices = ["adam", "lion"] }"#,
         );
-        let e = parse_builtin(&table(BASE), &s, Path::new(".")).expect_err("lion");
+        let e = parse_builtin(&table(BASE), &s, Path::new("."))
+            .expect_err("lion")
+            .to_string();
         assert!(e.starts_with("space.optimizer"), "{e}");
         assert!(e.contains("lion"), "{e}");
     }
@@ -968,10 +1015,14 @@ mod tests {
     fn unknown_keys_are_rejected_with_their_path() {
         let s = space(r#"lr = { type = "float", low = 1e-4, high = 1e-1 }"#);
         let src = BASE.replace("[model]\n", "[model]\n        widht = 3\n");
-        let e = parse_builtin(&table(&src), &s, Path::new(".")).expect_err("typo");
+        let e = parse_builtin(&table(&src), &s, Path::new("."))
+            .expect_err("typo")
+            .to_string();
         assert!(e.starts_with("trial.model.widht"), "{e}");
         let src = format!("lrr = 1.0\n{BASE}");
-        let e = parse_builtin(&table(&src), &s, Path::new(".")).expect_err("typo");
+        let e = parse_builtin(&table(&src), &s, Path::new("."))
+            .expect_err("typo")
+            .to_string();
         assert!(e.starts_with("trial.lrr"), "{e}");
     }
 
@@ -981,7 +1032,9 @@ mod tests {
             r#"lr = { type = "float", low = 1e-4, high = 1e-1 }
                heads = { type = "int", low = 1, high = 4 }"#,
         );
-        let e = parse_builtin(&table(BASE), &s, Path::new(".")).expect_err("heads on mlp");
+        let e = parse_builtin(&table(BASE), &s, Path::new("."))
+            .expect_err("heads on mlp")
+            .to_string();
         assert!(e.starts_with("space.heads"), "{e}");
     }
 

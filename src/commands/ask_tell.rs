@@ -37,6 +37,24 @@ pub fn read_space(path: &Path) -> anyhow::Result<Space> {
     Space::from_toml(&table).map_err(|e| bad(format!("{}: key `space`: {e}", path.display())))
 }
 
+/// Why one request was refused; its message is the `error` of the answer, and the session
+/// goes on.
+#[derive(Debug, thiserror::Error)]
+enum RequestError {
+    /// The request is not one this protocol knows, or its values do not fit the session.
+    #[error("{0}")]
+    Malformed(String),
+    /// The study's storage failed to answer it.
+    #[error("storage: {0}")]
+    Storage(String),
+}
+
+impl RequestError {
+    fn storage(e: impl std::fmt::Display) -> RequestError {
+        RequestError::Storage(e.to_string())
+    }
+}
+
 /// The ask/tell protocol over the one [`Engine`], separate from I/O so that it can be tested
 /// line by line. Without a database the engine keeps the exchange in memory.
 pub struct AskTell {
@@ -160,29 +178,37 @@ impl AskTell {
     pub fn handle(&mut self, line: &str) -> Value {
         match self.try_handle(line) {
             Ok(v) => v,
-            Err(e) => json!({ "error": e }),
+            Err(e) => json!({ "error": e.to_string() }),
         }
     }
 
-    fn try_handle(&mut self, line: &str) -> Result<Value, String> {
-        let req: Value =
-            serde_json::from_str(line).map_err(|e| format!("not a JSON object: {e}"))?;
+    fn try_handle(&mut self, line: &str) -> Result<Value, RequestError> {
+        let req: Value = serde_json::from_str(line)
+            .map_err(|e| RequestError::Malformed(format!("not a JSON object: {e}")))?;
         let Value::Object(obj) = req else {
-            return Err("a request must be a JSON object".into());
+            return Err(RequestError::Malformed(
+                "a request must be a JSON object".into(),
+            ));
         };
         if obj.len() != 1 {
-            return Err("a request has exactly one key, `ask` or `tell`".into());
+            return Err(RequestError::Malformed(
+                "a request has exactly one key, `ask` or `tell`".into(),
+            ));
         }
         if let Some(a) = obj.get("ask") {
             if !a.is_object() {
-                return Err("`ask` takes an object: {\"ask\": {}}".into());
+                return Err(RequestError::Malformed(
+                    "`ask` takes an object: {\"ask\": {}}".into(),
+                ));
             }
-            return self.ask().map_err(|e| format!("storage: {e}"));
+            return self.ask().map_err(RequestError::storage);
         }
         if let Some(t) = obj.get("tell") {
             return self.tell(t);
         }
-        Err("unknown request: expected `ask` or `tell`".into())
+        Err(RequestError::Malformed(
+            "unknown request: expected `ask` or `tell`".into(),
+        ))
     }
 
     fn ask(&mut self) -> anyhow::Result<Value> {
@@ -193,37 +219,49 @@ impl AskTell {
         Ok(json!({ "trial": trial.number.0, "params": trial.params }))
     }
 
-    fn tell(&mut self, t: &Value) -> Result<Value, String> {
+    fn tell(&mut self, t: &Value) -> Result<Value, RequestError> {
         let Value::Object(t) = t else {
-            return Err(
+            return Err(RequestError::Malformed(
                 "`tell` takes an object: {\"tell\": {\"trial\": 0, \"value\": 0.5}}".into(),
-            );
+            ));
         };
         for k in t.keys() {
             if !matches!(k.as_str(), "trial" | "value" | "values" | "state") {
-                return Err(format!(
+                return Err(RequestError::Malformed(format!(
                     "unknown key `{k}` in tell (trial, value, values, state)"
-                ));
+                )));
             }
         }
         let number = t
             .get("trial")
             .and_then(Value::as_u64)
             .filter(|n| *n <= crate::limits::MAX_STEP)
-            .ok_or("tell needs `trial`, a trial number (an integer from 0 that ask gave)")?;
+            .ok_or_else(|| {
+                RequestError::Malformed(
+                    "tell needs `trial`, a trial number (an integer from 0 that ask gave)".into(),
+                )
+            })?;
         let state = match t.get("state") {
             None => TrialState::Complete,
             Some(s) => match s.as_str() {
                 Some("complete") => TrialState::Complete,
                 Some("fail" | "failed") => TrialState::Failed,
                 Some("pruned") => TrialState::Pruned,
-                _ => return Err(format!("unknown state {s}: complete, fail or pruned")),
+                _ => {
+                    return Err(RequestError::Malformed(format!(
+                        "unknown state {s}: complete, fail or pruned"
+                    )));
+                }
             },
         };
         let value = match t.get("value") {
             None | Some(Value::Null) => None,
             Some(Value::Number(n)) => n.as_f64(),
-            Some(other) => return Err(format!("`value` must be a number, not {other}")),
+            Some(other) => {
+                return Err(RequestError::Malformed(format!(
+                    "`value` must be a number, not {other}"
+                )));
+            }
         };
         let values = match t.get("values") {
             None | Some(Value::Null) => None,
@@ -232,10 +270,17 @@ impl AskTell {
                     .map(Value::as_f64)
                     .collect::<Option<Vec<f64>>>()
                     .ok_or_else(|| {
-                        format!("`values` must be numbers, not {}", Value::Array(a.clone()))
+                        RequestError::Malformed(format!(
+                            "`values` must be numbers, not {}",
+                            Value::Array(a.clone())
+                        ))
                     })?,
             ),
-            Some(other) => return Err(format!("`values` must be a list of numbers, not {other}")),
+            Some(other) => {
+                return Err(RequestError::Malformed(format!(
+                    "`values` must be a list of numbers, not {other}"
+                )));
+            }
         };
         let k = self.objectives;
         if state == TrialState::Complete {
@@ -243,16 +288,20 @@ impl AskTell {
                 (Some(_), None) if k == 1 => {}
                 (None, Some(v)) if v.len() == k => {}
                 (_, Some(v)) if v.len() != k => {
-                    return Err(format!(
+                    return Err(RequestError::Malformed(format!(
                         "`values` has {} numbers; this session has {k} objective(s)",
                         v.len()
+                    )));
+                }
+                _ if k == 1 => {
+                    return Err(RequestError::Malformed(
+                        "a complete trial needs a `value`".into(),
                     ));
                 }
-                _ if k == 1 => return Err("a complete trial needs a `value`".into()),
                 _ => {
-                    return Err(format!(
+                    return Err(RequestError::Malformed(format!(
                         "a complete trial of this session needs `values`, a list of {k} numbers"
-                    ));
+                    )));
                 }
             }
         }
@@ -261,13 +310,13 @@ impl AskTell {
                 .engine
                 .storage()
                 .trial(self.engine.study(), number)
-                .map_err(|e| format!("storage: {e}"))?
+                .map_err(RequestError::storage)?
                 .is_some_and(|t| t.state().is_finished());
-            return Err(if told {
+            return Err(RequestError::Malformed(if told {
                 format!("trial {number} was already told")
             } else {
                 format!("unknown trial {number}: it was never asked")
-            });
+            }));
         };
         let finish = match (state, value, values) {
             (TrialState::Pruned, value, values) => Finish::Pruned {
@@ -284,7 +333,7 @@ impl AskTell {
         };
         self.engine
             .finish(id, finish, &[])
-            .map_err(|e| format!("storage: {e}"))?;
+            .map_err(RequestError::storage)?;
         Ok(json!({ "ok": true }))
     }
 }

@@ -19,7 +19,18 @@ enum Arg {
     File(PathBuf),
 }
 
-fn parse_arg(a: &str) -> Result<Arg, String> {
+/// An argument that is none of [`Arg`].
+#[derive(Debug, PartialEq, thiserror::Error)]
+enum ArgError {
+    #[error("`{0}`: a range goes from the lower number to the higher")]
+    BackwardsRange(String),
+    #[error("{0}: no such study file")]
+    NoStudyFile(String),
+    #[error("`{0}` is neither a trial number, a range such as 3-7, nor a study file")]
+    Neither(String),
+}
+
+fn parse_arg(a: &str) -> Result<Arg, ArgError> {
     if Path::new(a).exists() {
         return Ok(Arg::File(PathBuf::from(a)));
     }
@@ -30,18 +41,14 @@ fn parse_arg(a: &str) -> Result<Arg, String> {
         && let (Ok(x), Ok(y)) = (x.trim().parse::<u64>(), y.trim().parse::<u64>())
     {
         if x > y {
-            return Err(format!(
-                "`{a}`: a range goes from the lower number to the higher"
-            ));
+            return Err(ArgError::BackwardsRange(a.to_string()));
         }
         return Ok(Arg::Numbers(x..=y));
     }
     if a.ends_with(".toml") {
-        return Err(format!("{a}: no such study file"));
+        return Err(ArgError::NoStudyFile(a.to_string()));
     }
-    Err(format!(
-        "`{a}` is neither a trial number, a range such as 3-7, nor a study file"
-    ))
+    Err(ArgError::Neither(a.to_string()))
 }
 
 pub fn discard(args: &DiscardArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> {
@@ -152,15 +159,22 @@ mod tests {
     fn arguments_are_numbers_ranges_or_a_study_file() {
         assert_eq!(parse_arg("7"), Ok(Arg::Numbers(7..=7)));
         assert_eq!(parse_arg("0-11"), Ok(Arg::Numbers(0..=11)));
-        assert!(parse_arg("9-3").unwrap_err().contains("lower number"));
+        assert!(
+            parse_arg("9-3")
+                .unwrap_err()
+                .to_string()
+                .contains("lower number")
+        );
         assert!(
             parse_arg("nope.toml")
                 .unwrap_err()
+                .to_string()
                 .contains("no such study file")
         );
         assert!(
             parse_arg("x")
                 .unwrap_err()
+                .to_string()
                 .contains("neither a trial number")
         );
     }

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use crate::cli::StudyRef;
 use crate::spec::{self, Overrides};
-use crate::storage::{Storage, StorageError, StorageUrl, StudyRow};
+use crate::storage::{Storage, StorageError, StorageErrorKind, StorageUrl, StudyRow};
 use crate::study::Study;
 
 /// Bad input from the user (a study file, a flag, a space): exit status 2.
@@ -87,26 +87,27 @@ pub fn differs(
 }
 
 /// [`storage_error`] without a study file.
+///
+/// Bad input (status 2) is what the user fixes: a study that is not there or differs, a schema
+/// newer than this tune, a file that is not a SQLite database, a server that refused us or
+/// reported a fault of what was asked. The rest (status 1) is storage failing: a server that
+/// cannot be reached (it may come back), a database lost or that failed.
 pub fn storage_fault(e: StorageError) -> anyhow::Error {
-    match &e {
-        StorageError::TooNew { .. }
-        | StorageError::NoStudy { .. }
-        | StorageError::Differs { .. } => bad(e.to_string()),
-        // `--db` names a file that is not a SQLite database: the user's to fix.
-        StorageError::Sqlite { error, .. }
-            if error.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) =>
-        {
-            bad(e.to_string())
-        }
-        StorageError::Server { message, .. } if !is_unreachable(message) => bad(e.to_string()),
-        _ => anyhow::Error::new(e),
+    match e.kind() {
+        StorageErrorKind::NewerSchema
+        | StorageErrorKind::NoStudy
+        | StorageErrorKind::Differs
+        | StorageErrorKind::NotADatabase
+        | StorageErrorKind::Refused
+        | StorageErrorKind::ServerFailed => bad(e.to_string()),
+        StorageErrorKind::Unreachable
+        | StorageErrorKind::Migration
+        | StorageErrorKind::Conflict
+        | StorageErrorKind::Rejected
+        | StorageErrorKind::Fenced
+        | StorageErrorKind::Lost
+        | StorageErrorKind::Other => anyhow::Error::new(e),
     }
-}
-
-/// Whether a server fault is one of reaching it (status 1: it may come back), rather than one
-/// of what was asked of it.
-fn is_unreachable(message: &str) -> bool {
-    message.contains("cannot reach the PostgreSQL server") || message.contains("connection")
 }
 
 /// The storage of commands that name none: `--db`/TUNE_DB, else `tune.db` here.

@@ -19,7 +19,7 @@ pub fn worker(args: &WorkerArgs, db: Option<&StorageUrl>) -> anyhow::Result<Exit
     let url = db.ok_or_else(|| {
         bad("tune worker needs the database that holds the study: --db URL (or TUNE_DB)")
     })?;
-    let wait = crate::limits::duration("--wait", &args.wait).map_err(bad)?;
+    let wait = crate::limits::duration("--wait", &args.wait).map_err(|e| bad(e.to_string()))?;
     let storage = crate::storage::open(url).map_err(storage_fault)?;
     let row = wait_for_study(storage.as_ref(), &args.study, url, wait)?;
     let stored = storage.study_file(&row).map_err(storage_fault)?;
@@ -119,26 +119,42 @@ fn wait_for_study(
     }
 }
 
+/// Why the stored study file could not take this machine's `[workers]`.
+#[derive(Debug, thiserror::Error)]
+enum WorkersEditError {
+    #[error("the stored study file does not parse: {0}")]
+    NotToml(#[from] toml::de::Error),
+    #[error("`workers` is not a table")]
+    WorkersNotATable,
+    #[error("--count {0} is too large")]
+    CountTooLarge(u64),
+    #[error("{0}")]
+    Write(#[from] toml::ser::Error),
+}
+
 /// The stored study file with this machine's `[workers]`: `count` and `devices` from the
 /// command line replace the file's, so the spec checks them like any study file's.
-fn with_workers(text: &str, count: Option<u64>, devices: Option<&str>) -> Result<String, String> {
+fn with_workers(
+    text: &str,
+    count: Option<u64>,
+    devices: Option<&str>,
+) -> Result<String, WorkersEditError> {
     if count.is_none() && devices.is_none() {
         return Ok(text.to_string());
     }
-    let mut doc: toml::Table =
-        toml::from_str(text).map_err(|e| format!("the stored study file does not parse: {e}"))?;
+    let mut doc: toml::Table = toml::from_str(text)?;
     let workers = doc
         .entry("workers")
         .or_insert_with(|| toml::Value::Table(toml::Table::new()));
     let Some(workers) = workers.as_table_mut() else {
-        return Err("`workers` is not a table".into());
+        return Err(WorkersEditError::WorkersNotATable);
     };
     // The command line's slots replace the file's whole: `--count` its count or its
     // slots_per_device, and a `--devices` list without `--count` one slot per device listed (a
     // stored count of 1 would otherwise leave the others idle), unless slots_per_device says how
     // many; `--devices auto` keeps the stored count.
     if let Some(n) = count {
-        let n = i64::try_from(n).map_err(|_| format!("--count {n} is too large"))?;
+        let n = i64::try_from(n).map_err(|_| WorkersEditError::CountTooLarge(n))?;
         workers.remove("slots_per_device");
         workers.insert("count".into(), toml::Value::Integer(n));
     } else if devices.is_some_and(|d| d.trim() != "auto") {
@@ -156,7 +172,7 @@ fn with_workers(text: &str, count: Option<u64>, devices: Option<&str>) -> Result
         };
         workers.insert("devices".into(), value);
     }
-    toml::to_string(&doc).map_err(|e| e.to_string())
+    Ok(toml::to_string(&doc)?)
 }
 
 #[cfg(test)]

@@ -510,25 +510,27 @@ impl PrunerConfig {
     }
 
     /// Validates the values; the error names the key, as `pruner.<key>`.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), PrunerConfigError> {
         match self {
             PrunerConfig::None => Ok(()),
             PrunerConfig::Median(c) => {
                 check_resource_key(&c.resource)?;
                 if !(c.warmup_steps.is_finite() && c.warmup_steps >= 0.0) {
-                    return Err(format!(
+                    return Err(PrunerConfigError::Invalid(format!(
                         "pruner.warmup_steps must be a non-negative number, got {}",
                         c.warmup_steps
-                    ));
+                    )));
                 }
                 if c.min_trials < 1 {
-                    return Err("pruner.min_trials must be at least 1, got 0".to_string());
+                    return Err(PrunerConfigError::Invalid(
+                        "pruner.min_trials must be at least 1, got 0".to_string(),
+                    ));
                 }
                 if !(c.interval.is_finite() && c.interval > 0.0) {
-                    return Err(format!(
+                    return Err(PrunerConfigError::Invalid(format!(
                         "pruner.interval must be greater than 0, got {}",
                         c.interval
-                    ));
+                    )));
                 }
                 Ok(())
             }
@@ -543,11 +545,11 @@ impl PrunerConfig {
                     );
                     // The same test as the ladder's: a rung at or past the full trial is none.
                     if reached(first, max) {
-                        return Err(format!(
+                        return Err(PrunerConfigError::Invalid(format!(
                             "pruner.min_early_stopping_rate {} puts the first rung at {} which \
                              is not below pruner.max_resource {}, so nothing could be pruned",
                             c.min_early_stopping_rate, first, max
-                        ));
+                        )));
                     }
                 }
                 Ok(())
@@ -555,22 +557,22 @@ impl PrunerConfig {
             PrunerConfig::Hyperband(c) => {
                 check_resource_key(&c.resource)?;
                 let Some(max) = c.max_resource else {
-                    return Err(
+                    return Err(PrunerConfigError::Invalid(
                         "pruner.max_resource is required for hyperband (the resource \
                                 of a full trial, e.g. its number of epochs)"
                             .to_string(),
-                    );
+                    ));
                 };
                 check_rungs(c.min_resource, Some(max), c.reduction_factor)?;
                 let all = hyperband::bracket_count(c.min_resource, max, c.reduction_factor);
                 if let Some(b) = c.brackets
                     && !(1..=all).contains(&b)
                 {
-                    return Err(format!(
+                    return Err(PrunerConfigError::Invalid(format!(
                         "pruner.brackets must be between 1 and {all} (for min_resource {}, \
                          max_resource {max}, reduction_factor {}), got {b}",
                         c.min_resource, c.reduction_factor
-                    ));
+                    )));
                 }
                 Ok(())
             }
@@ -675,32 +677,41 @@ impl PrunerConfig {
     }
 }
 
-fn check_resource_key(resource: &str) -> Result<(), String> {
+fn check_resource_key(resource: &str) -> Result<(), PrunerConfigError> {
     if resource.trim().is_empty() {
-        return Err("pruner.resource must name a report key (or \"step\"), got \"\"".to_string());
+        return Err(PrunerConfigError::Invalid(
+            "pruner.resource must name a report key (or \"step\"), got \"\"".to_string(),
+        ));
     }
     Ok(())
 }
 
-fn check_rungs(min: f64, max: Option<f64>, eta: f64) -> Result<(), String> {
+fn check_rungs(min: f64, max: Option<f64>, eta: f64) -> Result<(), PrunerConfigError> {
     if !(min.is_finite() && min > 0.0) {
-        return Err(format!(
+        return Err(PrunerConfigError::Invalid(format!(
             "pruner.min_resource must be greater than 0, got {min}"
-        ));
+        )));
     }
     if !(eta.is_finite() && eta >= 2.0) {
-        return Err(format!(
+        return Err(PrunerConfigError::Invalid(format!(
             "pruner.reduction_factor must be at least 2, got {eta}"
-        ));
+        )));
     }
     if let Some(max) = max
         && !(max.is_finite() && max > min)
     {
-        return Err(format!(
+        return Err(PrunerConfigError::Invalid(format!(
             "pruner.max_resource must be greater than pruner.min_resource ({min}), got {max}"
-        ));
+        )));
     }
     Ok(())
+}
+
+/// A `[pruner]` value out of its range; the message names the key, as `pruner.<key>`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PrunerConfigError {
+    #[error("{0}")]
+    Invalid(String),
 }
 
 /// The pruner a checked config names.
@@ -920,7 +931,10 @@ mod tests {
     #[case(hyperband(|c| c.brackets = Some(5)), "pruner.brackets must be between 1 and 4 (for min_resource 1, max_resource 27, reduction_factor 3), got 5")]
     #[case(hyperband(|c| c.brackets = Some(0)), "pruner.brackets must be between 1 and 4 (for min_resource 1, max_resource 27, reduction_factor 3), got 0")]
     fn check_names_the_bad_key(#[case] config: PrunerConfig, #[case] message: &str) {
-        assert_eq!(config.check(), Err(message.to_string()));
+        assert_eq!(
+            config.check().map_err(|e| e.to_string()),
+            Err(message.to_string())
+        );
     }
 
     #[rstest]

@@ -13,7 +13,10 @@ use tokio::process::Command;
 use tokio::sync::watch;
 
 use super::keeper::{CANNOT_START, CANNOT_START_PREFIX, Keeper, Lifeline};
-use super::{ReportSender, RunEnd, RunFuture, RunResult, StopRequest, TrialJob, TrialRunner};
+use super::{
+    Exit, ReportSender, RunEnd, RunFuture, RunResult, RunnerError, StopRequest, TrialJob,
+    TrialRunner,
+};
 use crate::limits::MAX_STEP;
 use crate::spec::placeholders;
 use crate::study::CommandSpec;
@@ -45,16 +48,16 @@ impl CommandRunner {
 /// Checks, before any trial starts, what every trial of the command would otherwise fail on
 /// the same way: its program (a path, taken from the working directory, or a name found on
 /// `PATH`) and each file of `[trial] requires`. The message names the key and where it looked.
-pub fn check_ready(spec: &CommandSpec) -> Result<(), String> {
+pub fn check_ready(spec: &CommandSpec) -> Result<(), RunnerError> {
     let program = &spec.argv[0];
     if placeholders(program).is_empty() {
         if program.contains('/') {
             let path = spec.workdir.join(program);
             if !path.is_file() {
-                return Err(format!(
+                return Err(RunnerError::NotReady(format!(
                     "key `trial.command`: the program {program:?} is not there ({} does not exist)",
                     path.display()
-                ));
+                )));
             }
         } else {
             let path_var = spec
@@ -66,36 +69,37 @@ pub fn check_ready(spec: &CommandSpec) -> Result<(), String> {
                 .or_else(|| std::env::var_os("PATH"))
                 .unwrap_or_default();
             if !std::env::split_paths(&path_var).any(|d| is_executable(&d.join(program))) {
-                return Err(format!(
+                return Err(RunnerError::NotReady(format!(
                     "key `trial.command`: the program {program:?} is not on PATH (install it, or give its path)"
-                ));
+                )));
             }
         }
     }
     for r in &spec.requires {
         let path = spec.workdir.join(r);
         if !path.exists() {
-            return Err(format!(
+            return Err(RunnerError::NotReady(format!(
                 "key `trial.requires`: {} is not there ({} does not exist); the command needs it: copy it beside the study file, or fix the path",
                 r.display(),
                 path.display()
-            ));
+            )));
         }
     }
     if let Some((program, args)) = spec.check.split_first() {
-        let (status, stderr) = run_check(program, args, spec)
-            .map_err(|e| format!("key `trial.check`: cannot run {program:?}: {e}"))?;
+        let (status, stderr) = run_check(program, args, spec).map_err(|e| {
+            RunnerError::NotReady(format!("key `trial.check`: cannot run {program:?}: {e}"))
+        })?;
         let Some(status) = status else {
-            return Err(format!(
+            return Err(RunnerError::NotReady(format!(
                 "key `trial.check`: {:?} did not finish within {}s, so no trial was started",
                 spec.check.join(" "),
                 CHECK_LIMIT.as_secs()
-            ));
+            )));
         };
         if !status.success() {
             let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
             let tail = lines[lines.len().saturating_sub(5)..].join("\n  ");
-            return Err(format!(
+            return Err(RunnerError::NotReady(format!(
                 "key `trial.check`: {:?} failed ({status}), so no trial was started{}",
                 spec.check.join(" "),
                 if tail.is_empty() {
@@ -103,7 +107,7 @@ pub fn check_ready(spec: &CommandSpec) -> Result<(), String> {
                 } else {
                     format!(":\n  {tail}")
                 }
-            ));
+            )));
         }
     }
     Ok(())
@@ -206,10 +210,13 @@ async fn next_line<'a, R: tokio::io::AsyncBufRead + Unpin>(
 
 /// Parses one `tune: {...}` line. `prev_step` is the step of the previous report, used when a
 /// report has none. Returns a description of what is wrong otherwise.
-pub fn parse_report(json: &str, prev_step: Option<u64>) -> Result<Report, String> {
-    let v: serde_json::Value = serde_json::from_str(json).map_err(|e| format!("not JSON: {e}"))?;
+pub fn parse_report(json: &str, prev_step: Option<u64>) -> Result<Report, RunnerError> {
+    let v: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| RunnerError::BadReport(format!("not JSON: {e}")))?;
     let serde_json::Value::Object(map) = v else {
-        return Err("a report must be a JSON object".into());
+        return Err(RunnerError::BadReport(
+            "a report must be a JSON object".into(),
+        ));
     };
     let mut metrics = BTreeMap::new();
     let mut step = None;
@@ -221,15 +228,15 @@ pub fn parse_report(json: &str, prev_step: Option<u64>) -> Result<Report, String
             ("step", serde_json::Value::Number(n)) => match n.as_u64() {
                 Some(s) if s <= MAX_STEP => step = Some(s),
                 _ => {
-                    return Err(format!(
+                    return Err(RunnerError::BadReport(format!(
                         "`step` must be an integer from 0 to {MAX_STEP}, not {n}"
-                    ));
+                    )));
                 }
             },
             ("step", other) => {
-                return Err(format!(
+                return Err(RunnerError::BadReport(format!(
                     "`step` must be an integer from 0 to {MAX_STEP}, not {other}"
-                ));
+                )));
             }
             ("final", serde_json::Value::Bool(b)) => is_final = *b,
             (_, serde_json::Value::Number(n)) => {
@@ -253,7 +260,11 @@ pub fn parse_report(json: &str, prev_step: Option<u64>) -> Result<Report, String
             (_, serde_json::Value::Null) => {
                 metrics.insert(k, f64::NAN);
             }
-            (_, other) => return Err(format!("metric `{k}` must be a number, not {other}")),
+            (_, other) => {
+                return Err(RunnerError::BadReport(format!(
+                    "metric `{k}` must be a number, not {other}"
+                )));
+            }
         }
     }
     if is_final {
@@ -265,9 +276,9 @@ pub fn parse_report(json: &str, prev_step: Option<u64>) -> Result<Report, String
         (None, Some(p)) if is_final => p,
         (None, Some(p)) if p < MAX_STEP => p + 1,
         (None, Some(p)) => {
-            return Err(format!(
+            return Err(RunnerError::BadReport(format!(
                 "no `step`, and the step after {p} would pass the largest, {MAX_STEP}"
-            ));
+            )));
         }
     };
     Ok(Report { step, metrics })
@@ -507,7 +518,8 @@ async fn run_command(
                     Err(why) => {
                         notes.malformed += 1;
                         if notes.first_malformed.is_none() {
-                            notes.first_malformed = Some((ReportNotes::shown(&line), why.clone()));
+                            notes.first_malformed =
+                                Some((ReportNotes::shown(&line), why.to_string()));
                         }
                         let _ = out_file
                             .write_all(
@@ -656,20 +668,14 @@ async fn run_command(
 }
 
 fn why_end(status: &Option<std::io::Result<std::process::ExitStatus>>) -> Option<RunEnd> {
-    use std::os::unix::process::ExitStatusExt;
     let status = status.as_ref()?;
     Some(match status {
         Ok(s) if s.success() => RunEnd::Finished,
         Ok(s) => {
-            let reason = match (s.code(), s.signal()) {
-                (Some(c), _) => format!("exited with status {c}"),
-                (None, Some(sig)) => {
-                    let name = nix::sys::signal::Signal::try_from(sig)
-                        .map(|s| s.as_str().to_string())
-                        .unwrap_or_else(|_| format!("signal {sig}"));
-                    format!("killed by {name}")
-                }
-                _ => "ended abnormally".into(),
+            let reason = match Exit::of(*s) {
+                Exit::Code(c) => format!("exited with status {c}"),
+                Exit::Signal { name, .. } => format!("killed by {name}"),
+                Exit::Other => "ended abnormally".into(),
             };
             RunEnd::Failed {
                 reason,

@@ -25,6 +25,54 @@ use crate::trial::{Report, ReportNotes, TrialNumber};
 /// `[trial] env` may still set them for a trial that wants them.
 pub const DB_CREDENTIALS: &[&str] = &["TUNE_DB", "PGPASSWORD", "PGPASSFILE"];
 
+/// What a runner refuses before a trial, or reads wrong during one. None of these stops a
+/// study by itself: a bad report or a worker that will not start fails one trial (its message
+/// becomes the reason), and a program or worker that is not ready is refused before any trial.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunnerError {
+    /// The command's program or a required file is missing, or `[trial] check` failed.
+    #[error("{0}")]
+    NotReady(String),
+    /// A `tune: {...}` line that is not a report.
+    #[error("{0}")]
+    BadReport(String),
+    /// `tune-worker --capabilities` could not be asked or did not answer.
+    #[error("{0}")]
+    Capabilities(String),
+    /// A `tune-worker` process (or its keeper, or its log) could not be started.
+    #[error("{0}")]
+    Spawn(String),
+}
+
+/// How a process that did not succeed ended, read from its exit status: the one reading of an
+/// `ExitStatus` (code, or signal and its name) that each runner words its reason from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// It exited with this status code.
+    Code(i32),
+    /// A signal killed it: its number and name (`SIGKILL`, or `signal N` for one nix does
+    /// not know).
+    Signal { number: i32, name: String },
+    /// Neither a code nor a signal (a stopped process, say).
+    Other,
+}
+
+impl Exit {
+    pub(crate) fn of(status: std::process::ExitStatus) -> Exit {
+        use std::os::unix::process::ExitStatusExt;
+        match (status.code(), status.signal()) {
+            (Some(c), _) => Exit::Code(c),
+            (None, Some(number)) => Exit::Signal {
+                number,
+                name: nix::sys::signal::Signal::try_from(number)
+                    .map(|s| s.as_str().to_string())
+                    .unwrap_or_else(|_| format!("signal {number}")),
+            },
+            _ => Exit::Other,
+        }
+    }
+}
+
 /// One trial to run on one slot.
 #[derive(Debug, Clone)]
 pub struct TrialJob {

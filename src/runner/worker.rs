@@ -19,7 +19,10 @@ use tokio::sync::watch;
 
 use super::keeper::{Keeper, Lifeline};
 use super::protocol::{Capabilities, EndStatus, FromWorker, ToWorker};
-use super::{ReportSender, RunEnd, RunFuture, RunResult, StopRequest, TrialJob, TrialRunner};
+use super::{
+    Exit, ReportSender, RunEnd, RunFuture, RunResult, RunnerError, StopRequest, TrialJob,
+    TrialRunner,
+};
 use crate::builtin::BuiltinTrial;
 use crate::trial::Report;
 
@@ -100,27 +103,27 @@ impl WorkerRunner {
 
 /// Asks a `tune-worker` binary what it can do (`tune-worker --capabilities`, one JSON line).
 /// Blocking: called once before a study starts, never on the executor.
-pub fn capabilities(exe: &Path) -> Result<Capabilities, String> {
+pub fn capabilities(exe: &Path) -> Result<Capabilities, RunnerError> {
     let out = std::process::Command::new(exe)
         .arg("--capabilities")
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+        .map_err(|e| RunnerError::Capabilities(format!("cannot start {}: {e}", exe.display())))?;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
-        return Err(format!(
+        return Err(RunnerError::Capabilities(format!(
             "`{} --capabilities` failed ({}): {}; rebuild it with this `tune` (`cargo build --release --workspace`)",
             exe.display(),
             describe_exit(Some(out.status)),
             String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        )));
     }
     let line = text.lines().last().unwrap_or("").trim();
     serde_json::from_str(line).map_err(|e| {
-        format!(
+        RunnerError::Capabilities(format!(
             "`{} --capabilities` answered {line:?}, not its capabilities ({e}); rebuild it with this `tune` (`cargo build --release --workspace`)",
             exe.display()
-        )
+        ))
     })
 }
 
@@ -145,7 +148,7 @@ fn spawn(
     device: &str,
     log: &Path,
     gpu_memory_fraction: Option<f64>,
-) -> Result<Worker, String> {
+) -> Result<Worker, RunnerError> {
     use std::os::unix::fs::OpenOptionsExt;
     // Never through a symbolic link planted at the log's name.
     let log_file = OpenOptions::new()
@@ -153,7 +156,7 @@ fn spawn(
         .append(true)
         .custom_flags(libc::O_NOFOLLOW)
         .open(log)
-        .map_err(|e| format!("cannot open the log {}: {e}", log.display()))?;
+        .map_err(|e| RunnerError::Spawn(format!("cannot open the log {}: {e}", log.display())))?;
     let args = [
         "worker".to_string(),
         "--device".to_string(),
@@ -161,9 +164,9 @@ fn spawn(
     ];
     let (mut command, lifeline) = match keeper {
         Some(k) => {
-            let (c, l) = k
-                .command(&exe.to_string_lossy(), &args)
-                .map_err(|e| format!("cannot start the worker's keeper: {e}"))?;
+            let (c, l) = k.command(&exe.to_string_lossy(), &args).map_err(|e| {
+                RunnerError::Spawn(format!("cannot start the worker's keeper: {e}"))
+            })?;
             (c, Some(l))
         }
         None => {
@@ -195,15 +198,17 @@ fn spawn(
         .env("OMP_NUM_THREADS", "1")
         .env("MKL_NUM_THREADS", "1")
         .spawn()
-        .map_err(|e| format!("cannot start the worker {}: {e}", exe.display()))?;
+        .map_err(|e| {
+            RunnerError::Spawn(format!("cannot start the worker {}: {e}", exe.display()))
+        })?;
     let stdin = child
         .stdin
         .take()
-        .ok_or_else(|| "the worker has no stdin".to_string())?;
+        .ok_or_else(|| RunnerError::Spawn("the worker has no stdin".to_string()))?;
     let stdout = child
         .stdout
         .take()
-        .ok_or_else(|| "the worker has no stdout".to_string())?;
+        .ok_or_else(|| RunnerError::Spawn("the worker has no stdout".to_string()))?;
     Ok(Worker {
         child,
         stdin,
@@ -252,17 +257,11 @@ fn tail(path: &Path) -> Option<String> {
 }
 
 fn describe_exit(status: Option<ExitStatus>) -> String {
-    use std::os::unix::process::ExitStatusExt;
     match status {
-        Some(s) => match (s.code(), s.signal()) {
-            (Some(c), _) => format!("worker exited with status {c}"),
-            (None, Some(sig)) => {
-                let name = nix::sys::signal::Signal::try_from(sig)
-                    .map(|s| s.as_str().to_string())
-                    .unwrap_or_else(|_| format!("signal {sig}"));
-                format!("worker killed by signal {sig} ({name})")
-            }
-            _ => "worker ended".into(),
+        Some(s) => match Exit::of(s) {
+            Exit::Code(c) => format!("worker exited with status {c}"),
+            Exit::Signal { number, name } => format!("worker killed by signal {number} ({name})"),
+            Exit::Other => "worker ended".into(),
         },
         None => "worker ended (status unknown)".into(),
     }
@@ -352,7 +351,7 @@ async fn run_on(
             *slot = None;
             match spawn(exe, keeper, &job.device, &log, gpu_memory_fraction) {
                 Ok(w) => *slot = Some(w),
-                Err(e) => return failed(e, None),
+                Err(e) => return failed(e.to_string(), None),
             }
         }
         let Some(w) = slot.as_mut() else {

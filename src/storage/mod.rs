@@ -608,10 +608,14 @@ pub enum StorageError {
         stored: String,
         given: String,
     },
-    /// A database server's fault: unreachable, refused, or an error it reported. `location`
-    /// never carries a password.
+    /// A database server's fault: unreachable, refused, or an error it reported (`fault`
+    /// says which). `location` never carries a password.
     #[error("{location}: {message}")]
-    Server { location: String, message: String },
+    Server {
+        location: String,
+        message: String,
+        fault: ServerFault,
+    },
     /// The database refused a value a write carried (PostgreSQL's data exceptions, SQLSTATE
     /// class 22, and its size limits, 54000; SQLite's "string or blob too big"): a fault of
     /// that write's data, not of the database, so the engine records the trial without it
@@ -629,6 +633,77 @@ pub enum StorageError {
     /// go to a file nobody can open again, so the study stops instead of pretending.
     #[error("{path}: {message}")]
     Lost { path: PathBuf, message: String },
+}
+
+/// How a database server failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerFault {
+    /// It cannot be reached, or was lost and did not come back in time: it may come back.
+    Unreachable,
+    /// It refused us: a wrong or missing password, a database that does not exist, TLS it
+    /// does not offer, a role it does not let in. The user's to fix.
+    Refused,
+    /// An error it reported about what was asked of it, or the client's own failure.
+    Failed,
+}
+
+/// What kind of fault a [`StorageError`] is, for callers that act on it (the commands pick
+/// their exit status by it) rather than on its words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StorageErrorKind {
+    /// The database server cannot be reached ([`ServerFault::Unreachable`]).
+    Unreachable,
+    /// The database server refused us ([`ServerFault::Refused`]).
+    Refused,
+    /// Another fault a database server reported ([`ServerFault::Failed`]).
+    ServerFailed,
+    /// The file is not a SQLite database.
+    NotADatabase,
+    /// The database's schema is newer than this tune.
+    NewerSchema,
+    /// Migrating the schema failed.
+    Migration,
+    /// A write that disagrees with what is stored ([`StorageError::Conflict`]).
+    Conflict,
+    /// No study of that name.
+    NoStudy,
+    /// The stored study differs from the study file.
+    Differs,
+    /// The database refused a value a write carried.
+    Rejected,
+    /// A result for a trial another process declared interrupted.
+    Fenced,
+    /// The database file was deleted or replaced while open.
+    Lost,
+    /// Any other fault of SQLite.
+    Other,
+}
+
+impl StorageError {
+    /// The kind of this fault.
+    pub fn kind(&self) -> StorageErrorKind {
+        match self {
+            StorageError::Sqlite { error, .. }
+                if error.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) =>
+            {
+                StorageErrorKind::NotADatabase
+            }
+            StorageError::Sqlite { .. } => StorageErrorKind::Other,
+            StorageError::TooNew { .. } => StorageErrorKind::NewerSchema,
+            StorageError::Migration { .. } => StorageErrorKind::Migration,
+            StorageError::Conflict { .. } => StorageErrorKind::Conflict,
+            StorageError::NoStudy { .. } => StorageErrorKind::NoStudy,
+            StorageError::Differs { .. } => StorageErrorKind::Differs,
+            StorageError::Server { fault, .. } => match fault {
+                ServerFault::Unreachable => StorageErrorKind::Unreachable,
+                ServerFault::Refused => StorageErrorKind::Refused,
+                ServerFault::Failed => StorageErrorKind::ServerFailed,
+            },
+            StorageError::Rejected { .. } => StorageErrorKind::Rejected,
+            StorageError::Fenced { .. } => StorageErrorKind::Fenced,
+            StorageError::Lost { .. } => StorageErrorKind::Lost,
+        }
+    }
 }
 
 /// Optuna's `DATETIME` text form (naive UTC, microseconds).

@@ -65,6 +65,28 @@ pub struct UrlError {
     pub message: String,
 }
 
+/// What is wrong in a `postgresql://` URL, before [`StorageUrl::parse`] names the storage in a
+/// [`UrlError`]. Hazard: no variant holds the password.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum PgUrlError {
+    #[error("not a valid URL: {0}")]
+    NotAUrl(#[from] url::ParseError),
+    #[error("the URL has an invalid percent-encoding")]
+    PercentEncoding,
+    #[error("`{0}` is not a database name")]
+    NotADatabaseName(String),
+    #[error("sslmode `{0}` is not one of disable, allow, prefer, require, verify-ca, verify-full")]
+    UnknownSslMode(String),
+    #[error("port `{0}` is not a port number")]
+    NotAPort(String),
+    #[error("connect_timeout `{0}` is not a whole number of seconds")]
+    NotSeconds(String),
+    #[error("unknown parameter `{0}`; tune knows {params}", params = PG_PARAMS.join(", "))]
+    UnknownParameter(String),
+    #[error("the URL names no database: `postgresql://USER@HOST:PORT/DBNAME`")]
+    NoDatabase,
+}
+
 /// The query parameters a `postgresql://` URL may carry.
 const PG_PARAMS: &[&str] = &[
     "sslmode",
@@ -88,7 +110,9 @@ impl StorageUrl {
         };
         let lower = text.to_ascii_lowercase();
         if lower.starts_with("postgresql://") || lower.starts_with("postgres://") {
-            return PgUrl::parse(text).map(StorageUrl::Postgres).map_err(err);
+            return PgUrl::parse(text)
+                .map(StorageUrl::Postgres)
+                .map_err(|e| err(e.to_string()));
         }
         if let Some(rest) = lower.strip_prefix("sqlite:") {
             // SQLAlchemy's spelling: three slashes then a relative path, four for an
@@ -159,13 +183,13 @@ impl fmt::Debug for StorageUrl {
 }
 
 impl PgUrl {
-    fn parse(text: &str) -> Result<PgUrl, String> {
-        let url = url::Url::parse(text).map_err(|e| format!("not a valid URL: {e}"))?;
-        let dec = |s: &str| -> Result<String, String> {
+    fn parse(text: &str) -> Result<PgUrl, PgUrlError> {
+        let url = url::Url::parse(text)?;
+        let dec = |s: &str| -> Result<String, PgUrlError> {
             percent_encoding::percent_decode_str(s)
                 .decode_utf8()
                 .map(|c| c.into_owned())
-                .map_err(|_| "the URL has an invalid percent-encoding".to_string())
+                .map_err(|_| PgUrlError::PercentEncoding)
         };
         let mut u = PgUrl {
             user: dec(url.username())?,
@@ -182,7 +206,7 @@ impl PgUrl {
             application_name: None,
         };
         if u.dbname.contains('/') {
-            return Err(format!("`{}` is not a database name", u.dbname));
+            return Err(PgUrlError::NotADatabaseName(u.dbname));
         }
         for (k, v) in url.query_pairs() {
             let v = v.into_owned();
@@ -194,36 +218,21 @@ impl PgUrl {
                         "require" => SslMode::Require,
                         "verify-ca" => SslMode::VerifyCa,
                         "verify-full" => SslMode::VerifyFull,
-                        other => {
-                            return Err(format!(
-                                "sslmode `{other}` is not one of disable, allow, prefer, require, verify-ca, verify-full"
-                            ));
-                        }
+                        other => return Err(PgUrlError::UnknownSslMode(other.to_string())),
                     }
                 }
                 "sslrootcert" => u.sslrootcert = Some(PathBuf::from(v)),
                 "host" => u.host = v,
-                "port" => {
-                    u.port = v
-                        .parse()
-                        .map_err(|_| format!("port `{v}` is not a port number"))?
-                }
+                "port" => u.port = v.parse().map_err(|_| PgUrlError::NotAPort(v.clone()))?,
                 "user" => u.user = v,
                 "dbname" => u.dbname = v,
                 "password" => u.password = Some(v),
                 "connect_timeout" => {
-                    let s: u64 = v.parse().map_err(|_| {
-                        format!("connect_timeout `{v}` is not a whole number of seconds")
-                    })?;
+                    let s: u64 = v.parse().map_err(|_| PgUrlError::NotSeconds(v.clone()))?;
                     u.connect_timeout = Some(std::time::Duration::from_secs(s));
                 }
                 "application_name" => u.application_name = Some(v),
-                other => {
-                    return Err(format!(
-                        "unknown parameter `{other}`; tune knows {}",
-                        PG_PARAMS.join(", ")
-                    ));
-                }
+                other => return Err(PgUrlError::UnknownParameter(other.to_string())),
             }
         }
         if u.host.is_empty() {
@@ -236,9 +245,7 @@ impl PgUrl {
                 .unwrap_or_else(|| "postgres".into());
         }
         if u.dbname.is_empty() {
-            return Err(
-                "the URL names no database: `postgresql://USER@HOST:PORT/DBNAME`".to_string(),
-            );
+            return Err(PgUrlError::NoDatabase);
         }
         Ok(u)
     }

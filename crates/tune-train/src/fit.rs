@@ -260,7 +260,9 @@ fn train_inner(
     cache: &mut DataCache,
     on_event: &mut dyn FnMut(TrainEvent),
 ) -> Result<(), TrainError> {
-    let h = trial.resolve(params).map_err(TrainError::Failed)?;
+    let h = trial
+        .resolve(params)
+        .map_err(|e| TrainError::Failed(e.to_string()))?;
     let ds = cache
         .get(&trial.data)
         .map_err(|e| TrainError::Failed(e.to_string()))?;

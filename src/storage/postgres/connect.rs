@@ -3,12 +3,14 @@
 //! is cut off, and the classification of errors into "try again" and "tell the user".
 
 use std::error::Error as _;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config, NoTls};
 
+use crate::storage::ServerFault;
 use crate::storage::url::{PasswordFrom, PgUrl, SslMode, passfile};
 
 /// How long a connection attempt waits for the server before it counts as unreachable.
@@ -37,24 +39,51 @@ impl PgFault {
             PgFault::Transient(m) | PgFault::Refused(m) => m,
         }
     }
+
+    /// What the fault is to the user: a server that may come back, or one that refused.
+    pub(crate) fn fault(&self) -> ServerFault {
+        match self {
+            PgFault::Transient(_) => ServerFault::Unreachable,
+            PgFault::Refused(_) => ServerFault::Refused,
+        }
+    }
+}
+
+/// Why the TLS settings an `sslmode` means could not be built; the connection is refused.
+#[derive(Debug, thiserror::Error)]
+enum TlsError {
+    #[error("TLS: {0}")]
+    Tls(String),
+    #[error("sslrootcert `{file}` cannot be read: {source}", file = .file.display())]
+    RootCertUnreadable {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("sslrootcert `{file}`: {reason}", file = .file.display())]
+    RootCertRejected { file: PathBuf, reason: String },
+    #[error("sslmode={0} needs trusted root certificates: none found (set sslrootcert=FILE)")]
+    NoRootCertificates(&'static str),
 }
 
 /// The client side of `sslmode`: which TLS settings a mode means.
-fn tls_config(url: &PgUrl) -> Result<rustls::ClientConfig, String> {
+fn tls_config(url: &PgUrl) -> Result<rustls::ClientConfig, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?;
+        .map_err(|e| TlsError::Tls(e.to_string()))?;
     match url.sslmode {
         SslMode::VerifyCa | SslMode::VerifyFull => {
             let mut roots = rustls::RootCertStore::empty();
             if let Some(file) = &url.sslrootcert {
-                let pem = std::fs::read(file)
-                    .map_err(|e| format!("sslrootcert `{}` cannot be read: {e}", file.display()))?;
+                let pem = std::fs::read(file).map_err(|source| TlsError::RootCertUnreadable {
+                    file: file.clone(),
+                    source,
+                })?;
                 for cert in rustls_pemfile_certs(&pem) {
-                    roots
-                        .add(cert)
-                        .map_err(|e| format!("sslrootcert `{}`: {e}", file.display()))?;
+                    roots.add(cert).map_err(|e| TlsError::RootCertRejected {
+                        file: file.clone(),
+                        reason: e.to_string(),
+                    })?;
                 }
             } else {
                 let found = rustls_native_certs::load_native_certs();
@@ -63,17 +92,14 @@ fn tls_config(url: &PgUrl) -> Result<rustls::ClientConfig, String> {
                 }
             }
             if roots.is_empty() {
-                return Err(format!(
-                    "sslmode={} needs trusted root certificates: none found (set sslrootcert=FILE)",
-                    url.sslmode.as_str()
-                ));
+                return Err(TlsError::NoRootCertificates(url.sslmode.as_str()));
             }
             let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
                 Arc::new(roots),
                 provider,
             )
             .build()
-            .map_err(|e| format!("TLS: {e}"))?;
+            .map_err(|e| TlsError::Tls(e.to_string()))?;
             if url.sslmode == SslMode::VerifyCa {
                 // verify-ca: a trusted chain, whatever name the certificate carries.
                 Ok(builder
@@ -227,7 +253,7 @@ pub(crate) fn connect(rt: &tokio::runtime::Runtime, url: &PgUrl) -> Result<Clien
         } else {
             tokio_postgres::config::SslMode::Require
         });
-        Some(tls_config(url).map_err(PgFault::Refused)?)
+        Some(tls_config(url).map_err(|e| PgFault::Refused(e.to_string()))?)
     };
     let fut = async move {
         let client = match tls {

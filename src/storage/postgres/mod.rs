@@ -30,8 +30,8 @@ use super::host::{hostname, process_alive};
 use super::sqlite::{StoredStatus, decode_with};
 use super::url::PgUrl;
 use super::{
-    ClaimRequest, History, NewStudy, Propose, Storage, StorageError, StoredReport, StoredStudyFile,
-    StudyRow, StudySummary,
+    ClaimRequest, History, NewStudy, Propose, ServerFault, Storage, StorageError, StoredReport,
+    StoredStudyFile, StudyRow, StudySummary,
 };
 use crate::space::{Params, Space};
 use crate::trial::{
@@ -119,6 +119,7 @@ impl PostgresStorage {
                 message: format!(
                     "the database has no tune schema (version {version} of {known}); `tune run` with this URL creates it"
                 ),
+                fault: ServerFault::Failed,
             });
         }
         Ok(s)
@@ -133,6 +134,7 @@ impl PostgresStorage {
             .map_err(|e| StorageError::Server {
                 location: url.to_string(),
                 message: format!("cannot start the database client's runtime: {e}"),
+                fault: ServerFault::Failed,
             })?;
         let retry_for = std::env::var("TUNE_DB_RETRY_SECS")
             .ok()
@@ -153,6 +155,7 @@ impl PostgresStorage {
                     return Err(StorageError::Server {
                         location: url.to_string(),
                         message: f.message().to_string(),
+                        fault: f.fault(),
                     });
                 }
             }
@@ -261,6 +264,7 @@ impl PostgresStorage {
     }
 
     fn gave_up(&self, fault: PgFault, started: Instant) -> StorageError {
+        let kind = fault.fault();
         let message = match fault {
             PgFault::Transient(m) => {
                 self.gave_up.set(true);
@@ -274,6 +278,7 @@ impl PostgresStorage {
         StorageError::Server {
             location: self.location(),
             message,
+            fault: kind,
         }
     }
 
