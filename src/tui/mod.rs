@@ -73,7 +73,9 @@ pub fn summary_line(state: &UiState) -> String {
     if let Some((label, n, value, row)) = best {
         line.push_str(&format!(
             "; {label} {n} {metric}={}",
-            value.map(view::fmt_value).unwrap_or_default()
+            value
+                .map(|v| crate::fmt::Precision::CELL.fmt(v))
+                .unwrap_or_default()
         ));
         let params = row
             .map(|b| {
