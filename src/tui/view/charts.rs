@@ -38,14 +38,16 @@ pub(super) fn render_objective_chart(
     for t in &state.trials {
         let x = t.number.0 as f64;
         match t.state {
-            TrialState::Complete => match t.value.filter(|v| v.is_finite()) {
+            TrialState::Complete => match t.value().filter(|v| v.is_finite()) {
                 Some(v) => complete.push((x, to_y(v))),
                 None => failed_x.push(x),
             },
-            TrialState::Pruned => match t.value.or_else(|| t.latest()).filter(|v| v.is_finite()) {
-                Some(v) => pruned.push((x, to_y(v))),
-                None => failed_x.push(x),
-            },
+            TrialState::Pruned => {
+                match t.value().or_else(|| t.latest()).filter(|v| v.is_finite()) {
+                    Some(v) => pruned.push((x, to_y(v))),
+                    None => failed_x.push(x),
+                }
+            }
             TrialState::Failed => failed_x.push(x),
             _ => continue,
         }
@@ -166,7 +168,7 @@ pub(super) fn render_pareto_chart(frame: &mut Frame, area: Rect, state: &UiState
         .trials
         .iter()
         .filter(|t| t.state == TrialState::Complete && !t.uncounted())
-        .filter_map(|t| Some((t.number, t.value?, *t.others.first()?)))
+        .filter_map(|t| Some((t.number, t.value()?, *t.others().first()?)))
         .filter(|(_, x, y)| x.is_finite() && y.is_finite())
         .collect();
     let title = fit_title(
@@ -237,7 +239,7 @@ pub(super) fn render_front_table(frame: &mut Frame, area: Rect, state: &UiState,
         return;
     }
     front.sort_by(|a, b| {
-        let l = |t: &TrialRow| info.direction.loss(t.value.unwrap_or(f64::NAN));
+        let l = |t: &TrialRow| info.direction.loss(t.value().unwrap_or(f64::NAN));
         l(a).total_cmp(&l(b))
     });
     let mut header = vec![Cell::from("#")];
@@ -258,9 +260,15 @@ pub(super) fn render_front_table(frame: &mut Frame, area: Rect, state: &UiState,
         .map(|t| {
             let mut cells = vec![Cell::from(t.number.0.to_string())];
             cells.push(Cell::from(
-                t.value.map(|v| Precision::CELL.fmt(v)).unwrap_or_default(),
+                t.value()
+                    .map(|v| Precision::CELL.fmt(v))
+                    .unwrap_or_default(),
             ));
-            cells.extend(t.others.iter().map(|v| Cell::from(Precision::CELL.fmt(*v))));
+            cells.extend(
+                t.others()
+                    .iter()
+                    .map(|v| Cell::from(Precision::CELL.fmt(*v))),
+            );
             Row::new(cells)
         })
         .collect();

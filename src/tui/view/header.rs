@@ -121,7 +121,9 @@ pub(super) fn render_header(frame: &mut Frame, area: Rect, state: &UiState, them
         let label = format!(
             "best #{} {}",
             b.number,
-            b.value.map(|v| Precision::CELL.fmt(v)).unwrap_or_default()
+            b.value()
+                .map(|v| Precision::CELL.fmt(v))
+                .unwrap_or_default()
         );
         (label, param_items(&b.params))
     });

@@ -15,7 +15,7 @@ pub(in crate::tui) fn cell_text(col: &Column, t: &TrialRow, state: &UiState) -> 
     match col {
         Column::Number => t.number.to_string(),
         Column::State => state_mark(t.state).to_string(),
-        Column::Value => match (t.value, t.state) {
+        Column::Value => match (t.value(), t.state) {
             (Some(v), _) => Precision::CELL.fmt(v),
             (None, TrialState::Running) => t
                 .latest()

@@ -36,7 +36,7 @@ pub(super) fn render_trial(
         Span::styled(format!(" Trial #{} ", t.number), theme.title()),
         Span::styled(state_mark(t.state), theme.state(t.state)),
     ];
-    if let Some(v) = t.value {
+    if let Some(v) = t.value() {
         title.push(Span::raw(format!("  {metric} {}", Precision::CELL.fmt(v))));
     }
     if state.best == Some(t.number) {
