@@ -68,12 +68,14 @@ pub fn summary_line(state: &UiState) -> String {
         Some((n, v)) => Some(("best of the study: trial", n, Some(v), state.trial(n))),
         None => state
             .best_trial()
-            .map(|b| ("best trial", b.number, b.value, Some(b))),
+            .map(|b| ("best trial", b.number, b.value(), Some(b))),
     };
     if let Some((label, n, value, row)) = best {
         line.push_str(&format!(
             "; {label} {n} {metric}={}",
-            value.map(view::fmt_value).unwrap_or_default()
+            value
+                .map(|v| crate::fmt::Precision::CELL.fmt(v))
+                .unwrap_or_default()
         ));
         let params = row
             .map(|b| {

@@ -12,7 +12,9 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use crate::events::{Control, Event, StudyInfo};
 pub use crate::events::{NO_SLOT, Update};
 use crate::space::{ParamValue, Params};
-use crate::trial::{Direction, Objective, Report, Trial, TrialNumber, TrialState};
+use crate::trial::{
+    Direction, Objective, Placement, Report, Trial, TrialNumber, TrialState, TrialStatus,
+};
 
 /// Metric keys the built-in trainer reports besides the objective; shown where present.
 pub mod keys {
@@ -48,16 +50,18 @@ pub enum Mode {
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrialRow {
     pub number: TrialNumber,
+    /// The state the counts file it under: its status's, set with it (through
+    /// `UiState::set_state`, which keeps [`Counts`] in step).
     pub state: TrialState,
-    /// The final value (complete), or the last reported one (pruned), as the scheduler said.
-    pub value: Option<f64>,
-    /// A complete trial's values of the further objectives (a multi-objective study).
-    pub others: Vec<f64>,
+    /// The trial's lifecycle as the latest event said it: the value and further objectives
+    /// of a complete trial, a pruned one's last value, a failed one's error. The rest of the
+    /// row is what the UI draws besides.
+    pub status: TrialStatus,
     pub params: Params,
+    /// The status's error (why it failed, then the last lines of its standard error), put
+    /// together once when the status arrives rather than on every frame the trial screen
+    /// draws.
     pub error: Option<String>,
-    /// It failed through no fault of its own (its params run again): the budget does not
-    /// count it.
-    pub interrupted: bool,
     /// Set aside by `tune discard`: still listed, but the budget does not count it and it is
     /// never the best (as storage counts it).
     pub discarded: bool,
@@ -85,14 +89,20 @@ pub struct TrialRow {
 
 impl TrialRow {
     fn new(number: TrialNumber, state: TrialState) -> TrialRow {
+        let status = match state {
+            TrialState::Running => TrialStatus::Running {
+                at: Placement::default(),
+                started: None,
+            },
+            // A finished state comes with its trial, whose status replaces this at once.
+            _ => TrialStatus::Queued,
+        };
         TrialRow {
             number,
             state,
-            value: None,
-            others: Vec::new(),
+            status,
             params: Params::new(),
             error: None,
-            interrupted: false,
             discarded: false,
             why: None,
             started_at: None,
@@ -109,6 +119,16 @@ impl TrialRow {
         }
     }
 
+    /// The final value (complete), or the last reported one (pruned), as the scheduler said.
+    pub fn value(&self) -> Option<f64> {
+        self.status.value()
+    }
+
+    /// A complete trial's values of the further objectives (a multi-objective study).
+    pub fn others(&self) -> &[f64] {
+        self.status.others()
+    }
+
     /// A metric of the latest report.
     pub fn metric(&self, key: &str) -> Option<f64> {
         self.last.as_ref()?.metrics.get(key).copied()
@@ -117,7 +137,7 @@ impl TrialRow {
     /// A finished trial the trial budget leaves out: interrupted (its params run again) or
     /// discarded; the same rule as storage's `counted`.
     pub fn uncounted(&self) -> bool {
-        self.state.is_finished() && (self.interrupted || self.discarded)
+        self.state.is_finished() && (self.status.interrupted() || self.discarded)
     }
 
     /// The latest objective value reported, for running trials.
@@ -449,7 +469,7 @@ impl UiState {
             .iter()
             .filter(|t| t.state == TrialState::Complete && !t.uncounted())
             .filter_map(|t| {
-                let l = crate::trial::losses(info.direction, &info.others, t.value?, &t.others)?;
+                let l = crate::trial::losses(info.direction, &info.others, t.value()?, t.others())?;
                 Some((t, l))
             })
             .collect();
@@ -624,6 +644,14 @@ impl UiState {
                 row.started_at = Some(*at);
                 row.slot = known.then_some(*slot);
                 row.device = Some(device.clone());
+                row.status = TrialStatus::Running {
+                    at: Placement {
+                        slot: row.slot,
+                        device: row.device.clone(),
+                        ..Placement::default()
+                    },
+                    started: row.started_at,
+                };
                 self.note_params(i);
                 self.occupy_slot(*slot, *number);
                 true
@@ -714,13 +742,9 @@ impl UiState {
         if old != s {
             *self.counts.slot(old) -= 1;
             *self.counts.slot(s) += 1;
-            self.recount(i, |row| {
-                row.state = s;
-                // An interrupted trial that runs again is no longer a finished one.
-                if !s.is_finished() {
-                    row.interrupted = false;
-                }
-            });
+            // An interrupted trial that runs again is no longer a finished one: its state
+            // leaves the finished ones, whatever its status says until the next event.
+            self.recount(i, |row| row.state = s);
         }
     }
 
@@ -743,13 +767,11 @@ impl UiState {
         let i = self.row_index(t.number, state);
         self.set_state(i, state);
         self.recount(i, |row| {
-            row.interrupted = state.is_finished() && t.status.interrupted();
+            row.status = t.status.clone();
             row.discarded = t.discarded;
         });
         let was_best = self.best == Some(t.number);
         let row = &mut self.trials[i];
-        row.value = t.value();
-        row.others = t.status.others().to_vec();
         row.params = t.params.clone();
         row.error = t.status.error();
         // The table's column is narrow: the last line of the error (the exception its
@@ -817,14 +839,14 @@ impl UiState {
 
     fn consider_best(&mut self, i: usize) {
         let row = &self.trials[i];
-        let Some(v) = row.value.filter(|v| v.is_finite()) else {
+        let Some(v) = row.value().filter(|v| v.is_finite()) else {
             return;
         };
         // A discarded trial is never the best: storage's `best` leaves it out too.
         if row.state != TrialState::Complete || row.discarded {
             return;
         }
-        let better = match self.best_trial().and_then(|b| b.value) {
+        let better = match self.best_trial().and_then(|b| b.value()) {
             None => true,
             Some(b) => self.direction().better(v, b),
         };
@@ -1142,7 +1164,7 @@ impl UiState {
         self.trials
             .iter()
             .filter(|t| matches!(t.state, TrialState::Complete | TrialState::Pruned))
-            .filter_map(|t| t.value.or_else(|| t.latest()))
+            .filter_map(|t| t.value().or_else(|| t.latest()))
             .filter(|v| v.is_finite())
             .all(|v| v > 0.0)
     }
@@ -1218,8 +1240,8 @@ fn compare(col: &Column, now: SystemTime, a: &TrialRow, b: &TrialRow, desc: bool
         Column::State => flip(state_rank(a.state).cmp(&state_rank(b.state))),
         // A running trial sorts by its latest value, so the table ranks it among the others.
         Column::Value => {
-            let va = a.value.or_else(|| a.latest());
-            let vb = b.value.or_else(|| b.latest());
+            let va = a.value().or_else(|| a.latest());
+            let vb = b.value().or_else(|| b.latest());
             cmp_opt_f64(va, vb, desc)
         }
         Column::Duration => cmp_opt_f64(
