@@ -100,12 +100,24 @@ impl Rungs {
         rival: impl Fn(TrialNumber) -> bool,
     ) -> Option<Prune> {
         memo.enter(ctx);
-        let own: Vec<Point> = ctx.curve(ctx.own()).collect();
-        let (last, earlier) = own.split_last()?;
-        let before = earlier
+        // The trial's points from its last one back. Between rungs (most reports of a long
+        // trial) the report just before the last already stood at the highest rung the last
+        // one reaches, so nothing is crossed and the walk stops there: a report costs the same
+        // whatever the length of the curve, instead of a read of the whole curve each time.
+        let mut back = ctx.own().iter().rev().filter_map(|r| ctx.point(r));
+        let last = back.next()?;
+        let top = *self
+            .ladder
             .iter()
-            .map(|p| p.resource)
-            .max_by(|a, b| a.total_cmp(b));
+            .take_while(|r| reached(last.resource, **r))
+            .last()?;
+        let mut before: Option<f64> = None;
+        for p in back {
+            if reached(p.resource, top) {
+                return None;
+            }
+            before = Some(before.map_or(p.resource, |b: f64| b.max(p.resource)));
+        }
         let crossed: Vec<usize> = self.crossed(before, last.resource).collect();
         if crossed.is_empty() {
             return None;

@@ -75,17 +75,20 @@ impl PruneContext<'_> {
     /// order, as (resource, loss) points. Reports without either (a training-loss-only report,
     /// a report before the resource key exists) say nothing a pruner can use and are skipped.
     pub(crate) fn curve<'b>(&'b self, reports: &'b [Report]) -> impl Iterator<Item = Point> + 'b {
-        reports.iter().filter_map(|r| {
-            let resource = self.resource_of(r)?;
-            let value = *r.metrics.get(self.metric)?;
-            // A NaN resource cannot be placed on any rung; treat the report as absent.
-            if resource.is_nan() {
-                return None;
-            }
-            Some(Point {
-                resource,
-                loss: self.direction.loss(value),
-            })
+        reports.iter().filter_map(|r| self.point(r))
+    }
+
+    /// One report as a point of a curve (see [`PruneContext::curve`]), if it is one.
+    pub(crate) fn point(&self, r: &Report) -> Option<Point> {
+        let resource = self.resource_of(r)?;
+        let value = *r.metrics.get(self.metric)?;
+        // A NaN resource cannot be placed on any rung; treat the report as absent.
+        if resource.is_nan() {
+            return None;
+        }
+        Some(Point {
+            resource,
+            loss: self.direction.loss(value),
         })
     }
 }

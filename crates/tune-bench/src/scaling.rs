@@ -158,7 +158,7 @@ pub fn run(a: &ScalingArgs) -> anyhow::Result<ExitCode> {
     );
     println!();
     println!(
-        "ASHA and the median rule read the judged trial's whole curve on every report, so one trial's reports cost quadratic time in its length with either (not fixed here)."
+        "The median rule reads the judged trial's whole curve on every report it judges, so one trial's reports cost quadratic time in its length with it (not fixed yet); ASHA and Hyperband walk back only to the last rung."
     );
     Ok(ExitCode::SUCCESS)
 }
