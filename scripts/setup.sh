@@ -187,20 +187,21 @@ if [ "$WANT_POSTGRES" = yes ] && ! command -v ip >/dev/null 2>&1; then
   apt_install iproute2 || { echo "setup: could not install iproute2 with apt-get" >&2; exit 1; }
 fi
 
-if [ "$WANT_PYTHON_TESTS" = yes ] && ! command -v tmux >/dev/null 2>&1; then
-  echo "setup: installing tmux (Debian package) for the live UI's end-to-end test" >&2
+# Tools a test uses when present and says it skipped without: a failed install only warns.
+# optional_tool COMMAND WHAT-FOR WHAT-THE-TEST-DOES-WITHOUT
+optional_tool() {
+  command -v "$1" >/dev/null 2>&1 && return 0
+  echo "setup: installing $1 (Debian package) for $2" >&2
   export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q tmux >/dev/null 2>&1 ||
-    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q tmux >/dev/null 2>&1; } ||
-    echo "setup: WARNING: could not install tmux; the UI's end-to-end test will say it was skipped" >&2
-fi
-
-if [ "$WANT_PYTHON_TESTS" = yes ] && ! command -v shellcheck >/dev/null 2>&1; then
-  echo "setup: installing shellcheck (Debian package) for the test of the shipped shell scripts" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q shellcheck >/dev/null 2>&1 ||
-    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q shellcheck >/dev/null 2>&1; } ||
-    echo "setup: WARNING: could not install shellcheck; the scripts' test will check them with bash -n only" >&2
+  apt-get install -y -q "$1" >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q "$1" >/dev/null 2>&1; } ||
+    echo "setup: WARNING: could not install $1; $3" >&2
+}
+if [ "$WANT_PYTHON_TESTS" = yes ]; then
+  optional_tool tmux "the live UI's end-to-end test" \
+    "the UI's end-to-end test will say it was skipped"
+  optional_tool shellcheck "the test of the shipped shell scripts" \
+    "the scripts' test will check them with bash -n only"
 fi
 
 # The quickstart's data: the full Fashion-MNIST from Debian (MIT licence, 31 MB). Not fatal
