@@ -18,6 +18,9 @@
 #   --cuda --torch-python PY   instead builds against the torch already installed for Python PY
 #               (a venv, conda, a container), when its version is the one tch expects (2.13.x);
 #               any other version is refused with status 2 and the ways out.
+#   --cuda --check  does every check of the --cuda path (the torch of --torch-python: version,
+#               CUDA build; the NVIDIA driver) and says what it would install and build, without
+#               installing or building anything: status 0 when the path is open, 2 with the reason.
 #   .venv/      (with --python-tests --postgres) psycopg2-binary too, for Optuna on PostgreSQL.
 #   tmux        (with --python-tests) for the end-to-end test of the live UI.
 #   ShellCheck  (with --python-tests) for the test that checks every shell script we ship.
@@ -37,11 +40,12 @@ PY=${PYTHON:-python3}
 TCH_VERSION=0.26              # crates/tune-train/Cargo.toml pins tch and torch-sys to it
 
 usage() {
-  echo "usage: scripts/setup.sh [--libtorch] [--cuda [--torch-python PYTHON]] [--python-tests] [--postgres] [--bench]" >&2
+  echo "usage: scripts/setup.sh [--libtorch] [--cuda [--torch-python PYTHON] [--check]] [--python-tests] [--postgres] [--bench]" >&2
   exit 2
 }
 
-WANT_LIBTORCH=no WANT_PYTHON_TESTS=no WANT_BENCH=no WANT_CUDA=no WANT_POSTGRES=no TORCH_PYTHON=
+WANT_LIBTORCH=no WANT_PYTHON_TESTS=no WANT_BENCH=no WANT_CUDA=no WANT_POSTGRES=no CHECK_ONLY=no
+TORCH_PYTHON=
 while [ $# -gt 0 ]; do
   case "$1" in
     --libtorch) WANT_LIBTORCH=yes ;;
@@ -49,6 +53,7 @@ while [ $# -gt 0 ]; do
     --postgres) WANT_POSTGRES=yes ;;
     --bench) WANT_BENCH=yes WANT_LIBTORCH=yes ;;
     --cuda) WANT_CUDA=yes ;;
+    --check) CHECK_ONLY=yes ;;
     --torch-python) [ $# -ge 2 ] || usage; TORCH_PYTHON=$2; shift ;;
     --torch-python=*) TORCH_PYTHON=${1#--torch-python=} ;;
     *) usage ;;
@@ -57,6 +62,10 @@ while [ $# -gt 0 ]; do
 done
 if [ -n "$TORCH_PYTHON" ] && [ "$WANT_CUDA" = no ]; then
   echo "setup: --torch-python goes with --cuda (it names the torch to build tune-worker against)" >&2
+  usage
+fi
+if [ "$CHECK_ONLY" = yes ] && [ "$WANT_CUDA" = no ]; then
+  echo "setup: --check goes with --cuda (it checks the CUDA path without installing or building anything)" >&2
   usage
 fi
 
@@ -100,6 +109,30 @@ elif [ "$WANT_CUDA" = yes ]; then
   WANT_LIBTORCH=yes
 fi
 
+# --check: the driver and what would happen, then stop before anything is installed or built.
+if [ "$CHECK_ONLY" = yes ]; then
+  if ! command -v nvidia-smi >/dev/null 2>&1; then
+    echo "setup: --check: no nvidia-smi, so no NVIDIA driver here: a build would work, but tune-worker would see no GPU" >&2
+    exit 2
+  fi
+  driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1 || true)
+  driver_cuda=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9][0-9]*\)\..*/\1/p' | head -1 || true)
+  if [ -z "$driver" ] || [ -z "$driver_cuda" ]; then
+    echo "setup: --check: nvidia-smi cannot talk to the NVIDIA driver: $(nvidia-smi 2>&1 | head -1)" >&2
+    exit 2
+  fi
+  if [ "$driver_cuda" -lt 13 ]; then
+    echo "setup: --check: driver $driver supports CUDA $driver_cuda at most; torch ${TORCH_VERSION%.*}'s CUDA 13 build needs driver 580 or newer" >&2
+    exit 2
+  fi
+  if [ -n "$TORCH_PYTHON" ]; then
+    echo "setup: --check: driver $driver (CUDA $driver_cuda); would build tune-worker with CUDA against the torch of $TORCH_PYTHON: LIBTORCH=$LIBTORCH_DIR cargo build --release --workspace --features tune-train/cuda"
+  else
+    echo "setup: --check: driver $driver (CUDA $driver_cuda); would install torch $TORCH_VERSION and its CUDA libraries into .libtorch (about 4 GB), then build tune-worker with CUDA against it"
+  fi
+  exit 0
+fi
+
 # Every CUDA library torch 2.13.0's libtorch_cuda.so links, at the versions it pins (nccl: its
 # 2.29.7 is not on the index for this platform; any libnccl.so.2 satisfies the loader, and a
 # single-GPU trial never calls it).
@@ -132,7 +165,7 @@ fi
 
 if [ "$WANT_CUDA" = yes ]; then
   if command -v nvidia-smi >/dev/null 2>&1; then
-    driver_cuda=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9][0-9]*\)\..*/\1/p' | head -1)
+    driver_cuda=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9][0-9]*\)\..*/\1/p' | head -1 || true)
     if [ -n "$driver_cuda" ] && [ "$driver_cuda" -lt 13 ]; then
       echo "setup: WARNING: this NVIDIA driver supports CUDA $driver_cuda at most; torch $TORCH_VERSION's wheels need CUDA 13 (driver 580 or newer): tune-worker will see no GPU until the driver is updated" >&2
     fi

@@ -31,7 +31,7 @@ fn an_unknown_argument_prints_the_usage_with_cuda_and_exits_2() {
     let out = setup(&["--gpu"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(
-        stderr(&out).contains("[--cuda [--torch-python PYTHON]]"),
+        stderr(&out).contains("[--cuda [--torch-python PYTHON] [--check]]"),
         "{}",
         text(&out)
     );
