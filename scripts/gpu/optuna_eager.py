@@ -105,7 +105,9 @@ def main():
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="minimize", sampler=optuna.samplers.RandomSampler(seed=a.seed))
     study.optimize(lambda t: objective(t, data, device, a.epochs), n_trials=a.trials, timeout=a.timeout,
-                   n_jobs=a.n_jobs, catch=(ValueError, RuntimeError))
+                   n_jobs=a.n_jobs, catch=(ValueError, RuntimeError),
+                   # one line a trial, so that a run killed past its time still says what it did
+                   callbacks=[lambda s, t: print(json.dumps({"trial": t.number, "state": t.state.name}), flush=True)])
     states = [t.state for t in study.trials]
     complete = sum(1 for s in states if s == optuna.trial.TrialState.COMPLETE)
     failed = sum(1 for s in states if s == optuna.trial.TrialState.FAIL)
