@@ -12,6 +12,7 @@ mod consistency;
 mod database_docs;
 mod dead_ends;
 mod devices;
+mod gpu_telemetry;
 mod hardening;
 mod multi_host;
 mod multi_objective;
