@@ -232,3 +232,34 @@ fn gpu_telemetry_shows_in_show_trials_csv_json_and_optuna_attributes_and_only_wh
     assert!(copied[0].get("gpu").is_none());
     assert_eq!(gpu_attributes(&sb, "copy.db", 2), expected);
 }
+
+#[test]
+fn the_gpu_telemetry_check_refuses_at_once_with_status_2_on_a_machine_without_a_gpu() {
+    // On a machine with an NVIDIA driver the script would run its study: not this test's work.
+    if std::path::Path::new("/proc/driver/nvidia").exists() {
+        return;
+    }
+    let sb = Sandbox::new();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/gpu-telemetry-check.sh");
+    let out = crate::common::output_within(
+        {
+            let mut c = std::process::Command::new("bash");
+            c.arg(&script)
+                .arg(sb.join("out"))
+                .stdin(std::process::Stdio::null());
+            c
+        },
+        crate::common::PATIENCE,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", crate::common::text(&out));
+    assert!(
+        crate::common::stderr(&out).contains("no NVIDIA GPU here"),
+        "{}",
+        crate::common::text(&out)
+    );
+    assert!(
+        !sb.join("out").exists(),
+        "nothing written before the refusal"
+    );
+}
