@@ -73,6 +73,12 @@ pub struct GpuSample {
 }
 
 impl GpuSample {
+    /// The memory to show for the trial now: its own processes' where the driver listed one of
+    /// them, else the whole GPU's.
+    pub fn shown_mem_mb(&self) -> f64 {
+        self.own_mem_mb.unwrap_or(self.mem_mb)
+    }
+
     /// A sample of the whole device, its processes unknown (fixtures and tests).
     pub fn device(sm_pct: f64, mem_bw_pct: f64, mem_mb: f64) -> GpuSample {
         GpuSample {
@@ -253,6 +259,11 @@ mod tests {
         };
         let mut u = GpuUsage::first(reading(500.0, None, 4000.0).of_trial(ours));
         assert_eq!(u.latest.own_mem_mb, Some(500.0));
+        assert_eq!(
+            u.latest.shown_mem_mb(),
+            500.0,
+            "its own, not the device's 4.8 GB"
+        );
         u.add(reading(900.0, Some(200.0), 6000.0).of_trial(ours));
         u.add(reading(700.0, Some(100.0), 7000.0).of_trial(ours));
         let t = u.telemetry();
@@ -276,6 +287,7 @@ mod tests {
         };
         let s = r.of_trial(|_| false);
         assert_eq!(s.own_mem_mb, None);
+        assert_eq!(s.shown_mem_mb(), 2048.0);
         assert_eq!(s.mem_mb, 2048.0);
         // A trial seen once on its own and once not keeps the scope of its own processes.
         let mut u = GpuUsage::first(s);
