@@ -531,7 +531,8 @@ impl Scheduler {
                         // thread.
                         let root = runner.trial_process(slot);
                         let ours = |pid: u32| root.is_some_and(|r| descends_from(pid, r));
-                        if let Some(s) = gpu.as_ref().and_then(|(i, g)| g.read(*i)).map(|r| r.of_trial(ours)) {
+                        let reading = gpu.as_ref().and_then(|(i, g)| g.read(*i));
+                        if let Some(s) = reading.map(|r| r.of_trial(ours)) {
                             let u = match usage.as_mut() {
                                 Some(u) => { u.add(s); *u }
                                 None => *usage.insert(GpuUsage::first(s)),
