@@ -18,8 +18,8 @@ use crate::sampler::{AskContext, Sampler};
 use crate::space::{Params, Space};
 use crate::storage::{ClaimRequest, NewStudy, Storage, StorageError, StudyRow};
 use crate::trial::{
-    Direction, FINAL_KEY, Objective, Placement, Ran, Report, ReportNotes, Trial, TrialId,
-    TrialNumber, TrialState, TrialStatus, WorkerId,
+    Direction, FINAL_KEY, GpuTelemetry, Objective, Placement, Ran, Report, ReportNotes, Trial,
+    TrialId, TrialNumber, TrialState, TrialStatus, WorkerId,
 };
 
 /// What the engine needs of a study.
@@ -103,6 +103,8 @@ struct Live {
     notes: Option<ReportNotes>,
     /// Why the pruner stopped it, once it has ([`Prune`]'s text).
     pruned: Option<String>,
+    /// What it used of its GPU, as its driver last summarised it (the scheduler's samples).
+    gpu: Option<GpuTelemetry>,
 }
 
 impl Live {
@@ -376,6 +378,7 @@ impl Engine {
                 refused: None,
                 notes: None,
                 pruned: None,
+                gpu: None,
             },
         );
         Ok(Some(trial))
@@ -386,6 +389,14 @@ impl Engine {
     pub fn note_output(&mut self, id: TrialId, notes: ReportNotes) {
         if let Some(l) = self.running.get_mut(&id) {
             l.notes = Some(notes);
+        }
+    }
+
+    /// Records what a running trial has used of its GPU so far (the latest summary wins); it is
+    /// stored with the trial when it ends.
+    pub fn note_gpu(&mut self, id: TrialId, gpu: GpuTelemetry) {
+        if let Some(l) = self.running.get_mut(&id) {
+            l.gpu = Some(gpu);
         }
     }
 
@@ -539,6 +550,7 @@ impl Engine {
             refused: None,
             notes: None,
             pruned: None,
+            gpu: None,
         };
         for r in stored {
             live.note(&r.report.metrics, r.is_final);
@@ -581,11 +593,13 @@ impl Engine {
                 at: at.clone(),
                 started: *started,
                 finished: Some(SystemTime::now()),
+                gpu: live.gpu,
             },
             _ => Ran {
                 at: Placement::default(),
                 started: None,
                 finished: Some(SystemTime::now()),
+                gpu: live.gpu,
             },
         };
         let failed = |reason: String| TrialStatus::Failed {

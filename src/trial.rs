@@ -325,13 +325,90 @@ pub struct Placement {
     pub host: Option<String>,
 }
 
-/// Where and when a finished trial ran. Either time may be missing in a database that
-/// another tool wrote.
+/// Whose memory a trial's GPU memory peak ([`GpuTelemetry::peak_mem_mb`]) counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuMemScope {
+    /// The trial's own processes: what NVML lists as used by the processes of the trial's
+    /// process tree (CUDA context and the allocator's cache included). Two trials sharing a GPU
+    /// each see only their own.
+    Process,
+    /// The whole device, every process's memory: where the trial's own processes could not be
+    /// told apart (NVML lists no process of theirs, as inside a container with a PID namespace
+    /// of its own). Trials sharing the GPU then count each other's memory too.
+    Device,
+}
+
+impl GpuMemScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GpuMemScope::Process => "process",
+            GpuMemScope::Device => "device",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<GpuMemScope> {
+        match s {
+            "process" => Some(GpuMemScope::Process),
+            "device" => Some(GpuMemScope::Device),
+            _ => None,
+        }
+    }
+}
+
+/// What a trial used of its GPU while it ran, summarised from NVML samples taken once a
+/// second on a CUDA slot (`telemetry`): stored with the trial where NVML answered at least
+/// once, absent otherwise (a CPU slot, a machine without an NVIDIA driver, a trial shorter
+/// than one sample).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct GpuTelemetry {
+    /// The most GPU memory in use at any sample, in MB (MiB), of the processes [`Self::mem_scope`]
+    /// says.
+    pub peak_mem_mb: f64,
+    pub mem_scope: GpuMemScope,
+    /// The mean over the samples of NVML's GPU utilisation: the percent of time a kernel ran
+    /// (`nvidia-smi`'s GPU-Util), for the whole device.
+    pub mean_sm_pct: f64,
+    /// The mean over the samples of NVML's memory utilisation: the percent of time device
+    /// memory was read or written, for the whole device.
+    pub mean_mem_bw_pct: f64,
+    /// How many samples the means and the peak are over.
+    pub samples: u32,
+}
+
+impl GpuTelemetry {
+    /// The flat names of its fields, in order: the CSV columns of `tune trials` and the keys of
+    /// the Optuna user attributes it is mirrored to.
+    pub const KEYS: [&'static str; 5] = [
+        "gpu_peak_mem_mb",
+        "gpu_mem_scope",
+        "gpu_mean_sm_pct",
+        "gpu_mean_mem_bw_pct",
+        "gpu_samples",
+    ];
+
+    /// Its fields under [`Self::KEYS`], as JSON values.
+    pub fn fields(&self) -> [(&'static str, serde_json::Value); 5] {
+        let [peak, scope, sm, bw, n] = Self::KEYS;
+        [
+            (peak, serde_json::json!(self.peak_mem_mb)),
+            (scope, serde_json::json!(self.mem_scope.as_str())),
+            (sm, serde_json::json!(self.mean_sm_pct)),
+            (bw, serde_json::json!(self.mean_mem_bw_pct)),
+            (n, serde_json::json!(self.samples)),
+        ]
+    }
+}
+
+/// Where and when a finished trial ran, and what it used of its GPU. Either time may be missing
+/// in a database that another tool wrote.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Ran {
     pub at: Placement,
     pub started: Option<SystemTime>,
     pub finished: Option<SystemTime>,
+    /// Its GPU telemetry, where its slot's GPU was sampled.
+    pub gpu: Option<GpuTelemetry>,
 }
 
 impl Ran {
@@ -341,6 +418,7 @@ impl Ran {
             at,
             started: Some(started),
             finished: started.checked_add(took),
+            gpu: None,
         }
     }
 }
@@ -437,6 +515,16 @@ impl TrialStatus {
             TrialStatus::Complete { ran, .. }
             | TrialStatus::Pruned { ran, .. }
             | TrialStatus::Failed { ran, .. } => ran.finished,
+            _ => None,
+        }
+    }
+
+    /// A finished trial's GPU telemetry, where its GPU was sampled.
+    pub fn gpu(&self) -> Option<&GpuTelemetry> {
+        match self {
+            TrialStatus::Complete { ran, .. }
+            | TrialStatus::Pruned { ran, .. }
+            | TrialStatus::Failed { ran, .. } => ran.gpu.as_ref(),
             _ => None,
         }
     }
@@ -665,6 +753,10 @@ impl Trial {
         // Only a discarded trial has the key: every other trial keeps the shape scripts know.
         if self.discarded {
             v["discarded"] = serde_json::Value::Bool(true);
+        }
+        // Only a trial whose GPU was sampled has the key (docs/cli.md).
+        if let Some(g) = self.status.gpu() {
+            v["gpu"] = serde_json::json!(g);
         }
         v
     }

@@ -12,7 +12,8 @@ use crate::cli::{
     BestArgs, Format, ShowArgs, SortKey, StateFilter, StudiesArgs, StudyRef, TrialsArgs,
 };
 use crate::storage::{Storage, StorageUrl, StudyRow};
-use crate::trial::{Trial, TrialState, TrialStatus};
+use crate::telemetry::fmt_mb;
+use crate::trial::{GpuMemScope, GpuTelemetry, Trial, TrialState, TrialStatus};
 
 fn table() -> Table {
     Table::new()
@@ -176,6 +177,12 @@ fn print_trials(rows: &[Trial], format: Format) -> anyhow::Result<()> {
             .iter()
             .map(|s| s.to_string())
             .collect();
+            // The GPU columns only where some trial has telemetry: a CPU study's CSV keeps the
+            // columns it always had.
+            let gpu = rows.iter().any(|r| r.status.gpu().is_some());
+            if gpu {
+                header.extend(GpuTelemetry::KEYS.iter().map(|k| k.to_string()));
+            }
             header.extend(params.iter().map(|p| format!("params.{p}")));
             header.extend(metrics.iter().map(|m| format!("metrics.{m}")));
             w.write_record(&header)?;
@@ -201,6 +208,9 @@ fn print_trials(rows: &[Trial], format: Format) -> anyhow::Result<()> {
                     },
                     r.discarded.to_string(),
                 ];
+                if gpu {
+                    rec.extend(gpu_cells(r.status.gpu()));
+                }
                 rec.extend(
                     params
                         .iter()
@@ -217,26 +227,109 @@ fn print_trials(rows: &[Trial], format: Format) -> anyhow::Result<()> {
         }
         Format::Table => {
             let mut t = table();
-            t.set_header(["#", "state", "value", "duration", "params", "error"]);
+            let gpu = rows.iter().any(|r| r.status.gpu().is_some());
+            let mut header = vec!["#", "state", "value", "duration"];
+            if gpu {
+                header.extend(["gpu peak", "gpu sm", "gpu mem bw"]);
+            }
+            header.extend(["params", "error"]);
+            t.set_header(header);
             for r in rows {
-                t.add_row([
+                let mut row = vec![
                     r.number.to_string(),
                     state_cell(r),
                     fmt_value(r.value()),
                     duration_s(r)
                         .map(|d| format!("{d:.1}s"))
                         .unwrap_or_else(|| "-".into()),
+                ];
+                if gpu {
+                    row.extend(match r.status.gpu() {
+                        Some(g) => [
+                            gpu_peak_cell(g),
+                            fmt_pct(g.mean_sm_pct),
+                            fmt_pct(g.mean_mem_bw_pct),
+                        ],
+                        None => ["-".into(), "-".into(), "-".into()],
+                    });
+                }
+                row.extend([
                     fmt_params(&r.params),
                     r.status
                         .why()
                         .map(|e| e.chars().take(100).collect())
                         .unwrap_or_default(),
                 ]);
+                t.add_row(row);
             }
             println!("{t}");
         }
     }
     Ok(())
+}
+
+/// A trial's GPU telemetry in the CSV's `gpu_*` columns (empty cells where it has none).
+fn gpu_cells(gpu: Option<&GpuTelemetry>) -> Vec<String> {
+    match gpu {
+        Some(g) => g
+            .fields()
+            .into_iter()
+            .map(|(_, v)| match v {
+                serde_json::Value::String(s) => s,
+                serde_json::Value::Null => String::new(),
+                other => other.to_string(),
+            })
+            .collect(),
+        None => vec![String::new(); GpuTelemetry::KEYS.len()],
+    }
+}
+
+/// A percentage for people: "71%"; "-" where it is not a number.
+fn fmt_pct(p: f64) -> String {
+    if p.is_finite() {
+        format!("{p:.0}%")
+    } else {
+        "-".into()
+    }
+}
+
+/// The GPU memory peak for people, saying when it is the whole device's: "1.5 GB",
+/// "6.2 GB (device)".
+fn gpu_peak_cell(g: &GpuTelemetry) -> String {
+    match g.mem_scope {
+        GpuMemScope::Process => fmt_mb(g.peak_mem_mb),
+        GpuMemScope::Device => format!("{} (device)", fmt_mb(g.peak_mem_mb)),
+    }
+}
+
+/// The metric the builtin trainer reports its CUDA allocator's peak under, shown beside the
+/// driver's figure by `tune show`.
+const ALLOCATOR_PEAK_METRIC: &str = "peak_mem_mb";
+
+/// `tune show`'s lines on a trial's GPU: the means and the peak as the driver saw them, and the
+/// allocator's own peak where the trainer reported one (a different figure: tensors only,
+/// without the CUDA context or the allocator's cache).
+fn gpu_lines(g: &GpuTelemetry, metrics: &std::collections::BTreeMap<String, f64>) -> Vec<String> {
+    let whose = match g.mem_scope {
+        GpuMemScope::Process => "the trial's own processes",
+        GpuMemScope::Device => "the whole GPU: the trial's processes could not be told apart",
+    };
+    let mut out = vec![
+        format!(
+            "gpu: {} SM, {} memory bandwidth (means of {} samples, NVML)",
+            fmt_pct(g.mean_sm_pct),
+            fmt_pct(g.mean_mem_bw_pct),
+            g.samples
+        ),
+        format!("gpu memory peak: {} ({whose}, NVML)", fmt_mb(g.peak_mem_mb)),
+    ];
+    if let Some(p) = metrics.get(ALLOCATOR_PEAK_METRIC).filter(|p| p.is_finite()) {
+        out.push(format!(
+            "allocator peak: {} (metric `{ALLOCATOR_PEAK_METRIC}`: tensors only, as the trainer's CUDA allocator counts them)",
+            fmt_mb(*p)
+        ));
+    }
+    out
 }
 
 /// A trial's state for people: a discarded one says so.
@@ -470,6 +563,11 @@ pub fn show(args: &ShowArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode
                     (None, Some(d)) => println!("device: {d}"),
                     (Some(h), None) => println!("host: {h}"),
                     (None, None) => {}
+                }
+            }
+            if let Some(g) = row.status.gpu() {
+                for line in gpu_lines(g, &row.metrics) {
+                    println!("{line}");
                 }
             }
             let mut t = table();

@@ -652,14 +652,10 @@ mod tests {
     #[test]
     fn a_finished_trial_whose_gpu_was_sampled_names_its_use() {
         let mut p = Printer::new(Direction::Minimize, "loss".into());
-        let mut u = crate::telemetry::GpuUsage::first(crate::telemetry::GpuSample {
-            sm_pct: 20.0,
-            mem_mb: 1000.0,
-        });
-        u.add(crate::telemetry::GpuSample {
-            sm_pct: 46.0,
-            mem_mb: 2200.0,
-        });
+        let mut u = crate::telemetry::GpuUsage::first(crate::telemetry::GpuSample::device(
+            20.0, 0.0, 1000.0,
+        ));
+        u.add(crate::telemetry::GpuSample::device(46.0, 0.0, 2200.0));
         let sampled = Event::GpuSampled {
             number: TrialNumber(0),
             slot: 0,

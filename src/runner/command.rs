@@ -14,8 +14,8 @@ use tokio::sync::watch;
 
 use super::keeper::{CANNOT_START, CANNOT_START_PREFIX, Keeper, Lifeline};
 use super::{
-    Exit, ReportSender, RunEnd, RunFuture, RunResult, RunnerError, StopRequest, TrialJob,
-    TrialRunner,
+    Exit, ReportSender, RunEnd, RunFuture, RunResult, RunnerError, SlotProcesses, StopRequest,
+    TrialJob, TrialRunner,
 };
 use crate::limits::MAX_STEP;
 use crate::spec::placeholders;
@@ -30,11 +30,16 @@ pub use crate::trial::FINAL_KEY;
 pub struct CommandRunner {
     spec: CommandSpec,
     keeper: Option<Keeper>,
+    processes: SlotProcesses,
 }
 
 impl CommandRunner {
     pub fn new(spec: CommandSpec) -> CommandRunner {
-        CommandRunner { spec, keeper: None }
+        CommandRunner {
+            spec,
+            keeper: None,
+            processes: SlotProcesses::default(),
+        }
     }
 
     /// Runs every trial under a keeper (`tune run` and `tune worker` do), so that nothing
@@ -347,7 +352,12 @@ impl TrialRunner for CommandRunner {
     ) -> RunFuture {
         let spec = self.spec.clone();
         let keeper = self.keeper.clone();
-        Box::pin(run_command(spec, keeper, job, reports, stop))
+        let processes = self.processes.clone();
+        Box::pin(run_command(spec, keeper, processes, job, reports, stop))
+    }
+
+    fn trial_process(&self, slot: usize) -> Option<u32> {
+        self.processes.get(slot)
     }
 }
 
@@ -388,6 +398,7 @@ impl Ender {
 async fn run_command(
     spec: CommandSpec,
     keeper: Option<Keeper>,
+    processes: SlotProcesses,
     job: TrialJob,
     reports: ReportSender,
     mut stop: watch::Receiver<StopRequest>,
@@ -464,6 +475,8 @@ async fn run_command(
     };
     // The keeper's end of the lifeline lives in the command until it is dropped.
     drop(cmd);
+    // Every process of the trial descends from this one while it runs (GPU telemetry).
+    let _held = child.id().map(|pid| processes.hold(job.slot, pid));
     let mut ender = Ender {
         pid: child.id(),
         lifeline,

@@ -312,6 +312,33 @@ fn descendants(root: libc::pid_t) -> Vec<libc::pid_t> {
         .collect()
 }
 
+/// The parent of `pid`, read from `/proc/PID/stat`; `None` when it is gone or unreadable.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "PID (COMM) STATE PPID …": COMM may hold spaces and parentheses.
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether process `pid` is `root` or descends from it: the walk up its parents (a few reads of
+/// `/proc`, unlike `descendants`' scan of every process), which is how GPU telemetry tells a
+/// trial's processes among those the driver lists. An orphan of the trial is the keeper's
+/// child (it is a subreaper), so it still counts.
+pub fn descends_from(pid: u32, root: u32) -> bool {
+    // Bounded: a process tree deeper than this is no trial's, and a loop cannot keep us.
+    let mut p = pid;
+    for _ in 0..64 {
+        if p == root {
+            return true;
+        }
+        match parent_of(p) {
+            Some(pp) if pp != 0 && pp != p => p = pp,
+            _ => return false,
+        }
+    }
+    false
+}
+
 /// Ends the keeper as its trial ended: the same exit status, or death by the same signal.
 fn mirror(status: Option<libc::c_int>) -> ! {
     let Some(st) = status else {

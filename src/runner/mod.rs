@@ -10,8 +10,10 @@ pub mod keeper;
 pub mod protocol;
 pub mod worker;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
@@ -142,4 +144,139 @@ pub trait TrialRunner: Send + Sync {
         reports: ReportSender,
         stop: watch::Receiver<StopRequest>,
     ) -> RunFuture;
+
+    /// The process the trial now running on `slot` descends from, itself included (its keeper,
+    /// or its own process where there is none; a builtin trial's worker): what GPU telemetry
+    /// matches the driver's per-process memory against. `None` while no process of the slot
+    /// runs, and for runners without processes.
+    fn trial_process(&self, slot: usize) -> Option<u32> {
+        let _ = slot;
+        None
+    }
+}
+
+/// The root process of each slot's running trial, as [`TrialRunner::trial_process`] answers:
+/// shared between a runner and the futures of its runs, which record their process while it
+/// runs.
+#[derive(Debug, Clone, Default)]
+pub struct SlotProcesses(Arc<Mutex<HashMap<usize, u32>>>);
+
+impl SlotProcesses {
+    /// The root process of `slot`'s running trial.
+    pub fn get(&self, slot: usize) -> Option<u32> {
+        self.map().get(&slot).copied()
+    }
+
+    /// Records `pid` as `slot`'s root process until the guard is dropped (the run's end, on
+    /// every path out of it).
+    pub fn hold(&self, slot: usize, pid: u32) -> HeldProcess {
+        self.map().insert(slot, pid);
+        HeldProcess {
+            owner: self.clone(),
+            slot,
+            pid,
+        }
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<usize, u32>> {
+        // A poisoned lock only means a thread panicked while holding it; the map is whole.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A slot's root process, recorded while this lives (see [`SlotProcesses::hold`]).
+#[derive(Debug)]
+pub struct HeldProcess {
+    owner: SlotProcesses,
+    slot: usize,
+    pid: u32,
+}
+
+impl Drop for HeldProcess {
+    fn drop(&mut self) {
+        let mut map = self.owner.map();
+        // Only its own entry: the slot's next run may have recorded its process already.
+        if map.get(&self.slot) == Some(&self.pid) {
+            map.remove(&self.slot);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slots_process_is_known_while_its_run_holds_it_and_not_after() {
+        let p = SlotProcesses::default();
+        assert_eq!(p.get(0), None);
+        let first = p.hold(0, 10);
+        let other = p.hold(1, 20);
+        assert_eq!((p.get(0), p.get(1)), (Some(10), Some(20)));
+        // The slot's next run records its process before the last run's guard is dropped.
+        let next = p.hold(0, 11);
+        drop(first);
+        assert_eq!(p.get(0), Some(11), "the next run's process stays");
+        drop(next);
+        drop(other);
+        assert_eq!((p.get(0), p.get(1)), (None, None));
+    }
+
+    #[test]
+    fn a_process_descends_from_its_parents_and_not_from_its_children() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep starts");
+        let (me, kid) = (std::process::id(), child.id());
+        assert!(keeper::descends_from(kid, me));
+        assert!(keeper::descends_from(me, me));
+        assert!(!keeper::descends_from(me, kid));
+        // A process that is not there descends from nobody.
+        assert!(!keeper::descends_from(u32::MAX - 1, me));
+        child.kill().expect("kill our own sleep");
+        child.wait().expect("reap it");
+    }
+
+    #[tokio::test]
+    async fn a_command_trials_process_is_its_slots_while_it_runs() {
+        use crate::space::Params;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let spec = crate::study::CommandSpec {
+            argv: vec!["sleep".into(), "2".into()],
+            env: vec![],
+            timeout: None,
+            grace: Duration::from_secs(1),
+            workdir: dir.path().to_path_buf(),
+            requires: vec![],
+            check: vec![],
+        };
+        let runner = command::CommandRunner::new(spec);
+        let job = TrialJob {
+            number: TrialNumber(0),
+            params: Params::new(),
+            slot: 3,
+            device: "cpu".into(),
+            trial_dir: dir.path().to_path_buf(),
+            timeout: None,
+            seed: 0,
+        };
+        let (rtx, _rrx) = mpsc::unbounded_channel();
+        let (_stx, srx) = watch::channel(StopRequest::None);
+        let run = tokio::spawn(runner.run(job, rtx, srx));
+        let mut seen = None;
+        for _ in 0..100 {
+            seen = runner.trial_process(3);
+            if seen.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let pid = seen.expect("the slot's process is known while it runs");
+        assert!(keeper::descends_from(pid, std::process::id()));
+        assert_eq!(runner.trial_process(0), None, "another slot has none");
+        let end = run.await.expect("the run ends");
+        assert_eq!(end.end, RunEnd::Finished);
+        assert_eq!(runner.trial_process(3), None, "forgotten when the run ends");
+    }
 }

@@ -20,8 +20,8 @@ use tokio::sync::watch;
 use super::keeper::{Keeper, Lifeline};
 use super::protocol::{Capabilities, EndStatus, FromWorker, ToWorker};
 use super::{
-    Exit, ReportSender, RunEnd, RunFuture, RunResult, RunnerError, StopRequest, TrialJob,
-    TrialRunner,
+    Exit, ReportSender, RunEnd, RunFuture, RunResult, RunnerError, SlotProcesses, StopRequest,
+    TrialJob, TrialRunner,
 };
 use crate::builtin::BuiltinTrial;
 use crate::trial::Report;
@@ -65,6 +65,7 @@ pub struct WorkerRunner {
     slots: Mutex<HashMap<usize, Slot>>,
     gpu_memory_fraction: Option<f64>,
     keeper: Option<Keeper>,
+    processes: SlotProcesses,
 }
 
 impl WorkerRunner {
@@ -76,6 +77,7 @@ impl WorkerRunner {
             slots: Mutex::new(HashMap::new()),
             gpu_memory_fraction: None,
             keeper: None,
+            processes: SlotProcesses::default(),
         }
     }
 
@@ -286,11 +288,16 @@ impl TrialRunner for WorkerRunner {
         let exe = self.exe.clone();
         let keeper = self.keeper.clone();
         let fraction = self.gpu_memory_fraction;
+        let processes = self.processes.clone();
         Box::pin(async move {
             let mut guard = slot.lock().await;
-            let exe = (exe.as_path(), keeper.as_ref());
+            let exe = (exe.as_path(), keeper.as_ref(), &processes);
             run_on(&mut guard, exe, fraction, trial, job, reports, stop).await
         })
+    }
+
+    fn trial_process(&self, slot: usize) -> Option<u32> {
+        self.processes.get(slot)
     }
 }
 
@@ -304,7 +311,7 @@ enum Asked {
 
 async fn run_on(
     slot: &mut Option<Worker>,
-    (exe, keeper): (&Path, Option<&Keeper>),
+    (exe, keeper, processes): (&Path, Option<&Keeper>, &SlotProcesses),
     gpu_memory_fraction: Option<f64>,
     trial: BuiltinTrial,
     job: TrialJob,
@@ -372,6 +379,8 @@ async fn run_on(
     let Some(w) = slot.as_mut() else {
         return failed("no worker".into(), None);
     };
+    // The trial runs in this worker (and what it starts) until the run ends (GPU telemetry).
+    let _held = w.child.id().map(|pid| processes.hold(job.slot, pid));
 
     let timeout = job.timeout;
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);

@@ -16,11 +16,12 @@ pub use crate::events::{Control, Event, NO_SLOT, StudyInfo};
 
 use crate::engine::{Decision, Engine, EngineSpec, Finish};
 use crate::pruner::Pruner;
+use crate::runner::keeper::descends_from;
 use crate::runner::{RunEnd, RunResult, StopRequest, TrialJob, TrialRunner};
 use crate::sampler::Sampler;
 use crate::storage::{Storage, StorageError, StudyRow};
 use crate::study::Study;
-use crate::telemetry::{GpuUsage, Gpus};
+use crate::telemetry::{GpuSource, GpuUsage, Gpus};
 use crate::trial::{FINAL_KEY, Report, Trial, TrialId, TrialNumber, TrialState};
 
 /// Why a running trial is being stopped by us.
@@ -112,7 +113,7 @@ pub struct Scheduler {
     events: mpsc::UnboundedSender<Event>,
     /// NVML, where the study has a CUDA slot and the machine a driver; `None` otherwise,
     /// and then nothing is sampled.
-    gpus: Option<Arc<Gpus>>,
+    gpus: Option<Arc<dyn GpuSource>>,
     /// Trials that failed on their own in a row here, all the same way, and that way.
     failures_in_a_row: (u64, String),
     /// Trials this run started.
@@ -151,7 +152,7 @@ impl Scheduler {
             .any(|d| crate::devices::cuda_index(d).is_some())
             .then(Gpus::open)
             .flatten()
-            .map(Arc::new);
+            .map(|g| Arc::new(g) as Arc<dyn GpuSource>);
         Ok(Scheduler {
             study,
             engine,
@@ -161,6 +162,14 @@ impl Scheduler {
             failures_in_a_row: (0, String::new()),
             started: 0,
         })
+    }
+
+    /// Samples the CUDA slots' GPUs from `source` instead of the machine's driver (tests
+    /// script the readings).
+    #[cfg(test)]
+    fn with_gpu_source(mut self, source: Arc<dyn GpuSource>) -> Scheduler {
+        self.gpus = Some(source);
+        self
     }
 
     pub fn study_row(&self) -> &StudyRow {
@@ -291,7 +300,10 @@ impl Scheduler {
                         SlotMsg::Report(slot, report) => self.on_report(slot, &mut slots, report),
                         SlotMsg::Gpu(slot, number, usage) => {
                             // A sample may trail its trial's end; only the running trial's counts.
-                            if slots[slot].as_ref().is_some_and(|b| b.number == number) {
+                            if let Some(b) = slots[slot].as_ref().filter(|b| b.number == number) {
+                                // Kept with the trial when it ends: the last summary is over
+                                // every sample, and it arrives before the end on this channel.
+                                self.engine.note_gpu(b.id, usage.telemetry());
                                 self.emit(Event::GpuSampled { number, slot, usage });
                             }
                             Ok(())
@@ -514,8 +526,13 @@ impl Scheduler {
                     Some(r) = rrx.recv() => { let _ = tx.send(SlotMsg::Report(slot, r)); }
                     res = &mut fut => break res,
                     _ = sample_tick.tick(), if gpu.is_some() => {
-                        // An NVML read takes microseconds: no need for a blocking thread.
-                        if let Some(s) = gpu.as_ref().and_then(|(i, g)| g.sample(*i)) {
+                        // An NVML read takes microseconds, and telling the trial's processes
+                        // a few reads of /proc per process on the GPU: no need for a blocking
+                        // thread.
+                        let root = runner.trial_process(slot);
+                        let ours = |pid: u32| root.is_some_and(|r| descends_from(pid, r));
+                        let reading = gpu.as_ref().and_then(|(i, g)| g.read(*i));
+                        if let Some(s) = reading.map(|r| r.of_trial(ours)) {
                             let u = match usage.as_mut() {
                                 Some(u) => { u.add(s); *u }
                                 None => *usage.insert(GpuUsage::first(s)),
@@ -686,4 +703,133 @@ fn fresh_trial_dir(runs: &std::path::Path, number: TrialNumber) -> std::io::Resu
         std::io::ErrorKind::AlreadyExists,
         format!("{TRIAL_DIR_TRIES} directories of this trial number exist already"),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+    use crate::runner::{ReportSender, RunFuture};
+    use crate::storage::SqliteStorage;
+    use crate::telemetry::GpuReading;
+    use crate::trial::{GpuMemScope, GpuTelemetry};
+
+    /// A trial that runs a few sample periods and reports `loss`; its processes are this test's
+    /// own.
+    struct Sleeper;
+
+    impl TrialRunner for Sleeper {
+        fn run(
+            &self,
+            _job: TrialJob,
+            reports: ReportSender,
+            _stop: watch::Receiver<StopRequest>,
+        ) -> RunFuture {
+            Box::pin(async move {
+                tokio::time::sleep(GPU_SAMPLE_EVERY * 5 / 2).await;
+                let metrics = BTreeMap::from([("loss".to_string(), 0.5)]);
+                let _ = reports.send(Report { step: 1, metrics });
+                RunResult {
+                    end: RunEnd::Finished,
+                    logs: vec![],
+                    notes: None,
+                }
+            }) as RunFuture
+        }
+
+        fn trial_process(&self, _slot: usize) -> Option<u32> {
+            Some(std::process::id())
+        }
+    }
+
+    /// GPU 0 with this process (the trial's) using 1.5 GB and another process 4 GB.
+    #[derive(Default)]
+    struct Scripted {
+        reads: AtomicU32,
+    }
+
+    /// No process has this id (Linux's limit is far below it).
+    const STRANGER: u32 = u32::MAX - 1;
+
+    impl GpuSource for Scripted {
+        fn read(&self, index: u32) -> Option<GpuReading> {
+            assert_eq!(index, 0, "only cuda:0 is a slot's GPU");
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            Some(GpuReading {
+                sm_pct: 70.0,
+                mem_bw_pct: 40.0,
+                mem_mb: 6000.0,
+                processes: vec![(std::process::id(), 1500.0), (STRANGER, 4000.0)],
+            })
+        }
+    }
+
+    const STUDY: &str = r#"
+[study]
+name = "gpu"
+metric = "loss"
+trials = 2
+
+[space]
+x = { type = "float", low = 0.0, high = 1.0 }
+
+[workers]
+count = 2
+devices = ["cuda:0", "cpu"]
+
+[trial]
+kind = "command"
+command = ["true"]
+"#;
+
+    #[tokio::test]
+    async fn a_cuda_slots_trial_stores_its_gpu_telemetry_and_a_cpu_slots_none() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("gpu.toml");
+        let study = crate::spec::parse(&file, STUDY, &crate::spec::Overrides::default())
+            .expect("a valid study");
+        let db = dir.path().join("t.db");
+        let storage = Box::new(SqliteStorage::open(&db).expect("sqlite"));
+        let source = Arc::new(Scripted::default());
+        let (etx, _erx) = mpsc::unbounded_channel();
+        let (_ctx, crx) = mpsc::unbounded_channel();
+        let scheduler = Scheduler::open(
+            study.clone(),
+            storage,
+            crate::sampler::build_with(study.sampler, &study.sampler_options),
+            crate::pruner::build(&study.pruner),
+            Arc::new(Sleeper),
+            etx,
+        )
+        .expect("opens")
+        .with_gpu_source(source.clone());
+        let summary = scheduler.run(crx).await.expect("runs");
+        assert_eq!(summary.complete, 2);
+
+        let storage = SqliteStorage::open(&db).expect("reopens");
+        let row = storage.study("gpu").expect("the study");
+        let trials = storage.trials(&row, None).expect("trials");
+        let on = |device: &str| {
+            trials
+                .iter()
+                .find(|t| t.status.placement().and_then(|p| p.device.as_deref()) == Some(device))
+                .expect("a trial on each slot")
+        };
+        let reads = source.reads.load(Ordering::SeqCst);
+        assert!(reads >= 1, "the GPU was sampled");
+        assert_eq!(
+            on("cuda:0").status.gpu(),
+            Some(&GpuTelemetry {
+                peak_mem_mb: 1500.0,
+                mem_scope: GpuMemScope::Process,
+                mean_sm_pct: 70.0,
+                mean_mem_bw_pct: 40.0,
+                samples: reads,
+            }),
+            "its own processes' memory, not the stranger's or the device's"
+        );
+        assert_eq!(on("cpu").status.gpu(), None, "a CPU slot is never sampled");
+    }
 }

@@ -720,3 +720,57 @@ fn a_stored_study_file_keeps_no_database_password() {
         assert_eq!(f.text.as_deref(), Some(want), "{name}: updated");
     }
 }
+
+#[test]
+fn gpu_telemetry_is_stored_with_a_finished_trial_and_absent_where_none_was_sampled() {
+    use crate::trial::{GpuMemScope, GpuTelemetry};
+    let gpu = GpuTelemetry {
+        peak_mem_mb: 1536.5,
+        mem_scope: GpuMemScope::Process,
+        mean_sm_pct: 71.25,
+        mean_mem_bw_pct: 33.5,
+        samples: 12,
+    };
+    let with_gpu = |status: TrialStatus| {
+        status.with_ran(Ran {
+            gpu: Some(gpu),
+            ..Ran::default()
+        })
+    };
+    for (name, mut s, _dir) in backends() {
+        let study = study(s.as_mut(), Direction::Minimize, "loss");
+        let w = s
+            .register_worker(&study, &["cuda:0".into()])
+            .expect("worker");
+        let done = claim(s.as_mut(), &study, w, None, &params(0.1)).expect("a trial");
+        s.add_report(done.id, 0, &report(0, "loss", 0.3), false, "loss")
+            .expect("report");
+        let complete = TrialStatus::ended(TrialState::Complete, Some(0.3), "", Ran::default());
+        s.finish_trial(done.id, &with_gpu(complete), &[])
+            .expect("finish");
+        // A failed trial and a device-wide figure: both kept as they were.
+        let oom = claim(s.as_mut(), &study, w, None, &params(0.2)).expect("a trial");
+        let device = GpuTelemetry {
+            mem_scope: GpuMemScope::Device,
+            ..gpu
+        };
+        let failed_oom = failed("CUDA out of memory", false).with_ran(Ran {
+            gpu: Some(device),
+            ..Ran::default()
+        });
+        s.finish_trial(oom.id, &failed_oom, &[]).expect("finish");
+        // A trial on a slot whose GPU was never sampled.
+        let plain = claim(s.as_mut(), &study, w, None, &params(0.3)).expect("a trial");
+        let complete = TrialStatus::ended(TrialState::Complete, Some(0.4), "", Ran::default());
+        s.finish_trial(plain.id, &complete, &[]).expect("finish");
+
+        let rows = s.trials(&study, None).expect("rows");
+        assert_eq!(rows[0].status.gpu(), Some(&gpu), "{name}");
+        assert_eq!(rows[1].status.gpu(), Some(&device), "{name}");
+        assert_eq!(rows[2].status.gpu(), None, "{name}");
+        let one = s.trial(&study, 0).expect("read").expect("trial 0");
+        assert_eq!(one.status.gpu(), Some(&gpu), "{name}: one trial by number");
+        // The telemetry is no metric: the last report's metrics are what they were.
+        assert_eq!(one.metrics.len(), 1, "{name}");
+    }
+}

@@ -350,6 +350,7 @@ impl Storage for Data {
             at,
             started,
             finished: Some(SystemTime::now()),
+            gpu: status.gpu().copied(),
         };
         s.trial.status = status.clone().with_ran(ran);
         s.trial.logs = logs.to_vec();

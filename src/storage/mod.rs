@@ -57,8 +57,8 @@ use std::time::{Duration, SystemTime};
 
 use crate::space::{Params, Space};
 use crate::trial::{
-    Direction, FinishedTrial, Objective, Report, Trial, TrialId, TrialNumber, TrialState,
-    TrialStatus, WorkerId,
+    Direction, FinishedTrial, GpuMemScope, GpuTelemetry, Objective, Report, Trial, TrialId,
+    TrialNumber, TrialState, TrialStatus, WorkerId,
 };
 
 /// A study as stored.
@@ -323,6 +323,43 @@ pub(crate) fn user_attributes(metrics_json: Option<&str>) -> Vec<(String, String
         .collect()
 }
 
+/// What a trial's GPU telemetry becomes in Optuna's `trial_user_attributes` (the mirror of its
+/// `tune_trials.gpu_*` columns, which hold the truth): one attribute per field under
+/// [`GpuTelemetry::KEYS`], written after the metrics' attributes, so that a reported metric of
+/// the same name is shadowed there (it stays in `tune_reports`). Non-finite numbers are left out,
+/// as for metrics.
+pub(crate) fn gpu_user_attributes(gpu: Option<&GpuTelemetry>) -> Vec<(String, String)> {
+    gpu.map(|g| {
+        g.fields()
+            .into_iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+/// A trial's GPU telemetry from its `tune_trials.gpu_*` columns (peak, scope, mean SM, mean
+/// bandwidth, samples): `None` unless the peak and the sample count are there. A scope this tune
+/// does not know reads as `device`, the weaker claim.
+pub(crate) fn gpu_of_columns(
+    peak_mem_mb: Option<f64>,
+    scope: Option<&str>,
+    mean_sm_pct: Option<f64>,
+    mean_mem_bw_pct: Option<f64>,
+    samples: Option<i64>,
+) -> Option<GpuTelemetry> {
+    Some(GpuTelemetry {
+        peak_mem_mb: peak_mem_mb?,
+        mem_scope: scope
+            .and_then(GpuMemScope::parse)
+            .unwrap_or(GpuMemScope::Device),
+        mean_sm_pct: mean_sm_pct.unwrap_or(f64::NAN),
+        mean_mem_bw_pct: mean_mem_bw_pct.unwrap_or(f64::NAN),
+        samples: u32::try_from(samples?.max(0)).unwrap_or(u32::MAX),
+    })
+}
+
 /// Marks or unmarks finished trial `$2` of study `$1` as discarded (`$3`), the same on SQLite
 /// and PostgreSQL. A trial another tool wrote has no `tune_trials` row yet: it gets one.
 pub(crate) const SET_DISCARDED: &str = "INSERT INTO tune_trials (trial_id, discarded)
@@ -360,13 +397,15 @@ pub struct StoredStudyFile {
 
 /// What `tune_trials` keeps of a trial's end, the same on every backend: its log paths (as a
 /// JSON list), and from its status the error (why it failed, or why it was pruned), the stderr
-/// tail, the pruning step and whether it was interrupted.
+/// tail, the pruning step, whether it was interrupted and its GPU telemetry.
 pub(crate) struct Ending<'a> {
     pub logs_json: String,
     pub error: Option<&'a str>,
     pub log_tail: Option<&'a str>,
     pub pruned_step: Option<i64>,
     pub interrupted: bool,
+    /// Its GPU telemetry, where its GPU was sampled (`tune_trials.gpu_*`).
+    pub gpu: Option<&'a GpuTelemetry>,
 }
 
 pub(crate) fn ending<'a>(status: &'a TrialStatus, logs: &[PathBuf]) -> Ending<'a> {
@@ -402,6 +441,7 @@ pub(crate) fn ending<'a>(status: &'a TrialStatus, logs: &[PathBuf]) -> Ending<'a
         log_tail,
         pruned_step,
         interrupted,
+        gpu: status.gpu(),
     }
 }
 

@@ -16,8 +16,8 @@ use super::{
 };
 use crate::space::{ParamValue, Params, Space};
 use crate::trial::{
-    Direction, Objective, Placement, Ran, Report, Trial, TrialId, TrialNumber, TrialState,
-    TrialStatus, WorkerId,
+    Direction, GpuTelemetry, Objective, Placement, Ran, Report, Trial, TrialId, TrialNumber,
+    TrialState, TrialStatus, WorkerId,
 };
 
 /// The migrations, in order. `user_version` records how many were applied.
@@ -27,6 +27,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0003_reports_view.sql"),
     include_str!("../../migrations/0004_trials_view_log_tail.sql"),
     include_str!("../../migrations/0005_discarded_trials.sql"),
+    include_str!("../../migrations/0006_gpu_telemetry.sql"),
 ];
 
 /// How long a writer waits for another process's write transaction before giving up. Long,
@@ -540,7 +541,9 @@ impl SqliteStorage {
                         x.error, x.device, x.trial_dir, x.logs_json, x.log_tail, x.pruned_step,
                         COALESCE(x.interrupted, 0),
                         (SELECT metrics_json FROM tune_reports r WHERE r.trial_id = t.trial_id ORDER BY seq DESC LIMIT 1),
-                        x.worker_id, x.slot, w.host, COALESCE(x.discarded, 0)
+                        x.worker_id, x.slot, w.host, COALESCE(x.discarded, 0),
+                        x.gpu_peak_mem_mb, x.gpu_mem_scope, x.gpu_mean_sm_pct, x.gpu_mean_mem_bw_pct,
+                        x.gpu_samples
                  FROM trials t
                  LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0
                  LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
@@ -579,6 +582,13 @@ impl SqliteStorage {
                         at,
                         started: start.as_deref().and_then(parse_time),
                         finished: end.as_deref().and_then(parse_time),
+                        gpu: super::gpu_of_columns(
+                            r.get(19)?,
+                            r.get::<_, Option<String>>(20)?.as_deref(),
+                            r.get(21)?,
+                            r.get(22)?,
+                            r.get(23)?,
+                        ),
                     };
                     Ok(Trial {
                         id: TrialId(r.get(0)?),
@@ -1150,6 +1160,7 @@ impl Storage for SqliteStorage {
             log_tail,
             pruned_step,
             interrupted,
+            gpu,
         } = super::ending(status, logs);
         let state = status.state();
         let value = status.value();
@@ -1172,23 +1183,41 @@ impl Storage for SqliteStorage {
                 )?;
             }
             tx.execute(
-                "INSERT INTO tune_trials (trial_id, error, log_tail, logs_json, pruned_step, interrupted)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                "INSERT INTO tune_trials (trial_id, error, log_tail, logs_json, pruned_step, interrupted,
+                    gpu_peak_mem_mb, gpu_mem_scope, gpu_mean_sm_pct, gpu_mean_mem_bw_pct, gpu_samples)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
                  ON CONFLICT (trial_id) DO UPDATE SET error = excluded.error, log_tail = excluded.log_tail,
                     logs_json = excluded.logs_json, pruned_step = excluded.pruned_step,
-                    interrupted = excluded.interrupted",
-                params![trial_id, error, log_tail, logs, pruned_step, interrupted],
+                    interrupted = excluded.interrupted, gpu_peak_mem_mb = excluded.gpu_peak_mem_mb,
+                    gpu_mem_scope = excluded.gpu_mem_scope, gpu_mean_sm_pct = excluded.gpu_mean_sm_pct,
+                    gpu_mean_mem_bw_pct = excluded.gpu_mean_mem_bw_pct, gpu_samples = excluded.gpu_samples",
+                params![
+                    trial_id,
+                    error,
+                    log_tail,
+                    logs,
+                    pruned_step,
+                    interrupted,
+                    gpu.map(|g| g.peak_mem_mb).filter(|v| v.is_finite()),
+                    gpu.map(|g| g.mem_scope.as_str()),
+                    gpu.map(|g| g.mean_sm_pct).filter(|v| v.is_finite()),
+                    gpu.map(|g| g.mean_mem_bw_pct).filter(|v| v.is_finite()),
+                    gpu.map(|g| i64::from(g.samples)),
+                ],
             )?;
+            let put = super::PUT_USER_ATTR.replace('$', "?");
             if !interrupted {
                 let last: Option<String> = tx
                     .query_row(&super::LAST_METRICS.replace('$', "?"), [trial_id], |r| {
                         r.get(0)
                     })
                     .optional()?;
-                let put = super::PUT_USER_ATTR.replace('$', "?");
                 for (key, json) in super::user_attributes(last.as_deref()) {
                     tx.execute(&put, params![trial_id, key, json])?;
                 }
+            }
+            for (key, json) in super::gpu_user_attributes(gpu) {
+                tx.execute(&put, params![trial_id, key, json])?;
             }
             if interrupted {
                 // Run the same params again: the interruption was not the trial's fault.
@@ -1410,6 +1439,7 @@ pub(super) struct StoredStatus {
     pub at: Placement,
     pub started: Option<std::time::SystemTime>,
     pub finished: Option<std::time::SystemTime>,
+    pub gpu: Option<GpuTelemetry>,
 }
 
 impl StoredStatus {
@@ -1418,6 +1448,7 @@ impl StoredStatus {
             at: self.at.clone(),
             started: self.started,
             finished: self.finished,
+            gpu: self.gpu,
         };
         match self.state {
             TrialState::Queued => TrialStatus::Queued,
@@ -1622,5 +1653,91 @@ mod tests {
             .expect("refused")
             .to_string();
         assert!(err.contains("newer"), "{err}");
+    }
+
+    #[test]
+    fn gpu_telemetry_is_mirrored_to_optuna_user_attributes_and_the_trials_view() {
+        use crate::trial::{GpuMemScope, GpuTelemetry, Report};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = SqliteStorage::open(&dir.path().join("t.db")).expect("opens");
+        let study = s
+            .create_or_load_study(&super::super::NewStudy {
+                others: &[],
+                name: "g",
+                direction: Direction::Minimize,
+                metric: "loss",
+                file: None,
+                source: None,
+            })
+            .expect("study");
+        let w = s
+            .register_worker(&study, &["cuda:0".into()])
+            .expect("worker");
+        let sp = fixtures::space();
+        let req = ClaimRequest {
+            worker: w,
+            budget: None,
+            slot: 0,
+            device: "cuda:0",
+            space: &sp,
+        };
+        let t = s
+            .claim(&study, &req, &mut |_, _| fixtures::params(0.1))
+            .expect("claim")
+            .expect("a trial");
+        // A metric of the same name as a telemetry key is shadowed in the attributes only.
+        let metrics = [
+            ("loss".to_string(), 0.25),
+            ("gpu_samples".to_string(), 99.0),
+        ];
+        let report = Report {
+            step: 0,
+            metrics: metrics.into_iter().collect(),
+        };
+        s.add_report(t.id, 0, &report, false, "loss")
+            .expect("report");
+        let gpu = GpuTelemetry {
+            peak_mem_mb: 2048.0,
+            mem_scope: GpuMemScope::Process,
+            mean_sm_pct: 80.5,
+            mean_mem_bw_pct: 41.0,
+            samples: 7,
+        };
+        let status = TrialStatus::ended(TrialState::Complete, Some(0.25), "", Ran::default())
+            .with_ran(Ran {
+                gpu: Some(gpu),
+                ..Ran::default()
+            });
+        s.finish_trial(t.id, &status, &[]).expect("finish");
+        let attrs: BTreeMap<String, String> = s
+            .conn
+            .prepare("SELECT key, value_json FROM trial_user_attributes WHERE trial_id = ?1")
+            .expect("prepare")
+            .query_map([t.id.0], |r| Ok((r.get(0)?, r.get(1)?)))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        assert_eq!(attrs["loss"], "0.25");
+        assert_eq!(attrs["gpu_peak_mem_mb"], "2048.0");
+        assert_eq!(attrs["gpu_mem_scope"], "\"process\"");
+        assert_eq!(attrs["gpu_mean_sm_pct"], "80.5");
+        assert_eq!(attrs["gpu_mean_mem_bw_pct"], "41.0");
+        assert_eq!(
+            attrs["gpu_samples"], "7",
+            "the measurement wins over the metric"
+        );
+        let view: (f64, String, f64, f64, i64) = s
+            .conn
+            .query_row(
+                "SELECT gpu_peak_mem_mb, gpu_mem_scope, gpu_mean_sm_pct, gpu_mean_mem_bw_pct,
+                        gpu_samples FROM tune_trials_view WHERE number = 0",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+            )
+            .expect("the view's row");
+        assert_eq!(view, (2048.0, "process".into(), 80.5, 41.0, 7));
+        // The reported metric itself is kept whole.
+        let back = s.trial(&study, 0).expect("read").expect("trial 0");
+        assert_eq!(back.metrics["gpu_samples"], 99.0);
     }
 }

@@ -178,7 +178,8 @@ impl SqliteStorage {
                               WHEN 'IntDistribution' THEN CAST(p.param_value AS INTEGER)
                               ELSE p.param_value END)
                          FROM trial_params p WHERE p.trial_id = t.trial_id),
-                        COALESCE(x.discarded, 0)
+                        COALESCE(x.discarded, 0), x.gpu_peak_mem_mb, x.gpu_mem_scope,
+                        x.gpu_mean_sm_pct, x.gpu_mean_mem_bw_pct, x.gpu_samples
                  FROM trials t
                  LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0
                  LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
@@ -215,6 +216,13 @@ impl SqliteStorage {
                         },
                         started: start.as_deref().and_then(parse_time),
                         finished: end.as_deref().and_then(parse_time),
+                        gpu: super::gpu_of_columns(
+                            r.get(19)?,
+                            r.get::<_, Option<String>>(20)?.as_deref(),
+                            r.get(21)?,
+                            r.get(22)?,
+                            r.get(23)?,
+                        ),
                     };
                     Ok(Trial {
                         id: TrialId(r.get(0)?),

@@ -718,10 +718,9 @@ fn gpu_sampled(n: u64, slot: usize, sm: f64, mem_mb: f64) -> Event {
     Event::GpuSampled {
         number: TrialNumber(n),
         slot,
-        usage: crate::telemetry::GpuUsage::first(crate::telemetry::GpuSample {
-            sm_pct: sm,
-            mem_mb,
-        }),
+        usage: crate::telemetry::GpuUsage::first(crate::telemetry::GpuSample::device(
+            sm, 0.0, mem_mb,
+        )),
     }
 }
 
@@ -752,14 +751,9 @@ fn the_trial_screen_shows_the_mean_utilisation_and_peak_memory_of_its_gpu() {
     let mut s = fresh(Direction::Minimize, Some(10));
     s.apply(&started(0, 0));
     s.apply(&gpu_sampled(0, 0, 20.0, 1000.0));
-    let mut u = crate::telemetry::GpuUsage::first(crate::telemetry::GpuSample {
-        sm_pct: 20.0,
-        mem_mb: 1000.0,
-    });
-    u.add(crate::telemetry::GpuSample {
-        sm_pct: 40.0,
-        mem_mb: 3000.0,
-    });
+    let mut u =
+        crate::telemetry::GpuUsage::first(crate::telemetry::GpuSample::device(20.0, 0.0, 1000.0));
+    u.add(crate::telemetry::GpuSample::device(40.0, 0.0, 3000.0));
     s.apply(&Event::GpuSampled {
         number: TrialNumber(0),
         slot: 0,

@@ -93,6 +93,15 @@ fn every_sqlite_query_of_the_database_page_runs_on_a_real_study_and_returns_rows
     sb.write("trial.sh", TRIAL);
     sb.ok(&["run", "s.toml"]);
     let db = sb.db("tune.db");
+    // This machine has no GPU: trial 0's telemetry as the scheduler stores it on one, so that
+    // the page's GPU query has a row.
+    db.execute(
+        "UPDATE tune_trials SET gpu_peak_mem_mb = 1536.0, gpu_mem_scope = 'process',
+            gpu_mean_sm_pct = 71.4, gpu_mean_mem_bw_pct = 33.6, gpu_samples = 12
+         WHERE trial_id = (SELECT trial_id FROM trials WHERE number = 0)",
+        [],
+    )
+    .expect("trial 0's telemetry");
 
     let mut curve = None;
     for block in &blocks {

@@ -13,6 +13,7 @@ mod database_docs;
 mod dead_ends;
 mod devices;
 mod gpu_check;
+mod gpu_telemetry;
 mod hardening;
 mod multi_host;
 mod multi_objective;

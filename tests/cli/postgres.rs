@@ -151,8 +151,20 @@ fn a_study_copied_to_postgresql_and_back_is_unchanged() {
         &sh_study("staying", 1, 1, "", &["{x}", "{k}"]),
     );
     sb.ok(&["run", "other.toml", "--no-tui"]);
+    // Trial 0's GPU telemetry, as a run on a GPU stores it (this machine has none): it moves
+    // with the trial.
+    sb.db("tune.db")
+        .execute(
+            "UPDATE tune_trials SET gpu_peak_mem_mb = 6348.8, gpu_mem_scope = 'device',
+                gpu_mean_sm_pct = 55.5, gpu_mean_mem_bw_pct = 20.25, gpu_samples = 4
+             WHERE trial_id = (SELECT t.trial_id FROM trials t JOIN studies s USING (study_id)
+                               WHERE s.study_name = 'moving' AND t.number = 0)",
+            [],
+        )
+        .expect("trial 0's telemetry");
     let before = snapshot(&sb, "tune.db", "moving");
     assert_eq!(before["trials"].as_array().map(Vec::len), Some(4));
+    assert_eq!(before["trials"][0]["gpu"]["mem_scope"], "device");
 
     let out = sb.ok(&[
         "copy", "--from", "tune.db", "--to", &url, "--study", "moving",

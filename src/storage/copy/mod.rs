@@ -72,6 +72,18 @@ pub struct TuneTrialDump {
     pub pruned_step: Option<i64>,
     pub retry_of: Option<i64>,
     pub discarded: i64,
+    /// The GPU telemetry columns (`gpu_*`), as stored.
+    pub gpu: GpuColumns,
+}
+
+/// A trial's `tune_trials.gpu_*` columns, as stored (all `None` where its GPU was not sampled).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuColumns {
+    pub peak_mem_mb: Option<f64>,
+    pub mem_scope: Option<String>,
+    pub mean_sm_pct: Option<f64>,
+    pub mean_mem_bw_pct: Option<f64>,
+    pub samples: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

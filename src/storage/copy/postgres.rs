@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use tokio_postgres::GenericClient;
 
 use super::{
-    Copyable, ReportDump, StudyDump, TrialDump, TuneTrialDump, WorkerDump, direction_name,
+    Copyable, GpuColumns, ReportDump, StudyDump, TrialDump, TuneTrialDump, WorkerDump,
+    direction_name,
 };
 use crate::storage::postgres::{id32, wait};
 use crate::storage::{PostgresStorage, Storage, StorageError};
@@ -110,7 +111,9 @@ fn export(c: &impl GenericClient, dump: &mut StudyDump, sid: i32) -> PgResult<()
         )?;
         t.tune = wait(c.query_opt(
             "SELECT worker_id, slot, device, trial_dir, logs_json, error, log_tail, interrupted,
-                    pruned_step, retry_of, discarded FROM tune_trials WHERE trial_id = $1",
+                    pruned_step, retry_of, discarded, gpu_peak_mem_mb, gpu_mem_scope,
+                    gpu_mean_sm_pct, gpu_mean_mem_bw_pct, gpu_samples
+             FROM tune_trials WHERE trial_id = $1",
             &[&id],
         ))?
         .map(|r| TuneTrialDump {
@@ -125,6 +128,13 @@ fn export(c: &impl GenericClient, dump: &mut StudyDump, sid: i32) -> PgResult<()
             pruned_step: r.get(8),
             retry_of: r.get(9),
             discarded: r.get::<_, i32>(10) as i64,
+            gpu: GpuColumns {
+                peak_mem_mb: r.get(11),
+                mem_scope: r.get(12),
+                mean_sm_pct: r.get(13),
+                mean_mem_bw_pct: r.get(14),
+                samples: r.get::<_, Option<i32>>(15).map(i64::from),
+            },
         });
         t.reports = wait(c.query(
             "SELECT seq, step, is_final, metrics_json, reported_at FROM tune_reports
@@ -255,8 +265,9 @@ fn import(c: &mut tokio_postgres::Client, d: &StudyDump) -> PgResult<bool> {
             let worker = x.worker.and_then(|w| workers.get(&w).copied());
             wait(tx.execute(
                 "INSERT INTO tune_trials (trial_id, worker_id, slot, device, trial_dir, logs_json,
-                    error, log_tail, interrupted, pruned_step, retry_of, discarded)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                    error, log_tail, interrupted, pruned_step, retry_of, discarded,
+                    gpu_peak_mem_mb, gpu_mem_scope, gpu_mean_sm_pct, gpu_mean_mem_bw_pct, gpu_samples)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
                 &[
                     &id,
                     &worker,
@@ -270,6 +281,13 @@ fn import(c: &mut tokio_postgres::Client, d: &StudyDump) -> PgResult<bool> {
                     &x.pruned_step,
                     &x.retry_of,
                     &(x.discarded as i32),
+                    &x.gpu.peak_mem_mb,
+                    &x.gpu.mem_scope,
+                    &x.gpu.mean_sm_pct,
+                    &x.gpu.mean_mem_bw_pct,
+                    &x.gpu
+                        .samples
+                        .map(|n| i32::try_from(n.max(0)).unwrap_or(i32::MAX)),
                 ],
             ))?;
         }

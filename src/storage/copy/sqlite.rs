@@ -4,7 +4,8 @@ use chrono::NaiveDateTime;
 use rusqlite::{OptionalExtension, params};
 
 use super::{
-    Copyable, ReportDump, StudyDump, TrialDump, TuneTrialDump, WorkerDump, direction_name,
+    Copyable, GpuColumns, ReportDump, StudyDump, TrialDump, TuneTrialDump, WorkerDump,
+    direction_name,
 };
 use crate::storage::{DATETIME_FORMAT, SqliteStorage, Storage, StorageError};
 
@@ -172,7 +173,9 @@ impl Copyable for SqliteStorage {
             t.tune = c
                 .query_row(
                     "SELECT worker_id, slot, device, trial_dir, logs_json, error, log_tail, interrupted,
-                            pruned_step, retry_of, discarded FROM tune_trials WHERE trial_id = ?1",
+                            pruned_step, retry_of, discarded, gpu_peak_mem_mb, gpu_mem_scope,
+                            gpu_mean_sm_pct, gpu_mean_mem_bw_pct, gpu_samples
+                     FROM tune_trials WHERE trial_id = ?1",
                     [id],
                     |r| {
                         Ok(TuneTrialDump {
@@ -187,6 +190,13 @@ impl Copyable for SqliteStorage {
                             pruned_step: r.get(8)?,
                             retry_of: r.get(9)?,
                             discarded: r.get(10)?,
+                            gpu: GpuColumns {
+                                peak_mem_mb: r.get(11)?,
+                                mem_scope: r.get(12)?,
+                                mean_sm_pct: r.get(13)?,
+                                mean_mem_bw_pct: r.get(14)?,
+                                samples: r.get(15)?,
+                            },
                         })
                     },
                 )
@@ -321,8 +331,11 @@ impl Copyable for SqliteStorage {
                 if let Some(x) = &t.tune {
                     tx.execute(
                         "INSERT INTO tune_trials (trial_id, worker_id, slot, device, trial_dir, logs_json,
-                            error, log_tail, interrupted, pruned_step, retry_of, discarded)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                            error, log_tail, interrupted, pruned_step, retry_of, discarded,
+                            gpu_peak_mem_mb, gpu_mem_scope, gpu_mean_sm_pct, gpu_mean_mem_bw_pct,
+                            gpu_samples)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
+                            ?16, ?17)",
                         params![
                             id,
                             x.worker.and_then(|w| workers.get(&w)),
@@ -335,7 +348,12 @@ impl Copyable for SqliteStorage {
                             x.interrupted,
                             x.pruned_step,
                             x.retry_of,
-                            x.discarded
+                            x.discarded,
+                            x.gpu.peak_mem_mb,
+                            x.gpu.mem_scope,
+                            x.gpu.mean_sm_pct,
+                            x.gpu.mean_mem_bw_pct,
+                            x.gpu.samples
                         ],
                     )?;
                 }

@@ -46,6 +46,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0003_reports_view.sql"),
     include_str!("../../../migrations/postgres/0004_trials_view_log_tail.sql"),
     include_str!("../../../migrations/postgres/0005_discarded_trials.sql"),
+    include_str!("../../../migrations/postgres/0006_gpu_telemetry.sql"),
 ];
 
 /// The first key of every advisory lock tune takes ("tu"), so tune's locks never collide with
@@ -490,7 +491,9 @@ fn query_trials_where(
                 x.error, x.device, x.trial_dir, x.logs_json, x.log_tail, x.pruned_step,
                 COALESCE(x.interrupted, 0),
                 (SELECT metrics_json FROM tune_reports r WHERE r.trial_id = t.trial_id ORDER BY seq DESC LIMIT 1),
-                x.worker_id, x.slot, w.host, COALESCE(x.discarded, 0)
+                x.worker_id, x.slot, w.host, COALESCE(x.discarded, 0),
+                x.gpu_peak_mem_mb, x.gpu_mem_scope, x.gpu_mean_sm_pct, x.gpu_mean_mem_bw_pct,
+                x.gpu_samples
          FROM trials t
          LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0
          LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
@@ -567,6 +570,13 @@ fn trial_of_row(r: &Row) -> Trial {
         at,
         started: to_system(r.get(5)),
         finished: to_system(r.get(6)),
+        gpu: super::gpu_of_columns(
+            r.get(19),
+            r.get::<_, Option<String>>(20).as_deref(),
+            r.get(21),
+            r.get(22),
+            r.get::<_, Option<i32>>(23).map(i64::from),
+        ),
     };
     Trial {
         id: TrialId(r.get::<_, i32>(0) as i64),
@@ -699,11 +709,14 @@ const PUT_VALUE_AT: &str = "INSERT INTO trial_values (trial_id, objective, value
      ON CONFLICT (trial_id, objective) DO UPDATE SET value = excluded.value,
         value_type = excluded.value_type";
 const PUT_ENDING: &str =
-    "INSERT INTO tune_trials (trial_id, error, log_tail, logs_json, pruned_step, interrupted)
-     VALUES ($1, $2, $3, $4, $5, $6)
+    "INSERT INTO tune_trials (trial_id, error, log_tail, logs_json, pruned_step, interrupted,
+        gpu_peak_mem_mb, gpu_mem_scope, gpu_mean_sm_pct, gpu_mean_mem_bw_pct, gpu_samples)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
      ON CONFLICT (trial_id) DO UPDATE SET error = excluded.error, log_tail = excluded.log_tail,
         logs_json = excluded.logs_json, pruned_step = excluded.pruned_step,
-        interrupted = excluded.interrupted";
+        interrupted = excluded.interrupted, gpu_peak_mem_mb = excluded.gpu_peak_mem_mb,
+        gpu_mem_scope = excluded.gpu_mem_scope, gpu_mean_sm_pct = excluded.gpu_mean_sm_pct,
+        gpu_mean_mem_bw_pct = excluded.gpu_mean_mem_bw_pct, gpu_samples = excluded.gpu_samples";
 
 /// What this process has read of one study (in one space) for its proposals. A trial's params
 /// never change once stored and a finished trial never changes again (but for `tune discard`'s
@@ -1288,7 +1301,16 @@ impl Storage for PostgresStorage {
             log_tail,
             pruned_step,
             interrupted,
+            gpu,
         } = crate::storage::ending(status, logs);
+        let finite = |v: f64| v.is_finite().then_some(v);
+        let gpu_cols = (
+            gpu.and_then(|g| finite(g.peak_mem_mb)),
+            gpu.map(|g| g.mem_scope.as_str()),
+            gpu.and_then(|g| finite(g.mean_sm_pct)),
+            gpu.and_then(|g| finite(g.mean_mem_bw_pct)),
+            gpu.map(|g| i32::try_from(g.samples).unwrap_or(i32::MAX)),
+        );
         let state = status.state().optuna();
         let value = status.value();
         let fenced = self.run(|c| {
@@ -1337,6 +1359,11 @@ impl Storage for PostgresStorage {
                     &logs,
                     &pruned_step,
                     &i32::from(interrupted),
+                    &gpu_cols.0,
+                    &gpu_cols.1,
+                    &gpu_cols.2,
+                    &gpu_cols.3,
+                    &gpu_cols.4,
                 ],
             ))?;
             if !interrupted {
@@ -1345,6 +1372,9 @@ impl Storage for PostgresStorage {
                 for (key, json) in super::user_attributes(last.as_deref()) {
                     wait(tx.execute(&st.get(&tx, super::PUT_USER_ATTR)?, &[&id, &key, &json]))?;
                 }
+            }
+            for (key, json) in super::gpu_user_attributes(gpu) {
+                wait(tx.execute(&st.get(&tx, super::PUT_USER_ATTR)?, &[&id, &key, &json]))?;
             }
             if interrupted {
                 lock_study(&tx, &self.stmts, sid)?;

@@ -95,7 +95,7 @@ pub(super) fn render_trial(
                 "{}; now {:.0}% SM, {} ({} samples)",
                 u.summary(),
                 u.latest.sm_pct,
-                crate::telemetry::fmt_mb(u.latest.mem_mb),
+                crate::telemetry::fmt_mb(u.latest.shown_mem_mb()),
                 u.samples
             )),
         ]));

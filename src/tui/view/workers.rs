@@ -127,15 +127,16 @@ pub(super) fn render_workers(frame: &mut Frame, area: Rect, state: &UiState, the
                 ),
             ];
             if gpu_col {
-                // The GPU's utilisation and memory now: an idle GPU under a running trial
-                // says the trial waits on data or on kernel launches.
+                // The GPU's utilisation and the trial's memory now (its own processes' where
+                // NVML lists them): an idle GPU under a running trial says the trial waits on
+                // data or on kernel launches.
                 cells.push(Cell::from(
                     t.gpu
                         .map(|u| {
                             format!(
                                 "{:>3.0}% {}",
                                 u.latest.sm_pct,
-                                fmt_gb_short(u.latest.mem_mb)
+                                fmt_gb_short(u.latest.shown_mem_mb())
                             )
                         })
                         .unwrap_or_else(na),
