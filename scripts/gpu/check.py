@@ -25,7 +25,7 @@ import zipfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "gpu-bundle"
-STEPS = ["env", "setup", "bench", "graphs", "throughput", "oom", "ui", "checkpointing", "stream", "bench1024"]
+STEPS = ["env", "setup", "bench", "graphs", "throughput", "oom", "telemetry", "ui", "checkpointing", "stream", "bench1024"]
 
 
 class Smi:
@@ -511,6 +511,28 @@ width = { type = "int", low = 64, high = 131072, log = true }
                        f"- the other {len(others)} trials: {complete} complete; `tune run` exit {rc}\n"
                        f"- {'PASS' if ok else 'FAIL'}\n")
 
+    def s_telemetry(self, r):
+        """Per-trial GPU telemetry as stored (scripts/gpu-telemetry-check.sh: two command trials sharing
+        the GPU, their own memory peaks), and the `gpu` objects the builtin studies above stored."""
+        env = dict(self.env, TUNE=str(self.tune), PYTHON=sys.executable)
+        rc, out, _, _ = self.run("telemetry", ["bash", "scripts/gpu-telemetry-check.sh", str(self.out / "telemetry")], 90, env=env)
+        r["rc"] = rc
+        md = self.out / "telemetry" / "telemetry.md"
+        text = md.read_text() if md.is_file() else out.strip()[-2000:]
+        builtin = []
+        for name in ("oom", "tp2"):
+            d = self.tmp / name
+            if (d / "tune.db").is_file():
+                for t in self.trials(d)[:4]:
+                    builtin.append(f"| {name} | {t['number']} | {t['state']} | `{json.dumps(t.get('gpu'))}` | "
+                                   f"{(t.get('metrics') or {}).get('peak_mem_mb')} |")
+        r["builtin"] = builtin
+        r["status"] = "ok" if rc == 0 else "failed"
+        self.md.append("## Per-trial GPU telemetry\n\n`scripts/gpu-telemetry-check.sh` (exit " + str(rc) + "):\n\n" + text.strip()
+                       + "\n\nStored by the builtin studies above (`gpu` of `tune trials --format json`; the trainer's own "
+                       "`peak_mem_mb` metric beside it):\n\n| study | trial | state | gpu | peak_mem_mb |\n| --- | ---: | --- | --- | ---: |\n"
+                       + "\n".join(builtin) + "\n")
+
     def s_ui(self, r):
         tmux = shutil.which("tmux")
         env = dict(self.env)
@@ -571,7 +593,7 @@ width = { type = "int", low = 64, high = 131072, log = true }
         self.find_binaries()
         plan = [("env", 5, self.s_env), ("setup", 20, self.s_setup), ("bench", 100, self.s_bench),
                 ("graphs", 30, self.s_graphs), ("throughput", 6 * (self.args.window + 15), self.s_throughput),
-                ("oom", 45, self.s_oom), ("ui", 45, self.s_ui), ("checkpointing", 30, self.s_checkpointing),
+                ("oom", 45, self.s_oom), ("telemetry", 35, self.s_telemetry), ("ui", 45, self.s_ui), ("checkpointing", 30, self.s_checkpointing),
                 ("stream", 50, self.s_stream), ("bench1024", 60, self.s_bench1024)]
         for name, est, fn in plan:
             self.step(name, est, fn)
