@@ -5,29 +5,36 @@
 #               (`--features tune-train/cuda`) against the torch version the GPU machine has,
 #               through the tch release made for it (tch's README pairs them)
 #   gpu-bundle/data/fashion-mnist          the quickstart's data (from setup.sh)
-#   gpu-bundle/py/                         Optuna and its pure-Python dependencies, and a numpy
-#               wheel for --python, for the Optuna side of the throughput comparison
+#   gpu-bundle/py/                         Optuna and its pure-Python dependencies (and, with
+#               --numpy, a numpy wheel for --python: 16 MiB, for a torch without numpy), for the
+#               Optuna side of the throughput comparison
 #   gpu-bundle/bin/tmux, lib/              this machine's tmux and its libraries, used only where
 #               the GPU machine has no tmux (the capture of the live UI)
 #   gpu-bundle/manifest.json               what was built: torch, tch, commit, sizes
 # Runs here (Rust, network), from a clean copy of the checkout (tracked and untracked files, not
 # ignored ones) under .gpu/, so the tree and its Cargo.lock stay as they are.
-#   scripts/gpu-bundle.sh [--torch 2.11.0] [--python 3.12] [--out gpu-bundle]
+#   scripts/gpu-bundle.sh [--torch 2.11.0] [--python 3.12] [--numpy] [--out gpu-bundle] [--libtorch DIR]
+# --libtorch DIR: build against this unpacked torch of that version (its torch/ folder, with lib/
+# and include/; the CUDA runtime headers in DIR/../nvidia/*/include) instead of downloading one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 TORCH=2.11.0
 PYVER=3.12
 OUT=gpu-bundle
+LIBTORCH_GIVEN=
+NUMPY=no
 usage() {
-  echo "usage: scripts/gpu-bundle.sh [--torch VERSION] [--python X.Y] [--out DIR]" >&2
+  echo "usage: scripts/gpu-bundle.sh [--torch VERSION] [--python X.Y] [--numpy] [--out DIR] [--libtorch DIR]" >&2
   exit 2
 }
 while [ $# -gt 0 ]; do
   case "$1" in
     --torch) [ $# -ge 2 ] || usage; TORCH=$2; shift ;;
     --python) [ $# -ge 2 ] || usage; PYVER=$2; shift ;;
+    --numpy) NUMPY=yes ;;
     --out) [ $# -ge 2 ] || usage; OUT=$2; shift ;;
+    --libtorch) [ $# -ge 2 ] || usage; LIBTORCH_GIVEN=$(cd "$2" && pwd); shift ;;
     *) usage ;;
   esac
   shift
@@ -55,8 +62,13 @@ done
 
 WORK=$ROOT/.gpu
 TORCH_DIR=$WORK/torch-$TORCH
+LIBTORCH_DIR=$TORCH_DIR/torch
 mkdir -p "$WORK"
-if [ ! -f "$TORCH_DIR/.stamp" ]; then
+if [ -n "$LIBTORCH_GIVEN" ]; then
+  LIBTORCH_DIR=$LIBTORCH_GIVEN
+  [ -f "$LIBTORCH_DIR/lib/libtorch_cuda.so" ] ||
+    { echo "gpu-bundle: --libtorch $LIBTORCH_DIR has no lib/libtorch_cuda.so (a CUDA torch's torch/ folder is needed)" >&2; exit 2; }
+elif [ ! -f "$TORCH_DIR/.stamp" ]; then
   echo "gpu-bundle: downloading torch $TORCH (its libtorch and headers, about 0.5 GB) and the CUDA runtime headers" >&2
   rm -rf "$TORCH_DIR"
   python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$TORCH_DIR" \
@@ -76,7 +88,7 @@ grep -q "^tch = \"=$TCH\"" "$SRC/crates/tune-train/Cargo.toml" ||
   { echo "gpu-bundle: could not pin tch $TCH in crates/tune-train/Cargo.toml" >&2; exit 1; }
 
 echo "gpu-bundle: building tune and tune-worker (CUDA, tch $TCH, torch $TORCH), release" >&2
-(cd "$SRC" && LIBTORCH=$TORCH_DIR/torch CARGO_TARGET_DIR=$WORK/target-$TORCH \
+(cd "$SRC" && LIBTORCH=$LIBTORCH_DIR CARGO_TARGET_DIR=$WORK/target-$TORCH \
   cargo build --release --quiet -p tune -p tune-train --features tune-train/cuda --bin tune --bin tune-worker)
 
 rm -rf "$OUT"
@@ -86,8 +98,10 @@ strip "$OUT/bin/tune" "$OUT/bin/tune-worker"
 cp -a /usr/share/datasets/fashion-mnist "$OUT/data/"
 python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: -d "$OUT/py" \
   "optuna>=4,<6" tqdm colorlog packaging
-python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: -d "$OUT/py" \
-  --python-version "$PYVER" --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 numpy
+if [ "$NUMPY" = yes ]; then
+  python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: -d "$OUT/py" \
+    --python-version "$PYVER" --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 numpy
+fi
 if command -v tmux >/dev/null; then
   cp "$(command -v tmux)" "$OUT/bin/"
   ldd "$(command -v tmux)" | awk '/=> \// {print $3}' | grep -Ev '/lib(c|m|resolv|pthread|dl)\.so' |
