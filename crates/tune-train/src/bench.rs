@@ -11,6 +11,12 @@
 //! (`--torch-default-layout` measures eager's default layout instead). On CUDA both sides
 //! are timed between device syncs, and read the loss every 16 steps as a trial does.
 //!
+//! tune's step is replayed from a CUDA graph on a GPU, as in a trial (`[trial] cuda_graphs`);
+//! `--cuda-graphs on,off` measures both, prints a `graphs` column (`on`: replayed, `off`:
+//! eager as asked, `eager`: asked for but not captured) and, per model and precision, the
+//! graphs' speed-up over eager steps with the mean loss of each side's timed steps (the same
+//! seed and batches, so the two agree when the replayed step computes what the eager one does).
+//!
 //! Needs `scripts/setup.sh --bench` (the Python side: torch's pure-Python dependencies and the
 //! CUDA libraries its extension module links against).
 
@@ -181,7 +187,7 @@ fn tune_once(
     h: &Hyper,
     o: &BenchOptions,
     graphs: bool,
-) -> Result<(Rate, bool), String> {
+) -> Result<(Rate, bool, f64), String> {
     tch::manual_seed(0);
     let device = o.device;
     let mut s = Session::new(h, ds.task, &ds.sample_shape, device, h.lr)?;
@@ -237,7 +243,10 @@ fn tune_once(
         wall: samples / t0.elapsed().as_secs_f64(),
         cpu: samples / (thread_cpu_secs() - c0).max(1e-9),
     };
-    Ok((rate, stepper.replaying()))
+    // The mean loss of the timed steps: graphs and eager steps start from the same seed and
+    // see the same batches, so it says whether the replayed step computes what the eager one does.
+    let loss = tally.mean().unwrap_or(f64::NAN);
+    Ok((rate, stepper.replaying(), loss))
 }
 
 /// Samples per wall-clock second, and per second of the training thread's CPU time: with one
@@ -494,10 +503,11 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     // its best: a burst of load from other processes then costs both sides alike.
     let mut tune_rates = vec![Rate::default(); configs.len()];
     let mut replayed = vec![false; configs.len()];
+    let mut losses = vec![f64::NAN; configs.len()];
     let mut torch = vec![Rate::default(); configs.len()];
     for _ in 0..o.repeat.max(1) {
         for (i, (m, a, g)) in configs.iter().enumerate() {
-            let (r, graphed) = match (&text, *m) {
+            let (r, graphed, loss) = match (&text, *m) {
                 (Some(t), ModelKind::Transformer) => {
                     tune_once(t, &text_spec, &hyper(*m, *a, o.batch), o, *g)?
                 }
@@ -505,6 +515,7 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
             };
             tune_rates[i] = tune_rates[i].best(r);
             replayed[i] = graphed;
+            losses[i] = loss;
             // Eager PyTorch once per model and precision, whatever tune's graph setting.
             let first = configs.iter().position(|c| c.0 == *m && c.1 == *a) == Some(i);
             if let Some(p) = python.as_mut() {
@@ -573,12 +584,14 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         let eager = configs.iter().position(|c| c.0 == *m && c.1 == *a && !c.2);
         if let (true, true, Some(j)) = (*g, replayed[i], eager) {
             println!(
-                "cuda graphs {} {}: {:.2}x eager steps ({:.0} vs {:.0} samples/s)",
+                "cuda graphs {} {}: {:.2}x eager steps ({:.0} vs {:.0} samples/s); mean loss of the timed steps {:.5} vs {:.5}",
                 m.as_str(),
                 a,
                 tune_rates[i].wall / tune_rates[j].wall,
                 tune_rates[i].wall,
-                tune_rates[j].wall
+                tune_rates[j].wall,
+                losses[i],
+                losses[j]
             );
         }
     }
