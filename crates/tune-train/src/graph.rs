@@ -241,8 +241,11 @@ impl Stepper {
         if setting == CudaGraphs::Off {
             return Stepper::Eager;
         }
-        if let Some(line) = fallback_message(setting, h, device) {
-            eprintln!("{line}");
+        if unsupported(h, device).is_some() {
+            // Said only where it is news: never for `auto` on the CPU.
+            if let Some(line) = fallback_message(setting, h, device) {
+                eprintln!("{line}");
+            }
             return Stepper::Eager;
         }
         let graph = match ffi::Graph::new(device) {
