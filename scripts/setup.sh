@@ -35,6 +35,7 @@ ROOT=$(pwd)
 TORCH_VERSION=2.13.0          # tch 0.26 expects exactly this; torch-sys skips its check when LIBTORCH is set
 CUDART_VERSION=13.0.96        # the versions torch 2.13.0 pins through cuda-toolkit 13.0.3
 CUPTI_VERSION=13.0.85
+CRT_VERSION=13.0.88           # crt/ headers that cuda_runtime.h includes (the CUDA-graph shim's build)
 PY=${PYTHON:-python3}
 
 TCH_VERSION=0.26              # crates/tune-train/Cargo.toml pins tch and torch-sys to it
@@ -148,6 +149,21 @@ if [ "$WANT_LIBTORCH" = yes ] && [ ! -f .libtorch/.stamp-$TORCH_VERSION ]; then
     --python-version 3.11 --only-binary=:all: --platform manylinux_2_28_x86_64 --platform manylinux_2_25_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     "torch==$TORCH_VERSION" "nvidia-cuda-runtime==$CUDART_VERSION" "nvidia-cuda-cupti==$CUPTI_VERSION"
   touch .libtorch/.stamp-$TORCH_VERSION
+fi
+
+# The CUDA-graph shim (built with --features tune-train/cuda, also by scripts/test.sh) includes
+# libtorch's CUDA headers, which include cuda_runtime.h, which includes crt/host_config.h: a
+# header the CUDA 13 runtime wheel leaves to nvidia-cuda-crt (134 KB of headers). Its own stamp,
+# so that a tree installed before it gets it too.
+if [ "$WANT_LIBTORCH" = yes ] && [ ! -f .libtorch/.stamp-crt-$CRT_VERSION ]; then
+  rm -rf .libtorch/.crt-tmp
+  "$PY" -m pip install --quiet --disable-pip-version-check --no-deps --target .libtorch/.crt-tmp \
+    --python-version 3.11 --only-binary=:all: --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    "nvidia-cuda-crt==$CRT_VERSION"
+  # pip --target skips a top-level folder that already exists (nvidia/): merge it in.
+  cp -a .libtorch/.crt-tmp/. .libtorch/
+  rm -rf .libtorch/.crt-tmp
+  touch .libtorch/.stamp-crt-$CRT_VERSION
 fi
 
 if [ "$WANT_CUDA" = yes ] && [ -z "$TORCH_PYTHON" ] && [ ! -f .libtorch/.stamp-cuda-$TORCH_VERSION ]; then

@@ -5,7 +5,8 @@
 #      which must then run, never skip), then `tune` alone: `cargo build -p tune` and
 #      `cargo test -p tune`, with LIBTORCH pointing nowhere;
 #   2. libtorch, then the whole workspace: `cargo build --workspace` (which builds `tune-worker`
-#      beside `tune`) and the trainer's tests, `cargo test --workspace --exclude tune`.
+#      beside `tune`) and the trainer's tests, `cargo test --workspace --exclude tune`; then
+#      `cargo build -p tune-train --features tune-train/cuda` (the CUDA-graph shim compiles).
 #   3. the gates: `cargo fmt --check` first (it needs no build), and
 #      `cargo clippy --workspace --all-targets -- -D warnings` last (it needs libtorch).
 #   ./scripts/test.sh            # everything
@@ -30,5 +31,9 @@ export LIBTORCH="$PWD/.libtorch/torch"
 # build: this build does, and tune-worker beside it.
 cargo build --workspace --quiet
 cargo test --workspace --exclude tune --no-fail-fast "$@" 2>&1
+# The CUDA-only code (the CUDA-graph shim and what links it) compiled and linked here too,
+# though this machine may have no GPU: it builds against the CUDA libtorch's headers and
+# libraries, which need no device.
+cargo build -p tune-train --features tune-train/cuda --quiet
 # Every target of every crate, tests and benchmarks included, without a warning.
 cargo clippy --workspace --all-targets --quiet -- -D warnings

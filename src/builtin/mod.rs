@@ -26,6 +26,8 @@
 //! time_budget = "90s"       # training time per trial: the run ends at whichever comes first
 //! timeout = "10m"           # wall-clock limit: past it the trial fails ("timed out after …")
 //! report_every = 0          # report every N optimizer steps; 0 = at the end of each epoch
+//! cuda_graphs = "auto"      # auto | true | false: replay each training step from a CUDA graph
+//!                           # (auto: on a CUDA device where the step can be captured)
 //! # Training knobs (fixed here, or searched as a [space] parameter of the same name):
 //! lr = 1e-3                 # required; the peak of the schedule
 //! optimizer = "adamw"       # sgd | adam | adamw | rmsprop
@@ -136,6 +138,39 @@ pub struct BuiltinTrial {
     /// `[trial] timeout`: the wall-clock limit of one trial (the scheduler puts it in
     /// `TrialJob::timeout`); unlike `time_budget` it fails the trial.
     pub timeout: Option<Duration>,
+    /// `[trial] cuda_graphs`: whether the trainer captures its step in a CUDA graph. Absent
+    /// from a worker request of an older `tune`, which meant eager steps: `auto` now.
+    #[serde(default)]
+    pub cuda_graphs: CudaGraphs,
+}
+
+/// `[trial] cuda_graphs`: capture the training step in a CUDA graph after a few warm-up steps
+/// and replay it, which saves a small model's kernel launches on a GPU. A setting, not a knob:
+/// it changes the speed of a trial, not what it computes, so it is never searched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CudaGraphs {
+    /// On a CUDA device where the step can be captured; eager elsewhere, silently on the CPU
+    /// and with a one-line reason on a GPU.
+    #[default]
+    Auto,
+    /// As `Auto`, but a trial that cannot use graphs says why even on the CPU.
+    On,
+    /// Eager steps always.
+    Off,
+}
+
+impl CudaGraphs {
+    fn parse(v: &toml::Value) -> Result<CudaGraphs, KnobError> {
+        match v {
+            toml::Value::Boolean(true) => Ok(CudaGraphs::On),
+            toml::Value::Boolean(false) => Ok(CudaGraphs::Off),
+            toml::Value::String(s) if s == "auto" => Ok(CudaGraphs::Auto),
+            other => Err(KnobError::Invalid(format!(
+                "trial.cuda_graphs: must be true, false or \"auto\", not {other}"
+            ))),
+        }
+    }
 }
 
 /// The type and range of one knob.
@@ -518,6 +553,7 @@ pub fn parse_builtin(
     let mut time_budget = None;
     let mut timeout = None;
     let mut report_every = 0;
+    let mut cuda_graphs = CudaGraphs::Auto;
     for (key, value) in table {
         match key.as_str() {
             "kind" | "model" | "data" => {}
@@ -534,6 +570,7 @@ pub fn parse_builtin(
                     time_budget = Some(d);
                 }
             }
+            "cuda_graphs" => cuda_graphs = CudaGraphs::parse(value)?,
             "report_every" => match value.as_integer() {
                 Some(n) if (0..=MAX_INT_KNOB).contains(&n) => report_every = n as u64,
                 _ => {
@@ -552,7 +589,7 @@ pub fn parse_builtin(
             }
             k => {
                 return Err(KnobError::Invalid(format!(
-                    "trial.{k}: unknown key (known: time_budget, timeout, report_every, model, data, {})",
+                    "trial.{k}: unknown key (known: time_budget, timeout, report_every, cuda_graphs, model, data, {})",
                     KNOBS
                         .iter()
                         .filter(|s| s.section == Section::Trial)
@@ -680,6 +717,7 @@ pub fn parse_builtin(
         time_budget,
         report_every,
         timeout,
+        cuda_graphs,
     };
     // A fixed combination that can never work is a study error, not a failure of each trial.
     if let (Some(Knob::Fixed(w)), Some(Knob::Fixed(h))) =
@@ -976,6 +1014,43 @@ mod tests {
         assert_eq!(h.lr, 0.01);
         assert_eq!(h.batch_size, 128);
         assert_eq!(h.epochs, Some(2));
+    }
+
+    #[test]
+    fn cuda_graphs_defaults_to_auto_and_takes_true_false_or_auto() {
+        let s = space(r#"lr = { type = "float", low = 1e-4, high = 1e-1, log = true }"#);
+        let t = parse_builtin(&table(BASE), &s, Path::new(".")).expect("valid");
+        assert_eq!(t.cuda_graphs, CudaGraphs::Auto);
+        for (v, want) in [
+            ("true", CudaGraphs::On),
+            ("false", CudaGraphs::Off),
+            ("\"auto\"", CudaGraphs::Auto),
+        ] {
+            let src = format!("cuda_graphs = {v}\n{BASE}");
+            let t = parse_builtin(&table(&src), &s, Path::new(".")).expect("valid");
+            assert_eq!(t.cuda_graphs, want, "{v}");
+        }
+        for bad in ["\"yes\"", "1"] {
+            let src = format!("cuda_graphs = {bad}\n{BASE}");
+            let e = parse_builtin(&table(&src), &s, Path::new(".")).expect_err(bad);
+            assert_eq!(
+                e.to_string(),
+                format!("trial.cuda_graphs: must be true, false or \"auto\", not {bad}")
+            );
+        }
+    }
+
+    #[test]
+    fn a_worker_request_without_cuda_graphs_reads_as_auto() {
+        let s = space(r#"lr = { type = "float", low = 1e-4, high = 1e-1, log = true }"#);
+        let t = parse_builtin(&table(BASE), &s, Path::new(".")).expect("valid");
+        let mut json = serde_json::to_value(&t).expect("serialises");
+        json.as_object_mut()
+            .expect("an object")
+            .remove("cuda_graphs")
+            .expect("the field is sent");
+        let back: BuiltinTrial = serde_json::from_value(json).expect("an older request");
+        assert_eq!(back.cuda_graphs, CudaGraphs::Auto);
     }
 
     #[test]

@@ -11,6 +11,12 @@
 //! (`--torch-default-layout` measures eager's default layout instead). On CUDA both sides
 //! are timed between device syncs, and read the loss every 16 steps as a trial does.
 //!
+//! tune's step is replayed from a CUDA graph on a GPU, as in a trial (`[trial] cuda_graphs`);
+//! `--cuda-graphs on,off` measures both, prints a `graphs` column (`on`: replayed, `off`:
+//! eager as asked, `eager`: asked for but not captured) and, per model and precision, the
+//! graphs' speed-up over eager steps with the mean loss of each side's timed steps (the same
+//! seed and batches, so the two agree when the replayed step computes what the eager one does).
+//!
 //! Needs `scripts/setup.sh --bench` (the Python side: torch's pure-Python dependencies and the
 //! CUDA libraries its extension module links against).
 
@@ -23,9 +29,10 @@ use tch::Device;
 
 use super::data::{self, Loader};
 use super::fit::Session;
+use super::graph::{LossTally, Stepper};
 use tune::builtin::{
-    Amp, DataSpec, DeviceCache, FASHION_MNIST_DIR, Hyper, LrScaling, ModelKind, OptimizerKind,
-    ScheduleKind, Source,
+    Amp, CudaGraphs, DataSpec, DeviceCache, FASHION_MNIST_DIR, Hyper, LrScaling, ModelKind,
+    OptimizerKind, ScheduleKind, Source,
 };
 
 /// What to measure.
@@ -44,6 +51,9 @@ pub struct BenchOptions {
     pub torch_channels_last: bool,
     /// Where both sides train (`--device cpu|cuda:N`).
     pub device: Device,
+    /// tune's step replayed from a CUDA graph (`true`, as a trial does by default) or eager,
+    /// each measured (`--cuda-graphs on,off`); on the CPU both are eager.
+    pub cuda_graphs: Vec<bool>,
 }
 
 impl Default for BenchOptions {
@@ -58,14 +68,16 @@ impl Default for BenchOptions {
             no_python: false,
             torch_channels_last: true,
             device: Device::Cpu,
+            cuda_graphs: vec![true],
         }
     }
 }
 
 impl BenchOptions {
     /// `--steps N --batch N --repeat N --models mlp,cnn --amp off,bf16,fp16 --device cuda:0
-    /// --no-python --torch-default-layout`; unknown words are ignored (cargo bench passes its
-    /// own); a device that is not one is an error.
+    /// --cuda-graphs on,off --no-python --torch-default-layout`; unknown words are ignored
+    /// (cargo bench passes its own); a device that is not one is an error, and so is a
+    /// `--cuda-graphs` word other than on and off.
     pub fn from_args(args: &[String]) -> Result<BenchOptions, String> {
         let mut o = BenchOptions::default();
         let mut it = args.iter();
@@ -100,6 +112,19 @@ impl BenchOptions {
                             })
                             .collect();
                     }
+                }
+                "--cuda-graphs" => {
+                    let v = it.next().map(String::as_str).unwrap_or("");
+                    o.cuda_graphs = v
+                        .split(',')
+                        .map(|w| match w {
+                            "on" => Ok(true),
+                            "off" => Ok(false),
+                            _ => Err(format!(
+                                "--cuda-graphs: {w:?} is neither on nor off (e.g. --cuda-graphs on,off)"
+                            )),
+                        })
+                        .collect::<Result<_, _>>()?;
                 }
                 "--no-python" => o.no_python = true,
                 // The default now; still accepted from older command lines.
@@ -161,10 +186,19 @@ fn tune_once(
     spec: &DataSpec,
     h: &Hyper,
     o: &BenchOptions,
-) -> Result<Rate, String> {
+    graphs: bool,
+) -> Result<(Rate, bool, f64), String> {
     tch::manual_seed(0);
     let device = o.device;
     let mut s = Session::new(h, ds.task, &ds.sample_shape, device, h.lr)?;
+    // `auto`, as a trial: silent on the CPU, a one-line reason on a GPU that cannot capture.
+    let setting = if graphs {
+        CudaGraphs::Auto
+    } else {
+        CudaGraphs::Off
+    };
+    let mut stepper = Stepper::new(setting, h, device, &mut s);
+    let mut tally = LossTally::new(device);
     let context = (h.model == ModelKind::Transformer).then_some(h.context);
     let mut loader = Loader::new(ds, device, h.batch_size, context, spec, 0);
     // As in a trial: reading the loss syncs the device, so on CUDA it is read every 16 steps.
@@ -177,7 +211,9 @@ fn tune_once(
                 .map(|(b, _)| b)
                 .map_err(super::TrainError::Failed)
         };
-        let loss = s.accumulate(&mut next, 1).map_err(|e| e.to_string())?;
+        let loss = stepper
+            .step(s, &mut next, 1, &mut tally)
+            .map_err(|e| e.to_string())?;
         n += 1;
         // fp16's overflowing steps are the loss scaler's business (skipped), not divergence.
         if n.is_multiple_of(check_every)
@@ -186,7 +222,6 @@ fn tune_once(
         {
             return Err("the benchmark diverged".into());
         }
-        s.apply().map_err(|e| e.to_string())?;
         Ok(())
     };
     let sync = || {
@@ -204,10 +239,14 @@ fn tune_once(
     }
     sync();
     let samples = o.steps as f64 * h.batch_size as f64;
-    Ok(Rate {
+    let rate = Rate {
         wall: samples / t0.elapsed().as_secs_f64(),
         cpu: samples / (thread_cpu_secs() - c0).max(1e-9),
-    })
+    };
+    // The mean loss of the timed steps: graphs and eager steps start from the same seed and
+    // see the same batches, so it says whether the replayed step computes what the eager one does.
+    let loss = tally.mean().unwrap_or(f64::NAN);
+    Ok((rate, stepper.replaying(), loss))
 }
 
 /// Samples per wall-clock second, and per second of the training thread's CPU time: with one
@@ -416,10 +455,19 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
             ));
         }
     }
-    let configs: Vec<(ModelKind, Amp)> = o
+    let configs: Vec<(ModelKind, Amp, bool)> = o
         .models
         .iter()
-        .flat_map(|m| o.amps.iter().map(move |a| (*m, *a)))
+        .flat_map(|m| {
+            o.amps.iter().flat_map(move |a| {
+                o.cuda_graphs
+                    .iter()
+                    .enumerate()
+                    // On the CPU the step is eager whatever is asked: one row, not two alike.
+                    .filter(move |(i, _)| o.device.is_cuda() || *i == 0)
+                    .map(move |(_, g)| (*m, *a, *g))
+            })
+        })
         .collect();
     println!(
         "tune bench trainer: {data_name} on {}; batch {}, Adam (tune: {}; torch: foreach), {} timed steps after {} warm-up, best of {} alternating runs; 1 intra-op thread each side",
@@ -454,26 +502,37 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     // Runs alternate between the two sides, configuration by configuration, and each keeps
     // its best: a burst of load from other processes then costs both sides alike.
     let mut tune_rates = vec![Rate::default(); configs.len()];
+    let mut replayed = vec![false; configs.len()];
+    let mut losses = vec![f64::NAN; configs.len()];
     let mut torch = vec![Rate::default(); configs.len()];
     for _ in 0..o.repeat.max(1) {
-        for (i, (m, a)) in configs.iter().enumerate() {
-            let r = match (&text, *m) {
+        for (i, (m, a, g)) in configs.iter().enumerate() {
+            let (r, graphed, loss) = match (&text, *m) {
                 (Some(t), ModelKind::Transformer) => {
-                    tune_once(t, &text_spec, &hyper(*m, *a, o.batch), o)?
+                    tune_once(t, &text_spec, &hyper(*m, *a, o.batch), o, *g)?
                 }
-                _ => tune_once(&ds, &spec, &hyper(*m, *a, o.batch), o)?,
+                _ => tune_once(&ds, &spec, &hyper(*m, *a, o.batch), o, *g)?,
             };
             tune_rates[i] = tune_rates[i].best(r);
+            replayed[i] = graphed;
+            losses[i] = loss;
+            // Eager PyTorch once per model and precision, whatever tune's graph setting.
+            let first = configs.iter().position(|c| c.0 == *m && c.1 == *a) == Some(i);
             if let Some(p) = python.as_mut() {
-                torch[i] = torch[i].best(p.measure(*m, *a)?);
+                if first {
+                    torch[i] = torch[i].best(p.measure(*m, *a)?);
+                } else if let Some(j) = configs.iter().position(|c| c.0 == *m && c.1 == *a) {
+                    torch[i] = torch[j];
+                }
             }
         }
     }
     let torch_rates = python.is_some().then_some(torch);
     println!(
-        "{:<11} {:<5} | {:>12} {:>12} {:>7} | {:>12} {:>12} {:>7} | {:>9}",
+        "{:<11} {:<5} {:<6} | {:>12} {:>12} {:>7} | {:>12} {:>12} {:>7} | {:>9}",
         "model",
         "amp",
+        "graphs",
         "tune /s",
         "torch /s",
         "ratio",
@@ -482,11 +541,11 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         "ratio",
         "amp/fp32"
     );
-    for (i, (m, a)) in configs.iter().enumerate() {
+    for (i, (m, a, g)) in configs.iter().enumerate() {
         let t = tune_rates[i];
         let fp32 = configs
             .iter()
-            .position(|c| c.0 == *m && c.1 == Amp::Off)
+            .position(|c| c.0 == *m && c.1 == Amp::Off && c.2 == *g)
             .map(|j| tune_rates[j]);
         // Against fp32 in wall time on CUDA (the launching thread's CPU time says little
         // there), in CPU time on the CPU.
@@ -507,9 +566,10 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
             None => ("-".into(), "-".into(), "-".into(), "-".into()),
         };
         println!(
-            "{:<11} {:<5} | {:>12.0} {:>12} {:>7} | {:>12.0} {:>12} {:>7} | {:>9}",
+            "{:<11} {:<5} {:<6} | {:>12.0} {:>12} {:>7} | {:>12.0} {:>12} {:>7} | {:>9}",
             m.as_str(),
             a.to_string(),
+            graphs_cell(*g, replayed[i]),
             t.wall,
             pw,
             rw,
@@ -519,7 +579,34 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
             speedup
         );
     }
+    // Graphs against eager steps, in wall time, where both were measured and the graph ran.
+    for (i, (m, a, g)) in configs.iter().enumerate() {
+        let eager = configs.iter().position(|c| c.0 == *m && c.1 == *a && !c.2);
+        if let (true, true, Some(j)) = (*g, replayed[i], eager) {
+            println!(
+                "cuda graphs {} {}: {:.2}x eager steps ({:.0} vs {:.0} samples/s); mean loss of the timed steps {:.5} vs {:.5}",
+                m.as_str(),
+                a,
+                tune_rates[i].wall / tune_rates[j].wall,
+                tune_rates[i].wall,
+                tune_rates[j].wall,
+                losses[i],
+                losses[j]
+            );
+        }
+    }
     Ok(())
+}
+
+/// The `graphs` column: `on` when the steps were replayed from a CUDA graph, `off` when eager
+/// steps were asked for, `eager` when a graph was asked for but not used (the CPU, or a step
+/// that cannot be captured: the worker said why on stderr).
+fn graphs_cell(asked: bool, replayed: bool) -> &'static str {
+    match (asked, replayed) {
+        (_, true) => "on",
+        (false, false) => "off",
+        (true, false) => "eager",
+    }
 }
 
 #[cfg(test)]
@@ -553,6 +640,25 @@ mod tests {
         assert!(!o.torch_channels_last);
         let e = BenchOptions::from_args(&args(&["--device", "gpu0"])).expect_err("not a device");
         assert!(e.contains("\"gpu0\" is not a device"), "{e}");
+    }
+
+    #[test]
+    fn cuda_graphs_are_measured_on_by_default_and_on_and_off_when_asked() {
+        assert_eq!(
+            BenchOptions::from_args(&[]).expect("valid").cuda_graphs,
+            [true]
+        );
+        let o = BenchOptions::from_args(&args(&["--cuda-graphs", "on,off"])).expect("valid");
+        assert_eq!(o.cuda_graphs, [true, false]);
+        let e = BenchOptions::from_args(&args(&["--cuda-graphs", "on,maybe"]))
+            .expect_err("not a setting");
+        assert_eq!(
+            e,
+            "--cuda-graphs: \"maybe\" is neither on nor off (e.g. --cuda-graphs on,off)"
+        );
+        assert_eq!(graphs_cell(true, true), "on");
+        assert_eq!(graphs_cell(false, false), "off");
+        assert_eq!(graphs_cell(true, false), "eager");
     }
 
     #[test]

@@ -10,6 +10,7 @@ use tch::nn::{self, ModuleT};
 use tch::{Device, Kind, Tensor};
 
 use super::data::{self, Batch, DataCache, Loader, Task};
+use super::graph::{LossTally, Stepper};
 use super::precision::{Autocast, GradScaler};
 use super::schedule::Schedule;
 use super::{models, optim};
@@ -128,10 +129,18 @@ impl Session {
         Ok(total / (k as f64))
     }
 
-    /// Applies the accumulated gradients (unscaling, clipping, skipping an fp16 step with
-    /// non-finite gradients) and clears them. With the fused optimizers nothing is read back
-    /// from the device: an fp16 overflow is found, counted and skipped there.
+    /// Applies the accumulated gradients (see [`Session::update`]) and clears them.
     pub fn apply(&mut self) -> Result<(), TrainError> {
+        self.update()?;
+        self.opt.zero_grad(&self.params);
+        Ok(())
+    }
+
+    /// Applies the accumulated gradients (unscaling, clipping, skipping an fp16 step with
+    /// non-finite gradients) and leaves them where they are, as a captured CUDA graph must.
+    /// With the fused optimizers nothing is read back from the device: an fp16 overflow is
+    /// found, counted and skipped there.
+    pub fn update(&mut self) -> Result<(), TrainError> {
         let failed = TrainError::Failed;
         match &mut self.scaler {
             Some(s) => {
@@ -153,8 +162,12 @@ impl Session {
                 self.opt.step(None).map_err(failed)?;
             }
         }
-        self.opt.zero_grad(&self.params);
         Ok(())
+    }
+
+    /// The trainable variables, in the optimizer's order.
+    pub fn params(&self) -> &[Tensor] {
+        &self.params
     }
 
     /// fp16 steps skipped so far for overflowing gradients (reads the device's count).
@@ -276,6 +289,7 @@ fn train_inner(
     };
     let mut s = Session::new(&h, ds.task, &ds.sample_shape, device, schedule.lr(0.0))
         .map_err(TrainError::Failed)?;
+    let mut stepper = Stepper::new(trial.cuda_graphs, &h, device, &mut s);
     let mut loader = Loader::new(&ds, device, h.batch_size, context, &trial.data, seed);
     let k = h.accumulation;
     let steps_per_epoch = loader.batches_per_epoch() / k;
@@ -310,12 +324,8 @@ fn train_inner(
     let mut train_time = Duration::ZERO;
     let mut wait = Duration::ZERO;
     let mut interval_samples = 0i64;
-    // The interval's finite losses, their count, and how many steps in a row have had a
-    // non-finite loss, all kept on the device and read every `check_every` steps.
-    let zero = || Tensor::zeros([], (Kind::Float, device));
-    let mut loss_sum = zero();
-    let mut loss_steps = zero();
-    let mut nonfinite_run = zero();
+    // Kept on the device and read every `check_every` steps.
+    let mut tally = LossTally::new(device);
     let mut step = 0u64;
     let mut last_reported = 0u64;
     let mut lr = schedule.lr(0.0);
@@ -336,15 +346,12 @@ fn train_inner(
             wait += w;
             Ok(b)
         };
-        let loss = s.accumulate(&mut next, k)?;
-        let finite = loss.isfinite();
-        loss_sum += loss.nan_to_num(0.0, 0.0, 0.0);
-        loss_steps += finite.to_kind(Kind::Float);
-        nonfinite_run = (&nonfinite_run + 1.0) * finite.logical_not().to_kind(Kind::Float);
+        // The step is applied before its loss is checked: a diverged run ends either way.
+        let loss = stepper.step(&mut s, &mut next, k, &mut tally)?;
         if (step + 1).is_multiple_of(check_every) {
             // With fp16 an overflowing forward pass is the scaler's business: the step is
             // skipped and the scale backs off. Only a run of them is divergence.
-            let run = nonfinite_run.double_value(&[]);
+            let run = tally.nonfinite_run();
             if run > 0.0 && (h.amp != Amp::Fp16 || run > 20.0) {
                 let what = if loss.double_value(&[]).is_nan() {
                     "NaN"
@@ -357,7 +364,6 @@ fn train_inner(
                 });
             }
         }
-        s.apply()?;
         step += 1;
         interval_samples += h.effective_batch();
         let end = total_steps.is_some_and(|t| step >= t);
@@ -370,12 +376,7 @@ fn train_inner(
         train_time += t0.elapsed();
 
         if report {
-            let counted = loss_steps.double_value(&[]);
-            let train_loss = if counted > 0.0 {
-                loss_sum.double_value(&[]) / counted
-            } else {
-                f64::NAN
-            };
+            let train_loss = tally.mean().unwrap_or(f64::NAN);
             if !train_loss.is_finite() && h.amp != Amp::Fp16 {
                 return Err(TrainError::Diverged {
                     step,
@@ -409,13 +410,18 @@ fn train_inner(
             if let Some(mb) = peak {
                 m.insert("peak_mem_mb".into(), mb);
             }
+            if device.is_cuda() {
+                m.insert(
+                    "cuda_graphs".into(),
+                    f64::from(u8::from(stepper.replaying())),
+                );
+            }
             on_event(TrainEvent::Report(Report { step, metrics: m }));
             last_reported = step;
             train_time = Duration::ZERO;
             wait = Duration::ZERO;
             interval_samples = 0;
-            loss_sum = zero();
-            loss_steps = zero();
+            tally.reset();
         }
     }
     if device.is_cuda() && step > last_reported {
@@ -431,9 +437,8 @@ fn train_inner(
         let mut m = BTreeMap::new();
         m.insert("epoch".into(), step as f64 / steps_per_epoch as f64);
         insert_progress(&mut m, h.epochs, progress_at(step, start.elapsed()));
-        let counted = loss_steps.double_value(&[]);
-        if counted > 0.0 {
-            m.insert("train_loss".into(), loss_sum.double_value(&[]) / counted);
+        if let Some(mean) = tally.mean() {
+            m.insert("train_loss".into(), mean);
         }
         m.insert("val_loss".into(), val_loss);
         m.insert("val_acc".into(), val_acc);
@@ -664,6 +669,36 @@ mod tests {
         let (_, b) = run(&t, &p, 9);
         assert_eq!(a[1].metrics["val_loss"], b[1].metrics["val_loss"]);
         assert_eq!(a[1].metrics["train_loss"], b[1].metrics["train_loss"]);
+    }
+
+    #[test]
+    fn cuda_graphs_asked_for_on_the_cpu_train_exactly_as_eager_steps() {
+        let _rng = crate::torch_rng_lock();
+        let space = r#"lr = { type = "float", low = 1e-4, high = 1e-1, log = true }"#;
+        let mut p = Params::new();
+        p.insert("lr".into(), ParamValue::Float(3e-3));
+        let on = digits_trial("optimizer = \"adamw\"\ncuda_graphs = true", space);
+        let off = digits_trial("optimizer = \"adamw\"\ncuda_graphs = false", space);
+        let (r_on, a) = run(&on, &p, 5);
+        let (r_off, b) = run(&off, &p, 5);
+        r_on.expect("trains");
+        r_off.expect("trains");
+        // Everything but the clocks and the memory peak.
+        let results = |rs: &[Report]| -> Vec<(u64, [f64; 4])> {
+            rs.iter()
+                .map(|r| {
+                    let m = &r.metrics;
+                    (
+                        r.step,
+                        [m["train_loss"], m["val_loss"], m["val_acc"], m["lr"]],
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(a.len(), 2);
+        assert_eq!(results(&a), results(&b));
+        // No graph on the CPU, and reports there say nothing of it.
+        assert!(!a[1].metrics.contains_key("cuda_graphs"));
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod bench;
 pub mod cuda;
 pub mod data;
 pub mod fit;
+pub mod graph;
 pub mod models;
 pub mod optim;
 pub mod precision;

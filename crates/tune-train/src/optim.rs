@@ -27,6 +27,7 @@ unsafe extern "C" {
         steps: *const *mut C_tensor,
         n: c_int,
         lr: f64,
+        lr_t: *mut C_tensor,
         beta1: f64,
         beta2: f64,
         weight_decay: f64,
@@ -52,6 +53,12 @@ unsafe extern "C" {
         err_len: c_int,
     ) -> c_int;
     fn tune_grads_to_none(params: *const *mut C_tensor, n: c_int);
+    fn tune_grads_zero(
+        params: *const *mut C_tensor,
+        n: c_int,
+        err: *mut c_char,
+        err_len: c_int,
+    ) -> c_int;
 }
 
 /// tch's handles of `ts`, for the shim (which reads them, and writes through them in place).
@@ -94,6 +101,22 @@ pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> Result<(), String> {
     })
 }
 
+/// Zeroes the defined gradients of `params` in place (one multi-tensor kernel per dtype), so
+/// that they stay the tensors a CUDA graph captured.
+pub fn zero_grads_in_place(params: &[Tensor]) -> Result<(), String> {
+    let p = handles(params);
+    checked("zeroing the gradients", |err, len| unsafe {
+        tune_grads_zero(p.as_ptr(), p.len() as c_int, err, len)
+    })
+}
+
+/// Drops the gradients of `params` (`zero_grad(set_to_none=True)`).
+pub fn grads_to_none(params: &[Tensor]) {
+    let p = handles(params);
+    // SAFETY: the shim only resets each handle's gradient; it throws nothing.
+    unsafe { tune_grads_to_none(p.as_ptr(), p.len() as c_int) }
+}
+
 /// Adam or AdamW over a model's parameters in libtorch's fused kernel.
 pub struct FusedAdam {
     params: Vec<Tensor>,
@@ -102,6 +125,9 @@ pub struct FusedAdam {
     /// Steps taken, per parameter (f32 scalars on the parameter's device, as the kernel wants).
     steps: Vec<Tensor>,
     lr: f64,
+    /// The learning rate as a one-element f32 tensor on the device, read by the kernel there
+    /// (see [`FusedAdam::lr_on_device`]); `None`: passed as a number at each step.
+    lr_tensor: Option<Tensor>,
     betas: (f64, f64),
     weight_decay: f64,
     eps: f64,
@@ -122,10 +148,29 @@ impl FusedAdam {
             exp_avg_sq,
             steps,
             lr,
+            lr_tensor: None,
             betas: (0.9, 0.999),
             weight_decay,
             eps: 1e-8,
             decoupled,
+        }
+    }
+
+    /// Keeps the learning rate in a device tensor from now on, which each step's kernel reads
+    /// there: a CUDA graph replays the kernel with the address it captured, so this is how a
+    /// schedule reaches a replayed step without a new capture. `set_lr` then writes the
+    /// tensor (one small kernel, no sync).
+    pub fn lr_on_device(&mut self) {
+        if self.lr_tensor.is_none() {
+            let device = self.steps.first().map_or(tch::Device::Cpu, Tensor::device);
+            self.lr_tensor = Some(Tensor::full([1], self.lr, (Kind::Float, device)));
+        }
+    }
+
+    pub fn set_lr(&mut self, lr: f64) {
+        self.lr = lr;
+        if let Some(t) = &mut self.lr_tensor {
+            let _ = t.fill_(lr);
         }
     }
 
@@ -139,6 +184,10 @@ impl FusedAdam {
             handles(&self.steps),
         );
         let inf = found_inf.map_or(std::ptr::null_mut(), |t| t.as_ptr() as *mut C_tensor);
+        let lr_t = self
+            .lr_tensor
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |t| t.as_ptr() as *mut C_tensor);
         checked("the fused Adam step", |err, len| unsafe {
             tune_fused_adam(
                 p.as_ptr(),
@@ -147,6 +196,7 @@ impl FusedAdam {
                 s.as_ptr(),
                 p.len() as c_int,
                 self.lr,
+                lr_t,
                 self.betas.0,
                 self.betas.1,
                 self.weight_decay,
@@ -190,7 +240,7 @@ impl Optimizer {
     pub fn set_lr(&mut self, lr: f64) {
         match self {
             Optimizer::Libtorch(o) => o.set_lr(lr),
-            Optimizer::Fused(f) => f.lr = lr,
+            Optimizer::Fused(f) => f.set_lr(lr),
         }
     }
 
@@ -198,10 +248,7 @@ impl Optimizer {
     pub fn zero_grad(&mut self, params: &[Tensor]) {
         match self {
             Optimizer::Libtorch(o) => o.zero_grad(),
-            Optimizer::Fused(_) => {
-                let p = handles(params);
-                unsafe { tune_grads_to_none(p.as_ptr(), p.len() as c_int) }
-            }
+            Optimizer::Fused(_) => grads_to_none(params),
         }
     }
 }
@@ -304,6 +351,54 @@ mod tests {
                 "the steps moved the parameters"
             );
         }
+    }
+
+    #[test]
+    fn a_learning_rate_kept_on_the_device_steps_as_the_number_does_and_follows_set_lr() {
+        let _rng = crate::torch_rng_lock();
+        let run = |on_device: bool| {
+            tch::manual_seed(3);
+            let vs = nn::VarStore::new(Device::Cpu);
+            let lin = nn::linear(vs.root() / "l", 4, 2, Default::default());
+            let params = vs.trainable_variables();
+            let mut f = FusedAdam::new(
+                params.iter().map(Tensor::shallow_clone).collect(),
+                0.1,
+                0.01,
+                true,
+            );
+            if on_device {
+                f.lr_on_device();
+            }
+            let x = Tensor::arange(12, (Kind::Float, Device::Cpu)).view([3, 4]) / 12.0;
+            for lr in [0.1, 0.05, 0.2] {
+                f.set_lr(lr);
+                lin.forward(&x).square().sum(Kind::Float).backward();
+                f.step(None).expect("step");
+                grads_to_none(&params);
+            }
+            params
+                .iter()
+                .flat_map(|p| {
+                    Vec::<f64>::try_from(p.flatten(0, -1).to_kind(Kind::Double)).expect("values")
+                })
+                .collect::<Vec<f64>>()
+        };
+        let (number, tensor) = (run(false), run(true));
+        assert!(
+            max_diff(&number, &tensor) < 1e-7,
+            "{number:?} vs {tensor:?}"
+        );
+    }
+
+    #[test]
+    fn zeroing_in_place_keeps_each_gradient_s_tensor() {
+        let p = Tensor::from_slice(&[1.0f32, 2.0]).set_requires_grad(true);
+        p.square().sum(Kind::Float).backward();
+        let before = p.grad().data_ptr();
+        zero_grads_in_place(std::slice::from_ref(&p)).expect("zero");
+        assert_eq!(p.grad().data_ptr(), before);
+        assert_eq!(p.grad().abs().sum(Kind::Float).double_value(&[]), 0.0);
     }
 
     #[test]

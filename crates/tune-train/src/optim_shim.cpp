@@ -3,7 +3,7 @@
 // parameters in one fused kernel, as `torch.optim.Adam(fused=True)`; the gradients' unscaling
 // and inf check for fp16 in one multi-tensor kernel, as `torch.amp.GradScaler`; clipping by the
 // global norm without reading the norm back to the host, as
-// `torch.nn.utils.clip_grad_norm_(foreach=True)`; and gradients set to none.
+// `torch.nn.utils.clip_grad_norm_(foreach=True)`; and gradients set to none or zeroed in place.
 //
 // Tensors come as tch's handles (`torch::Tensor*`). Every function catches C++ exceptions and
 // writes the message into `err`: one must never unwind into Rust.
@@ -55,9 +55,13 @@ extern "C" {
 // scalars) are the state of each parameter, in the same order. With `found_inf` (a one-element
 // f32 tensor, nonzero when the fp16 gradients overflowed) the kernel leaves the parameters and
 // their moments as they were and the step counts are taken back, all on the device.
+// With `lr_t` (a one-element f32 tensor on the parameters' device) the learning rate is read
+// from it on the device instead of `lr`: a CUDA graph captures the tensor's address, so a
+// schedule changes the rate between replays by writing the tensor.
 // 0 on success, -1 on error (message in `err`).
 int tune_fused_adam(at::Tensor** params, at::Tensor** exp_avgs, at::Tensor** exp_avg_sqs,
-                    at::Tensor** steps, int n, double lr, double beta1, double beta2,
+                    at::Tensor** steps, int n, double lr, at::Tensor* lr_t, double beta1,
+                    double beta2,
                     double weight_decay, double eps, int decoupled, at::Tensor* found_inf,
                     char* err, int err_len) {
   return guarded(err, err_len, [&] {
@@ -78,7 +82,13 @@ int tune_fused_adam(at::Tensor** params, at::Tensor** exp_avgs, at::Tensor** exp
     if (found_inf != nullptr) inf = *found_inf;
     for (auto& [dtype, g] : groups) {
       at::_foreach_add_(g[4], 1);
-      if (decoupled != 0) {
+      if (lr_t != nullptr && decoupled != 0) {
+        at::_fused_adamw_(g[0], g[1], g[2], g[3], {}, g[4], *lr_t, beta1, beta2, weight_decay,
+                          eps, false, false, std::nullopt, inf);
+      } else if (lr_t != nullptr) {
+        at::_fused_adam_(g[0], g[1], g[2], g[3], {}, g[4], *lr_t, beta1, beta2, weight_decay,
+                         eps, false, false, std::nullopt, inf);
+      } else if (decoupled != 0) {
         at::_fused_adamw_(g[0], g[1], g[2], g[3], {}, g[4], lr, beta1, beta2, weight_decay, eps,
                           false, false, std::nullopt, inf);
       } else {
@@ -121,6 +131,16 @@ int tune_clip_grad_norm(at::Tensor** params, int n, double max_norm, char* err, 
     for (auto& [dtype, g] : groups) {
       at::_foreach_mul_(g, coef.to(g.front().scalar_type()));
     }
+  });
+}
+
+// Zeroes the defined gradients in place (`zero_grad(set_to_none=False)`), one multi-tensor
+// kernel per dtype: a replayed CUDA graph writes the gradients into the tensors it captured, so
+// once a graph exists they must stay where they are.
+int tune_grads_zero(at::Tensor** params, int n, char* err, int err_len) {
+  return guarded(err, err_len, [&] {
+    c10::NoGradGuard no_grad;
+    for (auto& [dtype, g] : grads_by_dtype(params, n)) at::_foreach_zero_(g);
   });
 }
 
