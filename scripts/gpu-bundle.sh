@@ -40,7 +40,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 # torch → the tch release that expects it (tch's README), and the CUDA runtime whose headers the
-# CUDA shims compile against.
+# CUDA shims (the CUDA-graph shim) compile against.
 case "$TORCH" in
   2.11.*) TCH=0.24 ;;
   2.13.*) TCH=0.26 ;;
@@ -49,7 +49,8 @@ case "$TORCH" in
     exit 2
     ;;
 esac
-CUDART=13.0.96
+CUDART=13.0.96   # cuda_runtime_api.h; nvidia-cuda-crt: crt/host_config.h, which cuda_runtime.h includes
+CRT=13.0.88
 case "$PYVER" in
   3.1[0-4]) ;;
   *) echo "gpu-bundle: --python $PYVER: give the GPU machine's Python as X.Y (3.10 to 3.14)" >&2; exit 2 ;;
@@ -73,7 +74,7 @@ elif [ ! -f "$TORCH_DIR/.stamp" ]; then
   rm -rf "$TORCH_DIR"
   python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$TORCH_DIR" \
     --python-version 3.11 --only-binary=:all: --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-    "torch==$TORCH" "nvidia-cuda-runtime==$CUDART"
+    "torch==$TORCH" "nvidia-cuda-runtime==$CUDART" "nvidia-cuda-crt==$CRT"
   touch "$TORCH_DIR/.stamp"
 fi
 
