@@ -442,6 +442,11 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
             "default layout"
         }
     );
+    if o.device == Device::Cpu {
+        // The tables of different machines differ most in bf16 (issue 31): say which this is.
+        let cpu = crate::cpu::CpuInfo::this_machine();
+        println!("cpu: {}; bf16: {}", cpu.model, cpu.bf16);
+    }
     let mut python = if o.no_python {
         None
     } else {

@@ -10,6 +10,7 @@ use tch::nn::{self, ModuleT};
 use tch::{Device, Kind, Tensor};
 
 use super::data::{self, Batch, DataCache, Loader, Task};
+use super::loss_book::LossBook;
 use super::precision::{Autocast, GradScaler};
 use super::schedule::Schedule;
 use super::{models, optim};
@@ -266,6 +267,12 @@ fn train_inner(
     let ds = cache
         .get(&trial.data)
         .map_err(|e| TrainError::Failed(e.to_string()))?;
+    if device == Device::Cpu && h.amp == Amp::Bf16 {
+        // Into the trial's log: bf16 without AVX-512 is a slowdown the user may not expect.
+        if let Some(note) = crate::cpu::CpuInfo::this_machine().bf16_note() {
+            eprintln!("{note}");
+        }
+    }
     tch::manual_seed(seed as i64);
     crate::cuda::reset_peak(device);
     let context = (h.model == ModelKind::Transformer).then_some(h.context);
@@ -310,12 +317,9 @@ fn train_inner(
     let mut train_time = Duration::ZERO;
     let mut wait = Duration::ZERO;
     let mut interval_samples = 0i64;
-    // The interval's finite losses, their count, and how many steps in a row have had a
-    // non-finite loss, all kept on the device and read every `check_every` steps.
-    let zero = || Tensor::zeros([], (Kind::Float, device));
-    let mut loss_sum = zero();
-    let mut loss_steps = zero();
-    let mut nonfinite_run = zero();
+    // The interval's finite losses and the run of non-finite ones: on the device on CUDA,
+    // read every `check_every` steps; on the host on the CPU.
+    let mut losses = LossBook::new(device);
     let mut step = 0u64;
     let mut last_reported = 0u64;
     let mut lr = schedule.lr(0.0);
@@ -337,15 +341,12 @@ fn train_inner(
             Ok(b)
         };
         let loss = s.accumulate(&mut next, k)?;
-        let finite = loss.isfinite();
-        loss_sum += loss.nan_to_num(0.0, 0.0, 0.0);
-        loss_steps += finite.to_kind(Kind::Float);
-        nonfinite_run = (&nonfinite_run + 1.0) * finite.logical_not().to_kind(Kind::Float);
+        losses.add(&loss);
         if (step + 1).is_multiple_of(check_every) {
             // With fp16 an overflowing forward pass is the scaler's business: the step is
             // skipped and the scale backs off. Only a run of them is divergence.
-            let run = nonfinite_run.double_value(&[]);
-            if run > 0.0 && (h.amp != Amp::Fp16 || run > 20.0) {
+            let run = losses.nonfinite_run();
+            if run > 0 && (h.amp != Amp::Fp16 || run > 20) {
                 let what = if loss.double_value(&[]).is_nan() {
                     "NaN"
                 } else {
@@ -370,12 +371,7 @@ fn train_inner(
         train_time += t0.elapsed();
 
         if report {
-            let counted = loss_steps.double_value(&[]);
-            let train_loss = if counted > 0.0 {
-                loss_sum.double_value(&[]) / counted
-            } else {
-                f64::NAN
-            };
+            let train_loss = losses.mean().unwrap_or(f64::NAN);
             if !train_loss.is_finite() && h.amp != Amp::Fp16 {
                 return Err(TrainError::Diverged {
                     step,
@@ -414,8 +410,7 @@ fn train_inner(
             train_time = Duration::ZERO;
             wait = Duration::ZERO;
             interval_samples = 0;
-            loss_sum = zero();
-            loss_steps = zero();
+            losses.next_interval();
         }
     }
     if device.is_cuda() && step > last_reported {
@@ -431,9 +426,8 @@ fn train_inner(
         let mut m = BTreeMap::new();
         m.insert("epoch".into(), step as f64 / steps_per_epoch as f64);
         insert_progress(&mut m, h.epochs, progress_at(step, start.elapsed()));
-        let counted = loss_steps.double_value(&[]);
-        if counted > 0.0 {
-            m.insert("train_loss".into(), loss_sum.double_value(&[]) / counted);
+        if let Some(mean) = losses.mean() {
+            m.insert("train_loss".into(), mean);
         }
         m.insert("val_loss".into(), val_loss);
         m.insert("val_acc".into(), val_acc);

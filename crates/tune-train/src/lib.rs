@@ -20,9 +20,11 @@
 //! on the GPU count in the interval that launched them.
 
 pub mod bench;
+pub mod cpu;
 pub mod cuda;
 pub mod data;
 pub mod fit;
+pub mod loss_book;
 pub mod models;
 pub mod optim;
 pub mod precision;
