@@ -4,7 +4,7 @@
 //! sends bf16 matmuls and convolutions to oneDNN when the CPU has AVX-512 (bw, vl, dq), and
 //! oneDNN computes in bf16 when it also has `avx512_bf16` or AMX. Without AVX-512, libtorch
 //! falls back to kernels that convert every element, and bf16 is slower than fp32: on an
-//! AVX2-only AMD EPYC the trainer's MLP ran 0.8× its fp32 speed (eager PyTorch 0.25×), where
+//! AVX2-only AMD EPYC the trainer's MLP ran 0.20× its fp32 speed (eager PyTorch 0.26×), where
 //! an `avx512_bf16` machine had given 1.34× (docs/experiments/trainer-cpu.md, issue 31).
 //!
 //! What does not belong here: choosing a precision for the user (a trial runs the `amp` it was

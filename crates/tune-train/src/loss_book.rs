@@ -4,7 +4,7 @@
 //! Where it is kept depends on the device. On CUDA on the device: reading a loss is a sync that
 //! drains the launch queue, so the book adds each step's loss with a few tensor ops and the
 //! loop reads it only every few steps. On the CPU on the host: a scalar read there costs
-//! nothing, while each of those tensor ops is a dispatch and an allocation (eight per step on
+//! nothing, while each of those tensor ops is a dispatch and an allocation (nine per step on
 //! the device-side path), all for a bookkeeping a `f64` does. Issue 31 asked for the CPU path
 //! to carry none of the GPU's bookkeeping; [`LossBook::new`] is where the branch is taken.
 //!
