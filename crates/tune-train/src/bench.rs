@@ -29,7 +29,8 @@ use tch::Device;
 
 use super::data::{self, Loader};
 use super::fit::Session;
-use super::graph::{LossTally, Stepper};
+use super::graph::Stepper;
+use super::loss_book::LossBook;
 use tune::builtin::{
     Amp, CudaGraphs, DataSpec, DeviceCache, FASHION_MNIST_DIR, Hyper, LrScaling, ModelKind,
     OptimizerKind, ScheduleKind, Source,
@@ -198,7 +199,7 @@ fn tune_once(
         CudaGraphs::Off
     };
     let mut stepper = Stepper::new(setting, h, device, &mut s);
-    let mut tally = LossTally::new(device);
+    let mut tally = LossBook::new(device);
     let context = (h.model == ModelKind::Transformer).then_some(h.context);
     let mut loader = Loader::new(ds, device, h.batch_size, context, spec, 0);
     // As in a trial: reading the loss syncs the device, so on CUDA it is read every 16 steps.
@@ -490,6 +491,11 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
             "default layout"
         }
     );
+    if o.device == Device::Cpu {
+        // The tables of different machines differ most in bf16 (issue 31): say which this is.
+        let cpu = crate::cpu::CpuInfo::this_machine();
+        println!("cpu: {}; bf16: {}", cpu.model, cpu.bf16);
+    }
     let mut python = if o.no_python {
         None
     } else {

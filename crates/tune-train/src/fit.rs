@@ -10,7 +10,8 @@ use tch::nn::{self, ModuleT};
 use tch::{Device, Kind, Tensor};
 
 use super::data::{self, Batch, DataCache, Loader, Task};
-use super::graph::{LossTally, Stepper};
+use super::graph::Stepper;
+use super::loss_book::LossBook;
 use super::precision::{Autocast, GradScaler};
 use super::schedule::Schedule;
 use super::{models, optim};
@@ -279,6 +280,12 @@ fn train_inner(
     let ds = cache
         .get(&trial.data)
         .map_err(|e| TrainError::Failed(e.to_string()))?;
+    if device == Device::Cpu && h.amp == Amp::Bf16 {
+        // Into the trial's log: bf16 without AVX-512 is a slowdown the user may not expect.
+        if let Some(note) = crate::cpu::CpuInfo::this_machine().bf16_note() {
+            eprintln!("{note}");
+        }
+    }
     tch::manual_seed(seed as i64);
     crate::cuda::reset_peak(device);
     let context = (h.model == ModelKind::Transformer).then_some(h.context);
@@ -324,8 +331,10 @@ fn train_inner(
     let mut train_time = Duration::ZERO;
     let mut wait = Duration::ZERO;
     let mut interval_samples = 0i64;
-    // Kept on the device and read every `check_every` steps.
-    let mut tally = LossTally::new(device);
+    // The interval's finite losses and the run of non-finite ones: on the device on CUDA
+    // (in place, so a CUDA graph captures the counting), read every `check_every` steps; on
+    // the host on the CPU.
+    let mut tally = LossBook::new(device);
     let mut step = 0u64;
     let mut last_reported = 0u64;
     let mut lr = schedule.lr(0.0);
@@ -352,7 +361,7 @@ fn train_inner(
             // With fp16 an overflowing forward pass is the scaler's business: the step is
             // skipped and the scale backs off. Only a run of them is divergence.
             let run = tally.nonfinite_run();
-            if run > 0.0 && (h.amp != Amp::Fp16 || run > 20.0) {
+            if run > 0 && (h.amp != Amp::Fp16 || run > 20) {
                 let what = if loss.double_value(&[]).is_nan() {
                     "NaN"
                 } else {
@@ -421,7 +430,7 @@ fn train_inner(
             train_time = Duration::ZERO;
             wait = Duration::ZERO;
             interval_samples = 0;
-            tally.reset();
+            tally.next_interval();
         }
     }
     if device.is_cuda() && step > last_reported {

@@ -29,6 +29,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::data::Batch;
 use super::fit::{Session, TrainError};
+use super::loss_book::LossBook;
 use super::optim::{self, Optimizer};
 use tune::builtin::{CudaGraphs, Hyper, OptimizerKind};
 
@@ -102,53 +103,6 @@ pub fn plan(warmed: u32, captured: bool, fits: bool) -> Plan {
     }
 }
 
-/// The interval's loss bookkeeping, kept on the device and updated in place (so that a graph
-/// can capture it): the sum of the steps' finite losses, their count, and how many steps in a
-/// row have had a non-finite loss.
-pub struct LossTally {
-    sum: Tensor,
-    finite_steps: Tensor,
-    nonfinite_run: Tensor,
-}
-
-impl LossTally {
-    pub fn new(device: Device) -> LossTally {
-        let zero = || Tensor::zeros([], (Kind::Float, device));
-        LossTally {
-            sum: zero(),
-            finite_steps: zero(),
-            nonfinite_run: zero(),
-        }
-    }
-
-    /// Counts one step's mean loss.
-    pub fn add(&mut self, loss: &Tensor) {
-        let finite = loss.isfinite();
-        self.sum += loss.nan_to_num(0.0, 0.0, 0.0);
-        self.finite_steps += finite.to_kind(Kind::Float);
-        // (run + 1) when this loss is not finite, 0 when it is.
-        self.nonfinite_run += 1.0;
-        self.nonfinite_run *= finite.logical_not().to_kind(Kind::Float);
-    }
-
-    /// Starts a new interval (the run of non-finite steps goes on across it).
-    pub fn reset(&mut self) {
-        let _ = self.sum.zero_();
-        let _ = self.finite_steps.zero_();
-    }
-
-    /// The interval's mean finite loss, `None` when no step's was finite (reads the device).
-    pub fn mean(&self) -> Option<f64> {
-        let n = self.finite_steps.double_value(&[]);
-        (n > 0.0).then(|| self.sum.double_value(&[]) / n)
-    }
-
-    /// Non-finite losses in a row up to the last step (reads the device).
-    pub fn nonfinite_run(&self) -> f64 {
-        self.nonfinite_run.double_value(&[])
-    }
-}
-
 /// The device tensors a graph reads its micro-batches from: `k` slots of one batch each.
 struct Statics {
     x: Tensor,
@@ -201,7 +155,7 @@ impl Statics {
 fn run_step(
     s: &mut Session,
     batches: Vec<Batch>,
-    tally: &mut LossTally,
+    tally: &mut LossBook,
     clear: bool,
 ) -> Result<Tensor, TrainError> {
     let k = batches.len() as i64;
@@ -278,7 +232,7 @@ impl Stepper {
         s: &mut Session,
         next: &mut dyn FnMut() -> Result<Batch, TrainError>,
         k: i64,
-        tally: &mut LossTally,
+        tally: &mut LossBook,
     ) -> Result<Tensor, TrainError> {
         let Stepper::Graphed(g) = self else {
             let loss = s.accumulate(next, k)?;
@@ -579,30 +533,6 @@ mod tests {
         } else {
             assert_eq!(unsupported(&adam, gpu).as_deref(), Some(NOT_BUILT));
         }
-    }
-
-    #[test]
-    fn the_loss_tally_counts_finite_losses_and_runs_of_non_finite_ones_in_place() {
-        let t = |v: f32| Tensor::from_slice(&[v]).reshape([]);
-        let mut tally = LossTally::new(Device::Cpu);
-        let sum = tally.sum.shallow_clone();
-        assert_eq!(tally.mean(), None);
-        tally.add(&t(1.0));
-        tally.add(&t(f32::NAN));
-        tally.add(&t(f32::INFINITY));
-        assert_eq!(tally.nonfinite_run(), 2.0);
-        tally.add(&t(2.0));
-        assert_eq!(tally.nonfinite_run(), 0.0);
-        assert_eq!(tally.mean(), Some(1.5));
-        tally.add(&t(f32::NAN));
-        tally.reset();
-        assert_eq!(tally.mean(), None);
-        assert_eq!(tally.nonfinite_run(), 1.0, "a run goes on across reports");
-        tally.add(&t(4.0));
-        assert_eq!(tally.mean(), Some(4.0));
-        // The same tensor all along: a captured graph keeps writing where it was captured.
-        assert_eq!(sum.data_ptr(), tally.sum.data_ptr());
-        assert_eq!(sum.double_value(&[]), 4.0);
     }
 
     #[test]

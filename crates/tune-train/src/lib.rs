@@ -20,10 +20,12 @@
 //! on the GPU count in the interval that launched them.
 
 pub mod bench;
+pub mod cpu;
 pub mod cuda;
 pub mod data;
 pub mod fit;
 pub mod graph;
+pub mod loss_book;
 pub mod models;
 pub mod optim;
 pub mod precision;
