@@ -21,12 +21,14 @@
 
 pub mod bench;
 pub mod cuda;
+pub mod cuda_copy;
 pub mod data;
 pub mod fit;
 pub mod models;
 pub mod optim;
 pub mod precision;
 pub mod schedule;
+pub mod stream;
 pub mod worker;
 
 pub use fit::{TrainError, TrainEvent, train};
