@@ -14,7 +14,8 @@
 //! start without it); the CUDA arguments go to `tune-worker` alone (see below).
 //!
 //! The CUDA caching allocator's statistics and `emptyCache` (`src/cuda_shim.cpp`) go through
-//! c10's device-generic interface, so they compile against any libtorch's headers.
+//! c10's device-generic interface, so they compile against any libtorch's headers; so do the
+//! streams and events of the streaming data loader (`src/stream_shim.cpp`).
 //!
 //! `tch::autocast` is CUDA-only; CPU autocast needs libtorch's own
 //! C++ API, so a few lines of C++ (`src/autocast_shim.cpp`) are compiled against the
@@ -29,6 +30,7 @@ fn main() {
     println!("cargo:rerun-if-changed=src/optim_shim.cpp");
     println!("cargo:rerun-if-changed=src/graph_shim.cpp");
     println!("cargo:rerun-if-env-changed=TUNE_CUDA_INCLUDE");
+    println!("cargo:rerun-if-changed=src/stream_shim.cpp");
     let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") else {
         panic!("torch-sys did not say where libtorch is (DEP_TCH_LIBTORCH_LIB unset)");
     };
@@ -44,6 +46,7 @@ fn main() {
         .file("src/autocast_shim.cpp")
         .file("src/cuda_shim.cpp")
         .file("src/optim_shim.cpp")
+        .file("src/stream_shim.cpp")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
         .flag("-std=c++17")

@@ -148,7 +148,7 @@ impl BenchOptions {
 /// Python side takes the same (`--tf-width`, `--tf-heads`, `--tf-context`).
 const TRANSFORMER: (i64, i64, i64) = (128, 4, 128);
 
-fn hyper(model: ModelKind, amp: Amp, batch: i64) -> Hyper {
+pub(crate) fn hyper(model: ModelKind, amp: Amp, batch: i64) -> Hyper {
     Hyper {
         model,
         lr: 1e-3,

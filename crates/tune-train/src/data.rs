@@ -2,7 +2,8 @@
 //! `.npy` / `.safetensors` files), the train/validation split, normalisation, and the two ways
 //! batches reach the model: a data set that fits is put on the device once and batches are
 //! index selections there; one that does not is streamed by a background loader thread with
-//! prefetch, pinned host memory and non-blocking copies. The `[trial.data]` table these follow
+//! prefetch, pinned host memory and non-blocking copies (`stream`; this module says how a
+//! split's samples become a batch). The `[trial.data]` table these follow
 //! is checked by the orchestrator (`builtin::data`), not here.
 //!
 //! User arrays are memory-mapped, never read whole: a small one is copied into a tensor once,
@@ -13,10 +14,7 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::SeedableRng;
@@ -25,6 +23,8 @@ use rand_chacha::ChaCha8Rng;
 use tch::{Device, Kind, Tensor};
 
 use tune::builtin::data::{DataSpec, DeviceCache, Source};
+
+use crate::stream::{Gather, Stage, Streamer};
 
 const DIGITS_CSV_GZ: &[u8] = include_bytes!("../../../datasets/digits.csv.gz");
 const GPL3_TEXT: &[u8] = include_bytes!("../../../datasets/gpl-3.0.txt");
@@ -709,7 +709,11 @@ impl Loader {
                 context,
             },
             split => Loader::Streamed(Streamer::start(
-                split, ds, device, batch, context, spec, seed,
+                stream_source(split, ds, context),
+                Stage::for_device(device),
+                batch.max(1) as usize,
+                spec.prefetch,
+                seed,
             )),
         }
     }
@@ -720,7 +724,7 @@ impl Loader {
             Loader::OnDevice {
                 x, batch, context, ..
             } => samples_in(x.size()[0], *context) / batch,
-            Loader::Streamed(s) => s.per_epoch,
+            Loader::Streamed(s) => s.per_epoch(),
         }
     }
 
@@ -728,7 +732,7 @@ impl Loader {
     pub fn samples(&self) -> i64 {
         match self {
             Loader::OnDevice { x, context, .. } => samples_in(x.size()[0], *context),
-            Loader::Streamed(s) => s.samples,
+            Loader::Streamed(s) => s.samples(),
         }
     }
 
@@ -761,13 +765,8 @@ impl Loader {
                 Ok((b, t0.elapsed()))
             }
             Loader::Streamed(s) => {
-                let b = s.rx.recv().map_err(|_| {
-                    s.error
-                        .lock()
-                        .ok()
-                        .and_then(|e| e.clone())
-                        .unwrap_or_else(|| "the data loader thread stopped".into())
-                })?;
+                // Includes, on CUDA, waiting for the batch's copy to the device to finish.
+                let b = s.next_batch().map_err(|e| e.to_string())?;
                 Ok((b, t0.elapsed()))
             }
         }
@@ -886,171 +885,95 @@ fn gather_mapped(
     }
 }
 
-/// The background loader: gathers batches on its own thread, pins them (CUDA), starts a
-/// non-blocking copy to the device and hands them over through a bounded channel, so up to
-/// `prefetch` batches are ready ahead of the training step.
-pub struct Streamer {
-    rx: Receiver<Batch>,
-    stop: Arc<AtomicBool>,
-    handle: Option<JoinHandle<()>>,
-    per_epoch: i64,
-    /// Training samples (rows, or windows of a language model).
-    samples: i64,
-    error: Arc<Mutex<Option<String>>>,
+/// A tensor split's rows, gathered on the loader thread (tensors are `Send`: the thread gets
+/// its own shallow handles).
+struct HostRows {
+    x: Tensor,
+    y: Tensor,
 }
 
-/// What the loader thread reads from: a host tensor split or mapped rows. Tensors are `Send`,
-/// so the thread gets its own shallow handles.
-enum StreamSource {
-    Tensors {
-        x: Tensor,
-        y: Tensor,
-    },
-    Mapped {
-        x: Mapped,
-        y: Mapped,
-        rows: Vec<usize>,
-        shape: Vec<i64>,
-        norm: Option<(Tensor, Tensor)>,
-    },
-}
+impl Gather for HostRows {
+    fn samples(&self) -> usize {
+        self.x.size().first().map_or(0, |&n| n.max(0) as usize)
+    }
 
-impl Streamer {
-    fn start(
-        split: &Split,
-        ds: &Dataset,
-        device: Device,
-        batch: i64,
-        context: Option<i64>,
-        spec: &DataSpec,
-        seed: u64,
-    ) -> Streamer {
-        let source = match split {
-            Split::Tensors { x, y } => StreamSource::Tensors {
-                x: x.shallow_clone(),
-                y: y.shallow_clone(),
-            },
-            Split::Mapped { x, y, rows } => StreamSource::Mapped {
-                x: x.clone(),
-                y: y.clone(),
-                rows: rows.clone(),
-                shape: ds.sample_shape.clone(),
-                norm: ds
-                    .norm
-                    .as_ref()
-                    .map(|(m, s)| (m.shallow_clone(), s.shallow_clone())),
-            },
-        };
-        let n = match &source {
-            StreamSource::Tensors { x, .. } => samples_in(x.size()[0], context),
-            StreamSource::Mapped { rows, .. } => rows.len() as i64,
-        };
-        let per_epoch = n / batch.max(1);
-        let (tx, rx) = sync_channel(spec.prefetch.max(1));
-        let stop = Arc::new(AtomicBool::new(false));
-        let error = Arc::new(Mutex::new(None));
-        let (stop2, error2) = (stop.clone(), error.clone());
-        let handle = std::thread::Builder::new()
-            .name("tune-loader".into())
-            .spawn(move || {
-                // No `tch::set_num_threads` here: it resizes libtorch's shared thread pools
-                // (NNPACK's pthreadpool among them) under the training thread's feet, which
-                // corrupts the heap when a convolution runs at that moment. The worker set one
-                // intra-op thread for the whole process before anything ran.
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    stream(source, tx, &stop2, device, batch, context, n, seed)
-                }));
-                if let Err(p) = r
-                    && let Ok(mut e) = error2.lock()
-                {
-                    *e = Some(format!("data loader failed: {}", panic_message(&p)));
-                }
-            })
-            .ok();
-        Streamer {
-            rx,
-            stop,
-            handle,
-            per_epoch,
-            samples: n,
-            error,
-        }
+    fn gather(&self, samples: &[usize]) -> Result<Batch, String> {
+        let idx = index_tensor(samples);
+        Ok(Batch {
+            x: self.x.f_index_select(0, &idx).map_err(|e| e.to_string())?,
+            y: self.y.f_index_select(0, &idx).map_err(|e| e.to_string())?,
+        })
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn stream(
-    source: StreamSource,
-    tx: SyncSender<Batch>,
-    stop: &AtomicBool,
-    device: Device,
-    batch: i64,
-    context: Option<i64>,
-    n: i64,
-    seed: u64,
-) {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x10ad_e500);
-    let cuda = device.is_cuda();
-    let mut order: Vec<usize> = (0..n.max(0) as usize).collect();
-    loop {
-        order.shuffle(&mut rng);
-        for chunk in order.chunks_exact(batch.max(1) as usize) {
-            if stop.load(Ordering::Relaxed) {
-                return;
-            }
-            let host = match &source {
-                StreamSource::Tensors { x, y } => {
-                    let idx: Vec<i64> = chunk.iter().map(|&i| i as i64).collect();
-                    let idx = Tensor::from_slice(&idx);
-                    match context {
-                        None => Batch {
-                            x: x.index_select(0, &idx),
-                            y: y.index_select(0, &idx),
-                        },
-                        Some(c) => windows(x, &idx, c),
-                    }
-                }
-                StreamSource::Mapped {
-                    x,
-                    y,
-                    rows,
-                    shape,
-                    norm,
-                } => {
-                    let picked: Vec<usize> = chunk.iter().map(|&i| rows[i]).collect();
-                    gather_mapped(x, y, &picked, shape, norm.as_ref())
-                }
-            };
-            let b = if cuda {
-                // Pinned memory lets the copy run asynchronously with the step on the device.
-                let x = host.x.pin_memory(device);
-                let y = host.y.pin_memory(device);
-                Batch {
-                    x: x.to_device_(device, x.kind(), true, false),
-                    y: y.to_device_(device, y.kind(), true, false),
-                }
-            } else {
-                host
-            };
-            if tx.send(b).is_err() {
-                return;
-            }
-        }
+/// A token split's windows of `context` tokens (a language model).
+struct HostWindows {
+    tokens: Tensor,
+    context: i64,
+}
+
+impl Gather for HostWindows {
+    fn samples(&self) -> usize {
+        samples_in(self.tokens.size()[0], Some(self.context)).max(0) as usize
+    }
+
+    fn gather(&self, samples: &[usize]) -> Result<Batch, String> {
+        Ok(windows(&self.tokens, &index_tensor(samples), self.context))
     }
 }
 
-impl Drop for Streamer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        // Drain so a sender blocked on a full channel wakes up and sees `stop`.
-        while self.rx.try_recv().is_ok() {}
-        if let Some(h) = self.handle.take() {
-            while !h.is_finished() {
-                while self.rx.try_recv().is_ok() {}
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            let _ = h.join();
-        }
+/// Rows of memory-mapped arrays, standardised as they are gathered.
+struct MappedRows {
+    x: Mapped,
+    y: Mapped,
+    rows: Vec<usize>,
+    shape: Vec<i64>,
+    norm: Option<(Tensor, Tensor)>,
+}
+
+impl Gather for MappedRows {
+    fn samples(&self) -> usize {
+        self.rows.len()
+    }
+
+    fn gather(&self, samples: &[usize]) -> Result<Batch, String> {
+        let picked: Vec<usize> = samples.iter().map(|&i| self.rows[i]).collect();
+        Ok(gather_mapped(
+            &self.x,
+            &self.y,
+            &picked,
+            &self.shape,
+            self.norm.as_ref(),
+        ))
+    }
+}
+
+fn index_tensor(samples: &[usize]) -> Tensor {
+    let idx: Vec<i64> = samples.iter().map(|&i| i as i64).collect();
+    Tensor::from_slice(&idx)
+}
+
+/// What the loader thread gathers a split's batches from.
+fn stream_source(split: &Split, ds: &Dataset, context: Option<i64>) -> Box<dyn Gather> {
+    match (split, context) {
+        (Split::Tensors { x, y }, None) => Box::new(HostRows {
+            x: x.shallow_clone(),
+            y: y.shallow_clone(),
+        }),
+        (Split::Tensors { x, .. }, Some(c)) => Box::new(HostWindows {
+            tokens: x.shallow_clone(),
+            context: c,
+        }),
+        (Split::Mapped { x, y, rows }, _) => Box::new(MappedRows {
+            x: x.clone(),
+            y: y.clone(),
+            rows: rows.clone(),
+            shape: ds.sample_shape.clone(),
+            norm: ds
+                .norm
+                .as_ref()
+                .map(|(m, s)| (m.shallow_clone(), s.shallow_clone())),
+        }),
     }
 }
 
@@ -1147,6 +1070,83 @@ mod tests {
         s.device_cache = DeviceCache::Auto;
         let ds = load(&s).expect("npy loads");
         assert!(matches!(ds.train, Split::Tensors { .. }));
+    }
+
+    /// `n` rows of 3 features (row i: 3i, 3i + 1, 3i + 2) with labels i % 3, as `.npy` files.
+    fn npy_pair(dir: &Path, n: usize) -> Source {
+        let x: Vec<u8> = (0..n * 3).flat_map(|i| (i as f32).to_le_bytes()).collect();
+        let y: Vec<u8> = (0..n)
+            .flat_map(|i| ((i % 3) as i64).to_le_bytes())
+            .collect();
+        write_npy(&dir.join("x.npy"), "<f4", &[n, 3], &x);
+        write_npy(&dir.join("y.npy"), "<i8", &[n], &y);
+        Source::Npy {
+            x: dir.join("x.npy"),
+            y: dir.join("y.npy"),
+        }
+    }
+
+    #[test]
+    fn mapped_rows_stream_exactly_as_the_same_rows_held_in_memory() {
+        let _rng = crate::torch_rng_lock();
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let mut s = spec(npy_pair(tmp.path(), 213));
+        s.device_cache = DeviceCache::Never;
+        let mapped = load(&s).expect("loads");
+        assert!(matches!(mapped.train, Split::Mapped { .. }));
+        s.device_cache = DeviceCache::Auto;
+        let held = load(&s).expect("loads");
+        assert!(matches!(held.train, Split::Tensors { .. }));
+        // 170 training rows in batches of 16: a partial last batch, several epochs.
+        for seed in [3, 11] {
+            let start = |ds: &Dataset| {
+                Streamer::start(stream_source(&ds.train, ds, None), Stage::Host, 16, 2, seed)
+            };
+            let (mut a, mut b) = (start(&mapped), start(&held));
+            assert_eq!(a.per_epoch(), 10);
+            for i in 0..35 {
+                let (a, b) = (
+                    a.next_batch().expect("batch"),
+                    b.next_batch().expect("batch"),
+                );
+                assert!(a.x.equal(&b.x) && a.y.equal(&b.y), "seed {seed}: batch {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_streamed_epoch_holds_the_same_samples_as_an_in_memory_epoch() {
+        let _rng = crate::torch_rng_lock();
+        tch::manual_seed(5);
+        // 1 400 training digits in batches of 50: every sample in every epoch on both paths
+        // (their orders differ: the in-memory path draws on the device).
+        let mut s = spec(Source::Digits);
+        s.limit = Some(1400);
+        let ds = load(&s).expect("digits load");
+        let epoch = |loader: &mut Loader| {
+            assert_eq!(loader.batches_per_epoch(), 28);
+            let batches: Vec<Batch> = (0..28)
+                .map(|_| loader.next_batch().expect("a batch").0)
+                .collect();
+            let x = Tensor::cat(&batches.iter().map(|b| &b.x).collect::<Vec<_>>(), 0);
+            let y = Tensor::cat(&batches.iter().map(|b| &b.y).collect::<Vec<_>>(), 0);
+            // Per-pixel sums and the label histogram: equal for the same samples in any order.
+            (
+                x.sum_dim_intlist(0, false, Kind::Double),
+                y.bincount::<Tensor>(None, 10),
+            )
+        };
+        let mut held = Loader::new(&ds, Device::Cpu, 50, None, &s, 9);
+        assert!(matches!(held, Loader::OnDevice { .. }));
+        s.device_cache = DeviceCache::Never;
+        let mut streamed = Loader::new(&ds, Device::Cpu, 50, None, &s, 9);
+        assert!(matches!(streamed, Loader::Streamed(_)));
+        for _ in 0..2 {
+            let (hx, hy) = epoch(&mut held);
+            let (sx, sy) = epoch(&mut streamed);
+            assert!(hy.equal(&sy));
+            assert!(hx.allclose(&sx, 1e-9, 1e-6, false));
+        }
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //! `epoch` (fractional), `train_loss` (mean over the steps since the last report), `val_loss`,
 //! `val_acc` (accuracy, or next-token accuracy for a language model), `samples_per_s`
 //! (training samples per second of training time since the last report, evaluation
-//! excluded), `data_wait` (fraction of that training time spent waiting for a batch), `lr`
+//! excluded), `data_wait` (fraction of that training time spent waiting for a batch; for a
+//! streamed batch on CUDA, until its copy to the device is done), `lr`
 //! (the learning rate of the last step), `skipped_steps` (fp16 steps skipped for non-finite
 //! gradients) and `peak_mem_mb` (the worker's peak resident memory on the CPU; on CUDA the
 //! caching allocator's peak allocation during the trial, as `torch.cuda.max_memory_allocated`).
@@ -22,6 +23,7 @@
 pub mod bench;
 pub mod cpu;
 pub mod cuda;
+pub mod cuda_copy;
 pub mod data;
 pub mod fit;
 pub mod graph;
@@ -30,6 +32,8 @@ pub mod models;
 pub mod optim;
 pub mod precision;
 pub mod schedule;
+pub mod stream;
+pub mod stream_bench;
 pub mod worker;
 
 pub use fit::{TrainError, TrainEvent, train};

@@ -48,7 +48,13 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            match tune_train::bench::run(&opts) {
+            // `--stream`: the streaming data loader against the in-memory path.
+            let result = if args[2..].iter().any(|a| a == "--stream") {
+                tune_train::stream_bench::run(&opts)
+            } else {
+                tune_train::bench::run(&opts)
+            };
+            match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("tune bench trainer: {e}");
@@ -59,7 +65,7 @@ fn main() -> ExitCode {
         _ => {
             eprintln!(
                 "tune-worker hosts libtorch for tune; it is started by `tune run`.\n\
-                 usage: tune-worker worker [--device cpu|cuda:N]\n       tune-worker --capabilities\n       tune-worker bench [--device cpu|cuda:N] [--steps N] [--models mlp,cnn] [--amp off,bf16,fp16]"
+                 usage: tune-worker worker [--device cpu|cuda:N]\n       tune-worker --capabilities\n       tune-worker bench [--device cpu|cuda:N] [--steps N] [--models mlp,cnn] [--amp off,bf16,fp16] [--stream]"
             );
             ExitCode::from(2)
         }
