@@ -19,12 +19,14 @@
 //! `tch::autocast` is CUDA-only; CPU autocast needs libtorch's own
 //! C++ API, so a few lines of C++ (`src/autocast_shim.cpp`) are compiled against the
 //! headers that sit beside that library directory. So are the multi-tensor optimizer kernels
-//! that tch's generated bindings leave out (`src/optim_shim.cpp`).
+//! that tch's generated bindings leave out (`src/optim_shim.cpp`) and the autograd Function of
+//! gradient checkpointing (`src/checkpoint_shim.cpp`).
 use std::path::PathBuf;
 
 fn main() {
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     println!("cargo:rerun-if-changed=src/autocast_shim.cpp");
+    println!("cargo:rerun-if-changed=src/checkpoint_shim.cpp");
     println!("cargo:rerun-if-changed=src/cuda_shim.cpp");
     println!("cargo:rerun-if-changed=src/optim_shim.cpp");
     let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") else {
@@ -40,6 +42,7 @@ fn main() {
     cc::Build::new()
         .cpp(true)
         .file("src/autocast_shim.cpp")
+        .file("src/checkpoint_shim.cpp")
         .file("src/cuda_shim.cpp")
         .file("src/optim_shim.cpp")
         .include(&include)

@@ -151,6 +151,7 @@ fn hyper(model: ModelKind, amp: Amp, batch: i64) -> Hyper {
         dropout: 0.0,
         heads: TRANSFORMER.1,
         context: TRANSFORMER.2,
+        checkpointing: false,
     }
 }
 

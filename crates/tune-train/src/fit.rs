@@ -461,7 +461,7 @@ fn insert_progress(m: &mut BTreeMap<String, f64>, epochs: Option<i64>, progress:
 
 /// The message of a tch panic without its wrapping and C++ backtrace: tch panics with
 /// ``called `Result::unwrap()` on an `Err` value: Torch("msg\nException raised from …")``.
-fn torch_message(panic: &str) -> String {
+pub(crate) fn torch_message(panic: &str) -> String {
     let inner = match panic.find("Torch(\"") {
         Some(i) => &panic[i + 7..],
         None => panic,
@@ -512,6 +512,7 @@ mod tests {
             dropout: 0.0,
             heads: 1,
             context: 1,
+            checkpointing: false,
         }
     }
 

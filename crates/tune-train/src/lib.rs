@@ -20,6 +20,7 @@
 //! on the GPU count in the interval that launched them.
 
 pub mod bench;
+pub mod checkpoint;
 pub mod cuda;
 pub mod data;
 pub mod fit;
