@@ -11,6 +11,12 @@
 //! (`--torch-default-layout` measures eager's default layout instead). On CUDA both sides
 //! are timed between device syncs, and read the loss every 16 steps as a trial does.
 //!
+//! `--checkpointing off,on` adds the ResNet's and the Transformer's rows with gradient
+//! checkpointing (`+ckpt`; tune alone, eager has none), and every tune row says its peak memory:
+//! MB above what was in use before the model was built (the caching allocator's peak
+//! allocation on CUDA, the peak resident set on the CPU; see `memory`), the lowest of the
+//! runs. So one command gives memory saved against speed lost.
+//!
 //! Needs `scripts/setup.sh --bench` (the Python side: torch's pure-Python dependencies and the
 //! CUDA libraries its extension module links against).
 
@@ -23,6 +29,7 @@ use tch::Device;
 
 use super::data::{self, Loader};
 use super::fit::Session;
+use super::memory::PeakMemory;
 use tune::builtin::{
     Amp, DataSpec, DeviceCache, FASHION_MNIST_DIR, Hyper, LrScaling, ModelKind, OptimizerKind,
     ScheduleKind, Source,
@@ -44,6 +51,9 @@ pub struct BenchOptions {
     pub torch_channels_last: bool,
     /// Where both sides train (`--device cpu|cuda:N`).
     pub device: Device,
+    /// Gradient checkpointing off and/or on (`--checkpointing off,on`); it applies to the
+    /// ResNet and the Transformer, whose `on` rows tune measures alone (eager has none).
+    pub checkpointing: Vec<bool>,
 }
 
 impl Default for BenchOptions {
@@ -58,14 +68,16 @@ impl Default for BenchOptions {
             no_python: false,
             torch_channels_last: true,
             device: Device::Cpu,
+            checkpointing: vec![false],
         }
     }
 }
 
 impl BenchOptions {
-    /// `--steps N --batch N --repeat N --models mlp,cnn --amp off,bf16,fp16 --device cuda:0
-    /// --no-python --torch-default-layout`; unknown words are ignored (cargo bench passes its
-    /// own); a device that is not one is an error.
+    /// `--steps N --warmup N --batch N --repeat N --models mlp,cnn --amp off,bf16,fp16 --device cuda:0
+    /// --checkpointing off,on --no-python --torch-default-layout`; unknown words are ignored
+    /// (cargo bench passes its own); a device that is not one is an error, and so is a
+    /// `--checkpointing` word other than on or off.
     pub fn from_args(args: &[String]) -> Result<BenchOptions, String> {
         let mut o = BenchOptions::default();
         let mut it = args.iter();
@@ -74,6 +86,7 @@ impl BenchOptions {
                 "--steps" => o.steps = it.next().and_then(|v| v.parse().ok()).unwrap_or(o.steps),
                 "--batch" => o.batch = it.next().and_then(|v| v.parse().ok()).unwrap_or(o.batch),
                 "--repeat" => o.repeat = it.next().and_then(|v| v.parse().ok()).unwrap_or(o.repeat),
+                "--warmup" => o.warmup = it.next().and_then(|v| v.parse().ok()).unwrap_or(o.warmup),
                 "--models" => {
                     if let Some(v) = it.next() {
                         o.models = v
@@ -101,6 +114,19 @@ impl BenchOptions {
                             .collect();
                     }
                 }
+                "--checkpointing" => {
+                    let v = it.next().map(String::as_str).unwrap_or("");
+                    o.checkpointing = v
+                        .split(',')
+                        .map(|w| match w {
+                            "off" | "false" => Ok(false),
+                            "on" | "true" => Ok(true),
+                            _ => Err(format!(
+                                "--checkpointing: {w:?} is neither on nor off (e.g. off,on)"
+                            )),
+                        })
+                        .collect::<Result<_, _>>()?;
+                }
                 "--no-python" => o.no_python = true,
                 // The default now; still accepted from older command lines.
                 "--torch-channels-last" => o.torch_channels_last = true,
@@ -122,7 +148,7 @@ impl BenchOptions {
 /// Python side takes the same (`--tf-width`, `--tf-heads`, `--tf-context`).
 const TRANSFORMER: (i64, i64, i64) = (128, 4, 128);
 
-fn hyper(model: ModelKind, amp: Amp, batch: i64) -> Hyper {
+fn hyper(model: ModelKind, amp: Amp, batch: i64, checkpointing: bool) -> Hyper {
     Hyper {
         model,
         lr: 1e-3,
@@ -151,7 +177,7 @@ fn hyper(model: ModelKind, amp: Amp, batch: i64) -> Hyper {
         dropout: 0.0,
         heads: TRANSFORMER.1,
         context: TRANSFORMER.2,
-        checkpointing: false,
+        checkpointing,
     }
 }
 
@@ -165,6 +191,7 @@ fn tune_once(
 ) -> Result<Rate, String> {
     tch::manual_seed(0);
     let device = o.device;
+    let memory = PeakMemory::start(device);
     let mut s = Session::new(h, ds.task, &ds.sample_shape, device, h.lr)?;
     let context = (h.model == ModelKind::Transformer).then_some(h.context);
     let mut loader = Loader::new(ds, device, h.batch_size, context, spec, 0);
@@ -208,23 +235,34 @@ fn tune_once(
     Ok(Rate {
         wall: samples / t0.elapsed().as_secs_f64(),
         cpu: samples / (thread_cpu_secs() - c0).max(1e-9),
+        peak_mb: memory.and_then(|m| m.peak_above_start_mb()),
     })
 }
 
 /// Samples per wall-clock second, and per second of the training thread's CPU time: with one
 /// intra-op thread all compute runs on that thread, so the second is what other load on a
 /// shared machine disturbs least.
+/// With the peak memory of a tune run above the memory in use before its model was built
+/// (parameters, optimizer state, activations; see [`PeakMemory`]).
 #[derive(Debug, Clone, Copy, Default)]
 struct Rate {
     wall: f64,
     cpu: f64,
+    peak_mb: Option<f64>,
 }
 
 impl Rate {
+    /// The best of two runs: the higher rates, and the lower peak (a run's peak is the same
+    /// but for the allocator's fragmentation, which the lower one had less of).
     fn best(self, other: Rate) -> Rate {
+        let peak_mb = match (self.peak_mb, other.peak_mb) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         Rate {
             wall: self.wall.max(other.wall),
             cpu: self.cpu.max(other.cpu),
+            peak_mb,
         }
     }
 }
@@ -337,6 +375,7 @@ impl Python {
         Ok(Rate {
             wall: get("samples_per_s")?,
             cpu: get("samples_per_cpu_s")?,
+            peak_mb: None,
         })
     }
 }
@@ -417,10 +456,18 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
             ));
         }
     }
-    let configs: Vec<(ModelKind, Amp)> = o
+    // Checkpointing applies to the models with blocks; the others run without it only.
+    let configs: Vec<(ModelKind, Amp, bool)> = o
         .models
         .iter()
         .flat_map(|m| o.amps.iter().map(move |a| (*m, *a)))
+        .flat_map(|(m, a)| {
+            let blocks = matches!(m, ModelKind::Resnet | ModelKind::Transformer);
+            o.checkpointing
+                .iter()
+                .filter(move |c| blocks || !**c)
+                .map(move |c| (m, a, *c))
+        })
         .collect();
     println!(
         "tune bench trainer: {data_name} on {}; batch {}, Adam (tune: {}; torch: foreach), {} timed steps after {} warm-up, best of {} alternating runs; 1 intra-op thread each side",
@@ -457,22 +504,23 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     let mut tune_rates = vec![Rate::default(); configs.len()];
     let mut torch = vec![Rate::default(); configs.len()];
     for _ in 0..o.repeat.max(1) {
-        for (i, (m, a)) in configs.iter().enumerate() {
+        for (i, (m, a, c)) in configs.iter().enumerate() {
+            let h = hyper(*m, *a, o.batch, *c);
             let r = match (&text, *m) {
-                (Some(t), ModelKind::Transformer) => {
-                    tune_once(t, &text_spec, &hyper(*m, *a, o.batch), o)?
-                }
-                _ => tune_once(&ds, &spec, &hyper(*m, *a, o.batch), o)?,
+                (Some(t), ModelKind::Transformer) => tune_once(t, &text_spec, &h, o)?,
+                _ => tune_once(&ds, &spec, &h, o)?,
             };
             tune_rates[i] = tune_rates[i].best(r);
-            if let Some(p) = python.as_mut() {
+            if let Some(p) = python.as_mut()
+                && !*c
+            {
                 torch[i] = torch[i].best(p.measure(*m, *a)?);
             }
         }
     }
     let torch_rates = python.is_some().then_some(torch);
     println!(
-        "{:<11} {:<5} | {:>12} {:>12} {:>7} | {:>12} {:>12} {:>7} | {:>9}",
+        "{:<16} {:<5} | {:>12} {:>12} {:>7} | {:>12} {:>12} {:>7} | {:>9} | {:>9}",
         "model",
         "amp",
         "tune /s",
@@ -481,13 +529,14 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         "tune /cpu-s",
         "torch /cpu-s",
         "ratio",
-        "amp/fp32"
+        "amp/fp32",
+        "peak MB"
     );
-    for (i, (m, a)) in configs.iter().enumerate() {
+    for (i, (m, a, c)) in configs.iter().enumerate() {
         let t = tune_rates[i];
         let fp32 = configs
             .iter()
-            .position(|c| c.0 == *m && c.1 == Amp::Off)
+            .position(|k| k.0 == *m && k.1 == Amp::Off && k.2 == *c)
             .map(|j| tune_rates[j]);
         // Against fp32 in wall time on CUDA (the launching thread's CPU time says little
         // there), in CPU time on the CPU.
@@ -499,17 +548,22 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
             _ => "-".into(),
         };
         let (pw, pc, rw, rc) = match &torch_rates {
-            Some(p) => (
+            Some(p) if !*c => (
                 format!("{:.0}", p[i].wall),
                 format!("{:.0}", p[i].cpu),
                 format!("{:.3}", t.wall / p[i].wall),
                 format!("{:.3}", t.cpu / p[i].cpu),
             ),
-            None => ("-".into(), "-".into(), "-".into(), "-".into()),
+            _ => ("-".into(), "-".into(), "-".into(), "-".into()),
+        };
+        let name = if *c {
+            format!("{} +ckpt", m.as_str())
+        } else {
+            m.as_str().to_string()
         };
         println!(
-            "{:<11} {:<5} | {:>12.0} {:>12} {:>7} | {:>12.0} {:>12} {:>7} | {:>9}",
-            m.as_str(),
+            "{:<16} {:<5} | {:>12.0} {:>12} {:>7} | {:>12.0} {:>12} {:>7} | {:>9} | {:>9}",
+            name,
             a.to_string(),
             t.wall,
             pw,
@@ -517,7 +571,8 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
             t.cpu,
             pc,
             rc,
-            speedup
+            speedup,
+            t.peak_mb.map_or("-".into(), |mb| format!("{mb:.0}"))
         );
     }
     Ok(())
@@ -554,6 +609,24 @@ mod tests {
         assert!(!o.torch_channels_last);
         let e = BenchOptions::from_args(&args(&["--device", "gpu0"])).expect_err("not a device");
         assert!(e.contains("\"gpu0\" is not a device"), "{e}");
+    }
+
+    #[test]
+    fn checkpointing_is_off_by_default_and_read_as_a_list_of_on_and_off() {
+        assert_eq!(
+            BenchOptions::from_args(&[]).expect("valid").checkpointing,
+            [false]
+        );
+        let o = BenchOptions::from_args(&args(&["--checkpointing", "off,on", "--warmup", "2"]))
+            .expect("valid");
+        assert_eq!(o.checkpointing, [false, true]);
+        assert_eq!(o.warmup, 2);
+        let e = BenchOptions::from_args(&args(&["--checkpointing", "off,yes"]))
+            .expect_err("not on or off");
+        assert_eq!(
+            e,
+            "--checkpointing: \"yes\" is neither on nor off (e.g. off,on)"
+        );
     }
 
     #[test]

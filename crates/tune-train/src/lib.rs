@@ -24,6 +24,7 @@ pub mod checkpoint;
 pub mod cuda;
 pub mod data;
 pub mod fit;
+pub mod memory;
 pub mod models;
 pub mod optim;
 pub mod precision;
