@@ -727,9 +727,13 @@ mod tests {
     }
 
     #[test]
-    fn the_cnn_and_the_resnet_learn_digits() {
+    fn the_cnn_and_the_resnet_with_and_without_checkpointing_learn_digits() {
         let _rng = crate::torch_rng_lock();
-        for model in ["kind = \"cnn\"\nwidth = 8", "kind = \"resnet\"\nwidth = 4"] {
+        for model in [
+            "kind = \"cnn\"\nwidth = 8",
+            "kind = \"resnet\"\nwidth = 4",
+            "kind = \"resnet\"\nwidth = 4\ncheckpointing = true",
+        ] {
             let t = trial_from(
                 &format!(
                     "epochs = 2\nbatch_size = 32\noptimizer = \"adam\"\n[model]\n{model}\n[data]\ndataset = \"digits\"\n"
