@@ -20,12 +20,14 @@
 //! `tch::autocast` is CUDA-only; CPU autocast needs libtorch's own
 //! C++ API, so a few lines of C++ (`src/autocast_shim.cpp`) are compiled against the
 //! headers that sit beside that library directory. So are the multi-tensor optimizer kernels
-//! that tch's generated bindings leave out (`src/optim_shim.cpp`).
+//! that tch's generated bindings leave out (`src/optim_shim.cpp`) and the autograd Function of
+//! gradient checkpointing (`src/checkpoint_shim.cpp`).
 use std::path::{Path, PathBuf};
 
 fn main() {
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     println!("cargo:rerun-if-changed=src/autocast_shim.cpp");
+    println!("cargo:rerun-if-changed=src/checkpoint_shim.cpp");
     println!("cargo:rerun-if-changed=src/cuda_shim.cpp");
     println!("cargo:rerun-if-changed=src/optim_shim.cpp");
     println!("cargo:rerun-if-changed=src/graph_shim.cpp");
@@ -44,6 +46,7 @@ fn main() {
     cc::Build::new()
         .cpp(true)
         .file("src/autocast_shim.cpp")
+        .file("src/checkpoint_shim.cpp")
         .file("src/cuda_shim.cpp")
         .file("src/optim_shim.cpp")
         .file("src/stream_shim.cpp")

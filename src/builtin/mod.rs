@@ -50,6 +50,9 @@
 //! dropout = 0.0
 //! heads = 4                 # transformer only
 //! context = 64              # transformer only: tokens per window
+//! checkpointing = false     # resnet and transformer: recompute each block's activations in
+//!                           # the backward pass instead of keeping them (less memory, ~1/3
+//!                           # more compute)
 //!
 //! [trial.data]
 //! dataset = "digits"        # digits | fashion-mnist | gpl3-text | text | npy | safetensors
@@ -327,6 +330,12 @@ const KNOBS: &[KnobSpec] = &[
         ty: KnobType::IntAtLeast(2),
         models: Some(&[ModelKind::Transformer]),
     },
+    KnobSpec {
+        name: "checkpointing",
+        section: Section::Model,
+        ty: KnobType::Bool,
+        models: Some(&[ModelKind::Resnet, ModelKind::Transformer]),
+    },
 ];
 
 /// The default of a knob for a model kind; `None` where the knob must be given.
@@ -358,6 +367,7 @@ fn knob_default(name: &str, model: ModelKind) -> Option<ParamValue> {
         "dropout" => Float(0.0),
         "heads" => Int(4),
         "context" => Int(64),
+        "checkpointing" => Bool(false),
         // `lr` has no sensible default across optimizers; `epochs` may be left out when a
         // time budget is given (checked in `parse_builtin`).
         _ => return None,
@@ -610,8 +620,13 @@ pub fn parse_builtin(
                     && !models.contains(&model)
                 {
                     return Err(KnobError::Invalid(format!(
-                        "trial.model.{key}: not used by model kind {}",
-                        model.as_str()
+                        "trial.model.{key}: not used by model kind {} (only by {})",
+                        model.as_str(),
+                        models
+                            .iter()
+                            .map(|m| m.as_str())
+                            .collect::<Vec<_>>()
+                            .join(" and ")
                     )));
                 }
             }
@@ -622,12 +637,14 @@ pub fn parse_builtin(
             }
             None => {
                 return Err(KnobError::Invalid(format!(
-                    "trial.model.{key}: unknown key (known: kind, width, depth, dropout{})",
-                    if model == ModelKind::Transformer {
-                        ", heads, context"
-                    } else {
-                        ""
-                    }
+                    "trial.model.{key}: unknown key (known: kind, {})",
+                    KNOBS
+                        .iter()
+                        .filter(|s| s.section == Section::Model
+                            && s.models.is_none_or(|m| m.contains(&model)))
+                        .map(|s| s.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )));
             }
         }
@@ -640,9 +657,14 @@ pub fn parse_builtin(
         {
             if space.get(spec.name).is_some() {
                 return Err(KnobError::Invalid(format!(
-                    "space.{}: not used by model kind {}",
+                    "space.{}: not used by model kind {} (only by {})",
                     spec.name,
-                    model.as_str()
+                    model.as_str(),
+                    models
+                        .iter()
+                        .map(|m| m.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" and ")
                 )));
             }
             continue;
@@ -816,6 +838,11 @@ pub struct Hyper {
     pub dropout: f64,
     pub heads: i64,
     pub context: i64,
+    /// Recompute the blocks' activations in the backward pass instead of keeping them
+    /// (ResNet and Transformer; always false for the others). Absent in a `Hyper` written
+    /// before the knob existed: false.
+    #[serde(default)]
+    pub checkpointing: bool,
 }
 
 impl Hyper {
@@ -944,6 +971,10 @@ impl BuiltinTrial {
             dropout: f("dropout")?,
             heads: if transformer { i("heads")? } else { 1 },
             context: if transformer { i("context")? } else { 1 },
+            checkpointing: match self.model {
+                ModelKind::Resnet | ModelKind::Transformer => b("checkpointing")?,
+                ModelKind::Mlp | ModelKind::Cnn => false,
+            },
         };
         if transformer && hyper.width % hyper.heads != 0 {
             return Err(KnobError::Unresolved(format!(
@@ -1111,6 +1142,99 @@ mod tests {
             .expect_err("heads on mlp")
             .to_string();
         assert!(e.starts_with("space.heads"), "{e}");
+    }
+
+    /// `BASE` with this model kind (and extra model keys), on data the model can take.
+    fn base_for(kind: &str, model_keys: &str) -> String {
+        let src = BASE.replace(
+            "kind = \"mlp\"",
+            &format!("kind = \"{kind}\"\n{model_keys}"),
+        );
+        if kind == "transformer" {
+            src.replace("\"digits\"", "\"gpl3-text\"")
+        } else {
+            src
+        }
+    }
+
+    #[test]
+    fn checkpointing_is_a_model_knob_of_the_resnet_and_the_transformer_only() {
+        let s = space(r#"lr = { type = "float", low = 1e-4, high = 1e-1 }"#);
+        let p = Params::new();
+        for kind in ["resnet", "transformer"] {
+            let src = base_for(kind, "");
+            let t = parse_builtin(&table(&src), &s, Path::new(".")).expect("valid");
+            assert_eq!(
+                t.knobs["checkpointing"],
+                Knob::Fixed(ParamValue::Bool(false))
+            );
+            let mut p = p.clone();
+            p.insert("lr".into(), ParamValue::Float(0.01));
+            assert!(
+                !t.resolve(&p).expect("resolves").checkpointing,
+                "off by default"
+            );
+            let on = base_for(kind, "checkpointing = true");
+            let t = parse_builtin(&table(&on), &s, Path::new(".")).expect("valid");
+            assert!(t.resolve(&p).expect("resolves").checkpointing, "{kind}");
+        }
+        for kind in ["mlp", "cnn"] {
+            let src = base_for(kind, "checkpointing = true");
+            let e = parse_builtin(&table(&src), &s, Path::new("."))
+                .expect_err("no blocks to checkpoint")
+                .to_string();
+            assert_eq!(
+                e,
+                format!(
+                    "trial.model.checkpointing: not used by model kind {kind} (only by resnet and transformer)"
+                )
+            );
+        }
+        let e = parse_builtin(
+            &table(&base_for("resnet", "checkpointing = 1")),
+            &s,
+            Path::new("."),
+        )
+        .expect_err("not a bool")
+        .to_string();
+        assert_eq!(e, "trial.model.checkpointing: must be true or false, not 1");
+    }
+
+    #[test]
+    fn checkpointing_may_be_searched_as_a_categorical_of_booleans() {
+        let s = space(
+            r#"lr = { type = "float", low = 1e-4, high = 1e-1 }
+               checkpointing = { type = "categorical", choices = [true, false] }"#,
+        );
+        let t =
+            parse_builtin(&table(&base_for("transformer", "")), &s, Path::new(".")).expect("valid");
+        assert_eq!(t.knobs["checkpointing"], Knob::Searched);
+        let mut p = Params::new();
+        p.insert("lr".into(), ParamValue::Float(0.01));
+        p.insert("checkpointing".into(), ParamValue::Bool(true));
+        assert!(t.resolve(&p).expect("resolves").checkpointing);
+        let e = parse_builtin(&table(BASE), &s, Path::new("."))
+            .expect_err("searched on an mlp")
+            .to_string();
+        assert_eq!(
+            e,
+            "space.checkpointing: not used by model kind mlp (only by resnet and transformer)"
+        );
+    }
+
+    #[test]
+    fn a_hyper_written_before_the_checkpointing_knob_reads_as_without_it() {
+        let s = space(r#"lr = { type = "float", low = 1e-4, high = 1e-1 }"#);
+        let t = parse_builtin(&table(BASE), &s, Path::new(".")).expect("valid");
+        let mut p = Params::new();
+        p.insert("lr".into(), ParamValue::Float(0.01));
+        let h = t.resolve(&p).expect("resolves");
+        let mut json = serde_json::to_value(&h).expect("serialises");
+        json.as_object_mut()
+            .expect("an object")
+            .remove("checkpointing");
+        let back: Hyper = serde_json::from_value(json).expect("reads without the key");
+        assert_eq!(back, h);
     }
 
     #[test]

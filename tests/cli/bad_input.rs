@@ -478,3 +478,41 @@ fn a_command_that_cannot_run_here_is_refused_before_any_trial(
         sb.ok(&["run", "ok.toml", "--no-tui"]);
     }
 }
+
+#[test]
+fn checkpointing_on_a_model_without_blocks_is_refused_with_status_2_naming_the_key() {
+    let sb = Sandbox::new();
+    let study = r#"[study]
+name = "ckpt"
+metric = "val_loss"
+direction = "minimize"
+trials = 1
+
+[space]
+lr = { type = "float", low = 1e-4, high = 1e-1, log = true }
+
+[trial]
+kind = "builtin"
+epochs = 1
+
+[trial.model]
+kind = "cnn"
+checkpointing = true
+
+[trial.data]
+dataset = "digits"
+"#;
+    sb.write("bad.toml", study);
+    let out = sb.run(&["run", "bad.toml"]);
+    assert_refused(
+        &out,
+        &[
+            "bad.toml",
+            "trial.model.checkpointing: not used by model kind cnn (only by resnet and transformer)",
+        ],
+    );
+    assert!(
+        !sb.join("tune.db").exists(),
+        "a rejected study writes no database"
+    );
+}

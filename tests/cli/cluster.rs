@@ -38,7 +38,14 @@ fn shell_scripts(dir: &Path, out: &mut Vec<PathBuf>) {
         if kind.is_dir() {
             if !matches!(
                 name.as_str(),
-                ".git" | "target" | ".venv" | ".libtorch" | ".gpu" | "gpu-bundle" | "node_modules" | "datasets"
+                ".git"
+                    | "target"
+                    | ".venv"
+                    | ".libtorch"
+                    | ".gpu"
+                    | "gpu-bundle"
+                    | "node_modules"
+                    | "datasets"
             ) {
                 shell_scripts(&p, out);
             }

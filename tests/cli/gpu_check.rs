@@ -40,15 +40,23 @@ fn run_script(script: &str, args: &[&str], path: &str) -> (Output, Duration) {
 }
 
 fn real_nvidia_smi() -> bool {
-    ["/usr/local/bin/nvidia-smi", "/usr/bin/nvidia-smi", "/bin/nvidia-smi"]
-        .iter()
-        .any(|p| Path::new(p).exists())
+    [
+        "/usr/local/bin/nvidia-smi",
+        "/usr/bin/nvidia-smi",
+        "/bin/nvidia-smi",
+    ]
+    .iter()
+    .any(|p| Path::new(p).exists())
 }
 
 /// Refused with status 2 within seconds, the reason on stderr, and OUTDIR never created.
 fn assert_refused(out: &Output, took: Duration, outdir: &Path, reason: &str) {
     assert_eq!(out.status.code(), Some(2), "{}", text(out));
-    assert!(stderr(out).contains(reason), "stderr lacks `{reason}`:\n{}", text(out));
+    assert!(
+        stderr(out).contains(reason),
+        "stderr lacks `{reason}`:\n{}",
+        text(out)
+    );
     assert!(took < Duration::from_secs(10), "took {took:?}");
     assert!(!outdir.exists(), "{} was created", outdir.display());
 }
@@ -68,7 +76,12 @@ fn without_nvidia_smi_the_gpu_check_exits_2_at_once_and_writes_nothing() {
         &[outdir.to_str().expect("utf-8")],
         &path_with(&bin),
     );
-    assert_refused(&out, took, &outdir, "no NVIDIA GPU here: nvidia-smi is not installed");
+    assert_refused(
+        &out,
+        took,
+        &outdir,
+        "no NVIDIA GPU here: nvidia-smi is not installed",
+    );
     assert!(stderr(&out).contains("docs/gpu.md"), "{}", text(&out));
 }
 
@@ -98,7 +111,11 @@ fn a_driver_that_nvidia_smi_cannot_reach_or_that_lists_no_gpu_is_refused_with_it
             &path_with(&bin),
         );
         assert_refused(&out, took, &outdir, "no NVIDIA GPU here");
-        assert!(stderr(&out).contains(reason), "stderr lacks `{reason}`:\n{}", text(&out));
+        assert!(
+            stderr(&out).contains(reason),
+            "stderr lacks `{reason}`:\n{}",
+            text(&out)
+        );
     }
 }
 
@@ -110,7 +127,11 @@ fn the_gpu_check_without_an_outdir_or_with_a_flag_first_prints_its_usage() {
     for args in [&[][..], &["--budget", "60"][..]] {
         let (out, _) = run_script("scripts/gpu-check.sh", args, &path_with(&bin));
         assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-        assert!(stderr(&out).contains("usage: scripts/gpu-check.sh OUTDIR"), "{}", text(&out));
+        assert!(
+            stderr(&out).contains("usage: scripts/gpu-check.sh OUTDIR"),
+            "{}",
+            text(&out)
+        );
     }
 }
 
@@ -133,7 +154,11 @@ fn setup_cuda_check_refuses_a_missing_broken_or_old_driver_and_names_the_way_on_
             2,
             "nvidia-smi cannot talk to the NVIDIA driver",
         ),
-        (Some(driver("535.104.05", "12.2")), 2, "supports CUDA 12 at most"),
+        (
+            Some(driver("535.104.05", "12.2")),
+            2,
+            "supports CUDA 12 at most",
+        ),
         (
             Some(driver("580.95.05", "13.0")),
             0,
@@ -152,7 +177,11 @@ fn setup_cuda_check_refuses_a_missing_broken_or_old_driver_and_names_the_way_on_
         };
         let (out, _) = run_script("scripts/setup.sh", &["--cuda", "--check"], &path_with(&bin));
         assert_eq!(out.status.code(), Some(code), "{needle}: {}", text(&out));
-        assert!(text(&out).contains(needle), "output lacks `{needle}`:\n{}", text(&out));
+        assert!(
+            text(&out).contains(needle),
+            "output lacks `{needle}`:\n{}",
+            text(&out)
+        );
         // Nothing was installed or built on the way.
         assert!(!text(&out).contains("installing"), "{}", text(&out));
     }
@@ -165,5 +194,9 @@ fn setup_check_goes_with_cuda() {
     std::fs::create_dir_all(&bin).expect("bin");
     let (out, _) = run_script("scripts/setup.sh", &["--check"], &path_with(&bin));
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(stderr(&out).contains("--check goes with --cuda"), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("--check goes with --cuda"),
+        "{}",
+        text(&out)
+    );
 }

@@ -16,6 +16,11 @@
 //! eager as asked, `eager`: asked for but not captured) and, per model and precision, the
 //! graphs' speed-up over eager steps with the mean loss of each side's timed steps (the same
 //! seed and batches, so the two agree when the replayed step computes what the eager one does).
+//! `--checkpointing off,on` adds the ResNet's and the Transformer's rows with gradient
+//! checkpointing (`+ckpt`; tune alone, eager has none), and every tune row says its peak memory:
+//! MB above what was in use before the model was built (the caching allocator's peak
+//! allocation on CUDA, the peak resident set on the CPU; see `memory`), the lowest of the
+//! runs. So one command gives memory saved against speed lost.
 //!
 //! Needs `scripts/setup.sh --bench` (the Python side: torch's pure-Python dependencies and the
 //! CUDA libraries its extension module links against).
@@ -31,6 +36,7 @@ use super::data::{self, Loader};
 use super::fit::Session;
 use super::graph::Stepper;
 use super::loss_book::LossBook;
+use super::memory::PeakMemory;
 use tune::builtin::{
     Amp, CudaGraphs, DataSpec, DeviceCache, FASHION_MNIST_DIR, Hyper, LrScaling, ModelKind,
     OptimizerKind, ScheduleKind, Source,
@@ -55,6 +61,9 @@ pub struct BenchOptions {
     /// tune's step replayed from a CUDA graph (`true`, as a trial does by default) or eager,
     /// each measured (`--cuda-graphs on,off`); on the CPU both are eager.
     pub cuda_graphs: Vec<bool>,
+    /// Gradient checkpointing off and/or on (`--checkpointing off,on`); it applies to the
+    /// ResNet and the Transformer, whose `on` rows tune measures alone (eager has none).
+    pub checkpointing: Vec<bool>,
 }
 
 impl Default for BenchOptions {
@@ -70,15 +79,16 @@ impl Default for BenchOptions {
             torch_channels_last: true,
             device: Device::Cpu,
             cuda_graphs: vec![true],
+            checkpointing: vec![false],
         }
     }
 }
 
 impl BenchOptions {
-    /// `--steps N --batch N --repeat N --models mlp,cnn --amp off,bf16,fp16 --device cuda:0
-    /// --cuda-graphs on,off --no-python --torch-default-layout`; unknown words are ignored
-    /// (cargo bench passes its own); a device that is not one is an error, and so is a
-    /// `--cuda-graphs` word other than on and off.
+    /// `--steps N --warmup N --batch N --repeat N --models mlp,cnn --amp off,bf16,fp16 --device cuda:0
+    /// --cuda-graphs on,off --checkpointing off,on --no-python --torch-default-layout`; unknown
+    /// words are ignored (cargo bench passes its own); a device that is not one is an error, and
+    /// so is a `--cuda-graphs` or `--checkpointing` word other than on and off.
     pub fn from_args(args: &[String]) -> Result<BenchOptions, String> {
         let mut o = BenchOptions::default();
         let mut it = args.iter();
@@ -87,6 +97,7 @@ impl BenchOptions {
                 "--steps" => o.steps = it.next().and_then(|v| v.parse().ok()).unwrap_or(o.steps),
                 "--batch" => o.batch = it.next().and_then(|v| v.parse().ok()).unwrap_or(o.batch),
                 "--repeat" => o.repeat = it.next().and_then(|v| v.parse().ok()).unwrap_or(o.repeat),
+                "--warmup" => o.warmup = it.next().and_then(|v| v.parse().ok()).unwrap_or(o.warmup),
                 "--models" => {
                     if let Some(v) = it.next() {
                         o.models = v
@@ -127,6 +138,19 @@ impl BenchOptions {
                         })
                         .collect::<Result<_, _>>()?;
                 }
+                "--checkpointing" => {
+                    let v = it.next().map(String::as_str).unwrap_or("");
+                    o.checkpointing = v
+                        .split(',')
+                        .map(|w| match w {
+                            "off" | "false" => Ok(false),
+                            "on" | "true" => Ok(true),
+                            _ => Err(format!(
+                                "--checkpointing: {w:?} is neither on nor off (e.g. off,on)"
+                            )),
+                        })
+                        .collect::<Result<_, _>>()?;
+                }
                 "--no-python" => o.no_python = true,
                 // The default now; still accepted from older command lines.
                 "--torch-channels-last" => o.torch_channels_last = true,
@@ -148,7 +172,7 @@ impl BenchOptions {
 /// Python side takes the same (`--tf-width`, `--tf-heads`, `--tf-context`).
 const TRANSFORMER: (i64, i64, i64) = (128, 4, 128);
 
-pub(crate) fn hyper(model: ModelKind, amp: Amp, batch: i64) -> Hyper {
+pub(crate) fn hyper(model: ModelKind, amp: Amp, batch: i64, checkpointing: bool) -> Hyper {
     Hyper {
         model,
         lr: 1e-3,
@@ -177,6 +201,7 @@ pub(crate) fn hyper(model: ModelKind, amp: Amp, batch: i64) -> Hyper {
         dropout: 0.0,
         heads: TRANSFORMER.1,
         context: TRANSFORMER.2,
+        checkpointing,
     }
 }
 
@@ -191,6 +216,7 @@ fn tune_once(
 ) -> Result<(Rate, bool, f64), String> {
     tch::manual_seed(0);
     let device = o.device;
+    let memory = PeakMemory::start(device);
     let mut s = Session::new(h, ds.task, &ds.sample_shape, device, h.lr)?;
     // `auto`, as a trial: silent on the CPU, a one-line reason on a GPU that cannot capture.
     let setting = if graphs {
@@ -243,6 +269,7 @@ fn tune_once(
     let rate = Rate {
         wall: samples / t0.elapsed().as_secs_f64(),
         cpu: samples / (thread_cpu_secs() - c0).max(1e-9),
+        peak_mb: memory.and_then(|m| m.peak_above_start_mb()),
     };
     // The mean loss of the timed steps: graphs and eager steps start from the same seed and
     // see the same batches, so it says whether the replayed step computes what the eager one does.
@@ -253,17 +280,27 @@ fn tune_once(
 /// Samples per wall-clock second, and per second of the training thread's CPU time: with one
 /// intra-op thread all compute runs on that thread, so the second is what other load on a
 /// shared machine disturbs least.
+/// With the peak memory of a tune run above the memory in use before its model was built
+/// (parameters, optimizer state, activations; see [`PeakMemory`]).
 #[derive(Debug, Clone, Copy, Default)]
 struct Rate {
     wall: f64,
     cpu: f64,
+    peak_mb: Option<f64>,
 }
 
 impl Rate {
+    /// The best of two runs: the higher rates, and the lower peak (a run's peak is the same
+    /// but for the allocator's fragmentation, which the lower one had less of).
     fn best(self, other: Rate) -> Rate {
+        let peak_mb = match (self.peak_mb, other.peak_mb) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         Rate {
             wall: self.wall.max(other.wall),
             cpu: self.cpu.max(other.cpu),
+            peak_mb,
         }
     }
 }
@@ -376,6 +413,7 @@ impl Python {
         Ok(Rate {
             wall: get("samples_per_s")?,
             cpu: get("samples_per_cpu_s")?,
+            peak_mb: None,
         })
     }
 }
@@ -456,18 +494,26 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
             ));
         }
     }
-    let configs: Vec<(ModelKind, Amp, bool)> = o
+    // (model, amp, CUDA graphs, checkpointing). Checkpointing applies to the models with blocks;
+    // the others run without it only. On the CPU the step is eager whatever is asked: one graph
+    // setting, not two alike rows.
+    let configs: Vec<Config> = o
         .models
         .iter()
-        .flat_map(|m| {
-            o.amps.iter().flat_map(move |a| {
-                o.cuda_graphs
-                    .iter()
-                    .enumerate()
-                    // On the CPU the step is eager whatever is asked: one row, not two alike.
-                    .filter(move |(i, _)| o.device.is_cuda() || *i == 0)
-                    .map(move |(_, g)| (*m, *a, *g))
-            })
+        .flat_map(|m| o.amps.iter().map(move |a| (*m, *a)))
+        .flat_map(|(m, a)| {
+            o.cuda_graphs
+                .iter()
+                .enumerate()
+                .filter(move |(i, _)| o.device.is_cuda() || *i == 0)
+                .map(move |(_, g)| (m, a, *g))
+        })
+        .flat_map(|(m, a, g)| {
+            let blocks = matches!(m, ModelKind::Resnet | ModelKind::Transformer);
+            o.checkpointing
+                .iter()
+                .filter(move |c| blocks || !**c)
+                .map(move |c| (m, a, g, *c))
         })
         .collect();
     println!(
@@ -512,22 +558,25 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     let mut losses = vec![f64::NAN; configs.len()];
     let mut torch = vec![Rate::default(); configs.len()];
     for _ in 0..o.repeat.max(1) {
-        for (i, (m, a, g)) in configs.iter().enumerate() {
+        for (i, (m, a, g, c)) in configs.iter().enumerate() {
+            let h = hyper(*m, *a, o.batch, *c);
             let (r, graphed, loss) = match (&text, *m) {
-                (Some(t), ModelKind::Transformer) => {
-                    tune_once(t, &text_spec, &hyper(*m, *a, o.batch), o, *g)?
-                }
-                _ => tune_once(&ds, &spec, &hyper(*m, *a, o.batch), o, *g)?,
+                (Some(t), ModelKind::Transformer) => tune_once(t, &text_spec, &h, o, *g)?,
+                _ => tune_once(&ds, &spec, &h, o, *g)?,
             };
             tune_rates[i] = tune_rates[i].best(r);
             replayed[i] = graphed;
             losses[i] = loss;
-            // Eager PyTorch once per model and precision, whatever tune's graph setting.
-            let first = configs.iter().position(|c| c.0 == *m && c.1 == *a) == Some(i);
-            if let Some(p) = python.as_mut() {
+            // Eager PyTorch once per model and precision (it has no checkpointing), whatever
+            // tune's graph setting.
+            let first = configs.iter().position(|k| k.0 == *m && k.1 == *a && !k.3) == Some(i);
+            if let Some(p) = python.as_mut()
+                && !*c
+            {
                 if first {
                     torch[i] = torch[i].best(p.measure(*m, *a)?);
-                } else if let Some(j) = configs.iter().position(|c| c.0 == *m && c.1 == *a) {
+                } else if let Some(j) = configs.iter().position(|k| k.0 == *m && k.1 == *a && !k.3)
+                {
                     torch[i] = torch[j];
                 }
             }
@@ -535,7 +584,7 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     }
     let torch_rates = python.is_some().then_some(torch);
     println!(
-        "{:<11} {:<5} {:<6} | {:>12} {:>12} {:>7} | {:>12} {:>12} {:>7} | {:>9}",
+        "{:<16} {:<5} {:<6} | {:>12} {:>12} {:>7} | {:>12} {:>12} {:>7} | {:>9} | {:>9}",
         "model",
         "amp",
         "graphs",
@@ -545,13 +594,14 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         "tune /cpu-s",
         "torch /cpu-s",
         "ratio",
-        "amp/fp32"
+        "amp/fp32",
+        "peak MB"
     );
-    for (i, (m, a, g)) in configs.iter().enumerate() {
+    for (i, (m, a, g, c)) in configs.iter().enumerate() {
         let t = tune_rates[i];
         let fp32 = configs
             .iter()
-            .position(|c| c.0 == *m && c.1 == Amp::Off && c.2 == *g)
+            .position(|k| k.0 == *m && k.1 == Amp::Off && k.2 == *g && k.3 == *c)
             .map(|j| tune_rates[j]);
         // Against fp32 in wall time on CUDA (the launching thread's CPU time says little
         // there), in CPU time on the CPU.
@@ -563,17 +613,22 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
             _ => "-".into(),
         };
         let (pw, pc, rw, rc) = match &torch_rates {
-            Some(p) => (
+            Some(p) if !*c => (
                 format!("{:.0}", p[i].wall),
                 format!("{:.0}", p[i].cpu),
                 format!("{:.3}", t.wall / p[i].wall),
                 format!("{:.3}", t.cpu / p[i].cpu),
             ),
-            None => ("-".into(), "-".into(), "-".into(), "-".into()),
+            _ => ("-".into(), "-".into(), "-".into(), "-".into()),
+        };
+        let name = if *c {
+            format!("{} +ckpt", m.as_str())
+        } else {
+            m.as_str().to_string()
         };
         println!(
-            "{:<11} {:<5} {:<6} | {:>12.0} {:>12} {:>7} | {:>12.0} {:>12} {:>7} | {:>9}",
-            m.as_str(),
+            "{:<16} {:<5} {:<6} | {:>12.0} {:>12} {:>7} | {:>12.0} {:>12} {:>7} | {:>9} | {:>9}",
+            name,
             a.to_string(),
             graphs_cell(*g, replayed[i]),
             t.wall,
@@ -582,12 +637,15 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
             t.cpu,
             pc,
             rc,
-            speedup
+            speedup,
+            t.peak_mb.map_or("-".into(), |mb| format!("{mb:.0}"))
         );
     }
     // Graphs against eager steps, in wall time, where both were measured and the graph ran.
-    for (i, (m, a, g)) in configs.iter().enumerate() {
-        let eager = configs.iter().position(|c| c.0 == *m && c.1 == *a && !c.2);
+    for (i, (m, a, g, c)) in configs.iter().enumerate() {
+        let eager = configs
+            .iter()
+            .position(|k| k.0 == *m && k.1 == *a && !k.2 && k.3 == *c);
         if let (true, true, Some(j)) = (*g, replayed[i], eager) {
             println!(
                 "cuda graphs {} {}: {:.2}x eager steps ({:.0} vs {:.0} samples/s); mean loss of the timed steps {:.5} vs {:.5}",
@@ -603,6 +661,9 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// One measured configuration: the model, the precision, CUDA graphs asked for, checkpointing.
+type Config = (ModelKind, Amp, bool, bool);
 
 /// The `graphs` column: `on` when the steps were replayed from a CUDA graph, `off` when eager
 /// steps were asked for, `eager` when a graph was asked for but not used (the CPU, or a step
@@ -665,6 +726,24 @@ mod tests {
         assert_eq!(graphs_cell(true, true), "on");
         assert_eq!(graphs_cell(false, false), "off");
         assert_eq!(graphs_cell(true, false), "eager");
+    }
+
+    #[test]
+    fn checkpointing_is_off_by_default_and_read_as_a_list_of_on_and_off() {
+        assert_eq!(
+            BenchOptions::from_args(&[]).expect("valid").checkpointing,
+            [false]
+        );
+        let o = BenchOptions::from_args(&args(&["--checkpointing", "off,on", "--warmup", "2"]))
+            .expect("valid");
+        assert_eq!(o.checkpointing, [false, true]);
+        assert_eq!(o.warmup, 2);
+        let e = BenchOptions::from_args(&args(&["--checkpointing", "off,yes"]))
+            .expect_err("not on or off");
+        assert_eq!(
+            e,
+            "--checkpointing: \"yes\" is neither on nor off (e.g. off,on)"
+        );
     }
 
     #[test]

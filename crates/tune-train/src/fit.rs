@@ -475,7 +475,7 @@ fn insert_progress(m: &mut BTreeMap<String, f64>, epochs: Option<i64>, progress:
 
 /// The message of a tch panic without its wrapping and C++ backtrace: tch panics with
 /// ``called `Result::unwrap()` on an `Err` value: Torch("msg\nException raised from …")``.
-fn torch_message(panic: &str) -> String {
+pub(crate) fn torch_message(panic: &str) -> String {
     let inner = match panic.find("Torch(\"") {
         Some(i) => &panic[i + 7..],
         None => panic,
@@ -526,6 +526,7 @@ mod tests {
             dropout: 0.0,
             heads: 1,
             context: 1,
+            checkpointing: false,
         }
     }
 
@@ -770,9 +771,13 @@ mod tests {
     }
 
     #[test]
-    fn the_cnn_and_the_resnet_learn_digits() {
+    fn the_cnn_and_the_resnet_with_and_without_checkpointing_learn_digits() {
         let _rng = crate::torch_rng_lock();
-        for model in ["kind = \"cnn\"\nwidth = 8", "kind = \"resnet\"\nwidth = 4"] {
+        for model in [
+            "kind = \"cnn\"\nwidth = 8",
+            "kind = \"resnet\"\nwidth = 4",
+            "kind = \"resnet\"\nwidth = 4\ncheckpointing = true",
+        ] {
             let t = trial_from(
                 &format!(
                     "epochs = 2\nbatch_size = 32\noptimizer = \"adam\"\n[model]\n{model}\n[data]\ndataset = \"digits\"\n"

@@ -25,7 +25,7 @@
 //!
 //! What does not belong here: the training loop around the step (`fit`), the kernels (`optim`).
 
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 
 use super::data::Batch;
 use super::fit::{Session, TrainError};
@@ -56,6 +56,13 @@ pub fn unsupported(h: &Hyper, device: Device) -> Option<String> {
             "dropout {}: its random masks are not captured",
             h.dropout
         ));
+    }
+    if h.checkpointing {
+        // A checkpointed block calls back into Rust in the backward pass (and saves and restores
+        // the generator's state): work a replay would skip.
+        return Some(
+            "checkpointing: its blocks recompute through Rust in the backward pass".into(),
+        );
     }
     if !cfg!(feature = "cuda") {
         return Some(NOT_BUILT.into());
@@ -457,6 +464,7 @@ mod ffi {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tch::Kind;
     use tune::builtin::{Amp, LrScaling, ModelKind, ScheduleKind};
 
     fn hyper(optimizer: OptimizerKind, dropout: f64) -> Hyper {
@@ -483,6 +491,7 @@ mod tests {
             dropout,
             heads: 1,
             context: 1,
+            checkpointing: false,
         }
     }
 
@@ -522,6 +531,12 @@ mod tests {
         assert!(rms.starts_with("optimizer rmsprop: "), "{rms}");
         let drop = unsupported(&hyper(OptimizerKind::Adam, 0.1), gpu).expect("dropout");
         assert_eq!(drop, "dropout 0.1: its random masks are not captured");
+        let ckpt = Hyper {
+            checkpointing: true,
+            ..hyper(OptimizerKind::Adam, 0.0)
+        };
+        let why = unsupported(&ckpt, gpu).expect("checkpointing");
+        assert!(why.starts_with("checkpointing: "), "{why}");
         let line = fallback_message(CudaGraphs::Auto, &hyper(OptimizerKind::Sgd, 0.0), gpu);
         assert!(line.is_some_and(|l| l.contains("optimizer sgd")));
         assert_eq!(

@@ -21,6 +21,7 @@
 //! on the GPU count in the interval that launched them.
 
 pub mod bench;
+pub mod checkpoint;
 pub mod cpu;
 pub mod cuda;
 pub mod cuda_copy;
@@ -28,6 +29,7 @@ pub mod data;
 pub mod fit;
 pub mod graph;
 pub mod loss_book;
+pub mod memory;
 pub mod models;
 pub mod optim;
 pub mod precision;

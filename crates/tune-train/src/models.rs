@@ -1,10 +1,15 @@
 //! The models of `[trial.model] kind`: an MLP, a small CNN, a small CIFAR-style ResNet and a
 //! small pre-norm Transformer language model. Sizes come from the trial's knobs (`width`,
-//! `depth`, `dropout`, and for the Transformer `heads` and `context`).
+//! `depth`, `dropout`, and for the Transformer `heads` and `context`); with `checkpointing`
+//! the ResNet's residual blocks and the Transformer's layers recompute their activations in
+//! the backward pass instead of keeping them (see [`crate::checkpoint`]).
+
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tch::nn::{self, ModuleT};
 use tch::{Kind, Tensor};
 
+use super::checkpoint::{Pass, checkpoint};
 use super::data::Task;
 use tune::builtin::{Hyper, ModelKind};
 
@@ -132,6 +137,46 @@ fn cnn(vs: &nn::Path, h: &Hyper, (c, hh, ww): (i64, i64, i64), classes: i64) -> 
     ))
 }
 
+/// A block that checkpointing's graph nodes share: they own their closure, may outlive the
+/// forward pass that made them and may run on the autograd engine's device thread, and a
+/// `Tensor` is `Send` but not `Sync`, hence the mutex (never contended: the recomputation runs
+/// while the training thread waits for `backward`).
+type Shared<T> = Arc<Mutex<T>>;
+
+/// The block, also after a panic in another holder (its tensors stay valid).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The parameters of a layer, for checkpointing (which must be given every one).
+fn weights(ws: &Tensor, bs: &Option<Tensor>) -> impl Iterator<Item = Tensor> {
+    std::iter::once(ws.shallow_clone()).chain(bs.iter().map(Tensor::shallow_clone))
+}
+
+fn batch_norm_config() -> nn::BatchNormConfig {
+    nn::BatchNormConfig::default()
+}
+
+/// BatchNorm in training or evaluation mode; a recomputation normalises with the batch's
+/// statistics as the forward pass did, but without updating the running ones a second time.
+fn bn(x: &Tensor, m: &nn::BatchNorm, train: bool, pass: Pass) -> Tensor {
+    if !train || pass == Pass::Forward {
+        return x.apply_t(m, train);
+    }
+    let c = batch_norm_config();
+    Tensor::batch_norm(
+        x,
+        m.ws.as_ref(),
+        m.bs.as_ref(),
+        None::<&Tensor>,
+        None::<&Tensor>,
+        true,
+        c.momentum,
+        c.eps,
+        c.cudnn_enabled,
+    )
+}
+
 /// A basic residual block: conv-BN-ReLU-conv-BN plus the (projected) input.
 #[derive(Debug)]
 struct Block {
@@ -160,32 +205,43 @@ impl Block {
         };
         Block {
             c1: conv(vs / "c1", c_in, c_out, 3, stride, 1),
-            b1: nn::batch_norm2d(vs / "b1", c_out, Default::default()),
+            b1: nn::batch_norm2d(vs / "b1", c_out, batch_norm_config()),
             c2: conv(vs / "c2", c_out, c_out, 3, 1, 1),
-            b2: nn::batch_norm2d(vs / "b2", c_out, Default::default()),
+            b2: nn::batch_norm2d(vs / "b2", c_out, batch_norm_config()),
             proj: (stride != 1 || c_in != c_out).then(|| {
                 (
                     conv(vs / "pc", c_in, c_out, 1, stride, 0),
-                    nn::batch_norm2d(vs / "pb", c_out, Default::default()),
+                    nn::batch_norm2d(vs / "pb", c_out, batch_norm_config()),
                 )
             }),
         }
     }
-}
 
-impl ModuleT for Block {
-    fn forward_t(&self, x: &Tensor, train: bool) -> Tensor {
-        let y = x
-            .apply(&self.c1)
-            .apply_t(&self.b1, train)
-            .relu()
-            .apply(&self.c2)
-            .apply_t(&self.b2, train);
+    fn forward(&self, x: &Tensor, train: bool, pass: Pass) -> Tensor {
+        let y = bn(&x.apply(&self.c1), &self.b1, train, pass).relu();
+        let y = bn(&y.apply(&self.c2), &self.b2, train, pass);
         let skip = match &self.proj {
-            Some((c, b)) => x.apply(c).apply_t(b, train),
+            Some((c, b)) => bn(&x.apply(c), b, train, pass),
             None => x.shallow_clone(),
         };
         (y + skip).relu()
+    }
+
+    fn params(&self) -> Vec<Tensor> {
+        let mut convs = vec![&self.c1, &self.c2];
+        let mut norms = vec![&self.b1, &self.b2];
+        if let Some((c, b)) = &self.proj {
+            convs.push(c);
+            norms.push(b);
+        }
+        let convs = convs.into_iter().flat_map(|c| weights(&c.ws, &c.bs));
+        let norms = norms.into_iter().flat_map(|b| {
+            b.ws.iter()
+                .chain(b.bs.iter())
+                .map(Tensor::shallow_clone)
+                .collect::<Vec<_>>()
+        });
+        convs.chain(norms).collect()
     }
 }
 
@@ -197,9 +253,10 @@ struct ResNet {
     shape: (i64, i64, i64),
     stem: nn::Conv2D,
     bn: nn::BatchNorm,
-    blocks: Vec<Block>,
+    blocks: Vec<Shared<Block>>,
     dropout: f64,
     fc: nn::Linear,
+    checkpointing: bool,
 }
 
 impl ResNet {
@@ -223,22 +280,23 @@ impl ResNet {
             let c_out = w << stage;
             for i in 0..h.depth {
                 let stride = if stage > 0 && i == 0 { 2 } else { 1 };
-                blocks.push(Block::new(
+                blocks.push(Arc::new(Mutex::new(Block::new(
                     &(vs / format!("s{stage}b{i}")),
                     c_in,
                     c_out,
                     stride,
-                ));
+                ))));
                 c_in = c_out;
             }
         }
         ResNet {
             shape,
             stem,
-            bn: nn::batch_norm2d(vs / "bn", w, Default::default()),
+            bn: nn::batch_norm2d(vs / "bn", w, batch_norm_config()),
             blocks,
             dropout: h.dropout,
             fc: nn::linear(vs / "fc", c_in, classes, Default::default()),
+            checkpointing: h.checkpointing,
         }
     }
 }
@@ -251,7 +309,16 @@ impl ModuleT for ResNet {
             .apply_t(&self.bn, train)
             .relu();
         for b in &self.blocks {
-            y = b.forward_t(&y, train);
+            y = if self.checkpointing && train {
+                let params = lock(b).params();
+                let b = Arc::clone(b);
+                // The blocks draw no random numbers: no RNG state to keep.
+                checkpoint(&y, &params, false, move |x, pass| {
+                    lock(&b).forward(x, true, pass)
+                })
+            } else {
+                lock(b).forward(&y, train, Pass::Forward)
+            };
         }
         y.adaptive_avg_pool2d([1, 1])
             .flatten(1, -1)
@@ -271,6 +338,51 @@ struct Layer {
     fc2: nn::Linear,
 }
 
+impl Layer {
+    /// `y`: (B, T, d) in, (B, T, d) out.
+    fn forward(&self, y: &Tensor, heads: i64, dropout: f64, train: bool) -> Tensor {
+        let (b, t, d) = (y.size()[0], y.size()[1], y.size()[2]);
+        let hd = d / heads;
+        let qkv = y
+            .apply(&self.ln1)
+            .apply(&self.qkv)
+            .view([b, t, 3, heads, hd])
+            .permute([2, 0, 3, 1, 4]);
+        let (q, k, v) = (qkv.get(0), qkv.get(1), qkv.get(2));
+        let a = Tensor::scaled_dot_product_attention(
+            &q,
+            &k,
+            &v,
+            None::<Tensor>,
+            if train { dropout } else { 0.0 },
+            true,
+            None,
+            false,
+        )
+        .transpose(1, 2)
+        .reshape([b, t, d]);
+        // Not `+=`: layer norm saved `y` for its backward pass, so it must not change in
+        // place.
+        let y = y + a.apply(&self.proj).dropout(dropout, train);
+        let m = y
+            .apply(&self.ln2)
+            .apply(&self.fc1)
+            .gelu("none")
+            .apply(&self.fc2);
+        &y + m.dropout(dropout, train)
+    }
+
+    fn params(&self) -> Vec<Tensor> {
+        let norms = [&self.ln1, &self.ln2]
+            .into_iter()
+            .flat_map(|l| l.ws.iter().chain(l.bs.iter()).map(Tensor::shallow_clone));
+        let linears = [&self.qkv, &self.proj, &self.fc1, &self.fc2]
+            .into_iter()
+            .flat_map(|l| weights(&l.ws, &l.bs));
+        norms.chain(linears).collect()
+    }
+}
+
 /// A small GPT-style language model over byte tokens: token and learned position embeddings,
 /// `depth` pre-norm layers of `heads`-head causal attention and a 4× GELU MLP, a final
 /// layer norm and a linear head.
@@ -278,11 +390,12 @@ struct Layer {
 struct Transformer {
     tok: nn::Embedding,
     pos: nn::Embedding,
-    layers: Vec<Layer>,
+    layers: Vec<Shared<Layer>>,
     ln: nn::LayerNorm,
     head: nn::Linear,
     heads: i64,
     dropout: f64,
+    checkpointing: bool,
 }
 
 impl Transformer {
@@ -291,14 +404,14 @@ impl Transformer {
         let layers = (0..h.depth)
             .map(|i| {
                 let p = vs / format!("l{i}");
-                Layer {
+                Arc::new(Mutex::new(Layer {
                     ln1: nn::layer_norm(&p / "ln1", vec![d], Default::default()),
                     qkv: nn::linear(&p / "qkv", d, 3 * d, Default::default()),
                     proj: nn::linear(&p / "proj", d, d, Default::default()),
                     ln2: nn::layer_norm(&p / "ln2", vec![d], Default::default()),
                     fc1: nn::linear(&p / "fc1", d, 4 * d, Default::default()),
                     fc2: nn::linear(&p / "fc2", 4 * d, d, Default::default()),
-                }
+                }))
             })
             .collect();
         Transformer {
@@ -309,6 +422,7 @@ impl Transformer {
             head: nn::linear(vs / "head", d, vocab, Default::default()),
             heads: h.heads,
             dropout: h.dropout,
+            checkpointing: h.checkpointing,
         }
     }
 }
@@ -316,36 +430,22 @@ impl Transformer {
 impl ModuleT for Transformer {
     /// `x`: (B, T) token ids; returns (B, T, vocab) logits.
     fn forward_t(&self, x: &Tensor, train: bool) -> Tensor {
-        let (b, t) = (x.size()[0], x.size()[1]);
+        let t = x.size()[1];
         let pos = Tensor::arange(t, (Kind::Int64, x.device()));
         let mut y = x.apply(&self.tok) + pos.apply(&self.pos).unsqueeze(0);
         y = y.dropout(self.dropout, train);
-        let d = y.size()[2];
-        let hd = d / self.heads;
+        let (heads, dropout) = (self.heads, self.dropout);
         for l in &self.layers {
-            let qkv = y
-                .apply(&l.ln1)
-                .apply(&l.qkv)
-                .view([b, t, 3, self.heads, hd])
-                .permute([2, 0, 3, 1, 4]);
-            let (q, k, v) = (qkv.get(0), qkv.get(1), qkv.get(2));
-            let a = Tensor::scaled_dot_product_attention(
-                &q,
-                &k,
-                &v,
-                None::<Tensor>,
-                if train { self.dropout } else { 0.0 },
-                true,
-                None,
-                false,
-            )
-            .transpose(1, 2)
-            .reshape([b, t, d]);
-            // Not `+=`: layer norm saved `y` for its backward pass, so it must not change in
-            // place.
-            y = &y + a.apply(&l.proj).dropout(self.dropout, train);
-            let m = y.apply(&l.ln2).apply(&l.fc1).gelu("none").apply(&l.fc2);
-            y = &y + m.dropout(self.dropout, train);
+            y = if self.checkpointing && train {
+                let params = lock(l).params();
+                let l = Arc::clone(l);
+                // Dropout draws random numbers: the recomputation must draw the same.
+                checkpoint(&y, &params, dropout > 0.0, move |x, _| {
+                    lock(&l).forward(x, heads, dropout, true)
+                })
+            } else {
+                lock(l).forward(&y, heads, dropout, train)
+            };
         }
         y.apply(&self.ln).apply(&self.head)
     }
@@ -353,8 +453,184 @@ impl ModuleT for Transformer {
 
 #[cfg(test)]
 mod tests {
+    use super::super::data;
     use super::*;
     use tch::Device;
+
+    use crate::fit::Session;
+    use std::collections::BTreeMap;
+    use tune::builtin::Amp;
+
+    fn hyper(model: ModelKind, amp: Amp, checkpointing: bool, dropout: f64) -> Hyper {
+        Hyper {
+            model,
+            lr: 1e-3,
+            optimizer: tune::builtin::OptimizerKind::Adam,
+            momentum: 0.0,
+            nesterov: false,
+            weight_decay: 0.0,
+            batch_size: 8,
+            accumulation: 1,
+            amp,
+            schedule: tune::builtin::ScheduleKind::Constant,
+            warmup: 0.0,
+            lr_scaling: tune::builtin::LrScaling::None,
+            reference_batch: 8,
+            clip_grad: 0.0,
+            epochs: Some(1),
+            time_budget: None,
+            report_every: 0,
+            width: 8,
+            depth: 2,
+            dropout,
+            heads: 2,
+            context: 12,
+            checkpointing,
+        }
+    }
+
+    /// One forward and backward pass of a fresh model (seeded) on `batch`: the loss, every
+    /// gradient and every variable (BatchNorm's running statistics among them) by name.
+    fn one_pass(
+        h: &Hyper,
+        task: Task,
+        shape: &[i64],
+        batch: &data::Batch,
+    ) -> (f64, BTreeMap<String, Tensor>, BTreeMap<String, Tensor>) {
+        tch::manual_seed(11);
+        let mut s = Session::new(h, task, shape, Device::Cpu, h.lr).expect("model");
+        // The same dropout masks on both sides unless checkpointing changed the stream.
+        tch::manual_seed(5);
+        let mut once = Some(data::Batch {
+            x: batch.x.shallow_clone(),
+            y: batch.y.shallow_clone(),
+        });
+        let loss = s
+            .accumulate(&mut || Ok(once.take().expect("one batch")), 1)
+            .expect("a step");
+        let grads =
+            s.vs.trainable_variables()
+                .iter()
+                .zip(s.grads())
+                .map(|(p, g)| (format!("{:?}", p.size()), g))
+                .enumerate()
+                .map(|(i, (k, g))| (format!("{i}:{k}"), g))
+                .collect();
+        let vars = s.vs.variables().into_iter().collect();
+        (loss.double_value(&[]), grads, vars)
+    }
+
+    fn rel_diff(a: &Tensor, b: &Tensor) -> f64 {
+        let (a, b) = (a.to_kind(Kind::Float), b.to_kind(Kind::Float));
+        let diff = (&a - &b).abs().max().double_value(&[]);
+        diff / a.abs().max().double_value(&[]).max(1e-6)
+    }
+
+    /// Checkpointing gives the loss and gradients of the plain model, within `tol` (relative to
+    /// each tensor's largest entry), and leaves the running statistics as it does.
+    fn same_with_and_without_checkpointing(
+        model: ModelKind,
+        amp: Amp,
+        dropout: f64,
+        task: Task,
+        shape: &[i64],
+        batch: data::Batch,
+        tol: f64,
+    ) {
+        let plain = one_pass(&hyper(model, amp, false, dropout), task, shape, &batch);
+        let ckpt = one_pass(&hyper(model, amp, true, dropout), task, shape, &batch);
+        let what = format!("{} {amp} dropout {dropout}", model.as_str());
+        assert!(
+            (plain.0 - ckpt.0).abs() <= tol * plain.0.abs(),
+            "{what}: loss {} vs {}",
+            plain.0,
+            ckpt.0
+        );
+        assert_eq!(plain.1.len(), ckpt.1.len());
+        for (k, g) in &plain.1 {
+            let d = rel_diff(g, &ckpt.1[k]);
+            assert!(d <= tol, "{what}: gradient {k} differs by {d:e}");
+        }
+        for (k, v) in &plain.2 {
+            let d = rel_diff(v, &ckpt.2[k]);
+            assert!(d <= tol, "{what}: variable {k} differs by {d:e}");
+        }
+    }
+
+    fn image_batch() -> data::Batch {
+        data::Batch {
+            x: Tensor::randn([8, 1, 8, 8], (Kind::Float, Device::Cpu)),
+            y: Tensor::randint(10, [8], (Kind::Int64, Device::Cpu)),
+        }
+    }
+
+    fn text_batch() -> data::Batch {
+        data::Batch {
+            x: Tensor::randint(256, [8, 12], (Kind::Int64, Device::Cpu)),
+            y: Tensor::randint(256, [8, 12], (Kind::Int64, Device::Cpu)),
+        }
+    }
+
+    #[test]
+    fn a_checkpointed_resnet_gives_the_same_loss_gradients_and_running_stats_in_fp32() {
+        let _rng = crate::torch_rng_lock();
+        tch::manual_seed(1);
+        let task = Task::Classify { classes: 10 };
+        same_with_and_without_checkpointing(
+            ModelKind::Resnet,
+            Amp::Off,
+            0.0,
+            task,
+            &[1, 8, 8],
+            image_batch(),
+            1e-5,
+        );
+    }
+
+    #[test]
+    fn a_checkpointed_transformer_gives_the_same_loss_and_gradients_in_fp32_with_dropout() {
+        let _rng = crate::torch_rng_lock();
+        tch::manual_seed(2);
+        let task = Task::Language { vocab: 256 };
+        for dropout in [0.0, 0.2] {
+            same_with_and_without_checkpointing(
+                ModelKind::Transformer,
+                Amp::Off,
+                dropout,
+                task,
+                &[12],
+                text_batch(),
+                1e-5,
+            );
+        }
+    }
+
+    /// Under bf16 autocast the recomputation runs the same bf16 kernels on the same inputs,
+    /// so it matches as closely; the tolerance is bf16's resolution (2^-8) in case a kernel's
+    /// order of summation differs between the passes.
+    #[test]
+    fn checkpointed_models_give_the_same_loss_and_gradients_under_bf16_autocast() {
+        let _rng = crate::torch_rng_lock();
+        tch::manual_seed(3);
+        same_with_and_without_checkpointing(
+            ModelKind::Resnet,
+            Amp::Bf16,
+            0.0,
+            Task::Classify { classes: 10 },
+            &[1, 8, 8],
+            image_batch(),
+            4e-3,
+        );
+        same_with_and_without_checkpointing(
+            ModelKind::Transformer,
+            Amp::Bf16,
+            0.1,
+            Task::Language { vocab: 256 },
+            &[12],
+            text_batch(),
+            4e-3,
+        );
+    }
 
     #[test]
     fn channels_last_keeps_values_and_shape_and_gives_nhwc_strides_even_with_one_channel() {

@@ -119,7 +119,7 @@ pub fn measure(
 ) -> Result<Figures, String> {
     tch::manual_seed(0);
     let device = o.device;
-    let h = hyper(model, amp, o.batch);
+    let h = hyper(model, amp, o.batch, false);
     let mut s = Session::new(&h, ds.task, &ds.sample_shape, device, h.lr)?;
     let mut loader = Loader::new(ds, device, h.batch_size, None, spec, 0);
     // As in a trial: reading the loss syncs the device, so on CUDA it is read every 16 steps.

@@ -65,7 +65,7 @@ fn main() -> ExitCode {
         _ => {
             eprintln!(
                 "tune-worker hosts libtorch for tune; it is started by `tune run`.\n\
-                 usage: tune-worker worker [--device cpu|cuda:N]\n       tune-worker --capabilities\n       tune-worker bench [--device cpu|cuda:N] [--steps N] [--models mlp,cnn] [--amp off,bf16,fp16] [--stream]"
+                 usage: tune-worker worker [--device cpu|cuda:N]\n       tune-worker --capabilities\n       tune-worker bench [--device cpu|cuda:N] [--steps N] [--models mlp,cnn] [--amp off,bf16,fp16] [--checkpointing off,on] [--cuda-graphs on,off] [--stream]"
             );
             ExitCode::from(2)
         }
