@@ -230,21 +230,27 @@ class Check:
                        f"{'CUDA seen' if ok else 'NO CUDA: every later step on cuda:0 will fail'}.\n")
 
     def bench_rows(self, out):
+        """The rows of `tune-worker bench`'s table: `model [+ckpt] amp graphs | tune/s torch/s ratio |
+        tune/cpu-s torch/cpu-s ratio | amp/fp32 | peak MB`."""
         rows = []
         for line in out.splitlines():
             parts = [p.strip() for p in line.split("|")]
             if len(parts) < 4:
                 continue
             head = parts[0].split()
-            if len(head) != 2 or head[1] not in ("fp32", "bf16", "fp16", "off"):
+            amps = [w for w in head if w in ("fp32", "bf16", "fp16", "off")]
+            if not head or not amps or head[0] == "model":
                 continue
             wall = parts[1].split()
+            if len(wall) != 3:
+                continue
+            num = lambda w: float(w) if w not in ("-", "") else None
             rows.append({
-                "model": head[0], "amp": head[1],
-                "tune_per_s": float(wall[0]),
-                "torch_per_s": float(wall[1]) if wall[1] != "-" else None,
-                "ratio": float(wall[2]) if wall[2] != "-" else None,
-                "amp_over_fp32": parts[-1],
+                "model": head[0] + (" +ckpt" if "+ckpt" in head else ""), "amp": amps[0],
+                "graphs": head[-1] if head[-1] in ("on", "off", "eager") else None,
+                "tune_per_s": float(wall[0]), "torch_per_s": num(wall[1]), "ratio": num(wall[2]),
+                "amp_over_fp32": parts[3] if len(parts) > 3 else "-",
+                "peak_mb": parts[4] if len(parts) > 4 else "-",
             })
         return rows
 
@@ -268,10 +274,12 @@ class Check:
         lines = [f"## Trainer against eager PyTorch, batch {batch}\n",
                  f"`tune-worker bench --device cuda:0 --models M --amp off,bf16,fp16 --steps {steps} --repeat 2 --batch {batch}`, "
                  f"one process per model, on {r['data']}; SM % is the busy-second mean of the whole run (both sides alternate).\n",
-                 "| model | amp | tune /s | torch /s | ratio | amp/fp32 | SM % |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+                 "| model | amp | graphs | tune /s | torch /s | ratio | amp/fp32 | peak MB | SM % |",
+                 "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for x in r["rows"]:
-            lines.append(f"| {x['model']} | {x['amp']} | {x['tune_per_s']:.0f} | {x['torch_per_s'] or '-'} | "
-                         f"{x['ratio'] if x['ratio'] is not None else '-'} | {x['amp_over_fp32']} | {x['sm_both_sides']} |")
+            torch_s = f"{x['torch_per_s']:.0f}" if x["torch_per_s"] else "-"
+            lines.append(f"| {x['model']} | {x['amp']} | {x['graphs']} | {x['tune_per_s']:.0f} | {torch_s} | "
+                         f"{x['ratio'] if x['ratio'] is not None else '-'} | {x['amp_over_fp32']} | {x['peak_mb']} | {x['sm_both_sides']} |")
         for e in r.get("errors", []):
             lines.append(f"\nError: {e}")
         if batch == 128:
@@ -325,15 +333,16 @@ class Check:
 
     def s_checkpointing(self, r):
         r["data"] = self.bench_data()
-        rc, out, t0, t1 = self.run("checkpointing", [self.worker, "bench", "--device", self.device, "--models", "resnet,transformer",
-                                                     "--amp", "off,bf16", "--steps", "60", "--repeat", "2", "--batch", "128",
-                                                     "--no-python", "--checkpointing", "on,off"], 150)
+        cmd = [self.worker, "bench", "--device", self.device, "--models", "resnet,transformer", "--amp", "off,bf16",
+               "--checkpointing", "off,on", "--cuda-graphs", "off", "--batch", "256", "--steps", "40", "--warmup", "5",
+               "--repeat", "2", "--no-python"]
+        rc, out, t0, t1 = self.run("checkpointing", cmd, 150)
         r["output"] = out.strip()[-3000:]
         r["rc"] = rc
         if rc != 0:
             r["status"] = "failed"
-        self.md.append("## Gradient checkpointing\n\n`tune-worker bench --device cuda:0 --models resnet,transformer --amp off,bf16 "
-                       "--steps 60 --repeat 2 --batch 128 --no-python --checkpointing on,off`\n\n```\n" + out.strip()[-3000:] + "\n```\n")
+        self.md.append("## Gradient checkpointing\n\n`" + " ".join(str(c) for c in cmd[1:]) + "` (`peak MB`: the caching "
+                       "allocator's peak above what was in use before the model was built)\n\n```\n" + out.strip()[-3000:] + "\n```\n")
 
     def data_toml(self):
         d = BUNDLE / "data/fashion-mnist"
@@ -594,7 +603,17 @@ width = { type = "int", low = 64, high = 131072, log = true }
             r["runs"].append({"device_cache": cache, "rc": rc, "complete": len(ts),
                               "samples_per_s": [round(x["samples_per_s"]) for x in m if x.get("samples_per_s") is not None],
                               "data_wait": [round(x["data_wait"], 3) for x in m if x.get("data_wait") is not None]})
+        # The loader itself: the streamed batches checked equal to the host loader's on the device
+        # (pinned, copied on the loader's stream), then streamed against in-memory.
+        cmd = [self.worker, "bench", "--stream", "--device", self.device, "--models", "mlp,cnn,resnet", "--amp", "off,bf16",
+               "--steps", "200", "--repeat", "2", "--no-python"]
+        rc, out, _, _ = self.run("stream-bench", cmd, 120)
+        r["bench_rc"] = rc
+        if rc != 0:
+            r["status"] = "failed"
         lines = ["## Streaming loader (data larger than `max_device_mb`, forced by `device_cache = \"never\"`)\n",
+                 "`" + " ".join(str(c) for c in cmd[1:]) + "` (exit " + str(rc) + "):\n\n```\n" + out.strip()[-2500:] + "\n```\n",
+                 "And in a study:\n",
                  "MLP on Fashion-MNIST, batch 128, Adam, 1 epoch, 2 trials each; the last report's `samples_per_s` and `data_wait` "
                  "(the fraction of training time spent waiting for a batch).\n",
                  "| device_cache | samples/s | data_wait |", "| --- | --- | --- |"]
@@ -607,8 +626,8 @@ width = { type = "int", low = 64, high = 131072, log = true }
         self.find_binaries()
         plan = [("env", 5, self.s_env), ("setup", 20, self.s_setup), ("bench", 100, self.s_bench),
                 ("graphs", 50, self.s_graphs), ("throughput", 6 * (self.args.window + 15), self.s_throughput),
-                ("oom", 45, self.s_oom), ("telemetry", 35, self.s_telemetry), ("ui", 45, self.s_ui), ("checkpointing", 30, self.s_checkpointing),
-                ("stream", 50, self.s_stream), ("bench1024", 60, self.s_bench1024)]
+                ("oom", 45, self.s_oom), ("telemetry", 35, self.s_telemetry), ("ui", 45, self.s_ui), ("checkpointing", 40, self.s_checkpointing),
+                ("stream", 70, self.s_stream), ("bench1024", 60, self.s_bench1024)]
         for name, est, fn in plan:
             self.step(name, est, fn)
         self.smi.stop()
