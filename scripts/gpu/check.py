@@ -364,7 +364,7 @@ amp = { type = "categorical", choices = ["bf16", "off"] }
 dropout = { type = "float", low = 0.0, high = 0.3 }
 """
 
-    def builtin_study(self, name, workers, extra_study="", space=None, data_extra="", trial_extra=""):
+    def builtin_study(self, name, workers, extra_study="", space=None, data_extra="", trial_extra="", epochs=1):
         return f"""[study]
 name = "{name}"
 metric = "val_loss"
@@ -384,7 +384,7 @@ devices = ["{self.device}"]
 
 [trial]
 kind = "builtin"
-epochs = 1
+epochs = {epochs}
 schedule = "cosine"
 warmup = 0.05
 timeout = "2m"
@@ -524,14 +524,24 @@ width = { type = "int", low = 64, high = 131072, log = true }
         r["trials_on_cuda_graphs"] = graphs
         r.update({"rc": rc, "big": big[0] if big else None, "others_complete": complete, "others": len(others),
                   "oom_failed_that_trial": big_failed_oom, "other_slot_ran_through_it": overlap})
-        ok = big_failed_oom and complete == len(others) and rc in (0, 1)
+        # The budget counts the failed trial, so one queued trial may be left unrun: none may fail.
+        r["others_states"] = sorted(t["state"] for t in others)
+        # A random width past ~50 000 is over the cap too: such a trial must fail as out of memory
+        # like the enqueued one, and every trial under it complete.
+        def over_cap(t):
+            return t["params"].get("width", 0) > 50000
+        wrong = [t["number"] for t in others if t["state"] in ("complete", "failed") and (t["state"] == "failed") != over_cap(t)
+                 or (t["state"] == "failed" and "memory" not in (t.get("error") or "").lower())]
+        r["wrong"] = wrong
+        ok = big_failed_oom and overlap and not wrong and rc in (0, 1)
         r["status"] = "ok" if ok else "failed"
         self.md.append("## Out of memory in one slot\n\n"
                        "Builtin study on `cuda:0`, `slots_per_device = 2`, `gpu_memory_fraction = 0.4`, 8 trials; enqueued first a "
                        "normal MLP (width 256), then one of width 65536 (about 70 GB with Adam, over the 40 % cap).\n\n"
                        f"- the huge trial: {big[0]['state'] if big else 'missing'}: `{(big[0].get('error') or '')[:300] if big else ''}`\n"
                        f"- the other slot's trial was running when it failed: {overlap}\n"
-                       f"- the other {len(others)} trials: {complete} complete ({graphs} trained on CUDA graphs, `cuda_graphs = 1`); `tune run` exit {rc}\n"
+                       f"- the other {len(others)} trials: {complete} complete, states {r['others_states']} ({graphs} trained on CUDA graphs, `cuda_graphs = 1`); `tune run` exit {rc}\n"
+                       f"- trials whose outcome does not fit their width (a failure under the cap, or a trial over it that did not fail as out of memory): {wrong or 'none'}\n"
                        f"- {'PASS' if ok else 'FAIL'}\n")
 
     def s_telemetry(self, r):
@@ -556,6 +566,11 @@ width = { type = "int", low = 64, high = 131072, log = true }
                        "`peak_mem_mb` metric beside it):\n\n| study | trial | state | gpu | peak_mem_mb |\n| --- | ---: | --- | --- | ---: |\n"
                        + "\n".join(builtin) + "\n")
 
+    @staticmethod
+    def nvml_seen(frame):
+        """The workers table's `gpu sm mem` column with a figure in it (`  99% 1.0G`)."""
+        return "gpu sm mem" in frame and bool(re.search(r"\d+% +\d+(\.\d)?[MGT]", frame))
+
     def s_ui(self, r):
         tmux = shutil.which("tmux")
         env = dict(self.env)
@@ -564,7 +579,8 @@ width = { type = "int", low = 64, high = 131072, log = true }
             env["LD_LIBRARY_PATH"] = str(BUNDLE / "lib") + ":" + env["LD_LIBRARY_PATH"]
         if not tmux:
             raise RuntimeError("no tmux here and none in gpu-bundle/")
-        d = self.study("ui", self.builtin_study("ui", "slots_per_device = 2", extra_study="trials = 10"))
+        # Long enough to be caught running: trials take a second or two on a GPU.
+        d = self.study("ui", self.builtin_study("ui", "slots_per_device = 2", extra_study='trials = 4\ntimeout = "20s"', epochs=15))
         sock = str(self.tmp / "tmux.sock")
         cmd = f"cd {d} && {self.tune} --db {d / 'tune.db'} run study.toml; sleep 30"
         subprocess.run([tmux, "-S", sock, "new-session", "-d", "-x", "160", "-y", "48", cmd], env=env, check=True)
@@ -574,7 +590,9 @@ width = { type = "int", low = 64, high = 131072, log = true }
             while time.time() < deadline:
                 time.sleep(1)
                 cap = subprocess.run([tmux, "-S", sock, "capture-pane", "-p"], env=env, capture_output=True, text=True).stdout
-                if re.search(r"\d+% +\d", cap) and "GPU" in cap:
+                with open(self.raw / "ui-frames.txt", "a") as f:
+                    f.write(f"--- {time.time() - self.t0:.1f} s\n{cap}\n")
+                if self.nvml_seen(cap):
                     best = cap
                     time.sleep(2)
                     best = subprocess.run([tmux, "-S", sock, "capture-pane", "-p"], env=env, capture_output=True, text=True).stdout
@@ -583,7 +601,7 @@ width = { type = "int", low = 64, high = 131072, log = true }
         finally:
             subprocess.run([tmux, "-S", sock, "kill-server"], env=env, capture_output=True)
         (self.out / "ui.txt").write_text(best)
-        ok = bool(re.search(r"\d+% +\d", best)) and "GPU" in best
+        ok = self.nvml_seen(best)
         r["status"] = "ok" if ok else "failed"
         r["nvml_in_ui"] = ok
         self.md.append("## NVML figures in the live UI (tmux capture, 160×48)\n\n"

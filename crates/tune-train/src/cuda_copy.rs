@@ -19,6 +19,7 @@ unsafe extern "C" {
     fn tune_cuda_event_synchronize(event: *mut c_void, err: *mut c_char, err_len: c_int) -> c_int;
     fn tune_cuda_event_free(event: *mut c_void);
     fn tune_cuda_record_stream(tensor: *const c_void, err: *mut c_char, err_len: c_int) -> c_int;
+    fn tune_pin_memory(tensor: *const c_void, err: *mut c_char, err_len: c_int) -> *mut c_void;
 }
 
 /// Room for the C++ side's message.
@@ -121,6 +122,21 @@ pub fn record_stream(t: &Tensor) -> Result<(), String> {
     .map(|_| ())
 }
 
+/// `t` copied into page-locked (pinned) host memory, from which a copy to a GPU can run
+/// asynchronously. Unlike tch's `pin_memory(device)`, it passes libtorch no device, which
+/// libtorch deprecates with a warning on every call.
+pub fn pin_memory(t: &Tensor) -> Result<Tensor, String> {
+    let p = t.as_ptr() as *const c_void;
+    // SAFETY: `p` is tch's live `torch::Tensor*` for `t`; on success the shim returns a new
+    // heap-allocated `at::Tensor*` whose ownership passes to the returned Tensor (tch frees
+    // it on drop, as for the tensors its own bindings return).
+    let out = call(
+        |err, len| unsafe { tune_pin_memory(p, err, len) },
+        |out| out.is_null(),
+    )?;
+    Ok(unsafe { Tensor::from_ptr(out as *mut _) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,5 +155,22 @@ mod tests {
         assert!(e.contains("not linked with support for cuda"), "{e}");
         let e = use_side_stream(Device::Cpu).expect_err("not CUDA");
         assert!(e.contains("not a CUDA device"), "{e}");
+    }
+
+    #[test]
+    fn pinning_gives_the_same_values_or_libtorch_s_refusal_never_an_abort() {
+        let t = Tensor::arange(12, (tch::Kind::Float, Device::Cpu)).view([3, 4]);
+        match pin_memory(&t) {
+            // With a CUDA runtime: a pinned copy, equal.
+            Ok(p) => {
+                assert_eq!(p.size(), [3, 4]);
+                assert!(p.equal(&t));
+            }
+            // Without one, libtorch's own reason, as a value.
+            Err(e) => {
+                assert!(!tch::Cuda::is_available(), "{e}");
+                assert!(!e.is_empty());
+            }
+        }
     }
 }

@@ -275,7 +275,7 @@ fn stage_batch(host: Batch, stage: Stage) -> Result<Staged, StreamError> {
         // Pinned memory lets the copy run asynchronously with the step on the device; from
         // pageable memory CUDA copies synchronously whatever `non_blocking` says.
         let t = if pinned {
-            t.f_pin_memory(device).map_err(|e| failed(e.to_string()))?
+            crate::cuda_copy::pin_memory(&t).map_err(failed)?
         } else {
             t
         };

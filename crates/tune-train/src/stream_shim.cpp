@@ -97,4 +97,16 @@ int tune_cuda_record_stream(const void* tensor, char* err, int err_len) {
     t.record_stream(cuda_impl()->getStream(t.device()));
   });
 }
+
+// `tensor.pin_memory()`: a copy of a host tensor in page-locked memory, as a new heap-allocated
+// at::Tensor that tch takes over. tch's binding passes a device argument, which libtorch
+// deprecates with a warning on every call (every streamed batch); this one passes none.
+void* tune_pin_memory(const void* tensor, char* err, int err_len) {
+  at::Tensor* out = nullptr;
+  guarded(err, err_len, [&] {
+    const auto& t = *static_cast<const at::Tensor*>(tensor);
+    out = new at::Tensor(t.pin_memory());
+  });
+  return out;
+}
 }
