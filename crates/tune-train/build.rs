@@ -33,6 +33,7 @@ fn main() {
     println!("cargo:rerun-if-changed=src/graph_shim.cpp");
     println!("cargo:rerun-if-env-changed=TUNE_CUDA_INCLUDE");
     println!("cargo:rerun-if-changed=src/stream_shim.cpp");
+    println!("cargo:rerun-if-changed=src/shim_error.h");
     let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") else {
         panic!("torch-sys did not say where libtorch is (DEP_TCH_LIBTORCH_LIB unset)");
     };

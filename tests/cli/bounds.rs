@@ -169,12 +169,14 @@ const KEYS: &[(&str, &str, Class)] = &[
     ("trial@builtin", "reference_batch", I),
     ("trial@builtin", "clip_grad", N),
     ("trial@builtin", "epochs", I),
+    ("trial@builtin", "cuda_graphs", O),
     ("trial.model", "kind", O),
     ("trial.model", "width", I),
     ("trial.model", "depth", I),
     ("trial.model", "dropout", N),
     ("trial.model", "heads", I),
     ("trial.model", "context", I),
+    ("trial.model", "checkpointing", O),
 ];
 
 /// Durations no key accepts: zero, negative, not a number, and every way past the bound.

@@ -30,6 +30,8 @@
 #include <string>
 #include <vector>
 
+#include "shim_error.h"
+
 extern "C" {
 // Runs the block on `x`; `recompute` is 1 in the backward pass. On success writes a new
 // handle (owned by the caller, freed with `delete`) to `out` and returns 0; on failure
@@ -41,14 +43,10 @@ typedef void (*tune_ckpt_drop)(void* state);
 }
 
 namespace {
+using tune_shim::set_error;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-void set_error(char* err, int len, const char* msg) {
-  if (err == nullptr || len <= 0) return;
-  std::strncpy(err, msg, static_cast<size_t>(len) - 1);
-  err[len - 1] = '\0';
-}
 
 // The Rust block, owned by the autograd node (a capsule in its saved data).
 struct Block : torch::CustomClassHolder {

@@ -25,26 +25,12 @@
 #include <stdexcept>
 #include <string>
 
-namespace {
-void set_error(char* err, int len, const char* msg) {
-  if (err == nullptr || len <= 0) return;
-  std::strncpy(err, msg, static_cast<size_t>(len) - 1);
-  err[len - 1] = '\0';
-}
+#include "shim_error.h"
 
-template <typename F>
-int guarded(char* err, int err_len, F&& f) {
-  try {
-    f();
-    return 0;
-  } catch (const std::exception& e) {
-    set_error(err, err_len, e.what());
-    return -1;
-  } catch (...) {
-    set_error(err, err_len, "unknown C++ exception");
-    return -1;
-  }
-}
+namespace {
+using tune_shim::guarded;
+using tune_shim::set_error;
+
 }  // namespace
 
 // One captured training step and the side stream it was warmed up and captured on.

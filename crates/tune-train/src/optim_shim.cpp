@@ -15,27 +15,12 @@
 #include <optional>
 #include <vector>
 
-namespace {
-void set_error(char* err, int len, const char* msg) {
-  if (err == nullptr || len <= 0) return;
-  std::strncpy(err, msg, static_cast<size_t>(len) - 1);
-  err[len - 1] = '\0';
-}
+#include "shim_error.h"
 
-// Runs `f`, turning a C++ exception into -1 and its message in `err` (0 when `f` returns).
-template <typename F>
-int guarded(char* err, int err_len, F&& f) {
-  try {
-    f();
-    return 0;
-  } catch (const std::exception& e) {
-    set_error(err, err_len, e.what());
-    return -1;
-  } catch (...) {
-    set_error(err, err_len, "unknown C++ exception");
-    return -1;
-  }
-}
+namespace {
+using tune_shim::guarded;
+using tune_shim::set_error;
+
 
 // The defined gradients of `params`, grouped by dtype (the multi-tensor kernels want one).
 std::map<at::ScalarType, std::vector<at::Tensor>> grads_by_dtype(at::Tensor** params, int n) {
