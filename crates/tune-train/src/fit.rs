@@ -504,29 +504,8 @@ mod tests {
 
     fn hyper(amp: Amp) -> Hyper {
         Hyper {
-            model: ModelKind::Mlp,
-            lr: 0.1,
-            optimizer: tune::builtin::OptimizerKind::Sgd,
-            momentum: 0.0,
-            nesterov: false,
-            weight_decay: 0.0,
-            batch_size: 8,
-            accumulation: 1,
             amp,
-            schedule: tune::builtin::ScheduleKind::Constant,
-            warmup: 0.0,
-            lr_scaling: tune::builtin::LrScaling::None,
-            reference_batch: 256,
-            clip_grad: 0.0,
-            epochs: Some(1),
-            time_budget: None,
-            report_every: 0,
-            width: 16,
-            depth: 1,
-            dropout: 0.0,
-            heads: 1,
-            context: 1,
-            checkpointing: false,
+            ..crate::test_hyper()
         }
     }
 

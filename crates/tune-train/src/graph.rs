@@ -465,33 +465,14 @@ mod ffi {
 mod tests {
     use super::*;
     use tch::Kind;
-    use tune::builtin::{Amp, LrScaling, ModelKind, ScheduleKind};
 
     fn hyper(optimizer: OptimizerKind, dropout: f64) -> Hyper {
         Hyper {
-            model: ModelKind::Mlp,
             lr: 1e-3,
             optimizer,
-            momentum: 0.0,
-            nesterov: false,
-            weight_decay: 0.0,
-            batch_size: 8,
-            accumulation: 1,
-            amp: Amp::Off,
-            schedule: ScheduleKind::Constant,
-            warmup: 0.0,
-            lr_scaling: LrScaling::None,
             reference_batch: 8,
-            clip_grad: 0.0,
-            epochs: Some(1),
-            time_budget: None,
-            report_every: 0,
-            width: 16,
-            depth: 1,
             dropout,
-            heads: 1,
-            context: 1,
-            checkpointing: false,
+            ..crate::test_hyper()
         }
     }
 

@@ -40,6 +40,38 @@ pub mod worker;
 
 pub use fit::{TrainError, TrainEvent, train};
 
+/// A small trial's settings for the unit tests (an MLP of width 16 on batches of 8, SGD at lr
+/// 0.1, fp32, one epoch): each test changes what it is about with struct-update syntax.
+#[cfg(test)]
+pub(crate) fn test_hyper() -> tune::builtin::Hyper {
+    use tune::builtin::{Amp, Hyper, LrScaling, ModelKind, OptimizerKind, ScheduleKind};
+    Hyper {
+        model: ModelKind::Mlp,
+        lr: 0.1,
+        optimizer: OptimizerKind::Sgd,
+        momentum: 0.0,
+        nesterov: false,
+        weight_decay: 0.0,
+        batch_size: 8,
+        accumulation: 1,
+        amp: Amp::Off,
+        schedule: ScheduleKind::Constant,
+        warmup: 0.0,
+        lr_scaling: LrScaling::None,
+        reference_batch: 256,
+        clip_grad: 0.0,
+        epochs: Some(1),
+        time_budget: None,
+        report_every: 0,
+        width: 16,
+        depth: 1,
+        dropout: 0.0,
+        heads: 1,
+        context: 1,
+        checkpointing: false,
+    }
+}
+
 /// Serialises the unit tests that seed or draw from libtorch's global generator: tests run
 /// on parallel threads of one process, which a worker never does.
 #[cfg(test)]

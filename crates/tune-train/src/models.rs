@@ -466,26 +466,15 @@ mod tests {
             model,
             lr: 1e-3,
             optimizer: tune::builtin::OptimizerKind::Adam,
-            momentum: 0.0,
-            nesterov: false,
-            weight_decay: 0.0,
-            batch_size: 8,
-            accumulation: 1,
             amp,
-            schedule: tune::builtin::ScheduleKind::Constant,
-            warmup: 0.0,
-            lr_scaling: tune::builtin::LrScaling::None,
             reference_batch: 8,
-            clip_grad: 0.0,
-            epochs: Some(1),
-            time_budget: None,
-            report_every: 0,
             width: 8,
             depth: 2,
             dropout,
             heads: 2,
             context: 12,
             checkpointing,
+            ..crate::test_hyper()
         }
     }
 
