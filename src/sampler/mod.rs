@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::space::{Params, Space};
 use crate::trial::{Direction, FinishedTrial, TrialNumber};
 
-pub use gp::{GpOptions, GpSampler};
+pub use gp::{GpOptions, GpPolicy, GpSampler};
 pub use qmc::SobolSampler;
 pub use random::RandomSampler;
 pub use tpe::{TpeOptions, TpeSampler};
@@ -168,7 +168,6 @@ fn gp_options(opts: &SamplerOptions) -> GpOptions {
     GpOptions {
         n_startup: opts.n_startup,
         cost_aware: opts.cost_aware.unwrap_or(GpOptions::default().cost_aware),
-        ..GpOptions::default()
     }
 }
 

@@ -21,7 +21,7 @@ use std::time::Instant;
 use tune::sampler::multi::pareto::{hypervolume, losses};
 use tune::sampler::multi::{Nsga2Options, Nsga2Sampler};
 use tune::sampler::{
-    AskContext, GpOptions, GpSampler, Sampler, SamplerKind, SamplerOptions, build_with,
+    AskContext, GpOptions, GpPolicy, GpSampler, Sampler, SamplerKind, SamplerOptions, build_with,
 };
 use tune::space::{ParamValue, Params, Space};
 use tune::trial::{Direction, FinishedTrial, Outcome, TrialNumber};
@@ -270,10 +270,13 @@ impl MultiSampler {
                 population_size: n,
                 ..Nsga2Options::default()
             })),
-            MultiSampler::GpParego => Box::new(GpSampler::new(GpOptions {
-                ehvi: false,
-                ..GpOptions::default()
-            })),
+            MultiSampler::GpParego => Box::new(GpSampler::with_policy(
+                GpOptions::default(),
+                GpPolicy {
+                    ehvi: false,
+                    ..GpPolicy::default()
+                },
+            )),
         }
     }
 }

@@ -26,7 +26,8 @@ use crate::problems::{Problem, problems};
 use tune::engine::{Engine, EngineSpec, Finish};
 use tune::pruner::PrunerConfig;
 use tune::sampler::{
-    GpOptions, GpSampler, Sampler, SamplerKind, SamplerOptions, build_with, mix as mix_seed,
+    GpOptions, GpPolicy, GpSampler, Sampler, SamplerKind, SamplerOptions, build_with,
+    mix as mix_seed,
 };
 use tune::space::Params;
 use tune::storage::MemoryStorage;
@@ -36,7 +37,7 @@ use tune::trial::{Direction, TrialId};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BenchSampler {
     Kind(SamplerKind),
-    /// The GP with `learn_failures` off: a failed trial is only the worst value in the
+    /// The GP with its policy's `learn_failures` off: a failed trial is only the worst value in the
     /// regression, as before issue 13.
     GpPenalty,
     /// The GP with `cost_aware` off: plain log EI whatever the trials' durations (issue 13).
@@ -63,15 +64,19 @@ impl BenchSampler {
     pub(crate) fn build(self, opts: &SamplerOptions) -> Box<dyn Sampler> {
         match self {
             BenchSampler::Kind(k) => build_with(k, opts),
-            BenchSampler::GpPenalty => Box::new(GpSampler::new(GpOptions {
-                n_startup: opts.n_startup,
-                learn_failures: false,
-                ..GpOptions::default()
-            })),
+            BenchSampler::GpPenalty => Box::new(GpSampler::with_policy(
+                GpOptions {
+                    n_startup: opts.n_startup,
+                    ..GpOptions::default()
+                },
+                GpPolicy {
+                    learn_failures: false,
+                    ..GpPolicy::default()
+                },
+            )),
             BenchSampler::GpPlain => Box::new(GpSampler::new(GpOptions {
                 n_startup: opts.n_startup,
                 cost_aware: false,
-                ..GpOptions::default()
             })),
         }
     }

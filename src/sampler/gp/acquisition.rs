@@ -92,7 +92,7 @@ pub struct Acq<'a> {
     pub post: &'a Posterior,
     pub best: f64,
     /// Score by minus the posterior mean instead of log EI: a refining ask, which exploits what
-    /// the model knows near the incumbent (`EXPLOIT_EVERY` in the sampler).
+    /// the model knows near the incumbent (`GpPolicy::exploit_every`).
     pub greedy: bool,
     /// The probability of running to completion, when some trials failed: its logarithm (and a
     /// large penalty below `feasibility::SAFE`) is added to log EI in every score (the gradient

@@ -6,13 +6,12 @@
 use rand::Rng;
 use rand_distr::StandardNormal;
 
+use super::GpSampler;
 use super::ehvi::{self, Ehvi};
 use super::feasibility::Feasibility;
 use super::kernel::Layout;
-use super::{
-    GpSampler, Objective, Obs, fit_theta, labelled, observations, perturbations, posterior, subset,
-    to_u,
-};
+use super::model::{Objective, Obs, fit_theta, labelled, observations, posterior, subset, to_u};
+use super::propose::perturbations;
 use crate::sampler::multi::pareto::pareto_front;
 use crate::sampler::qmc::sobol_point;
 use crate::sampler::{AskContext, is_duplicate, mix};
@@ -48,7 +47,7 @@ impl GpSampler {
 
     /// Whether EHVI and ParEGO take turns on this study.
     fn alternates(&self, ctx: &AskContext<'_>) -> bool {
-        self.opts.ehvi && ctx.others.len() < ehvi::MAX_OBJECTIVES
+        self.policy.ehvi && ctx.others.len() < ehvi::MAX_OBJECTIVES
     }
 
     /// The EHVI proposal; `None` when the models cannot be built (fewer than two complete
@@ -59,21 +58,21 @@ impl GpSampler {
         let m = ctx.others.len() + 1;
         let mut rng = ctx.rng();
         let obs: Vec<Vec<Obs>> = (0..m)
-            .map(|j| observations(ctx, &layout, Objective::Multi(j)))
+            .map(|j| observations(&self.policy, ctx, &layout, Objective::Multi(j)))
             .collect::<Option<_>>()?;
         self.thetas.resize(m, None);
         let mut posts = Vec::with_capacity(m);
         let mut thetas = Vec::with_capacity(m);
         for (j, o) in obs.iter().enumerate() {
             let theta = fit_theta(
-                &self.opts,
+                &self.policy,
                 &mut self.thetas[j],
                 &layout,
                 o,
                 ctx.trial_number.0,
                 &mut rng,
             );
-            posts.push(posterior(&self.opts, ctx, &layout, o, &theta)?);
+            posts.push(posterior(&self.policy, ctx, &layout, o, &theta)?);
             thetas.push(theta);
         }
 
@@ -98,10 +97,10 @@ impl GpSampler {
         }
         let region = Ehvi::new(&known, &reference);
         let feas = self
-            .opts
+            .policy
             .learn_failures
             .then(|| {
-                let kept = subset(&obs[0], self.opts.max_points);
+                let kept = subset(&obs[0], self.policy.max_points);
                 let (x, ok) = labelled(&obs[0], &kept, |o| {
                     (o.complete || o.failed).then_some(o.complete)
                 });

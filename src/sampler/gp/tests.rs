@@ -1,3 +1,4 @@
+use super::model::{Warp, quantile};
 use super::*;
 use crate::sampler::{SamplerKind, SamplerOptions, build_with};
 use crate::space::ParamValue;
@@ -177,7 +178,7 @@ fn tpe_and_auto_give_valid_distinct_proposals() {
 #[test]
 fn the_warp_keeps_order_and_tames_huge_losses() {
     let ys = [0.5, 1.0, 2.0, 3.0, 1e6, 4.0, 2.5];
-    let w = Warp::fit(&ys);
+    let w = Warp::fit(&ys, &GpPolicy::default());
     let zs: Vec<f64> = ys.iter().map(|&y| w.apply(y)).collect();
     for i in 0..ys.len() {
         for j in 0..ys.len() {
@@ -190,7 +191,10 @@ fn the_warp_keeps_order_and_tames_huge_losses() {
     // Zero, the model's prior mean, sits at a high quantile of the losses.
     let mut sorted = zs.clone();
     sorted.sort_by(f64::total_cmp);
-    assert!(quantile(&sorted, PRIOR_MEAN_Q).abs() < 1e-9, "{sorted:?}");
+    assert!(
+        quantile(&sorted, GpPolicy::default().prior_mean_q).abs() < 1e-9,
+        "{sorted:?}"
+    );
     assert!(zs.iter().filter(|&&z| z < 0.0).count() >= 5, "{zs:?}");
 }
 
@@ -429,7 +433,7 @@ fn a_starved_value_s_model_guided_ask_searches_near_that_value_s_best_trial() {
     // trials: the floor owes degree 2 the next ask, and its count (1) gives that ask to the
     // acquisition with degree 2 held. The model has seen degree 2 once, so it is most unsure at
     // the square's corners, where unbounded log EI would send the ask; it stays within
-    // `HELD_RADIUS` of degree 2's one trial instead.
+    // `GpPolicy::held_radius` of degree 2's one trial instead.
     let s = space(TRAP);
     let history = trap_history(&[(0.55, 0.5)]);
     for seed in 0..6 {
@@ -441,8 +445,9 @@ fn a_starved_value_s_model_guided_ask_searches_near_that_value_s_best_trial() {
         let p = g.ask(&ctx);
         assert_eq!(p["degree"], ParamValue::Int(2), "seed {seed}: {p:?}");
         let (x, y) = (p["x"].as_f64().unwrap(), p["y"].as_f64().unwrap());
+        let held_radius = GpPolicy::default().held_radius;
         assert!(
-            (x - 0.55).abs() <= HELD_RADIUS + 1e-9 && (y - 0.5).abs() <= HELD_RADIUS + 1e-9,
+            (x - 0.55).abs() <= held_radius + 1e-9 && (y - 0.5).abs() <= held_radius + 1e-9,
             "seed {seed}: {p:?} is outside the box around degree 2's trial"
         );
     }
@@ -543,12 +548,12 @@ fn a_pair_of_categoricals_gets_its_never_run_combination_though_each_value_had_i
 /// returning the history; no trial's duration is known.
 fn run_gp(
     s: &Space,
-    opts: GpOptions,
+    g: GpSampler,
     n: usize,
     seed: u64,
     f: &dyn Fn(&Params) -> Option<f64>,
 ) -> Vec<FinishedTrial> {
-    run_gp_timed(s, opts, n, seed, f, &|_| None)
+    run_gp_timed(s, g, n, seed, f, &|_| None)
 }
 
 #[test]
@@ -567,12 +572,17 @@ fn a_learned_failure_boundary_keeps_the_search_on_the_side_that_runs() {
     let mut best = [0.0f64; 2];
     for (k, learn) in [false, true].into_iter().enumerate() {
         for seed in 0..12 {
-            let opts = GpOptions {
-                n_startup: Some(6),
-                learn_failures: learn,
-                ..GpOptions::default()
-            };
-            let h = run_gp(&s, opts, 30, seed, &f);
+            let g = GpSampler::with_policy(
+                GpOptions {
+                    n_startup: Some(6),
+                    ..GpOptions::default()
+                },
+                GpPolicy {
+                    learn_failures: learn,
+                    ..GpPolicy::default()
+                },
+            );
+            let h = run_gp(&s, g, 30, seed, &f);
             fails[k] += h[10..].iter().filter(|t| t.value().is_none()).count();
             best[k] += h
                 .iter()
@@ -584,7 +594,7 @@ fn a_learned_failure_boundary_keeps_the_search_on_the_side_that_runs() {
         "failures after trial 10 and summed best, without / with the classifier: {fails:?} {best:?}"
     );
     // Measured: 26 failures without, 9 with; summed best 4.6e-5 without, 3.2e-5 with. (Before
-    // the fit's extra start with the noise high, `NOISY_START_LOG_SN2`: 92 and 7; the penalty
+    // the fit's extra start with the noise high, `GpPolicy::noisy_start_log_sn2`: 92 and 7; the penalty
     // alone fails far less since, the classifier a little more.)
     assert!(2 * fails[1] <= fails[0], "{fails:?}");
     assert!(best[1] <= 1.5 * best[0], "{best:?}");
@@ -598,12 +608,17 @@ fn without_a_failure_the_classifier_changes_no_proposal() {
     );
     let f = |p: &Params| Some((p["x"].as_f64()? - 0.3).powi(2) + p["k"].as_f64()?);
     let run = |learn| {
-        let opts = GpOptions {
-            n_startup: Some(4),
-            learn_failures: learn,
-            ..GpOptions::default()
-        };
-        run_gp(&s, opts, 12, 7, &f)
+        let g = GpSampler::with_policy(
+            GpOptions {
+                n_startup: Some(4),
+                ..GpOptions::default()
+            },
+            GpPolicy {
+                learn_failures: learn,
+                ..GpPolicy::default()
+            },
+        );
+        run_gp(&s, g, 12, 7, &f)
             .into_iter()
             .map(|t| t.params)
             .collect::<Vec<_>>()
@@ -615,13 +630,12 @@ fn without_a_failure_the_classifier_changes_no_proposal() {
 /// the simulated duration `dur(params)` (`None`: no duration known).
 fn run_gp_timed(
     s: &Space,
-    opts: GpOptions,
+    mut g: GpSampler,
     n: usize,
     seed: u64,
     f: &dyn Fn(&Params) -> Option<f64>,
     dur: &dyn Fn(&Params) -> Option<f64>,
 ) -> Vec<FinishedTrial> {
-    let mut g = GpSampler::new(opts);
     let mut history: Vec<FinishedTrial> = Vec::new();
     for k in 0..n as u64 {
         let ctx = ask_ctx(s, &history, &[], k, seed);
@@ -674,10 +688,11 @@ fn with_the_cost_term_a_slow_half_is_bought_only_when_it_pays() {
     let dur = |p: &Params| Some(20f64.powf(p["x"].as_f64().unwrap_or(0.0)));
     let (mut spent, mut best) = ([0.0f64; 2], [0.0f64; 2]);
     for seed in 0..8 {
-        let opts = |on| GpOptions {
-            n_startup: Some(5),
-            cost_aware: on,
-            ..GpOptions::default()
+        let opts = |on| {
+            GpSampler::new(GpOptions {
+                n_startup: Some(5),
+                cost_aware: on,
+            })
         };
         let plain = run_gp_timed(&s, opts(false), 20, seed, &f, &dur);
         let budget: f64 = plain.iter().filter_map(|t| t.seconds).sum();
@@ -705,12 +720,11 @@ fn without_durations_that_vary_the_cost_term_changes_no_proposal() {
         Some((p["x"].as_f64().unwrap_or(0.0) - 0.3).powi(2) + p["k"].as_f64().unwrap_or(0.0))
     };
     let run = |on, dur: &dyn Fn(&Params) -> Option<f64>| {
-        let opts = GpOptions {
+        let g = GpSampler::new(GpOptions {
             n_startup: Some(4),
             cost_aware: on,
-            ..GpOptions::default()
-        };
-        run_gp_timed(&s, opts, 12, 7, &f, dur)
+        });
+        run_gp_timed(&s, g, 12, 7, &f, dur)
             .into_iter()
             .map(|t| t.params)
             .collect::<Vec<_>>()
@@ -800,10 +814,13 @@ z = { type = "float", low = 0.0, high = 1.0 }
         for q in [1, 3] {
             let mut g = GpSampler::default();
             ehvi += two_objective_hv(&mut g, &s, &f, 30, q, seed, &reference);
-            let mut g = GpSampler::new(GpOptions {
-                ehvi: false,
-                ..GpOptions::default()
-            });
+            let mut g = GpSampler::with_policy(
+                GpOptions::default(),
+                GpPolicy {
+                    ehvi: false,
+                    ..GpPolicy::default()
+                },
+            );
             parego += two_objective_hv(&mut g, &s, &f, 30, q, seed, &reference);
             random += two_objective_hv(&mut RandomSampler, &s, &f, 30, q, seed, &reference);
         }
@@ -900,8 +917,8 @@ fn branin(x0: f64, x1: f64) -> f64 {
 fn every_fifth_ask_refines_the_incumbent_that_log_ei_has_left_behind() {
     // The first 35 trials of a branin run (tune-bench, seed 32): a regret of 0.0108 at trial 32
     // near (-pi, 12.275); without refining asks, log EI spent trials 33..49 on the other two
-    // basins and ended there. Every fifth ask (`EXPLOIT_EVERY`) now minimises the posterior mean
-    // within `EXPLOIT_RADIUS` of the incumbent: trials 39, 44 and 49 refine it, and the regret
+    // basins and ended there. Every fifth ask (`GpPolicy::exploit_every`) now minimises the posterior mean
+    // within `GpPolicy::exploit_radius` of the incumbent: trials 39, 44 and 49 refine it, and the regret
     // after 50 trials is well below the one at 35.
     const PTS: &str = "\
         -1.7536848783493042 7.5803446769714355\n\
@@ -981,13 +998,14 @@ fn every_fifth_ask_refines_the_incumbent_that_log_ei_has_left_behind() {
         "the incumbent's regret is {}",
         best - 0.397_887
     );
+    let policy = GpPolicy::default();
     for seed in 0..3 {
         let mut h = history.clone();
         let mut g = GpSampler::default();
         for n in 35..50u64 {
             let p = g.ask(&ask_ctx(&s, &h, &[], n, seed));
             let (x0, x1) = (p["x0"].as_f64().unwrap(), p["x1"].as_f64().unwrap());
-            if n % EXPLOIT_EVERY == EXPLOIT_EVERY - 1 {
+            if n % policy.exploit_every == policy.exploit_every - 1 {
                 let inc = h
                     .iter()
                     .min_by(|a, b| a.value().unwrap().total_cmp(&b.value().unwrap()))
@@ -997,8 +1015,8 @@ fn every_fifth_ask_refines_the_incumbent_that_log_ei_has_left_behind() {
                     inc.params["x1"].as_f64().unwrap(),
                 );
                 assert!(
-                    (x0 - i0).abs() <= 15.0 * EXPLOIT_RADIUS + 1e-9
-                        && (x1 - i1).abs() <= 15.0 * EXPLOIT_RADIUS + 1e-9,
+                    (x0 - i0).abs() <= 15.0 * policy.exploit_radius + 1e-9
+                        && (x1 - i1).abs() <= 15.0 * policy.exploit_radius + 1e-9,
                     "seed {seed}, trial {n}: {p:?} is not near the incumbent ({i0}, {i1})"
                 );
             }
@@ -1029,7 +1047,7 @@ fn the_incumbent_at_the_box_s_edge_is_not_proposed_again_to_win_a_hair() {
     // (value 1.943; the minimum nearby is 0.398 at x0 = 9.42): the model, sure of a slope
     // towards the edge, found its best expected improvement in re-running the incumbent a
     // hair away (x1 3.0061 -> 3.0069), and came back there 12 times in 35 trials. Once the
-    // incumbent has a twin, improvement counts only beyond a margin (`EI_MARGIN`), so the
+    // incumbent has a twin, improvement counts only beyond a margin (`GpPolicy::ei_margin`), so the
     // next ask goes somewhere new.
     let s = space(
         "x0 = { type = \"float\", low = -5.0, high = 10.0 }\n\
@@ -1101,7 +1119,7 @@ fn after_finding_a_valley_the_model_does_not_spend_trials_on_unexplored_corners(
     // and corners of the box score up to 1e6. With the model's prior mean at the average
     // loss, the next ask went to the corner (10, 0.01, 10, 10) (value 1.8e6), and 6 of the
     // 40 model-guided trials of that run went to such places; with the prior mean at a high
-    // quantile (`PRIOR_MEAN_Q`), where the model has seen nothing is not worth a trial.
+    // quantile (`GpPolicy::prior_mean_q`), where the model has seen nothing is not worth a trial.
     let s = space(
         "x0 = { type = \"float\", low = 0.01, high = 10.0, log = true }\n\
          x1 = { type = \"float\", low = 0.01, high = 10.0, log = true }\n\
@@ -1197,7 +1215,7 @@ fn after_finding_a_valley_the_model_does_not_spend_trials_on_unexplored_corners(
 fn the_fit_of_a_noisy_objective_finds_its_noise() {
     // A smooth bowl seen through noise of about a third of its spread over the box. Warm starts
     // alone keep the fit in its low-noise mode, whose short length scales chase the noise; the
-    // extra start with the noise high (`NOISY_START_LOG_SN2`) lets the fit find the noise.
+    // extra start with the noise high (`GpPolicy::noisy_start_log_sn2`) lets the fit find the noise.
     use rand::SeedableRng;
     let s = space(
         "x = { type = \"float\", low = 0.0, high = 1.0 }\n\
