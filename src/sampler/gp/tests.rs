@@ -1,8 +1,12 @@
-use super::model::{Warp, quantile};
+use rand::Rng;
+use rand_distr::StandardNormal;
+
+use super::kernel::Layout;
+use super::model::{Objective, Warp, observations, quantile};
 use super::*;
-use crate::sampler::{SamplerKind, SamplerOptions, build_with};
+use crate::sampler::{SamplerKind, SamplerOptions, build_with, is_duplicate};
 use crate::space::ParamValue;
-use crate::trial::{Direction, FinishedTrial, TrialNumber};
+use crate::trial::{Direction, FinishedTrial, Outcome, TrialNumber};
 
 fn space(src: &str) -> Space {
     let t: toml::Table = toml::from_str(src).expect("toml");
@@ -274,8 +278,13 @@ fn failed_trials_count_as_the_worst_and_pruned_ones_no_better_than_the_median() 
         ),
     ];
     let ctx = ask_ctx(&s, &history, &[], 6, 0);
-    let obs = observations(&ctx, &Layout::new(&s), Objective::Single)
-        .expect("two complete trials are enough");
+    let obs = observations(
+        &GpPolicy::default(),
+        &ctx,
+        &Layout::new(&s),
+        Objective::Single,
+    )
+    .expect("two complete trials are enough");
     let worst = obs[..3]
         .iter()
         .map(|o| o.z)
