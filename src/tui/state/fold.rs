@@ -177,6 +177,8 @@ impl UiState {
     /// Changes row `i` through `change`, keeping [`Counts::uncounted`] in step with it: every
     /// change to what decides [`TrialRow::uncounted`] goes through here, so the count can
     /// never drift from the rows (and underflow when a trial runs again).
+    ///
+    /// [`Counts::uncounted`]: super::Counts::uncounted
     fn recount(&mut self, i: usize, change: impl FnOnce(&mut TrialRow)) {
         let row = &mut self.trials[i];
         let before = row.uncounted();
@@ -238,6 +240,8 @@ impl UiState {
     /// Puts trial `n` on its slot. A slot the study did not declare ([`NO_SLOT`] from
     /// `watch`, for a trial of a worker it cannot see) puts it on none: the trial is still
     /// in the table, and no index from an event can grow the slot list.
+    ///
+    /// [`NO_SLOT`]: super::NO_SLOT
     fn occupy_slot(&mut self, slot: usize, n: TrialNumber) {
         if let Some(s) = self.slots.get_mut(slot) {
             s.trial = Some(n);
