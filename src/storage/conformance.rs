@@ -395,6 +395,18 @@ fn enqueued_params_run_first_and_are_known_as_fixed() {
             params(0.3),
             "{name}: a queued trial proposes nothing"
         );
+        // A proposed trial's params are not fixed ones, nor are another study's.
+        let p = claim(s.as_mut(), &study, w, None, &params(0.6)).expect("a new trial");
+        assert_eq!(p.params, params(0.6), "{name}");
+        assert!(
+            !s.has_fixed_params(&study, &params(0.6)).expect("fixed"),
+            "{name}"
+        );
+        let other = named(s.as_mut(), "other", Direction::Minimize, "loss");
+        assert!(
+            !s.has_fixed_params(&other, &params(0.3)).expect("fixed"),
+            "{name}"
+        );
     }
 }
 
@@ -585,6 +597,12 @@ fn a_discarded_trial_is_kept_but_left_out_of_the_history_the_budget_and_the_best
         );
         assert_eq!(
             s.set_discarded(&study, &[0, 1], true).expect("discard"),
+            0,
+            "{name}"
+        );
+        // Numbers the study does not have change nothing either.
+        assert_eq!(
+            s.set_discarded(&study, &[7, 99], true).expect("discard"),
             0,
             "{name}"
         );
