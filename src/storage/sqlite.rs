@@ -929,7 +929,8 @@ impl Storage for SqliteStorage {
         Ok(WorkerId(id))
     }
 
-    /// Stamps the worker and each of its running trials (`trial_heartbeats`).
+    /// Stamps the worker and each of its running trials (`trial_heartbeats`). A trial that is
+    /// not running (ended, declared interrupted, unknown) is left as it is.
     fn heartbeat(&mut self, worker: WorkerId, trial_ids: &[TrialId]) -> Result<(), StorageError> {
         self.write(|tx| {
             let now = now_text();
@@ -939,7 +940,8 @@ impl Storage for SqliteStorage {
             )?;
             for id in trial_ids {
                 tx.execute(
-                    "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?1, ?2)
+                    "INSERT INTO trial_heartbeats (trial_id, heartbeat)
+                     SELECT trial_id, ?2 FROM trials WHERE trial_id = ?1 AND state = 'RUNNING'
                      ON CONFLICT (trial_id) DO UPDATE SET heartbeat = excluded.heartbeat",
                     params![id.0, now],
                 )?;

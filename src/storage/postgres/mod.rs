@@ -1487,7 +1487,7 @@ impl Storage for PostgresStorage {
                 "SELECT t.number, v.value FROM trials t JOIN trial_values v ON v.trial_id = t.trial_id
                  LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
                  WHERE t.study_id = $1 AND t.state = 'COMPLETE' AND v.value_type = 'FINITE'
-                       AND COALESCE(x.discarded, 0) = 0
+                       AND v.value IS NOT NULL AND COALESCE(x.discarded, 0) = 0
                  ORDER BY v.value {order}, t.number ASC LIMIT 1"
             ),
             &[&id32(study.id)],
