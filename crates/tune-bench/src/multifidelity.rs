@@ -30,7 +30,7 @@ use crate::cli::MultifidelityArgs;
 use crate::curves::{self, CurveProblem, V0};
 use crate::optimizers::score;
 use tune::engine::{Decision, Engine, EngineSpec, Finish};
-use tune::pruner::{AshaConfig, HyperbandConfig, MedianConfig, PrunerConfig};
+use tune::pruner::{AshaConfig, ForecastConfig, HyperbandConfig, MedianConfig, PrunerConfig};
 use tune::sampler::{SamplerKind, mix as mix_seed};
 use tune::storage::MemoryStorage;
 use tune::trial::{Direction, Report, TrialId};
@@ -43,10 +43,11 @@ pub enum PrunerArm {
     Median,
     Asha,
     Hyperband,
+    Forecast,
 }
 
 impl PrunerArm {
-    pub const NAMES: &'static [&'static str] = &["none", "median", "asha", "hyperband"];
+    pub const NAMES: &'static [&'static str] = &["none", "median", "asha", "hyperband", "forecast"];
 
     pub fn parse(s: &str) -> Option<PrunerArm> {
         Some(match s {
@@ -54,6 +55,7 @@ impl PrunerArm {
             "median" => PrunerArm::Median,
             "asha" => PrunerArm::Asha,
             "hyperband" => PrunerArm::Hyperband,
+            "forecast" => PrunerArm::Forecast,
             _ => return None,
         })
     }
@@ -64,6 +66,7 @@ impl PrunerArm {
             PrunerArm::Median => "median",
             PrunerArm::Asha => "asha",
             PrunerArm::Hyperband => "hyperband",
+            PrunerArm::Forecast => "forecast",
         }
     }
 
@@ -86,6 +89,11 @@ impl PrunerArm {
                 max_resource: max,
                 resource,
                 ..HyperbandConfig::default()
+            }),
+            PrunerArm::Forecast => PrunerConfig::Forecast(ForecastConfig {
+                max_resource: max,
+                resource,
+                ..ForecastConfig::default()
             }),
         }
     }
