@@ -477,6 +477,12 @@ impl Engine {
         Ok(Decision::Prune)
     }
 
+    /// Why the pruner advised running trial `id` to stop, once it has (the text stored with
+    /// the trial when it ends pruned); `None` while it may go on.
+    pub fn prune_reason(&self, id: TrialId) -> Option<&str> {
+        self.running.get(&id)?.pruned.as_deref()
+    }
+
     /// What the pruner says of trial `number` now, from every trial of the study as this
     /// engine last read them. Asking twice gives the same answer.
     ///
