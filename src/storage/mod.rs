@@ -13,15 +13,14 @@
 //! What does not belong here: deciding anything (samplers, pruners, the engine) or turning rows
 //! into UI events (`events::replay`).
 
+mod codec;
 #[cfg(test)]
 mod conformance;
+pub mod copy;
 pub mod host;
 mod memory;
 pub(crate) mod postgres;
 mod sqlite;
-#[cfg(test)]
-pub(crate) use sqlite::fixtures as sqlite_fixtures;
-pub mod copy;
 /// An ephemeral PostgreSQL server, for tests and the storage benchmark.
 #[cfg(any(test, feature = "fixtures"))]
 pub mod test_server;
@@ -770,4 +769,28 @@ pub fn seconds_between(start: &str, end: &str) -> Option<f64> {
     let p = |s: &str| chrono::NaiveDateTime::parse_from_str(s, DATETIME_FORMAT).ok();
     let (a, b) = (p(start)?, p(end)?);
     Some((b - a).num_microseconds()? as f64 / 1e6)
+}
+
+/// Fixtures shared by the storage tests of every backend.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use crate::space::{ParamValue, Params, Space};
+
+    pub fn space() -> Space {
+        let t: toml::Table = toml::from_str(
+            r#"lr = { type = "float", low = 1e-4, high = 1.0, log = true }
+               opt = { type = "categorical", choices = ["sgd", "adam"] }
+               k = { type = "int", low = 1, high = 8 }"#,
+        )
+        .expect("valid TOML");
+        Space::from_toml(&t).expect("valid space")
+    }
+
+    pub fn params(lr: f64) -> Params {
+        let mut p = Params::new();
+        p.insert("lr".into(), ParamValue::Float(lr));
+        p.insert("opt".into(), ParamValue::Str("adam".into()));
+        p.insert("k".into(), ParamValue::Int(3));
+        p
+    }
 }

@@ -16,6 +16,7 @@
 //! One connection per storage: a process holds at most two (the study and a watcher).
 
 mod connect;
+mod copy;
 mod watch;
 
 use std::collections::{BTreeMap, HashMap};
@@ -26,8 +27,8 @@ use chrono::NaiveDateTime;
 use tokio_postgres::{Client, GenericClient, Row};
 
 use self::connect::PgFault;
+use super::codec::{StoredStatus, decode_with, stored_value, value_type};
 use super::host::{hostname, process_alive};
-use super::sqlite::{StoredStatus, decode_with};
 use super::url::PgUrl;
 use super::{
     ClaimRequest, History, NewStudy, Propose, ServerFault, Storage, StorageError, StoredReport,
@@ -404,18 +405,6 @@ fn direction_of(text: Option<&str>) -> Direction {
     }
 }
 
-fn value_type(v: f64) -> &'static str {
-    if v.is_nan() {
-        "NAN"
-    } else if v == f64::INFINITY {
-        "INF_POS"
-    } else if v == f64::NEG_INFINITY {
-        "INF_NEG"
-    } else {
-        "FINITE"
-    }
-}
-
 pub(crate) fn id32(id: i64) -> i32 {
     // Optuna's ids are `integer` on PostgreSQL; tune never makes one beyond that range.
     i32::try_from(id).unwrap_or(i32::MAX)
@@ -562,7 +551,7 @@ fn trial_of_row(r: &Row) -> Trial {
     };
     let status = StoredStatus {
         state: TrialState::from_optuna(&state).unwrap_or(TrialState::Failed),
-        value: super::sqlite::stored_value(value, vtype.as_deref()),
+        value: stored_value(value, vtype.as_deref()),
         error: r.get(7),
         log_tail: r.get(11),
         pruned_step: r.get::<_, Option<i64>>(12).map(|s| s.max(0) as u64),
@@ -1583,7 +1572,7 @@ impl PostgresStorage {
 mod tests {
     use super::*;
     use crate::storage::StorageUrl;
-    use crate::storage::sqlite::fixtures::{params, space};
+    use crate::storage::fixtures::{params, space};
     use crate::storage::test_server::shared_db;
 
     fn open(url: &str) -> PostgresStorage {

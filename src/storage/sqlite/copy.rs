@@ -3,7 +3,7 @@
 use chrono::NaiveDateTime;
 use rusqlite::{OptionalExtension, params};
 
-use super::{
+use crate::storage::copy::{
     Copyable, GpuColumns, ReportDump, StudyDump, TrialDump, TuneTrialDump, WorkerDump,
     direction_name,
 };

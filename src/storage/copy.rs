@@ -4,9 +4,6 @@
 //! written as a new study in the destination, where ids are its own but numbers, states,
 //! params, values, curves, reports, attributes and times are the source's.
 
-mod postgres;
-mod sqlite;
-
 use chrono::NaiveDateTime;
 
 use super::{StorageError, StorageUrl};

@@ -4,11 +4,11 @@ use std::collections::HashMap;
 
 use tokio_postgres::GenericClient;
 
-use super::{
+use super::{id32, wait};
+use crate::storage::copy::{
     Copyable, GpuColumns, ReportDump, StudyDump, TrialDump, TuneTrialDump, WorkerDump,
     direction_name,
 };
-use crate::storage::postgres::{id32, wait};
 use crate::storage::{PostgresStorage, Storage, StorageError};
 
 type PgResult<T> = Result<T, tokio_postgres::Error>;

@@ -8,26 +8,29 @@ use rusqlite::{
     Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
 };
 
+mod copy;
+mod watch;
+
+use super::codec::{StoredStatus, decode_with, parse_time, stored_value, value_type};
 use super::host::{hostname, process_alive};
-use super::watch::parse_time;
 use super::{
     ClaimRequest, History, NewStudy, Propose, Storage, StorageError, StoredReport, StudyRow,
     StudySummary, now_text,
 };
-use crate::space::{ParamValue, Params, Space};
+use crate::space::{Params, Space};
 use crate::trial::{
-    Direction, GpuTelemetry, Objective, Placement, Ran, Report, Trial, TrialId, TrialNumber,
-    TrialState, TrialStatus, WorkerId,
+    Direction, Objective, Placement, Report, Trial, TrialId, TrialNumber, TrialState, TrialStatus,
+    WorkerId,
 };
 
 /// The migrations, in order. `user_version` records how many were applied.
 const MIGRATIONS: &[&str] = &[
-    include_str!("../../migrations/0001_optuna_schema.sql"),
-    include_str!("../../migrations/0002_tune_tables.sql"),
-    include_str!("../../migrations/0003_reports_view.sql"),
-    include_str!("../../migrations/0004_trials_view_log_tail.sql"),
-    include_str!("../../migrations/0005_discarded_trials.sql"),
-    include_str!("../../migrations/0006_gpu_telemetry.sql"),
+    include_str!("../../../migrations/0001_optuna_schema.sql"),
+    include_str!("../../../migrations/0002_tune_tables.sql"),
+    include_str!("../../../migrations/0003_reports_view.sql"),
+    include_str!("../../../migrations/0004_trials_view_log_tail.sql"),
+    include_str!("../../../migrations/0005_discarded_trials.sql"),
+    include_str!("../../../migrations/0006_gpu_telemetry.sql"),
 ];
 
 /// How long a writer waits for another process's write transaction before giving up. Long,
@@ -86,46 +89,6 @@ pub struct SqliteStorage {
 fn file_identity(path: &Path) -> std::io::Result<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(path).map(|m| (m.dev(), m.ino()))
-}
-
-/// A stored value back from Optuna's (value, value_type) pair: infinities and NaN are stored
-/// as NULL with their type.
-pub(crate) fn stored_value(value: Option<f64>, value_type: Option<&str>) -> Option<f64> {
-    match value_type {
-        Some("INF_POS") => Some(f64::INFINITY),
-        Some("INF_NEG") => Some(f64::NEG_INFINITY),
-        Some("NAN") => Some(f64::NAN),
-        _ => value,
-    }
-}
-
-fn value_type(v: f64) -> &'static str {
-    if v.is_nan() {
-        "NAN"
-    } else if v == f64::INFINITY {
-        "INF_POS"
-    } else if v == f64::NEG_INFINITY {
-        "INF_NEG"
-    } else {
-        "FINITE"
-    }
-}
-
-/// Decodes a stored param from Optuna's internal value and its parsed distribution, without
-/// the study file (so that queries work on any database); a study has few distinct
-/// distributions, so whole-study reads parse each once (a study has few distinct ones, so
-/// whole-study reads parse each once).
-pub(super) fn decode_with(internal: f64, d: &serde_json::Value) -> Option<ParamValue> {
-    match d.get("name")?.as_str()? {
-        "CategoricalDistribution" => {
-            let choices = d.get("attributes")?.get("choices")?.as_array()?;
-            ParamValue::from_json(choices.get(internal as usize)?)
-        }
-        "IntDistribution" | "IntUniformDistribution" | "IntLogUniformDistribution" => {
-            Some(ParamValue::Int(internal.round() as i64))
-        }
-        _ => Some(ParamValue::Float(internal)),
-    }
 }
 
 impl SqliteStorage {
@@ -1427,58 +1390,6 @@ impl Storage for SqliteStorage {
     }
 }
 
-/// A trial's state as its columns hold it, before it becomes a [`TrialStatus`]: the one
-/// mapping from Optuna's rows (and tune's) to the lifecycle.
-pub(super) struct StoredStatus {
-    pub state: TrialState,
-    pub value: Option<f64>,
-    pub error: Option<String>,
-    pub log_tail: Option<String>,
-    pub pruned_step: Option<u64>,
-    pub interrupted: bool,
-    pub at: Placement,
-    pub started: Option<std::time::SystemTime>,
-    pub finished: Option<std::time::SystemTime>,
-    pub gpu: Option<GpuTelemetry>,
-}
-
-impl StoredStatus {
-    pub(super) fn into_status(self) -> TrialStatus {
-        let ran = Ran {
-            at: self.at.clone(),
-            started: self.started,
-            finished: self.finished,
-            gpu: self.gpu,
-        };
-        match self.state {
-            TrialState::Queued => TrialStatus::Queued,
-            TrialState::Running => TrialStatus::Running {
-                at: self.at,
-                started: self.started,
-            },
-            // A complete trial without a value (written by another tool) reads as NaN, which
-            // samplers treat as a failure.
-            TrialState::Complete => TrialStatus::Complete {
-                others: Vec::new(),
-                value: self.value.unwrap_or(f64::NAN),
-                ran,
-            },
-            TrialState::Pruned => TrialStatus::Pruned {
-                value: self.value,
-                step: self.pruned_step,
-                reason: self.error,
-                ran,
-            },
-            TrialState::Failed => TrialStatus::Failed {
-                reason: self.error.unwrap_or_else(|| "failed".into()),
-                log_tail: self.log_tail,
-                interrupted: self.interrupted,
-                ran,
-            },
-        }
-    }
-}
-
 /// Queues a new trial with the params of interrupted trial `trial_id` (number `number`), so
 /// that they run again; the interruption was not the trial's fault.
 fn requeue(
@@ -1555,33 +1466,11 @@ fn finish_in(
     Ok(())
 }
 
-/// Fixtures shared by the storage tests here and in `watch`.
-#[cfg(test)]
-pub(crate) mod fixtures {
-    use crate::space::{ParamValue, Params, Space};
-
-    pub fn space() -> Space {
-        let t: toml::Table = toml::from_str(
-            r#"lr = { type = "float", low = 1e-4, high = 1.0, log = true }
-               opt = { type = "categorical", choices = ["sgd", "adam"] }
-               k = { type = "int", low = 1, high = 8 }"#,
-        )
-        .expect("valid TOML");
-        Space::from_toml(&t).expect("valid space")
-    }
-
-    pub fn params(lr: f64) -> Params {
-        let mut p = Params::new();
-        p.insert("lr".into(), ParamValue::Float(lr));
-        p.insert("opt".into(), ParamValue::Str("adam".into()));
-        p.insert("k".into(), ParamValue::Int(3));
-        p
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::fixtures;
+    use crate::trial::Ran;
 
     /// Many openers race on a file that does not exist yet (`tune run` processes started
     /// together): every one gets a migrated database, none sees "database is locked" or a

@@ -1,0 +1,127 @@
+//! How tune's values are stored, the same on every backend: a trial's status as Optuna's
+//! columns (and tune's) hold it, a value with its `value_type` (infinities and NaN), a param
+//! from its internal value and distribution, a time as Optuna's naive-UTC text.
+
+use std::time::{Duration, SystemTime};
+
+use super::DATETIME_FORMAT;
+use crate::space::ParamValue;
+use crate::trial::{GpuTelemetry, Placement, Ran, TrialState, TrialStatus};
+
+/// A stored value back from Optuna's (value, value_type) pair: infinities and NaN are stored
+/// as NULL with their type.
+pub(crate) fn stored_value(value: Option<f64>, value_type: Option<&str>) -> Option<f64> {
+    match value_type {
+        Some("INF_POS") => Some(f64::INFINITY),
+        Some("INF_NEG") => Some(f64::NEG_INFINITY),
+        Some("NAN") => Some(f64::NAN),
+        _ => value,
+    }
+}
+
+pub(crate) fn value_type(v: f64) -> &'static str {
+    if v.is_nan() {
+        "NAN"
+    } else if v == f64::INFINITY {
+        "INF_POS"
+    } else if v == f64::NEG_INFINITY {
+        "INF_NEG"
+    } else {
+        "FINITE"
+    }
+}
+
+/// Decodes a stored param from Optuna's internal value and its parsed distribution, without
+/// the study file (so that queries work on any database); a study has few distinct
+/// distributions, so whole-study reads parse each once (a study has few distinct ones, so
+/// whole-study reads parse each once).
+pub(crate) fn decode_with(internal: f64, d: &serde_json::Value) -> Option<ParamValue> {
+    match d.get("name")?.as_str()? {
+        "CategoricalDistribution" => {
+            let choices = d.get("attributes")?.get("choices")?.as_array()?;
+            ParamValue::from_json(choices.get(internal as usize)?)
+        }
+        "IntDistribution" | "IntUniformDistribution" | "IntLogUniformDistribution" => {
+            Some(ParamValue::Int(internal.round() as i64))
+        }
+        _ => Some(ParamValue::Float(internal)),
+    }
+}
+
+/// Parses Optuna's naive-UTC `DATETIME` text.
+pub fn parse_time(text: &str) -> Option<SystemTime> {
+    let t = chrono::NaiveDateTime::parse_from_str(text, DATETIME_FORMAT)
+        .or_else(|_| chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S"))
+        .ok()?
+        .and_utc();
+    let micros = u64::try_from(t.timestamp_micros()).ok()?;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_micros(micros))
+}
+
+/// A trial's state as its columns hold it, before it becomes a [`TrialStatus`]: the one
+/// mapping from Optuna's rows (and tune's) to the lifecycle.
+pub(crate) struct StoredStatus {
+    pub state: TrialState,
+    pub value: Option<f64>,
+    pub error: Option<String>,
+    pub log_tail: Option<String>,
+    pub pruned_step: Option<u64>,
+    pub interrupted: bool,
+    pub at: Placement,
+    pub started: Option<std::time::SystemTime>,
+    pub finished: Option<std::time::SystemTime>,
+    pub gpu: Option<GpuTelemetry>,
+}
+
+impl StoredStatus {
+    pub(crate) fn into_status(self) -> TrialStatus {
+        let ran = Ran {
+            at: self.at.clone(),
+            started: self.started,
+            finished: self.finished,
+            gpu: self.gpu,
+        };
+        match self.state {
+            TrialState::Queued => TrialStatus::Queued,
+            TrialState::Running => TrialStatus::Running {
+                at: self.at,
+                started: self.started,
+            },
+            // A complete trial without a value (written by another tool) reads as NaN, which
+            // samplers treat as a failure.
+            TrialState::Complete => TrialStatus::Complete {
+                others: Vec::new(),
+                value: self.value.unwrap_or(f64::NAN),
+                ran,
+            },
+            TrialState::Pruned => TrialStatus::Pruned {
+                value: self.value,
+                step: self.pruned_step,
+                reason: self.error,
+                ran,
+            },
+            TrialState::Failed => TrialStatus::Failed {
+                reason: self.error.unwrap_or_else(|| "failed".into()),
+                log_tail: self.log_tail,
+                interrupted: self.interrupted,
+                ran,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn optuna_datetimes_parse_to_system_time() {
+        let t = parse_time("2026-11-22 02:42:01.500000").expect("parses");
+        let s = t
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .expect("after the epoch")
+            .as_secs_f64();
+        assert_eq!(s, 1_795_315_321.5);
+        assert!(parse_time("yesterday").is_none());
+    }
+}
