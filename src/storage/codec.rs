@@ -6,7 +6,26 @@ use std::time::{Duration, SystemTime};
 
 use super::DATETIME_FORMAT;
 use crate::space::ParamValue;
-use crate::trial::{GpuTelemetry, Placement, Ran, TrialState, TrialStatus};
+use crate::trial::{Direction, GpuTelemetry, Placement, Ran, TrialState, TrialStatus};
+
+/// Optuna's spelling of a direction in `study_directions`. (A trial state's spelling is
+/// [`TrialState::optuna`], beside the type.)
+pub(crate) fn direction_text(d: Direction) -> &'static str {
+    match d {
+        Direction::Minimize => "MINIMIZE",
+        Direction::Maximize => "MAXIMIZE",
+    }
+}
+
+/// A direction back from `study_directions`: anything but "MAXIMIZE" (a missing row
+/// included) minimizes, as Optuna's default does.
+pub(crate) fn direction_of(text: Option<&str>) -> Direction {
+    if text == Some(direction_text(Direction::Maximize)) {
+        Direction::Maximize
+    } else {
+        Direction::Minimize
+    }
+}
 
 /// A stored value back from Optuna's (value, value_type) pair: infinities and NaN are stored
 /// as NULL with their type.

@@ -146,10 +146,3 @@ pub fn open_copyable(url: &StorageUrl, create: bool) -> Result<Box<dyn Copyable>
         StorageUrl::Postgres(u) => Box::new(super::PostgresStorage::open_read_only(u)?),
     })
 }
-
-pub(crate) fn direction_name(d: Direction) -> &'static str {
-    match d {
-        Direction::Minimize => "MINIMIZE",
-        Direction::Maximize => "MAXIMIZE",
-    }
-}

@@ -564,14 +564,6 @@ pub(crate) fn metric_names_json(metric: &str, others: &[Objective]) -> String {
     serde_json::to_string(&names).unwrap_or_default()
 }
 
-/// Optuna's spelling of a direction in `study_directions`.
-pub(crate) fn optuna_direction(d: Direction) -> &'static str {
-    match d {
-        Direction::Minimize => "MINIMIZE",
-        Direction::Maximize => "MAXIMIZE",
-    }
-}
-
 /// The further objectives from their stored directions and the stored names (objective `i`
 /// without a name is called `value{i}`, as a study that Optuna wrote without names).
 pub(crate) fn others_of(directions: &[String], names_json: Option<&str>) -> Vec<Objective> {
@@ -586,11 +578,7 @@ pub(crate) fn others_of(directions: &[String], names_json: Option<&str>) -> Vec<
                 .get(i + 1)
                 .cloned()
                 .unwrap_or_else(|| format!("value{}", i + 1)),
-            direction: if d == "MAXIMIZE" {
-                Direction::Maximize
-            } else {
-                Direction::Minimize
-            },
+            direction: codec::direction_of(Some(d)),
         })
         .collect()
 }

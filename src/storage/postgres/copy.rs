@@ -4,9 +4,9 @@ use std::collections::HashMap;
 
 use super::blocking::{PgResult, Session, Sql};
 use super::id32;
+use crate::storage::codec::direction_text;
 use crate::storage::copy::{
     Copyable, GpuColumns, ReportDump, StudyDump, TrialDump, TuneTrialDump, WorkerDump,
-    direction_name,
 };
 use crate::storage::{PostgresStorage, Storage, StorageError};
 
@@ -176,7 +176,7 @@ fn import(c: &mut Session<'_>, d: &StudyDump) -> PgResult<bool> {
         .get(0);
     tx.execute(
         "INSERT INTO study_directions (direction, study_id, objective) VALUES ($1::text::studydirection, $2, 0)",
-        &[&direction_name(d.direction), &sid],
+        &[&direction_text(d.direction), &sid],
     )?;
     tx.execute(
         "INSERT INTO tune_studies (study_id, metric, study_file, config_toml, created_at)

@@ -30,7 +30,9 @@ use tokio_postgres::{Client, Row};
 
 use self::blocking::{PgResult, Session, Sql};
 use self::connect::PgFault;
-use super::codec::{StoredStatus, decode_with, stored_value, value_type};
+use super::codec::{
+    StoredStatus, decode_with, direction_of, direction_text, stored_value, value_type,
+};
 use super::host::{hostname, process_alive};
 use super::url::PgUrl;
 use super::{
@@ -390,14 +392,6 @@ fn schema_version(c: &impl Sql) -> PgResult<i64> {
 fn to_system(t: Option<NaiveDateTime>) -> Option<SystemTime> {
     let micros = u64::try_from(t?.and_utc().timestamp_micros()).ok()?;
     Some(SystemTime::UNIX_EPOCH + Duration::from_micros(micros))
-}
-
-fn direction_of(text: Option<&str>) -> Direction {
-    if text == Some("MAXIMIZE") {
-        Direction::Maximize
-    } else {
-        Direction::Minimize
-    }
 }
 
 pub(crate) fn id32(id: i64) -> i32 {
@@ -838,7 +832,7 @@ fn insert_params(
 
 /// Queues the params of interrupted trial `trial_id` (number `number`) again.
 fn requeue(c: &impl Sql, st: &Stmts, study: i32, trial_id: i32, number: i32) -> PgResult<()> {
-    let (new_id, _) = insert_trial(c, st, study, "WAITING")?;
+    let (new_id, _) = insert_trial(c, st, study, TrialState::Queued.optuna())?;
     c.execute(
         "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json)
          SELECT $1, param_name, param_value, distribution_json FROM trial_params WHERE trial_id = $2",
@@ -878,10 +872,7 @@ impl Storage for PostgresStorage {
         if let Some(s) = self.run(|c| find_study(c, new.name))? {
             return super::check_same(&self.location(), s, new);
         }
-        let dir = match new.direction {
-            Direction::Minimize => "MINIMIZE",
-            Direction::Maximize => "MAXIMIZE",
-        };
+        let dir = direction_text(new.direction);
         let file = new.file.map(|p| p.display().to_string());
         let source: Option<String> = new
             .source
@@ -908,7 +899,7 @@ impl Storage for PostgresStorage {
                     tx.execute(
                         "INSERT INTO study_directions (direction, study_id, objective)
                          VALUES ($1::text::studydirection, $2, $3)",
-                        &[&super::optuna_direction(o.direction), &id, &(i as i32 + 1)],
+                        &[&direction_text(o.direction), &id, &(i as i32 + 1)],
                     )?;
                 }
                 tx.execute(
@@ -1133,7 +1124,7 @@ impl Storage for PostgresStorage {
                 tx.execute(&st.get(&tx, START_QUEUED)?, &[&id])?;
                 Claim::Queued(id, number)
             } else {
-                let (id, number) = insert_trial(&tx, st, sid, "RUNNING")?;
+                let (id, number) = insert_trial(&tx, st, sid, TrialState::Running.optuna())?;
                 // The proposal happens inside the transaction, under the study's lock: a
                 // second process asking now waits, then sees this trial as pending.
                 let h = history(&tx, study.id, space, &self.history, st, Some(id))?;
@@ -1186,7 +1177,7 @@ impl Storage for PostgresStorage {
         self.run(|c| {
             let tx = c.transaction()?;
             lock_study(&tx, &self.stmts, sid)?;
-            let (id, number) = insert_trial(&tx, &self.stmts, sid, "WAITING")?;
+            let (id, number) = insert_trial(&tx, &self.stmts, sid, TrialState::Queued.optuna())?;
             insert_params(&tx, &self.stmts, id, space, params)?;
             tx.execute(
                 "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES ($1, 'fixed_params', $2)",

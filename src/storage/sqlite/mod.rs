@@ -11,7 +11,9 @@ use rusqlite::{
 mod copy;
 mod watch;
 
-use super::codec::{StoredStatus, decode_with, parse_time, stored_value, value_type};
+use super::codec::{
+    StoredStatus, decode_with, direction_of, direction_text, parse_time, stored_value, value_type,
+};
 use super::host::{hostname, process_alive};
 use super::{
     ClaimRequest, History, NewStudy, Propose, Storage, StorageError, StoredReport, StudyRow,
@@ -413,7 +415,7 @@ impl SqliteStorage {
                 )?;
                 Claim::Queued { trial_id }
             } else {
-                let trial_id = insert_trial(tx, study.id, "RUNNING")?;
+                let trial_id = insert_trial(tx, study.id, TrialState::Running.optuna())?;
                 tx.execute(
                     "UPDATE trials SET datetime_start = ?1 WHERE trial_id = ?2",
                     params![now, trial_id],
@@ -704,11 +706,7 @@ impl Storage for SqliteStorage {
                     Ok(StudyRow {
                         id: r.get(0)?,
                         name: r.get(1)?,
-                        direction: if dir.as_deref() == Some("MAXIMIZE") {
-                            Direction::Maximize
-                        } else {
-                            Direction::Minimize
-                        },
+                        direction: direction_of(dir.as_deref()),
                         metric: r.get(3)?,
                         others: Vec::new(),
                     })
@@ -745,10 +743,7 @@ impl Storage for SqliteStorage {
         if let Some(s) = self.find_study(name)? {
             return super::check_same(&self.location(), s, new);
         }
-        let dir = match direction {
-            Direction::Minimize => "MINIMIZE",
-            Direction::Maximize => "MAXIMIZE",
-        };
+        let dir = direction_text(direction);
         let file = study_file.map(|p| p.display().to_string());
         let res = self.write(|tx| {
             // Another process may have created it since the check above.
@@ -771,7 +766,7 @@ impl Storage for SqliteStorage {
             for (i, o) in new.others.iter().enumerate() {
                 tx.execute(
                     "INSERT INTO study_directions (direction, study_id, objective) VALUES (?1, ?2, ?3)",
-                    params![super::optuna_direction(o.direction), id, i as i64 + 1],
+                    params![direction_text(o.direction), id, i as i64 + 1],
                 )?;
             }
             tx.execute(
@@ -819,11 +814,7 @@ impl Storage for SqliteStorage {
                     others: Vec::new(),
                     pareto_front: None,
                     name: r.get(0)?,
-                    direction: if dir.as_deref() == Some("MAXIMIZE") {
-                        Direction::Maximize
-                    } else {
-                        Direction::Minimize
-                    },
+                    direction: direction_of(dir.as_deref()),
                     metric: r.get(2)?,
                     trials: n(3)?,
                     queued: n(4)?,
@@ -1036,7 +1027,7 @@ impl Storage for SqliteStorage {
         params: &Params,
     ) -> Result<TrialNumber, StorageError> {
         self.write(|tx| {
-            let id = insert_trial(tx, study.id, "WAITING")?;
+            let id = insert_trial(tx, study.id, TrialState::Queued.optuna())?;
             insert_params(tx, id, space, params)?;
             tx.execute(
                 "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES (?1, 'fixed_params', ?2)",
@@ -1398,7 +1389,7 @@ fn requeue(
     trial_id: i64,
     number: i64,
 ) -> rusqlite::Result<()> {
-    let new_id = insert_trial(tx, study_id, "WAITING")?;
+    let new_id = insert_trial(tx, study_id, TrialState::Queued.optuna())?;
     tx.execute(
         "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json)
          SELECT ?1, param_name, param_value, distribution_json FROM trial_params WHERE trial_id = ?2",
