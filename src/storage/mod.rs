@@ -20,6 +20,7 @@ pub mod copy;
 pub mod host;
 mod memory;
 pub(crate) mod postgres;
+mod sql;
 mod sqlite;
 /// An ephemeral PostgreSQL server, for tests and the storage benchmark.
 #[cfg(any(test, feature = "fixtures"))]
@@ -298,16 +299,6 @@ pub trait Storage: Send {
     ) -> Result<u64, StorageError>;
 }
 
-/// The metrics of a trial's last report (`$1`), which become its user attributes when it ends.
-pub(crate) const LAST_METRICS: &str =
-    "SELECT metrics_json FROM tune_reports WHERE trial_id = $1 ORDER BY seq DESC LIMIT 1";
-
-/// Stores user attribute `$2` = `$3` (JSON text) of trial `$1`, the same on SQLite and
-/// PostgreSQL.
-pub(crate) const PUT_USER_ATTR: &str = r#"INSERT INTO trial_user_attributes (trial_id, "key", value_json)
-     VALUES ($1, $2, $3)
-     ON CONFLICT (trial_id, "key") DO UPDATE SET value_json = excluded.value_json"#;
-
 /// What a trial's last report becomes in Optuna's `trial_user_attributes`, where Optuna and
 /// optuna-dashboard show what a trial measured beside its objective: each metric as a JSON
 /// number. A metric that is not finite is left out (JSON has no NaN; the dashboard's parser
@@ -358,34 +349,6 @@ pub(crate) fn gpu_of_columns(
         samples: u32::try_from(samples?.max(0)).unwrap_or(u32::MAX),
     })
 }
-
-/// Marks or unmarks finished trial `$2` of study `$1` as discarded (`$3`), the same on SQLite
-/// and PostgreSQL. A trial another tool wrote has no `tune_trials` row yet: it gets one.
-pub(crate) const SET_DISCARDED: &str = "INSERT INTO tune_trials (trial_id, discarded)
-     SELECT trial_id, $3 FROM trials
-     WHERE study_id = $1 AND number = $2 AND state IN ('COMPLETE', 'PRUNED', 'FAIL')
-     ON CONFLICT (trial_id) DO UPDATE SET discarded = excluded.discarded
-     WHERE tune_trials.discarded <> excluded.discarded";
-
-/// The statements that delete study `$1`/`?1` whole, children first, the same on SQLite and
-/// PostgreSQL: Optuna's tables and tune's.
-pub(crate) const DELETE_STUDY: &[&str] = &[
-    "DELETE FROM tune_reports WHERE trial_id IN (SELECT trial_id FROM trials WHERE study_id = $1)",
-    "DELETE FROM tune_trials WHERE trial_id IN (SELECT trial_id FROM trials WHERE study_id = $1)",
-    "DELETE FROM trial_params WHERE trial_id IN (SELECT trial_id FROM trials WHERE study_id = $1)",
-    "DELETE FROM trial_values WHERE trial_id IN (SELECT trial_id FROM trials WHERE study_id = $1)",
-    "DELETE FROM trial_intermediate_values WHERE trial_id IN (SELECT trial_id FROM trials WHERE study_id = $1)",
-    "DELETE FROM trial_user_attributes WHERE trial_id IN (SELECT trial_id FROM trials WHERE study_id = $1)",
-    "DELETE FROM trial_system_attributes WHERE trial_id IN (SELECT trial_id FROM trials WHERE study_id = $1)",
-    "DELETE FROM trial_heartbeats WHERE trial_id IN (SELECT trial_id FROM trials WHERE study_id = $1)",
-    "DELETE FROM trials WHERE study_id = $1",
-    "DELETE FROM tune_workers WHERE study_id = $1",
-    "DELETE FROM tune_studies WHERE study_id = $1",
-    "DELETE FROM study_directions WHERE study_id = $1",
-    "DELETE FROM study_user_attributes WHERE study_id = $1",
-    "DELETE FROM study_system_attributes WHERE study_id = $1",
-    "DELETE FROM studies WHERE study_id = $1",
-];
 
 /// The study file as `tune_studies` keeps it.
 #[derive(Debug, Clone, PartialEq)]
@@ -547,14 +510,6 @@ pub(crate) fn check_same(
 /// Optuna's study system attribute that names a study's objectives (`Study.metric_names`),
 /// which optuna-dashboard shows on its axes.
 pub(crate) const METRIC_NAMES_KEY: &str = "study:metric_names";
-
-/// The directions (Optuna's spelling) of a study's further objectives, in order.
-pub(crate) const OTHER_DIRECTIONS: &str = "SELECT direction FROM study_directions
-     WHERE study_id = $1 AND objective > 0 ORDER BY objective";
-
-/// The study's objective names as Optuna stores them (a JSON list).
-pub(crate) const METRIC_NAMES: &str = r#"SELECT value_json FROM study_system_attributes
-     WHERE study_id = $1 AND "key" = 'study:metric_names'"#;
 
 /// The JSON list of every objective's name, the value of [`METRIC_NAMES_KEY`].
 pub(crate) fn metric_names_json(metric: &str, others: &[Objective]) -> String {

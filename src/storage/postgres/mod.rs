@@ -34,6 +34,7 @@ use super::codec::{
     StoredStatus, decode_with, direction_of, direction_text, stored_value, value_type,
 };
 use super::host::{hostname, process_alive};
+use super::sql;
 use super::url::PgUrl;
 use super::{
     ClaimRequest, History, NewStudy, Propose, ServerFault, Storage, StorageError, StoredReport,
@@ -399,13 +400,6 @@ pub(crate) fn id32(id: i64) -> i32 {
     i32::try_from(id).unwrap_or(i32::MAX)
 }
 
-/// Trials counted by the budget: ended on their own, or running now.
-const TAKEN: &str =
-    "SELECT COUNT(*) FROM trials t LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
-     WHERE t.study_id = $1 AND (t.state IN ('COMPLETE', 'PRUNED', 'RUNNING')
-           OR (t.state = 'FAIL' AND COALESCE(x.interrupted, 0) = 0))
-           AND COALESCE(x.discarded, 0) = 0";
-
 fn find_study(c: &impl Sql, name: &str) -> PgResult<Option<StudyRow>> {
     c.query_opt(
         "SELECT s.study_id, s.study_name, d.direction::text, COALESCE(t.metric, 'value')
@@ -425,16 +419,13 @@ fn find_study(c: &impl Sql, name: &str) -> PgResult<Option<StudyRow>> {
     .map(|mut row| {
         let sid = id32(row.id);
         let dirs: Vec<String> = c
-            .query(
-                &super::OTHER_DIRECTIONS.replace("direction FROM", "direction::text FROM"),
-                &[&sid],
-            )?
+            .query(sql::OTHER_DIRECTIONS, &[&sid])?
             .iter()
             .map(|r| r.get(0))
             .collect();
         if !dirs.is_empty() {
             let names: Option<String> = c
-                .query_opt(super::METRIC_NAMES, &[&sid])?
+                .query_opt(sql::METRIC_NAMES, &[&sid])?
                 .and_then(|r| r.get(0));
             row.others = super::others_of(&dirs, names.as_deref());
         }
@@ -1113,7 +1104,7 @@ impl Storage for PostgresStorage {
             // so that under it only what changed meanwhile is left to read.
             history(&tx, study.id, space, &self.history, st, None)?;
             lock_study(&tx, st, sid)?;
-            let taken: i64 = tx.query_one(&st.get(&tx, TAKEN)?, &[&sid])?.get(0);
+            let taken: i64 = tx.query_one(&st.get(&tx, sql::TAKEN)?, &[&sid])?.get(0);
             if budget.is_some_and(|b| taken as u64 >= b) {
                 tx.commit()?;
                 return Ok(Claim::Full);
@@ -1328,14 +1319,14 @@ impl Storage for PostgresStorage {
                 ],
             )?;
             if !interrupted {
-                let last = tx.query_opt(&st.get(&tx, super::LAST_METRICS)?, &[&id])?;
+                let last = tx.query_opt(&st.get(&tx, sql::LAST_METRICS)?, &[&id])?;
                 let last: Option<String> = last.map(|r| r.get(0));
                 for (key, json) in super::user_attributes(last.as_deref()) {
-                    tx.execute(&st.get(&tx, super::PUT_USER_ATTR)?, &[&id, &key, &json])?;
+                    tx.execute(&st.get(&tx, sql::PUT_USER_ATTR)?, &[&id, &key, &json])?;
                 }
             }
             for (key, json) in super::gpu_user_attributes(gpu) {
-                tx.execute(&st.get(&tx, super::PUT_USER_ATTR)?, &[&id, &key, &json])?;
+                tx.execute(&st.get(&tx, sql::PUT_USER_ATTR)?, &[&id, &key, &json])?;
             }
             if interrupted {
                 lock_study(&tx, &self.stmts, sid)?;
@@ -1412,15 +1403,7 @@ impl Storage for PostgresStorage {
 
     fn counted(&self, study: &StudyRow) -> Result<u64, StorageError> {
         let n: i64 = self
-            .run(|c| {
-                c.query_one(
-            "SELECT COUNT(*) FROM trials t LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
-             WHERE t.study_id = $1 AND (t.state IN ('COMPLETE', 'PRUNED')
-                   OR (t.state = 'FAIL' AND COALESCE(x.interrupted, 0) = 0))
-           AND COALESCE(x.discarded, 0) = 0",
-            &[&id32(study.id)],
-        )
-            })?
+            .run(|c| c.query_one(sql::COUNTED, &[&id32(study.id)]))?
             .get(0);
         Ok(n as u64)
     }
@@ -1484,7 +1467,7 @@ impl Storage for PostgresStorage {
             let n: i64 = tx
                 .query_one("SELECT COUNT(*) FROM trials WHERE study_id = $1", &[&sid])?
                 .get(0);
-            for sql in super::DELETE_STUDY {
+            for sql in sql::DELETE_STUDY {
                 tx.execute(*sql, &[&sid])?;
             }
             tx.commit()?;
@@ -1504,7 +1487,7 @@ impl Storage for PostgresStorage {
             let mut changed = 0;
             for &n in numbers {
                 let n = i32::try_from(n).unwrap_or(i32::MAX);
-                changed += tx.execute(super::SET_DISCARDED, &[&sid, &n, &mark])?;
+                changed += tx.execute(sql::SET_DISCARDED, &[&mark, &sid, &n])?;
             }
             tx.commit()?;
             Ok(changed)

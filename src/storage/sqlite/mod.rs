@@ -15,6 +15,7 @@ use super::codec::{
     StoredStatus, decode_with, direction_of, direction_text, parse_time, stored_value, value_type,
 };
 use super::host::{hostname, process_alive};
+use super::sql;
 use super::{
     ClaimRequest, History, NewStudy, Propose, Storage, StorageError, StoredReport, StudyRow,
     StudySummary, now_text,
@@ -389,10 +390,7 @@ impl SqliteStorage {
     ) -> Result<Claim, StorageError> {
         self.write(|tx| {
             let taken: i64 = tx.query_row(
-                "SELECT COUNT(*) FROM trials t LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
-                 WHERE t.study_id = ?1 AND (t.state IN ('COMPLETE', 'PRUNED', 'RUNNING')
-                       OR (t.state = 'FAIL' AND COALESCE(x.interrupted, 0) = 0))
-           AND COALESCE(x.discarded, 0) = 0",
+                sql::TAKEN,
                 [study.id],
                 |r| r.get(0),
             )?;
@@ -664,7 +662,7 @@ impl SqliteStorage {
         let q = || -> rusqlite::Result<Vec<Objective>> {
             let dirs = self
                 .conn
-                .prepare_cached(&super::OTHER_DIRECTIONS.replace('$', "?"))?
+                .prepare_cached(sql::OTHER_DIRECTIONS)?
                 .query_map([study], |r| r.get::<_, String>(0))?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             if dirs.is_empty() {
@@ -672,9 +670,7 @@ impl SqliteStorage {
             }
             let names: Option<String> = self
                 .conn
-                .query_row(&super::METRIC_NAMES.replace('$', "?"), [study], |r| {
-                    r.get(0)
-                })
+                .query_row(sql::METRIC_NAMES, [study], |r| r.get(0))
                 .optional()?;
             Ok(super::others_of(&dirs, names.as_deref()))
         };
@@ -1159,10 +1155,10 @@ impl Storage for SqliteStorage {
                     gpu.map(|g| i64::from(g.samples)),
                 ],
             )?;
-            let put = super::PUT_USER_ATTR.replace('$', "?");
+            let put = sql::PUT_USER_ATTR;
             if !interrupted {
                 let last: Option<String> = tx
-                    .query_row(&super::LAST_METRICS.replace('$', "?"), [trial_id], |r| {
+                    .query_row(sql::LAST_METRICS, [trial_id], |r| {
                         r.get(0)
                     })
                     .optional()?;
@@ -1217,8 +1213,8 @@ impl Storage for SqliteStorage {
                 [study.id],
                 |r| r.get(0),
             )?;
-            for sql in super::DELETE_STUDY {
-                tx.execute(&sql.replace("$1", "?1"), [study.id])?;
+            for statement in sql::DELETE_STUDY {
+                tx.execute(statement, [study.id])?;
             }
             Ok(n as u64)
         })
@@ -1230,11 +1226,13 @@ impl Storage for SqliteStorage {
         numbers: &[u64],
         discarded: bool,
     ) -> Result<u64, StorageError> {
-        let sql = super::SET_DISCARDED.replace('$', "?");
         self.write(|tx| {
             let mut changed = 0;
             for &n in numbers {
-                changed += tx.execute(&sql, params![study.id, n as i64, i64::from(discarded)])?;
+                changed += tx.execute(
+                    sql::SET_DISCARDED,
+                    params![i64::from(discarded), study.id, n as i64],
+                )?;
             }
             Ok(changed as u64)
         })
@@ -1355,14 +1353,7 @@ impl Storage for SqliteStorage {
     fn counted(&self, study: &StudyRow) -> Result<u64, StorageError> {
         let n: i64 = self
             .conn
-            .query_row(
-                "SELECT COUNT(*) FROM trials t LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
-                 WHERE t.study_id = ?1 AND (t.state IN ('COMPLETE', 'PRUNED')
-                       OR (t.state = 'FAIL' AND COALESCE(x.interrupted, 0) = 0))
-           AND COALESCE(x.discarded, 0) = 0",
-                [study.id],
-                |r| r.get(0),
-            )
+            .query_row(sql::COUNTED, [study.id], |r| r.get(0))
             .map_err(|e| self.err(e))?;
         Ok(n as u64)
     }
