@@ -350,6 +350,48 @@ pub(crate) fn gpu_of_columns(
     })
 }
 
+/// Why a running trial's owner is gone, the decision [`Storage::recover_interrupted`] makes
+/// the same way on every backend: its tune process died on this machine, or nothing of it
+/// (trial heartbeat, worker heartbeat, start) is newer than the grace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gone {
+    /// The owner ran here (`host`), and its process (`pid`, not this one) is dead.
+    Died { pid: i64 },
+    /// No sign of life for longer than the grace.
+    Silent,
+}
+
+impl Gone {
+    /// Whether a running trial of owner (`host`, `pid`) is gone; `stale`: its last sign of
+    /// life is older than the grace (or there is none). A dead process here wins: it is the
+    /// more precise reason.
+    pub(crate) fn of(host: Option<&str>, pid: Option<i64>, stale: bool) -> Option<Gone> {
+        let me = std::process::id() as i64;
+        match (host, pid) {
+            (Some(h), Some(pid))
+                if h == host::hostname() && pid != me && !host::process_alive(pid) =>
+            {
+                Some(Gone::Died { pid })
+            }
+            _ if stale => Some(Gone::Silent),
+            _ => None,
+        }
+    }
+
+    /// The reason the interrupted trial is stored with, worded the same on every backend.
+    pub(crate) fn reason(self, grace: Duration) -> String {
+        match self {
+            Gone::Died { pid } => {
+                format!("interrupted: the tune process (pid {pid}) that ran it died")
+            }
+            Gone::Silent => format!(
+                "interrupted: no heartbeat for more than {}s",
+                grace.as_secs()
+            ),
+        }
+    }
+}
+
 /// The study file as `tune_studies` keeps it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredStudyFile {
@@ -735,5 +777,50 @@ pub(crate) mod fixtures {
         p.insert("opt".into(), ParamValue::Str("adam".into()));
         p.insert("k".into(), ParamValue::Int(3));
         p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_owner_is_gone_when_its_process_here_died_or_it_fell_silent() {
+        let here = host::hostname();
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawns true");
+        let dead = i64::from(child.id());
+        child.wait().expect("true exits");
+        let me = std::process::id() as i64;
+        assert_eq!(
+            Gone::of(Some(&here), Some(dead), false),
+            Some(Gone::Died { pid: dead })
+        );
+        // A dead process is the more precise reason, even when the owner is silent too.
+        assert_eq!(
+            Gone::of(Some(&here), Some(dead), true),
+            Some(Gone::Died { pid: dead })
+        );
+        assert_eq!(Gone::of(Some(&here), Some(me), false), None);
+        assert_eq!(Gone::of(Some("elsewhere"), Some(dead), false), None);
+        assert_eq!(
+            Gone::of(Some("elsewhere"), Some(dead), true),
+            Some(Gone::Silent)
+        );
+        assert_eq!(Gone::of(None, None, true), Some(Gone::Silent));
+    }
+
+    #[test]
+    fn the_interrupted_reason_is_worded_once() {
+        let grace = Duration::from_secs(30);
+        assert_eq!(
+            Gone::Died { pid: 42 }.reason(grace),
+            "interrupted: the tune process (pid 42) that ran it died"
+        );
+        assert_eq!(
+            Gone::Silent.reason(grace),
+            "interrupted: no heartbeat for more than 30s"
+        );
     }
 }

@@ -33,12 +33,12 @@ use self::connect::PgFault;
 use super::codec::{
     StoredStatus, decode_with, direction_of, direction_text, stored_value, value_type,
 };
-use super::host::{hostname, process_alive};
+use super::host::hostname;
 use super::sql;
 use super::url::PgUrl;
 use super::{
-    ClaimRequest, History, NewStudy, Propose, ServerFault, Storage, StorageError, StoredReport,
-    StoredStudyFile, StudyRow, StudySummary,
+    ClaimRequest, Gone, History, NewStudy, Propose, ServerFault, Storage, StorageError,
+    StoredReport, StoredStudyFile, StudyRow, StudySummary,
 };
 use crate::space::{Params, Space};
 use crate::trial::{
@@ -1018,8 +1018,6 @@ impl Storage for PostgresStorage {
         study: &StudyRow,
         grace: Duration,
     ) -> Result<Vec<u64>, StorageError> {
-        let here = hostname();
-        let me = std::process::id() as i64;
         let sid = id32(study.id);
         let grace_s = grace.as_secs_f64();
         self.run(|c| {
@@ -1036,17 +1034,14 @@ impl Storage for PostgresStorage {
                 ),
                 &[&sid, &grace_s],
             )?;
-            let gone: Vec<i32> = rows
+            let gone: Vec<(i32, Gone)> = rows
                 .iter()
-                .filter(|r| {
+                .filter_map(|r| {
                     let host: Option<String> = r.get(1);
-                    let pid: Option<i64> = r.get(2);
                     let stale: Option<bool> = r.get(3);
-                    let dead_here = host.as_deref() == Some(here.as_str())
-                        && pid.is_some_and(|p| p != me && !process_alive(p));
-                    stale.unwrap_or(true) || dead_here
+                    let gone = Gone::of(host.as_deref(), r.get(2), stale.unwrap_or(true))?;
+                    Some((r.get(0), gone))
                 })
-                .map(|r| r.get(0))
                 .collect();
             if gone.is_empty() {
                 return Ok(Vec::new());
@@ -1054,7 +1049,7 @@ impl Storage for PostgresStorage {
             let tx = c.transaction()?;
             lock_study(&tx, &self.stmts, sid)?;
             let mut out = Vec::new();
-            for id in gone {
+            for &(id, gone) in &gone {
                 // Still running? Another process may have recovered it meanwhile, or its
                 // owner finished it.
                 let Some(r) = tx.query_opt(
@@ -1075,7 +1070,7 @@ impl Storage for PostgresStorage {
                 tx.execute(
                     "INSERT INTO tune_trials (trial_id, error, interrupted) VALUES ($1, $2, 1)
                      ON CONFLICT (trial_id) DO UPDATE SET error = excluded.error, interrupted = 1",
-                    &[&id, &"interrupted: its worker stopped answering"],
+                    &[&id, &gone.reason(grace)],
                 )?;
                 requeue(&tx, &self.stmts, sid, id, number)?;
                 out.push(number as u64);

@@ -14,10 +14,10 @@ mod watch;
 use super::codec::{
     StoredStatus, decode_with, direction_of, direction_text, parse_time, stored_value, value_type,
 };
-use super::host::{hostname, process_alive};
+use super::host::hostname;
 use super::sql;
 use super::{
-    ClaimRequest, History, NewStudy, Propose, Storage, StorageError, StoredReport, StudyRow,
+    ClaimRequest, Gone, History, NewStudy, Propose, Storage, StorageError, StoredReport, StudyRow,
     StudySummary, now_text,
 };
 use crate::space::{Params, Space};
@@ -907,8 +907,6 @@ impl Storage for SqliteStorage {
         study: &StudyRow,
         grace: Duration,
     ) -> Result<Vec<u64>, StorageError> {
-        let host = hostname();
-        let me = std::process::id() as i64;
         // Saturating: `DateTime - TimeDelta` panics past chrono's range, and a grace that
         // long means "never interrupted by age" (the spec bounds it anyway).
         let cutoff = chrono::TimeDelta::from_std(grace)
@@ -936,25 +934,11 @@ impl Storage for SqliteStorage {
                 .collect::<Result<_, _>>()?;
             let mut recovered = Vec::new();
             for (trial_id, number, whost, wpid, beat) in rows {
-                let dead_here = match (&whost, wpid) {
-                    (Some(h), Some(pid)) if *h == host => pid != me && !process_alive(pid),
-                    _ => false,
-                };
                 let stale = beat.as_deref().is_none_or(|b| b < cutoff.as_str());
-                if !(dead_here || stale) {
+                let Some(gone) = Gone::of(whost.as_deref(), wpid, stale) else {
                     continue;
-                }
-                let why = if dead_here {
-                    format!(
-                        "interrupted: the tune process (pid {}) that ran it died",
-                        wpid.unwrap_or(0)
-                    )
-                } else {
-                    format!(
-                        "interrupted: no heartbeat for more than {}s",
-                        grace.as_secs()
-                    )
                 };
+                let why = gone.reason(grace);
                 finish_in(tx, trial_id, TrialState::Failed, None)?;
                 tx.execute(
                     "INSERT INTO tune_trials (trial_id, error, interrupted) VALUES (?1, ?2, 1)
