@@ -6,9 +6,17 @@
 //!   waiting happens where the timeout applies and no "database is locked" reaches the user, and
 //!   trial numbers are given out inside such a transaction, exactly once each.
 //! - PostgreSQL (`postgres`): the same schema on a server, for workers on many machines sharing
-//!   one study; numbers are given out under the study's row lock, liveness by heartbeats.
+//!   one study; numbers are given out under the study's advisory lock, liveness by heartbeats.
 //! - Memory (`memory`): the reference the conformance suite holds the other two to, and the
 //!   store of the benchmarks and the pruner testkit.
+//!
+//! The two database backends mirror each other and import nothing from each other: what both
+//! need is here. This file: the trait and the decisions every backend makes alike (the
+//! history, a trial's ending, when a running trial's owner is [`Gone`]); `codec`: how a status,
+//! a value, a param, a direction and a time are stored, Optuna's spellings included; `sql`: the
+//! statements both dialects share, once; `watch` and `copy`: the backend-neutral halves of
+//! `tune watch` and `tune copy`. Each backend's folder keeps its I/O (`sqlite/{mod, watch,
+//! copy}`, `postgres/{mod, connect, watch, copy, blocking}`).
 //!
 //! What does not belong here: deciding anything (samplers, pruners, the engine) or turning rows
 //! into UI events (`events::replay`).
