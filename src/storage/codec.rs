@@ -2,11 +2,15 @@
 //! columns (and tune's) hold it, a value with its `value_type` (infinities and NaN), a param
 //! from its internal value and distribution, a time as Optuna's naive-UTC text.
 
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use super::DATETIME_FORMAT;
-use crate::space::ParamValue;
-use crate::trial::{Direction, GpuTelemetry, Placement, Ran, TrialState, TrialStatus};
+use crate::space::{ParamValue, Params};
+use crate::trial::{
+    Direction, GpuTelemetry, Placement, Ran, Trial, TrialId, TrialNumber, TrialState, TrialStatus,
+    WorkerId,
+};
 
 /// Optuna's spelling of a direction in `study_directions`. (A trial state's spelling is
 /// [`TrialState::optuna`], beside the type.)
@@ -29,7 +33,7 @@ pub(crate) fn direction_of(text: Option<&str>) -> Direction {
 
 /// A stored value back from Optuna's (value, value_type) pair: infinities and NaN are stored
 /// as NULL with their type.
-pub(crate) fn stored_value(value: Option<f64>, value_type: Option<&str>) -> Option<f64> {
+fn stored_value(value: Option<f64>, value_type: Option<&str>) -> Option<f64> {
     match value_type {
         Some("INF_POS") => Some(f64::INFINITY),
         Some("INF_NEG") => Some(f64::NEG_INFINITY),
@@ -77,9 +81,74 @@ pub fn parse_time(text: &str) -> Option<SystemTime> {
     Some(SystemTime::UNIX_EPOCH + Duration::from_micros(micros))
 }
 
+/// A trial's row as every backend's trial query reads it (Optuna's `trials` and `trial_values`
+/// row 0, tune's `tune_trials`, the worker's host, the last report's metrics), each column
+/// already in Rust's types: the one place a row becomes a [`Trial`].
+pub(crate) struct TrialRow {
+    pub id: i64,
+    pub number: i64,
+    pub state: String,
+    pub value: Option<f64>,
+    pub value_type: Option<String>,
+    pub started: Option<SystemTime>,
+    pub finished: Option<SystemTime>,
+    pub error: Option<String>,
+    pub device: Option<String>,
+    pub trial_dir: Option<String>,
+    pub logs_json: Option<String>,
+    pub log_tail: Option<String>,
+    pub pruned_step: Option<i64>,
+    pub interrupted: bool,
+    /// The last report's metrics (JSON); `None` where the query does not read them.
+    pub metrics_json: Option<String>,
+    pub worker: Option<i64>,
+    pub slot: Option<i64>,
+    pub host: Option<String>,
+    pub discarded: bool,
+    pub gpu: Option<GpuTelemetry>,
+}
+
+impl TrialRow {
+    pub(crate) fn into_trial(self, params: Params) -> Trial {
+        let status = StoredStatus {
+            state: TrialState::from_optuna(&self.state).unwrap_or(TrialState::Failed),
+            value: stored_value(self.value, self.value_type.as_deref()),
+            error: self.error,
+            log_tail: self.log_tail,
+            pruned_step: self.pruned_step.map(|s| s.max(0) as u64),
+            interrupted: self.interrupted,
+            at: Placement {
+                worker: self.worker.map(WorkerId),
+                slot: self.slot.map(|s| s.max(0) as usize),
+                device: self.device,
+                host: self.host,
+            },
+            started: self.started,
+            finished: self.finished,
+            gpu: self.gpu,
+        };
+        Trial {
+            id: TrialId(self.id),
+            number: TrialNumber(self.number.max(0) as u64),
+            params,
+            status: status.into_status(),
+            trial_dir: self.trial_dir.map(PathBuf::from),
+            logs: self
+                .logs_json
+                .and_then(|l| serde_json::from_str::<Vec<PathBuf>>(&l).ok())
+                .unwrap_or_default(),
+            metrics: self
+                .metrics_json
+                .map(|m| super::metrics_from_json(&m))
+                .unwrap_or_default(),
+            discarded: self.discarded,
+        }
+    }
+}
+
 /// A trial's state as its columns hold it, before it becomes a [`TrialStatus`]: the one
 /// mapping from Optuna's rows (and tune's) to the lifecycle.
-pub(crate) struct StoredStatus {
+struct StoredStatus {
     pub state: TrialState,
     pub value: Option<f64>,
     pub error: Option<String>,
@@ -93,7 +162,7 @@ pub(crate) struct StoredStatus {
 }
 
 impl StoredStatus {
-    pub(crate) fn into_status(self) -> TrialStatus {
+    fn into_status(self) -> TrialStatus {
         let ran = Ran {
             at: self.at.clone(),
             started: self.started,

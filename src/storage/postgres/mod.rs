@@ -30,9 +30,7 @@ use tokio_postgres::{Client, Row};
 
 use self::blocking::{PgResult, Session, Sql};
 use self::connect::PgFault;
-use super::codec::{
-    StoredStatus, decode_with, direction_of, direction_text, stored_value, value_type,
-};
+use super::codec::{TrialRow, decode_with, direction_of, direction_text, value_type};
 use super::host::hostname;
 use super::sql;
 use super::url::PgUrl;
@@ -42,8 +40,8 @@ use super::{
 };
 use crate::space::{Params, Space};
 use crate::trial::{
-    Direction, FinishedTrial, Placement, Report, Trial, TrialId, TrialNumber, TrialState,
-    TrialStatus, WorkerId,
+    Direction, FinishedTrial, Report, Trial, TrialId, TrialNumber, TrialState, TrialStatus,
+    WorkerId,
 };
 
 /// The migrations, in order; `tune_schema_version` records how many were applied.
@@ -520,27 +518,26 @@ fn query_trials_where(
 }
 
 fn trial_of_row(r: &Row) -> Trial {
-    let state: String = r.get(2);
-    let value: Option<f64> = r.get(3);
-    let vtype: Option<String> = r.get(4);
-    let logs: Option<String> = r.get(10);
-    let metrics: Option<String> = r.get(14);
-    let at = Placement {
-        worker: r.get::<_, Option<i64>>(15).map(WorkerId),
-        slot: r.get::<_, Option<i32>>(16).map(|s| s.max(0) as usize),
-        device: r.get(8),
-        host: r.get(17),
-    };
-    let status = StoredStatus {
-        state: TrialState::from_optuna(&state).unwrap_or(TrialState::Failed),
-        value: stored_value(value, vtype.as_deref()),
-        error: r.get(7),
-        log_tail: r.get(11),
-        pruned_step: r.get::<_, Option<i64>>(12).map(|s| s.max(0) as u64),
-        interrupted: r.get::<_, i32>(13) != 0,
-        at,
+    TrialRow {
+        id: r.get::<_, i32>(0).into(),
+        number: r.get::<_, i32>(1).into(),
+        state: r.get(2),
+        value: r.get(3),
+        value_type: r.get(4),
         started: to_system(r.get(5)),
         finished: to_system(r.get(6)),
+        error: r.get(7),
+        device: r.get(8),
+        trial_dir: r.get(9),
+        logs_json: r.get(10),
+        log_tail: r.get(11),
+        pruned_step: r.get(12),
+        interrupted: r.get::<_, i32>(13) != 0,
+        metrics_json: r.get(14),
+        worker: r.get(15),
+        slot: r.get::<_, Option<i32>>(16).map(i64::from),
+        host: r.get(17),
+        discarded: r.get::<_, i32>(18) != 0,
         gpu: super::gpu_of_columns(
             r.get(19),
             r.get::<_, Option<String>>(20).as_deref(),
@@ -548,21 +545,8 @@ fn trial_of_row(r: &Row) -> Trial {
             r.get(22),
             r.get::<_, Option<i32>>(23).map(i64::from),
         ),
-    };
-    Trial {
-        id: TrialId(r.get::<_, i32>(0) as i64),
-        number: TrialNumber(r.get::<_, i32>(1) as u64),
-        params: Params::new(),
-        status: status.into_status(),
-        trial_dir: r.get::<_, Option<String>>(9).map(PathBuf::from),
-        logs: logs
-            .and_then(|l| serde_json::from_str::<Vec<PathBuf>>(&l).ok())
-            .unwrap_or_default(),
-        metrics: metrics
-            .map(|m| super::metrics_from_json(&m))
-            .unwrap_or_default(),
-        discarded: r.get::<_, i32>(18) != 0,
     }
+    .into_trial(Params::new())
 }
 
 /// The intermediate values of the study's trials `ids`, by trial and step.

@@ -11,9 +11,7 @@ use rusqlite::{
 mod copy;
 mod watch;
 
-use super::codec::{
-    StoredStatus, decode_with, direction_of, direction_text, parse_time, stored_value, value_type,
-};
+use super::codec::{TrialRow, decode_with, direction_of, direction_text, parse_time, value_type};
 use super::host::hostname;
 use super::sql;
 use super::{
@@ -22,8 +20,7 @@ use super::{
 };
 use crate::space::{Params, Space};
 use crate::trial::{
-    Direction, Objective, Placement, Report, Trial, TrialId, TrialNumber, TrialState, TrialStatus,
-    WorkerId,
+    Direction, Objective, Report, Trial, TrialId, TrialNumber, TrialState, TrialStatus, WorkerId,
 };
 
 /// The migrations, in order. `user_version` records how many were applied.
@@ -497,16 +494,11 @@ impl SqliteStorage {
         } else {
             ("AND ?3 IS NULL", "AND ?2 IS NULL")
         };
+        let cols = trial_columns(LAST_METRICS_COLUMN);
         let mut stmt = self
             .conn
             .prepare_cached(&format!(
-                "SELECT t.trial_id, t.number, t.state, v.value, v.value_type, t.datetime_start, t.datetime_complete,
-                        x.error, x.device, x.trial_dir, x.logs_json, x.log_tail, x.pruned_step,
-                        COALESCE(x.interrupted, 0),
-                        (SELECT metrics_json FROM tune_reports r WHERE r.trial_id = t.trial_id ORDER BY seq DESC LIMIT 1),
-                        x.worker_id, x.slot, w.host, COALESCE(x.discarded, 0),
-                        x.gpu_peak_mem_mb, x.gpu_mem_scope, x.gpu_mean_sm_pct, x.gpu_mean_mem_bw_pct,
-                        x.gpu_samples
+                "SELECT {cols}
                  FROM trials t
                  LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0
                  LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
@@ -519,55 +511,7 @@ impl SqliteStorage {
         let mut rows = stmt
             .query_map(
                 params![study.id, state_filter, number.map(|n| n as i64)],
-                |r| {
-                    let state: String = r.get(2)?;
-                    let value: Option<f64> = r.get(3)?;
-                    let vtype: Option<String> = r.get(4)?;
-                    let start: Option<String> = r.get(5)?;
-                    let end: Option<String> = r.get(6)?;
-                    let error: Option<String> = r.get(7)?;
-                    let trial_dir: Option<String> = r.get(9)?;
-                    let logs: Option<String> = r.get(10)?;
-                    let metrics: Option<String> = r.get(14)?;
-                    let at = Placement {
-                        worker: r.get::<_, Option<i64>>(15)?.map(WorkerId),
-                        slot: r.get::<_, Option<i64>>(16)?.map(|s| s.max(0) as usize),
-                        device: r.get(8)?,
-                        host: r.get(17)?,
-                    };
-                    let row = StoredStatus {
-                        state: TrialState::from_optuna(&state).unwrap_or(TrialState::Failed),
-                        value: stored_value(value, vtype.as_deref()),
-                        error,
-                        log_tail: r.get(11)?,
-                        pruned_step: r.get::<_, Option<i64>>(12)?.map(|s| s.max(0) as u64),
-                        interrupted: r.get::<_, i64>(13)? != 0,
-                        at,
-                        started: start.as_deref().and_then(parse_time),
-                        finished: end.as_deref().and_then(parse_time),
-                        gpu: super::gpu_of_columns(
-                            r.get(19)?,
-                            r.get::<_, Option<String>>(20)?.as_deref(),
-                            r.get(21)?,
-                            r.get(22)?,
-                            r.get(23)?,
-                        ),
-                    };
-                    Ok(Trial {
-                        id: TrialId(r.get(0)?),
-                        number: TrialNumber(r.get::<_, i64>(1)? as u64),
-                        params: Params::new(),
-                        status: row.into_status(),
-                        trial_dir: trial_dir.map(PathBuf::from),
-                        logs: logs
-                            .and_then(|l| serde_json::from_str::<Vec<PathBuf>>(&l).ok())
-                            .unwrap_or_default(),
-                        metrics: metrics
-                            .map(|m| super::metrics_from_json(&m))
-                            .unwrap_or_default(),
-                        discarded: r.get::<_, i64>(18)? != 0,
-                    })
-                },
+                |r| Ok(trial_row(r)?.into_trial(Params::new())),
             )
             .map_err(|e| self.err(e))?
             .collect::<Result<Vec<_>, _>>()
@@ -1354,6 +1298,56 @@ impl Storage for SqliteStorage {
             .map_err(|e| self.err(e))?;
         Ok(n as u64)
     }
+}
+
+/// The last report's metrics of trial `t`, as a column of [`trial_columns`].
+const LAST_METRICS_COLUMN: &str = "(SELECT metrics_json FROM tune_reports r WHERE r.trial_id = t.trial_id ORDER BY seq DESC LIMIT 1)";
+
+/// The columns [`trial_row`] reads, from `trials t`, `trial_values v` (objective 0),
+/// `tune_trials x` and `tune_workers w`; `metrics`: the last report's metrics, or `NULL`.
+pub(super) fn trial_columns(metrics: &str) -> String {
+    format!(
+        "t.trial_id, t.number, t.state, v.value, v.value_type, t.datetime_start, t.datetime_complete,
+         x.error, x.device, x.trial_dir, x.logs_json, x.log_tail, x.pruned_step,
+         COALESCE(x.interrupted, 0), {metrics},
+         x.worker_id, x.slot, w.host, COALESCE(x.discarded, 0),
+         x.gpu_peak_mem_mb, x.gpu_mem_scope, x.gpu_mean_sm_pct, x.gpu_mean_mem_bw_pct,
+         x.gpu_samples"
+    )
+}
+
+/// A row of [`trial_columns`] (the first 24 columns of `r`).
+pub(super) fn trial_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TrialRow> {
+    let start: Option<String> = r.get(5)?;
+    let end: Option<String> = r.get(6)?;
+    Ok(TrialRow {
+        id: r.get(0)?,
+        number: r.get(1)?,
+        state: r.get(2)?,
+        value: r.get(3)?,
+        value_type: r.get(4)?,
+        started: start.as_deref().and_then(parse_time),
+        finished: end.as_deref().and_then(parse_time),
+        error: r.get(7)?,
+        device: r.get(8)?,
+        trial_dir: r.get(9)?,
+        logs_json: r.get(10)?,
+        log_tail: r.get(11)?,
+        pruned_step: r.get(12)?,
+        interrupted: r.get::<_, i64>(13)? != 0,
+        metrics_json: r.get(14)?,
+        worker: r.get(15)?,
+        slot: r.get(16)?,
+        host: r.get(17)?,
+        discarded: r.get::<_, i64>(18)? != 0,
+        gpu: super::gpu_of_columns(
+            r.get(19)?,
+            r.get::<_, Option<String>>(20)?.as_deref(),
+            r.get(21)?,
+            r.get(22)?,
+            r.get(23)?,
+        ),
+    })
 }
 
 /// Queues a new trial with the params of interrupted trial `trial_id` (number `number`), so

@@ -3,16 +3,14 @@
 //! Only `SELECT`s on a connection opened with [`SqliteStorage::open_read_only`]: in WAL mode
 //! a reader never blocks a writer, so the running study's writes never wait on `watch`.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-
 use rusqlite::params;
 
+use super::{trial_columns, trial_row};
 use crate::space::{ParamValue, Params};
-use crate::storage::codec::{StoredStatus, parse_time, stored_value};
+use crate::storage::codec::parse_time;
 use crate::storage::watch::{WatchReport, WatchSource, WatchWorker};
 use crate::storage::{SqliteStorage, Storage, StorageError, StudyRow};
-use crate::trial::{Placement, Trial, TrialId, TrialNumber, TrialState, WorkerId};
+use crate::trial::{Trial, TrialState};
 
 impl WatchSource for SqliteStorage {
     fn storage(&self) -> &dyn Storage {
@@ -99,19 +97,16 @@ impl SqliteStorage {
         // Chunks keep each statement under SQLite's variable limit.
         for chunk in ids.chunks(500) {
             let marks = vec!["?"; chunk.len()].join(",");
+            let cols = trial_columns("NULL");
             let sql = format!(
-                "SELECT t.trial_id, t.number, t.state, v.value, v.value_type, t.datetime_start,
-                        t.datetime_complete, x.error, x.device, x.worker_id, x.slot, x.logs_json,
-                        x.log_tail, x.pruned_step, COALESCE(x.interrupted, 0), w.host, x.trial_dir,
+                "SELECT {cols},
                         (SELECT json_group_object(p.param_name,
                             CASE json_extract(p.distribution_json, '$.name')
                               WHEN 'CategoricalDistribution'
                                 THEN p.distribution_json -> ('$.attributes.choices[' || CAST(p.param_value AS INTEGER) || ']')
                               WHEN 'IntDistribution' THEN CAST(p.param_value AS INTEGER)
                               ELSE p.param_value END)
-                         FROM trial_params p WHERE p.trial_id = t.trial_id),
-                        COALESCE(x.discarded, 0), x.gpu_peak_mem_mb, x.gpu_mem_scope,
-                        x.gpu_mean_sm_pct, x.gpu_mean_mem_bw_pct, x.gpu_samples
+                         FROM trial_params p WHERE p.trial_id = t.trial_id)
                  FROM trials t
                  LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0
                  LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
@@ -124,50 +119,9 @@ impl SqliteStorage {
                 .map_err(|e| self.watch_err(e))?;
             let rows = stmt
                 .query_map(rusqlite::params_from_iter(chunk.iter()), |r| {
-                    let state: String = r.get(2)?;
-                    let value: Option<f64> = r.get(3)?;
-                    let vtype: Option<String> = r.get(4)?;
-                    let value = stored_value(value, vtype.as_deref());
-                    let start: Option<String> = r.get(5)?;
-                    let end: Option<String> = r.get(6)?;
-                    let logs: Option<String> = r.get(11)?;
-                    let trial_dir: Option<String> = r.get(16)?;
-                    let params: Option<String> = r.get(17)?;
-                    let status = StoredStatus {
-                        state: TrialState::from_optuna(&state).unwrap_or(TrialState::Failed),
-                        value,
-                        error: r.get(7)?,
-                        log_tail: r.get(12)?,
-                        pruned_step: r.get::<_, Option<i64>>(13)?.map(|s| s.max(0) as u64),
-                        interrupted: r.get::<_, i64>(14)? != 0,
-                        at: Placement {
-                            worker: r.get::<_, Option<i64>>(9)?.map(WorkerId),
-                            slot: r.get::<_, Option<i64>>(10)?.map(|s| s.max(0) as usize),
-                            device: r.get(8)?,
-                            host: r.get(15)?,
-                        },
-                        started: start.as_deref().and_then(parse_time),
-                        finished: end.as_deref().and_then(parse_time),
-                        gpu: crate::storage::gpu_of_columns(
-                            r.get(19)?,
-                            r.get::<_, Option<String>>(20)?.as_deref(),
-                            r.get(21)?,
-                            r.get(22)?,
-                            r.get(23)?,
-                        ),
-                    };
-                    Ok(Trial {
-                        id: TrialId(r.get(0)?),
-                        number: TrialNumber(r.get::<_, i64>(1)?.max(0) as u64),
-                        params: params.as_deref().map(decode_params).unwrap_or_default(),
-                        status: status.into_status(),
-                        trial_dir: trial_dir.map(PathBuf::from),
-                        logs: logs
-                            .and_then(|l| serde_json::from_str(&l).ok())
-                            .unwrap_or_default(),
-                        metrics: BTreeMap::new(),
-                        discarded: r.get::<_, i64>(18)? != 0,
-                    })
+                    let params: Option<String> = r.get(24)?;
+                    let params = params.as_deref().map(decode_params).unwrap_or_default();
+                    Ok(trial_row(r)?.into_trial(params))
                 })
                 .map_err(|e| self.watch_err(e))?;
             for row in rows {
