@@ -1091,11 +1091,11 @@ impl Storage for SqliteStorage {
                     })
                     .optional()?;
                 for (key, json) in super::user_attributes(last.as_deref()) {
-                    tx.execute(&put, params![trial_id, key, json])?;
+                    tx.execute(put, params![trial_id, key, json])?;
                 }
             }
             for (key, json) in super::gpu_user_attributes(gpu) {
-                tx.execute(&put, params![trial_id, key, json])?;
+                tx.execute(put, params![trial_id, key, json])?;
             }
             if interrupted {
                 // Run the same params again: the interruption was not the trial's fault.
