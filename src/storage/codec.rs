@@ -42,6 +42,7 @@ fn stored_value(value: Option<f64>, value_type: Option<&str>) -> Option<f64> {
     }
 }
 
+/// Optuna's `value_type` of a value (its `value` column holds NULL unless the value is finite).
 pub(crate) fn value_type(v: f64) -> &'static str {
     if v.is_nan() {
         "NAN"
@@ -52,6 +53,12 @@ pub(crate) fn value_type(v: f64) -> &'static str {
     } else {
         "FINITE"
     }
+}
+
+/// [`value_type`] where the column is PostgreSQL's `trialvaluetype` enum, which has no `NAN`: a
+/// NaN (a failure upstream, which should never get here) is stored as a finite NULL.
+pub(crate) fn value_type_without_nan(v: f64) -> &'static str {
+    if v.is_nan() { "FINITE" } else { value_type(v) }
 }
 
 /// Decodes a stored param from Optuna's internal value and its parsed distribution, without
@@ -201,6 +208,25 @@ impl StoredStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn values_keep_their_type_and_postgresql_has_no_nan_type() {
+        for (v, t) in [
+            (0.5, "FINITE"),
+            (f64::INFINITY, "INF_POS"),
+            (f64::NEG_INFINITY, "INF_NEG"),
+            (f64::NAN, "NAN"),
+        ] {
+            assert_eq!(value_type(v), t);
+            let back = stored_value(v.is_finite().then_some(v), Some(t)).expect("a value");
+            assert!(
+                back == v || (back.is_nan() && v.is_nan()),
+                "{v} read back as {back}"
+            );
+        }
+        assert_eq!(value_type_without_nan(f64::NAN), "FINITE");
+        assert_eq!(value_type_without_nan(f64::INFINITY), "INF_POS");
+    }
 
     #[test]
     fn optuna_datetimes_parse_to_system_time() {

@@ -30,7 +30,9 @@ use tokio_postgres::{Client, Row};
 
 use self::blocking::{PgResult, Session, Sql};
 use self::connect::PgFault;
-use super::codec::{TrialRow, decode_with, direction_of, direction_text, value_type};
+use super::codec::{
+    TrialRow, decode_with, direction_of, direction_text, value_type, value_type_without_nan,
+};
 use super::host::hostname;
 use super::sql;
 use super::url::PgUrl;
@@ -1263,11 +1265,7 @@ impl Storage for PostgresStorage {
                     &st.get(&tx, PUT_VALUE)?,
                     // Optuna's trial_values have no NaN type; a NaN objective is a failure
                     // upstream, and is stored as a finite NULL if it ever gets here.
-                    &[
-                        &id,
-                        &v.is_finite().then_some(v),
-                        &value_type(v).replace("NAN", "FINITE"),
-                    ],
+                    &[&id, &v.is_finite().then_some(v), &value_type_without_nan(v)],
                 )?;
             }
             for (i, v) in status.others().iter().enumerate() {
@@ -1277,7 +1275,7 @@ impl Storage for PostgresStorage {
                         &id,
                         &(i as i32 + 1),
                         &v.is_finite().then_some(*v),
-                        &value_type(*v).replace("NAN", "FINITE"),
+                        &value_type_without_nan(*v),
                     ],
                 )?;
             }
