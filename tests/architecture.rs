@@ -133,6 +133,42 @@ fn samplers_and_pruners_stay_pure() {
     }
 }
 
+/// The lines of every file under `src/<room>` that name any of `banned`, outside comments,
+/// test modules included.
+fn offenders_with_tests(room: &str, banned: &[&str]) -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(room);
+    let mut out = Vec::new();
+    for f in rust_files(&root) {
+        let text = std::fs::read_to_string(&f).expect("readable source file");
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if banned.iter().any(|b| code.contains(b)) {
+                out.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+            }
+        }
+    }
+    out
+}
+
+/// The two database backends mirror each other: what both need (how a status, a value, a
+/// direction is stored; the statements they share; the test fixtures) lives in `storage/`
+/// itself, never in the other backend.
+#[test]
+fn the_storage_backends_import_nothing_from_each_other() {
+    let bad = offenders_with_tests("storage/postgres", &["sqlite", "rusqlite"]);
+    assert!(
+        bad.is_empty(),
+        "storage/postgres imports from SQLite:\n{}",
+        bad.join("\n")
+    );
+    let bad = offenders_with_tests("storage/sqlite", &["postgres", "Postgres"]);
+    assert!(
+        bad.is_empty(),
+        "storage/sqlite imports from PostgreSQL:\n{}",
+        bad.join("\n")
+    );
+}
+
 #[test]
 fn storage_and_the_engine_know_nothing_of_the_scheduler_or_the_ui() {
     for room in ["storage", "engine", "events"] {

@@ -43,7 +43,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::sqlite::fixtures::{params, space};
+use super::fixtures::{params, space};
 use super::{
     ClaimRequest, MemoryStorage, NewStudy, PostgresStorage, SqliteStorage, Storage, StorageUrl,
     StudyRow,
