@@ -35,10 +35,9 @@
 //! | `delete_study` | `deleting_a_study_removes_it_whole_and_leaves_the_others`, `workers_get_distinct_ids_…` |
 //! | `set_discarded` | `a_discarded_trial_is_kept_but_left_out_of_the_history_the_budget_and_the_best` (both ways) |
 //!
-//! Not pinned, because the backends differ there today: the words after "interrupted" in a
-//! recovered trial's reason (SQLite and memory say "no heartbeat for more than Ns", SQLite
-//! also "the tune process (pid N) that ran it died", PostgreSQL "its worker stopped
-//! answering"), and the order of the numbers `recover_interrupted` returns (none asks for one).
+//! A recovered trial's reason is worded once for every backend (`storage::Gone::reason`); the
+//! workers here are silent, not dead, so every backend must say "no heartbeat". Not pinned:
+//! the order of the numbers `recover_interrupted` returns (no caller asks for one).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -899,8 +898,8 @@ fn numbers_in(s: &dyn Storage, study: &StudyRow, state: TrialState) -> Vec<u64> 
 }
 
 /// What every backend says of a trial its recovery declared interrupted: failed, through no
-/// fault of its own, for a reason that starts with "interrupted" (the rest of the wording is
-/// the backend's own), ended where it ran.
+/// fault of its own, for the one reason every backend gives a silent owner, ended where it
+/// ran.
 fn assert_recovered(s: &dyn Storage, study: &StudyRow, claimed: &Trial, name: &str) {
     let back = s
         .trial(study, claimed.number.0)
@@ -909,7 +908,10 @@ fn assert_recovered(s: &dyn Storage, study: &StudyRow, claimed: &Trial, name: &s
     assert_eq!(back.state(), TrialState::Failed, "{name}: {back:?}");
     assert!(back.status.interrupted(), "{name}: {back:?}");
     let reason = back.status.reason().unwrap_or_default();
-    assert!(reason.starts_with("interrupted"), "{name}: {reason}");
+    assert!(
+        reason.starts_with("interrupted: no heartbeat for more than "),
+        "{name}: {reason}"
+    );
     assert!(back.status.finished().is_some(), "{name}: an end time");
     assert_eq!(
         back.status.placement().and_then(|p| p.worker),

@@ -261,10 +261,8 @@ impl Storage for Data {
                 gpu: None,
             };
             s.trial.status = TrialStatus::Failed {
-                reason: format!(
-                    "interrupted: no heartbeat for more than {}s",
-                    grace.as_secs()
-                ),
+                // Nothing dies here but the store itself: its trials only fall silent.
+                reason: super::Gone::Silent.reason(grace),
                 log_tail: None,
                 interrupted: true,
                 ran,
