@@ -129,6 +129,32 @@ pub struct StudySummary {
     pub pareto_front: Option<u64>,
 }
 
+/// A study's trials counted by state, as [`sql::LIST_STUDIES`] reads them: all, queued,
+/// running, complete, pruned, failed (a SUM over no trial is NULL: none).
+pub(crate) type StudyCounts = [Option<i64>; 6];
+
+impl StudySummary {
+    /// A listed study from one row of [`sql::LIST_STUDIES`], its best still to be filled in.
+    pub(crate) fn of_row(study: &StudyRow, counts: StudyCounts) -> StudySummary {
+        let n = |i: usize| counts[i].unwrap_or(0).max(0) as u64;
+        StudySummary {
+            name: study.name.clone(),
+            direction: study.direction,
+            metric: study.metric.clone(),
+            trials: n(0),
+            queued: n(1),
+            running: n(2),
+            complete: n(3),
+            pruned: n(4),
+            failed: n(5),
+            best_value: None,
+            best_trial: None,
+            others: Vec::new(),
+            pareto_front: None,
+        }
+    }
+}
+
 /// What samplers learn from: the finished trials (interrupted ones left out: their reruns
 /// stand for them) and the params of the running and queued ones (pending).
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -64,6 +64,24 @@ pub(crate) const OTHER_DIRECTIONS: &str = "SELECT CAST(direction AS TEXT) FROM s
 pub(crate) const METRIC_NAMES: &str = r#"SELECT value_json FROM study_system_attributes
      WHERE study_id = $1 AND "key" = 'study:metric_names'"#;
 
+/// Every study with its first objective's direction (as text), its metric and its trials
+/// counted by state: columns id, name, direction, metric, then the counts in the order of
+/// [`super::StudyCounts`] (all, queued, running, complete, pruned, failed).
+pub(crate) const LIST_STUDIES: &str =
+    "SELECT s.study_id, s.study_name, CAST(d.direction AS TEXT), COALESCE(ts.metric, 'value'),
+        COUNT(t.trial_id),
+        SUM(CASE WHEN t.state = 'WAITING' THEN 1 ELSE 0 END),
+        SUM(CASE WHEN t.state = 'RUNNING' THEN 1 ELSE 0 END),
+        SUM(CASE WHEN t.state = 'COMPLETE' THEN 1 ELSE 0 END),
+        SUM(CASE WHEN t.state = 'PRUNED' THEN 1 ELSE 0 END),
+        SUM(CASE WHEN t.state = 'FAIL' THEN 1 ELSE 0 END)
+     FROM studies s
+     LEFT JOIN study_directions d ON d.study_id = s.study_id AND d.objective = 0
+     LEFT JOIN tune_studies ts ON ts.study_id = s.study_id
+     LEFT JOIN trials t ON t.study_id = s.study_id
+     GROUP BY s.study_id, s.study_name, d.direction, ts.metric
+     ORDER BY s.study_id";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,6 +95,7 @@ mod tests {
             SET_DISCARDED,
             OTHER_DIRECTIONS,
             METRIC_NAMES,
+            LIST_STUDIES,
         ];
         all.extend(DELETE_STUDY);
         all

@@ -38,7 +38,7 @@ use super::sql;
 use super::url::PgUrl;
 use super::{
     ClaimRequest, Gone, History, NewStudy, Propose, ServerFault, Storage, StorageError,
-    StoredReport, StoredStudyFile, StudyRow, StudySummary,
+    StoredReport, StoredStudyFile, StudyCounts, StudyRow, StudySummary,
 };
 use crate::space::{Params, Space};
 use crate::trial::{
@@ -908,47 +908,26 @@ impl Storage for PostgresStorage {
     }
 
     fn list_studies(&self) -> Result<Vec<StudySummary>, StorageError> {
-        let rows = self.run(|c| {
-            c.query(
-            "SELECT s.study_id, s.study_name, d.direction::text, COALESCE(ts.metric, 'value'),
-                COUNT(t.trial_id),
-                COUNT(*) FILTER (WHERE t.state = 'WAITING'), COUNT(*) FILTER (WHERE t.state = 'RUNNING'),
-                COUNT(*) FILTER (WHERE t.state = 'COMPLETE'), COUNT(*) FILTER (WHERE t.state = 'PRUNED'),
-                COUNT(*) FILTER (WHERE t.state = 'FAIL')
-             FROM studies s
-             LEFT JOIN study_directions d ON d.study_id = s.study_id AND d.objective = 0
-             LEFT JOIN tune_studies ts ON ts.study_id = s.study_id
-             LEFT JOIN trials t ON t.study_id = s.study_id
-             GROUP BY s.study_id, s.study_name, d.direction, ts.metric ORDER BY s.study_id",
-            &[],
-        )
-        })?;
+        let rows = self.run(|c| c.query(sql::LIST_STUDIES, &[]))?;
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
-            let n = |i: usize| r.get::<_, i64>(i) as u64;
-            let row = StudyRow {
+            let study = StudyRow {
                 id: r.get::<_, i32>(0) as i64,
                 name: r.get(1),
                 direction: direction_of(r.get::<_, Option<&str>>(2)),
                 metric: r.get(3),
                 others: Vec::new(),
             };
-            let best = self.best(&row)?;
-            out.push(StudySummary {
-                others: Vec::new(),
-                pareto_front: None,
-                name: row.name.clone(),
-                direction: row.direction,
-                metric: row.metric.clone(),
-                trials: n(4),
-                queued: n(5),
-                running: n(6),
-                complete: n(7),
-                pruned: n(8),
-                failed: n(9),
-                best_value: best.map(|b| b.1),
-                best_trial: best.map(|b| b.0),
-            });
+            let mut counts: StudyCounts = [None; 6];
+            for (i, c) in counts.iter_mut().enumerate() {
+                *c = r.get::<_, Option<i64>>(4 + i);
+            }
+            let mut s = StudySummary::of_row(&study, counts);
+            if let Some((n, v)) = self.best(&study)? {
+                s.best_trial = Some(n);
+                s.best_value = Some(v);
+            }
+            out.push(s);
         }
         Ok(out)
     }

@@ -15,8 +15,8 @@ use super::codec::{TrialRow, decode_with, direction_of, direction_text, parse_ti
 use super::host::hostname;
 use super::sql;
 use super::{
-    ClaimRequest, Gone, History, NewStudy, Propose, Storage, StorageError, StoredReport, StudyRow,
-    StudySummary, now_text,
+    ClaimRequest, Gone, History, NewStudy, Propose, Storage, StorageError, StoredReport,
+    StudyCounts, StudyRow, StudySummary, now_text,
 };
 use crate::space::{Params, Space};
 use crate::trial::{
@@ -732,46 +732,30 @@ impl Storage for SqliteStorage {
     fn list_studies(&self) -> Result<Vec<StudySummary>, StorageError> {
         let mut stmt = self
             .conn
-            .prepare(
-                "SELECT s.study_name, d.direction, COALESCE(ts.metric, 'value'),
-                    COUNT(t.trial_id),
-                    SUM(t.state = 'WAITING'), SUM(t.state = 'RUNNING'), SUM(t.state = 'COMPLETE'),
-                    SUM(t.state = 'PRUNED'), SUM(t.state = 'FAIL')
-                 FROM studies s
-                 LEFT JOIN study_directions d ON d.study_id = s.study_id AND d.objective = 0
-                 LEFT JOIN tune_studies ts ON ts.study_id = s.study_id
-                 LEFT JOIN trials t ON t.study_id = s.study_id
-                 GROUP BY s.study_id ORDER BY s.study_id",
-            )
+            .prepare(sql::LIST_STUDIES)
             .map_err(|e| self.err(e))?;
         let rows = stmt
             .query_map([], |r| {
-                let dir: Option<String> = r.get(1)?;
-                let n = |i: usize| -> rusqlite::Result<u64> {
-                    Ok(r.get::<_, Option<i64>>(i)?.unwrap_or(0) as u64)
-                };
-                Ok(StudySummary {
-                    others: Vec::new(),
-                    pareto_front: None,
-                    name: r.get(0)?,
+                let dir: Option<String> = r.get(2)?;
+                let study = StudyRow {
+                    id: r.get(0)?,
+                    name: r.get(1)?,
                     direction: direction_of(dir.as_deref()),
-                    metric: r.get(2)?,
-                    trials: n(3)?,
-                    queued: n(4)?,
-                    running: n(5)?,
-                    complete: n(6)?,
-                    pruned: n(7)?,
-                    failed: n(8)?,
-                    best_value: None,
-                    best_trial: None,
-                })
+                    metric: r.get(3)?,
+                    others: Vec::new(),
+                };
+                let mut counts: StudyCounts = [None; 6];
+                for (i, c) in counts.iter_mut().enumerate() {
+                    *c = r.get(4 + i)?;
+                }
+                Ok((study, counts))
             })
             .map_err(|e| self.err(e))?
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.err(e))?;
         let mut out = Vec::with_capacity(rows.len());
-        for mut s in rows {
-            let study = self.study(&s.name)?;
+        for (study, counts) in rows {
+            let mut s = StudySummary::of_row(&study, counts);
             if let Some((n, v)) = self.best(&study)? {
                 s.best_trial = Some(n);
                 s.best_value = Some(v);
