@@ -295,11 +295,12 @@ fn whole_file_mistake(source: &str, e: &toml::de::Error) -> Mistake {
             at.or_else(|| backticked(e.message()).map(str::to_string))
         }
         SpecErrorKind::Missing => {
-            // The span covers the table that lacks the field; its header names the table.
+            // The span covers the header of the table that lacks the field, and is empty for
+            // the top level (a missing section).
             let field = backticked(e.message()).map(str::to_string);
             let table = e
                 .span()
-                .filter(|s| s.start > 0 || source.trim_start().starts_with('['))
+                .filter(|s| !s.is_empty())
                 .and_then(|s| key_at(source, s.start));
             match (table, field) {
                 (Some(t), Some(f)) => Some(format!("{t}.{f}")),

@@ -86,12 +86,15 @@ pub(super) fn check(
 }
 
 /// A builtin trial's refusal, filed under the key its message starts with
-/// (`trial.model.kind: …`). [`KnobError`] does not tell a missing key from a wrong one, so
-/// every refusal but a duration's is a [`SpecErrorKind::Value`].
+/// (`trial.model.kind: …`), of the kind its [`KnobError`] variant says.
 fn builtin_mistake(e: KnobError) -> Mistake {
     let message = e.to_string();
     let kind = match e {
         KnobError::Duration(_) => SpecErrorKind::Duration,
+        KnobError::UnknownKey(_) => SpecErrorKind::UnknownKey,
+        KnobError::Missing(_) => SpecErrorKind::Missing,
+        KnobError::Type(_) => SpecErrorKind::Type,
+        KnobError::Conflict(_) => SpecErrorKind::Conflict,
         KnobError::Invalid(_) | KnobError::Unresolved(_) => SpecErrorKind::Value,
     };
     Mistake::written(kind, leading_key(&message), message)

@@ -370,7 +370,27 @@ fn builtin_trial_mistakes_carry_their_key_and_kind() {
                 "trial.model.kind",
                 Value,
             ),
-            ("kind = \"mlp\"", "kind = 3", "trial.model.kind", Value),
+            ("kind = \"mlp\"", "kind = 3", "trial.model.kind", Type),
+            ("kind = \"mlp\"\n", "", "trial.model.kind", Missing),
+            (
+                "kind = \"mlp\"",
+                "kind = \"mlp\"\ncolour = 1",
+                "trial.model.colour",
+                UnknownKey,
+            ),
+            (
+                "epochs = 3",
+                "epochs = 3\ncolour = 1",
+                "trial.colour",
+                UnknownKey,
+            ),
+            (
+                "dataset = \"digits\"",
+                "dataset = 3",
+                "trial.data.dataset",
+                Type,
+            ),
+            ("epochs = 3", "epochs = 3\nlr = 0.1", "trial.lr", Conflict),
             (
                 "timeout = \"5m\"",
                 "timeout = \"soon\"",
@@ -423,4 +443,23 @@ fn a_missing_or_unknown_section_is_named_by_its_table() {
         "{e}"
     );
     assert!(quotes(&e.message, "trial"), "{e}");
+}
+
+#[test]
+fn a_missing_key_is_named_under_its_table_and_a_missing_section_alone() {
+    let cases = [
+        ("[study]\nmetric = \"a\"\n[space]\n[trial]\n", "study.name"),
+        ("[space]\n[trial]\n[study]\nname = \"a\"\n", "study.metric"),
+        // The first table at the very start of the file is not the one missing.
+        ("[study]\nname = \"x\"\nmetric = \"a\"\n[space]\n", "trial"),
+        ("[space]\n[trial]\n", "study"),
+    ];
+    for (src, key) in cases {
+        let e = check(src).expect_err(src);
+        assert_eq!(
+            (e.key.as_deref(), e.kind),
+            (Some(key), SpecErrorKind::Missing),
+            "{src:?}: {e}"
+        );
+    }
 }
