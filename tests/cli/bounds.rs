@@ -535,6 +535,8 @@ const ARGUMENTS: &[(&str, Class)] = &[
     ("ask-tell sampler", O),
     ("ask-tell direction", O),
     ("ask-tell study", O),
+    ("ask-tell pruner", O),
+    ("ask-tell max_resource", N),
     ("run study", O),
     ("studies format", O),
     ("best format", O),
