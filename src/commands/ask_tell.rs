@@ -16,7 +16,7 @@ use crate::pruner::PrunerConfig;
 use crate::sampler::SamplerKind;
 use crate::space::Space;
 use crate::storage::{MemoryStorage, Storage, StorageUrl};
-use crate::trial::{Direction, Objective, TrialId, TrialState};
+use crate::trial::{Direction, Objective, TrialId, TrialNumber, TrialState};
 
 /// Reads the `[space]` table of a file (or a file that is only the table's keys).
 pub fn read_space(path: &Path) -> anyhow::Result<Space> {
@@ -207,7 +207,7 @@ impl AskTell {
                 "tune ask-tell: recovered interrupted trial(s) {} (their params are asked again)",
                 recovered
                     .iter()
-                    .map(u64::to_string)
+                    .map(TrialNumber::to_string)
                     .collect::<Vec<_>>()
                     .join(", ")
             );
@@ -310,7 +310,7 @@ impl AskTell {
         let told = self
             .engine
             .storage()
-            .trial(self.engine.study(), number)
+            .trial(self.engine.study(), TrialNumber(number))
             .map_err(RequestError::storage)?
             .is_some_and(|t| t.state().is_finished());
         Err(RequestError::Malformed(if told {

@@ -49,7 +49,8 @@ use super::{
 };
 use crate::space::Params;
 use crate::trial::{
-    Direction, Outcome, Placement, Ran, Report, Trial, TrialId, TrialState, TrialStatus, WorkerId,
+    Direction, Outcome, Placement, Ran, Report, Trial, TrialId, TrialNumber, TrialState,
+    TrialStatus, WorkerId,
 };
 
 /// What keeps a backend's database alive (a temp dir, a server) as long as the storage.
@@ -266,8 +267,15 @@ fn reports_values_and_failures_round_trip() {
         assert_eq!(h.finished.len(), 1, "{name}");
         assert_eq!(h.finished[0].outcome, Outcome::Complete { value: 0.7 });
         assert_eq!(h.finished[0].curve.len(), 3, "{name}");
-        assert_eq!(s.best(&study).expect("best"), Some((0, 0.7)), "{name}");
-        let back = s.trial(&study, 0).expect("read").expect("trial 0");
+        assert_eq!(
+            s.best(&study).expect("best"),
+            Some((TrialNumber(0), 0.7)),
+            "{name}"
+        );
+        let back = s
+            .trial(&study, TrialNumber(0))
+            .expect("read")
+            .expect("trial 0");
         assert_eq!(back.value(), Some(0.7), "{name}");
         assert_eq!(back.logs, logs, "{name}");
         assert!(
@@ -288,12 +296,19 @@ fn reports_values_and_failures_round_trip() {
             "{name}"
         );
         assert_eq!(s.trial_reports(t.id).expect("reports").len(), 3, "{name}");
-        assert_eq!(s.reports(&study).expect("reports")[&0].len(), 3, "{name}");
+        assert_eq!(
+            s.reports(&study).expect("reports")[&TrialNumber(0)].len(),
+            3,
+            "{name}"
+        );
 
         let f = claim(s.as_mut(), &study, w, None, &params(0.2)).expect("a trial");
         s.finish_trial(f.id, &failed("exited with status 1", false), &[])
             .expect("finish");
-        let back = s.trial(&study, 1).expect("read").expect("trial 1");
+        let back = s
+            .trial(&study, TrialNumber(1))
+            .expect("read")
+            .expect("trial 1");
         assert_eq!(back.status.reason(), Some("exited with status 1"), "{name}");
         assert_eq!(
             back.status.error().as_deref(),
@@ -318,7 +333,7 @@ fn reports_values_and_failures_round_trip() {
         let list = s.list_studies().expect("list");
         assert_eq!(list.len(), 1, "{name}");
         assert_eq!((list[0].complete, list[0].failed), (1, 1), "{name}");
-        assert_eq!(list[0].best_trial, Some(0), "{name}");
+        assert_eq!(list[0].best_trial, Some(TrialNumber(0)), "{name}");
     }
 }
 
@@ -341,7 +356,10 @@ fn a_pruned_trial_keeps_its_last_value_step_and_reason() {
             &[],
         )
         .expect("finish");
-        let back = s.trial(&study, 0).expect("read").expect("trial");
+        let back = s
+            .trial(&study, TrialNumber(0))
+            .expect("read")
+            .expect("trial");
         match back.status {
             TrialStatus::Pruned {
                 value,
@@ -446,7 +464,7 @@ fn a_late_result_for_a_trial_declared_interrupted_is_fenced_off() {
         s.finish_trial(rerun.id, &done, &[])
             .expect("the rerun ends");
         assert_eq!(s.counted(&study).expect("counted"), 1, "{name}");
-        let first = s.trial(&study, t.number.0).expect("read").expect("first");
+        let first = s.trial(&study, t.number).expect("read").expect("first");
         assert!(first.status.interrupted(), "{name}: stays interrupted");
 
         // The same when the recovery declared it (its worker's heartbeat aged past the grace):
@@ -456,7 +474,7 @@ fn a_late_result_for_a_trial_declared_interrupted_is_fenced_off() {
         let recovered = s
             .recover_interrupted(&study, std::time::Duration::ZERO)
             .expect("recover");
-        assert_eq!(recovered, [cut.number.0], "{name}");
+        assert_eq!(recovered, [cut.number], "{name}");
         s.heartbeat(w2, &[cut.id]).expect("a late heartbeat");
         let e = s.add_report(cut.id, 0, &late, false, "loss").unwrap_err();
         assert!(
@@ -476,7 +494,7 @@ fn a_late_result_for_a_trial_declared_interrupted_is_fenced_off() {
         assert_eq!(s.counted(&study).expect("counted"), 1, "{name}");
         assert_eq!(
             s.best(&study).expect("best").map(|b| b.0),
-            Some(rerun.number.0),
+            Some(rerun.number),
             "{name}"
         );
     }
@@ -531,7 +549,10 @@ fn deleting_a_study_removes_it_whole_and_leaves_the_others() {
         // New trials take ids of their own: the other study's trial is untouched.
         let u = claim(s.as_mut(), &again, w, None, &params(0.6)).expect("a trial");
         assert_eq!(u.number.0, 1, "{name}");
-        let theirs = s.trial(&kept, 0).expect("read").expect("kept's trial");
+        let theirs = s
+            .trial(&kept, TrialNumber(0))
+            .expect("read")
+            .expect("kept's trial");
         assert_eq!(theirs.value(), Some(0.3), "{name}");
         assert_eq!(theirs.params, params(0.3), "{name}");
         assert_eq!(s.trials(&again, None).expect("rows").len(), 2, "{name}");
@@ -586,7 +607,11 @@ fn a_discarded_trial_is_kept_but_left_out_of_the_history_the_budget_and_the_best
         };
         // A proposal fills what a backend remembers, so that the mark must be noticed after.
         assert_eq!(propose(s.as_mut()).finished.len(), 2, "{name}");
-        assert_eq!(s.best(&study).expect("best"), Some((0, 0.1)), "{name}");
+        assert_eq!(
+            s.best(&study).expect("best"),
+            Some((TrialNumber(0), 0.1)),
+            "{name}"
+        );
 
         // Running trials (2) are left as they are; 0 and 1 change; a second call changes none.
         assert_eq!(
@@ -630,7 +655,11 @@ fn a_discarded_trial_is_kept_but_left_out_of_the_history_the_budget_and_the_best
             1,
             "{name}"
         );
-        assert_eq!(s.best(&study).expect("best"), Some((0, 0.1)), "{name}");
+        assert_eq!(
+            s.best(&study).expect("best"),
+            Some((TrialNumber(0), 0.1)),
+            "{name}"
+        );
         assert_eq!(s.counted(&study).expect("counted"), 1, "{name}");
         let h = propose(s.as_mut());
         let numbers: Vec<u64> = h.finished.iter().map(|f| f.number.0).collect();
@@ -685,7 +714,10 @@ fn a_multi_objective_study_keeps_every_objective_and_every_value() {
         let rows = s.trials(&study, None).expect("rows");
         assert_eq!(rows[0].status.others(), [1200.0, 3.5], "{name}");
         assert!(rows[1].status.others().is_empty(), "{name}");
-        let one = s.trial(&study, 0).expect("read").expect("trial 0");
+        let one = s
+            .trial(&study, TrialNumber(0))
+            .expect("read")
+            .expect("trial 0");
         assert_eq!(one.status.others(), [1200.0, 3.5], "{name}");
         let h = s.history(&study, &space()).expect("history");
         assert_eq!(
@@ -760,7 +792,10 @@ fn nul_bytes_in_what_a_trial_wrote_are_stored_as_the_replacement_character() {
         };
         s.finish_trial(t.id, &status, &[])
             .unwrap_or_else(|e| panic!("{name}: a NUL in the reason or the tail: {e}"));
-        let back = s.trial(&study, 0).expect("read").expect("trial 0");
+        let back = s
+            .trial(&study, TrialNumber(0))
+            .expect("read")
+            .expect("trial 0");
         assert_eq!(
             back.status.reason(),
             Some("exited\u{FFFD} with status 1"),
@@ -861,7 +896,10 @@ fn gpu_telemetry_is_stored_with_a_finished_trial_and_absent_where_none_was_sampl
         assert_eq!(rows[0].status.gpu(), Some(&gpu), "{name}");
         assert_eq!(rows[1].status.gpu(), Some(&device), "{name}");
         assert_eq!(rows[2].status.gpu(), None, "{name}");
-        let one = s.trial(&study, 0).expect("read").expect("trial 0");
+        let one = s
+            .trial(&study, TrialNumber(0))
+            .expect("read")
+            .expect("trial 0");
         assert_eq!(one.status.gpu(), Some(&gpu), "{name}: one trial by number");
         // The telemetry is no metric: the last report's metrics are what they were.
         assert_eq!(one.metrics.len(), 1, "{name}");
@@ -902,7 +940,7 @@ fn numbers_in(s: &dyn Storage, study: &StudyRow, state: TrialState) -> Vec<u64> 
 /// ran.
 fn assert_recovered(s: &dyn Storage, study: &StudyRow, claimed: &Trial, name: &str) {
     let back = s
-        .trial(study, claimed.number.0)
+        .trial(study, claimed.number)
         .expect("read")
         .expect("the trial");
     assert_eq!(back.state(), TrialState::Failed, "{name}: {back:?}");
@@ -938,7 +976,7 @@ fn a_worker_that_heartbeats_keeps_its_trials_and_a_silent_workers_are_recovered(
         assert_eq!(
             s.recover_interrupted(&study, std::time::Duration::from_secs(60))
                 .expect("recover"),
-            Vec::<u64>::new(),
+            Vec::<TrialNumber>::new(),
             "{name}"
         );
 
@@ -947,11 +985,11 @@ fn a_worker_that_heartbeats_keeps_its_trials_and_a_silent_workers_are_recovered(
         let recovered = s.recover_interrupted(&study, grace).expect("recover");
         assert_eq!(
             recovered,
-            [lost.number.0],
+            [lost.number],
             "{name}: only the silent worker's"
         );
         assert_recovered(s.as_ref(), &study, &lost, name);
-        let still = s.trial(&study, kept.number.0).expect("read").expect("2");
+        let still = s.trial(&study, kept.number).expect("read").expect("2");
         assert_eq!(still.status, kept.status, "{name}: the live worker's trial");
         // The recovered trial's params are queued again under a new number; it does not count
         // toward the budget, the finished one does.
@@ -960,7 +998,7 @@ fn a_worker_that_heartbeats_keeps_its_trials_and_a_silent_workers_are_recovered(
             [3],
             "{name}"
         );
-        let rerun = s.trial(&study, 3).expect("read").expect("3");
+        let rerun = s.trial(&study, TrialNumber(3)).expect("read").expect("3");
         assert_eq!(rerun.params, params(0.1), "{name}");
         assert_eq!(s.counted(&study).expect("counted"), 1, "{name}");
         let h = s.history(&study, &space()).expect("history");
@@ -982,14 +1020,17 @@ fn a_worker_that_heartbeats_keeps_its_trials_and_a_silent_workers_are_recovered(
         s.heartbeat(silent, &[done.id, TrialId(987_654)])
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(
-            s.trial(&study, 0).expect("read").expect("0").value(),
+            s.trial(&study, TrialNumber(0))
+                .expect("read")
+                .expect("0")
+                .value(),
             Some(0.3),
             "{name}"
         );
         assert_eq!(
             s.recover_interrupted(&study, std::time::Duration::from_secs(60))
                 .expect("recover"),
-            Vec::<u64>::new(),
+            Vec::<TrialNumber>::new(),
             "{name}"
         );
         // The live worker takes the rerun.
@@ -1006,7 +1047,7 @@ fn recovery_takes_every_silent_trial_once_and_finds_nothing_where_none_runs() {
         // No trial at all, then only queued and finished ones: nothing to recover.
         assert_eq!(
             s.recover_interrupted(&study, now).expect("recover"),
-            Vec::<u64>::new(),
+            Vec::<TrialNumber>::new(),
             "{name}"
         );
         let a = s.register_worker(&study, &["cpu".into()]).expect("worker");
@@ -1019,7 +1060,7 @@ fn recovery_takes_every_silent_trial_once_and_finds_nothing_where_none_runs() {
         s.enqueue(&study, &space(), &params(0.5)).expect("1 queued");
         assert_eq!(
             s.recover_interrupted(&study, now).expect("recover"),
-            Vec::<u64>::new(),
+            Vec::<TrialNumber>::new(),
             "{name}"
         );
         assert_eq!(
@@ -1037,7 +1078,11 @@ fn recovery_takes_every_silent_trial_once_and_finds_nothing_where_none_runs() {
         assert_eq!(t1.params, params(0.5), "{name}: the queued trial ran");
         let mut recovered = s.recover_interrupted(&study, now).expect("recover");
         recovered.sort_unstable();
-        assert_eq!(recovered, [1, 2, 3], "{name}");
+        assert_eq!(
+            recovered,
+            [TrialNumber(1), TrialNumber(2), TrialNumber(3)],
+            "{name}"
+        );
         for t in [&t1, &t2, &t3] {
             assert_recovered(s.as_ref(), &study, t, name);
         }
@@ -1045,7 +1090,7 @@ fn recovery_takes_every_silent_trial_once_and_finds_nothing_where_none_runs() {
         let before = s.trials(&study, None).expect("rows");
         assert_eq!(
             s.recover_interrupted(&study, now).expect("recover"),
-            Vec::<u64>::new(),
+            Vec::<TrialNumber>::new(),
             "{name}"
         );
         assert_eq!(s.trials(&study, None).expect("rows"), before, "{name}");
@@ -1078,10 +1123,10 @@ fn recovery_takes_every_silent_trial_once_and_finds_nothing_where_none_runs() {
         let theirs = claim(s.as_mut(), &other, w, None, &params(0.7)).expect("theirs");
         assert_eq!(
             s.recover_interrupted(&study, now).expect("recover"),
-            Vec::<u64>::new(),
+            Vec::<TrialNumber>::new(),
             "{name}"
         );
-        let back = s.trial(&other, theirs.number.0).expect("read").expect("0");
+        let back = s.trial(&other, theirs.number).expect("read").expect("0");
         assert_eq!(back.state(), TrialState::Running, "{name}");
     }
 }
@@ -1145,7 +1190,7 @@ fn studies_are_listed_in_creation_order_with_their_direction_counts_and_best() {
         );
         assert_eq!(
             (lx.best_trial, lx.best_value),
-            (Some(1), Some(0.1)),
+            (Some(TrialNumber(1)), Some(0.1)),
             "{name}: a pruned value is never the best"
         );
         assert_eq!(
@@ -1271,7 +1316,7 @@ fn workers_get_distinct_ids_and_a_trial_its_directory() {
         assert_eq!(t.trial_dir, None, "{name}");
         let dir = std::path::Path::new("/runs/x/trial-0000");
         s.set_trial_dir(t.id, dir).expect("dir");
-        let back = s.trial(&x, 0).expect("read").expect("0");
+        let back = s.trial(&x, TrialNumber(0)).expect("read").expect("0");
         assert_eq!(back.trial_dir.as_deref(), Some(dir), "{name}");
         s.finish_trial(t.id, &complete(0.2), &[]).expect("finish");
         let rows = s.trials(&x, None).expect("rows");
@@ -1330,18 +1375,21 @@ fn trials_are_read_in_number_order_by_state_and_by_number() {
         }
         // One trial by number, within its own study only.
         for (i, t) in all.iter().enumerate() {
-            let one = s.trial(&x, i as u64).expect("read").expect("there");
+            let one = s
+                .trial(&x, TrialNumber(i as u64))
+                .expect("read")
+                .expect("there");
             assert_eq!(&one, t, "{name}");
         }
-        assert_eq!(s.trial(&x, 4).expect("read"), None, "{name}");
+        assert_eq!(s.trial(&x, TrialNumber(4)).expect("read"), None, "{name}");
         assert_eq!(
-            s.trial(&x, u64::from(u32::MAX)).expect("read"),
+            s.trial(&x, TrialNumber(u64::from(u32::MAX))).expect("read"),
             None,
             "{name}"
         );
-        let y0 = s.trial(&y, 0).expect("read").expect("y 0");
+        let y0 = s.trial(&y, TrialNumber(0)).expect("read").expect("y 0");
         assert_eq!((y0.id, y0.value()), (ty.id, Some(0.9)), "{name}");
-        assert_eq!(s.trial(&y, 1).expect("read"), None, "{name}");
+        assert_eq!(s.trial(&y, TrialNumber(1)).expect("read"), None, "{name}");
         assert_eq!(s.trials(&y, None).expect("rows").len(), 1, "{name}");
     }
 }
@@ -1388,14 +1436,25 @@ fn the_best_is_the_lowest_or_highest_finite_complete_value_the_first_on_a_tie() 
                 s.finish_trial(t.id, &complete(v), &[]).expect("finish");
             }
         }
-        assert_eq!(s.best(&min).expect("best"), Some((7, 0.2)), "{name}");
-        assert_eq!(s.best(&max).expect("best"), Some((8, 0.8)), "{name}");
+        assert_eq!(
+            s.best(&min).expect("best"),
+            Some((TrialNumber(7), 0.2)),
+            "{name}"
+        );
+        assert_eq!(
+            s.best(&max).expect("best"),
+            Some((TrialNumber(8), 0.8)),
+            "{name}"
+        );
         let list = s.list_studies().expect("list");
-        let bests: Vec<(Option<u64>, Option<f64>)> =
+        let bests: Vec<(Option<TrialNumber>, Option<f64>)> =
             list.iter().map(|l| (l.best_trial, l.best_value)).collect();
         assert_eq!(
             bests,
-            [(Some(7), Some(0.2)), (Some(8), Some(0.8))],
+            [
+                (Some(TrialNumber(7)), Some(0.2)),
+                (Some(TrialNumber(8)), Some(0.8))
+            ],
             "{name}"
         );
     }
@@ -1444,13 +1503,13 @@ fn reports_come_back_in_order_with_their_steps_and_the_final_one_apart() {
         let by_trial = s.reports(&study).expect("reports");
         let steps: Vec<(u64, Vec<u64>)> = by_trial
             .iter()
-            .map(|(n, r)| (*n, r.iter().map(|r| r.step).collect()))
+            .map(|(n, r)| (n.0, r.iter().map(|r| r.step).collect()))
             .collect();
         assert_eq!(steps, [(0, vec![10, 20, 30]), (1, vec![5, 10])], "{name}");
-        assert_eq!(by_trial[&0][2].metrics["loss"], 0.5, "{name}");
+        assert_eq!(by_trial[&TrialNumber(0)][2].metrics["loss"], 0.5, "{name}");
         // The last report's metrics are the trial's, the final one included.
         s.finish_trial(a.id, &complete(0.45), &[]).expect("finish");
-        let back = s.trial(&study, 0).expect("read").expect("0");
+        let back = s.trial(&study, TrialNumber(0)).expect("read").expect("0");
         assert_eq!(back.metrics["loss"], 0.45, "{name}");
         // The curve samplers learn from is the objective's non-final values.
         let h = s.history(&study, &space()).expect("history");

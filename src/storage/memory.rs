@@ -240,7 +240,7 @@ impl Storage for Data {
         &mut self,
         study: &StudyRow,
         grace: Duration,
-    ) -> Result<Vec<u64>, StorageError> {
+    ) -> Result<Vec<TrialNumber>, StorageError> {
         let gone: Vec<TrialId> = self
             .of_study(study)
             .filter(|s| {
@@ -268,7 +268,7 @@ impl Storage for Data {
                 ran,
             };
             s.beat = None;
-            recovered.push(s.trial.number.0);
+            recovered.push(s.trial.number);
             let (study, params) = (s.study, s.trial.params.clone());
             if !params.is_empty() {
                 self.insert(study, params, TrialStatus::Queued)?;
@@ -439,7 +439,10 @@ impl Storage for Data {
         ))
     }
 
-    fn reports(&self, study: &StudyRow) -> Result<BTreeMap<u64, Vec<Report>>, StorageError> {
+    fn reports(
+        &self,
+        study: &StudyRow,
+    ) -> Result<BTreeMap<TrialNumber, Vec<Report>>, StorageError> {
         // A trial with no report but its final one has none here, as on the databases.
         Ok(self
             .of_study(study)
@@ -450,7 +453,7 @@ impl Storage for Data {
                     .filter(|r| !r.is_final)
                     .map(|r| r.report.clone())
                     .collect();
-                (s.trial.number.0, reports)
+                (s.trial.number, reports)
             })
             .filter(|(_, r)| !r.is_empty())
             .collect())
@@ -472,7 +475,11 @@ impl Storage for Data {
             .collect())
     }
 
-    fn trial(&self, study: &StudyRow, number: u64) -> Result<Option<Trial>, StorageError> {
+    fn trial(
+        &self,
+        study: &StudyRow,
+        TrialNumber(number): TrialNumber,
+    ) -> Result<Option<Trial>, StorageError> {
         Ok(self
             .of_study(study)
             .find(|s| s.trial.number.0 == number)
@@ -493,15 +500,15 @@ impl Storage for Data {
             .count() as u64)
     }
 
-    fn best(&self, study: &StudyRow) -> Result<Option<(u64, f64)>, StorageError> {
-        let mut best: Option<(u64, f64)> = None;
+    fn best(&self, study: &StudyRow) -> Result<Option<(TrialNumber, f64)>, StorageError> {
+        let mut best: Option<(TrialNumber, f64)> = None;
         for s in self.of_study(study) {
             if let TrialStatus::Complete { value, .. } = s.trial.status
                 && value.is_finite()
                 && !s.trial.discarded
                 && best.is_none_or(|(_, b)| study.direction.better(value, b))
             {
-                best = Some((s.trial.number.0, value));
+                best = Some((s.trial.number, value));
             }
         }
         Ok(best)
@@ -602,7 +609,7 @@ impl Storage for MemoryStorage {
         &mut self,
         study: &StudyRow,
         grace: Duration,
-    ) -> Result<Vec<u64>, StorageError> {
+    ) -> Result<Vec<TrialNumber>, StorageError> {
         self.data().recover_interrupted(study, grace)
     }
     fn claim(
@@ -648,7 +655,10 @@ impl Storage for MemoryStorage {
     fn history(&self, study: &StudyRow, space: &Space) -> Result<History, StorageError> {
         self.data().history(study, space)
     }
-    fn reports(&self, study: &StudyRow) -> Result<BTreeMap<u64, Vec<Report>>, StorageError> {
+    fn reports(
+        &self,
+        study: &StudyRow,
+    ) -> Result<BTreeMap<TrialNumber, Vec<Report>>, StorageError> {
         self.data().reports(study)
     }
     fn trial_reports(&self, trial: TrialId) -> Result<Vec<StoredReport>, StorageError> {
@@ -661,8 +671,12 @@ impl Storage for MemoryStorage {
     ) -> Result<Vec<Trial>, StorageError> {
         self.data().trials(study, state)
     }
-    fn trial(&self, study: &StudyRow, number: u64) -> Result<Option<Trial>, StorageError> {
-        self.data().trial(study, number)
+    fn trial(
+        &self,
+        study: &StudyRow,
+        TrialNumber(number): TrialNumber,
+    ) -> Result<Option<Trial>, StorageError> {
+        self.data().trial(study, TrialNumber(number))
     }
     fn counted(&self, study: &StudyRow) -> Result<u64, StorageError> {
         self.data().counted(study)
@@ -670,7 +684,7 @@ impl Storage for MemoryStorage {
     fn count_state(&self, study: &StudyRow, state: TrialState) -> Result<u64, StorageError> {
         self.data().count_state(study, state)
     }
-    fn best(&self, study: &StudyRow) -> Result<Option<(u64, f64)>, StorageError> {
+    fn best(&self, study: &StudyRow) -> Result<Option<(TrialNumber, f64)>, StorageError> {
         self.data().best(study)
     }
     fn study_file(&self, study: &StudyRow) -> Result<StoredStudyFile, StorageError> {

@@ -119,7 +119,7 @@ pub struct StudySummary {
     pub pruned: u64,
     pub failed: u64,
     pub best_value: Option<f64>,
-    pub best_trial: Option<u64>,
+    pub best_trial: Option<TrialNumber>,
     /// A multi-objective study's further objectives (absent from JSON for one objective).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub others: Vec<Objective>,
@@ -226,7 +226,7 @@ pub trait Storage: Send {
         &mut self,
         study: &StudyRow,
         grace: Duration,
-    ) -> Result<Vec<u64>, StorageError>;
+    ) -> Result<Vec<TrialNumber>, StorageError>;
 
     /// Gives the worker its next trial, running: a queued one first, else a new number while
     /// the budget allows, whose params `propose` makes from the history. At most one process
@@ -278,7 +278,8 @@ pub trait Storage: Send {
     fn history(&self, study: &StudyRow, space: &Space) -> Result<History, StorageError>;
 
     /// Every non-final report of every trial of the study, by trial number (for pruners).
-    fn reports(&self, study: &StudyRow) -> Result<BTreeMap<u64, Vec<Report>>, StorageError>;
+    fn reports(&self, study: &StudyRow)
+    -> Result<BTreeMap<TrialNumber, Vec<Report>>, StorageError>;
 
     /// The reports of one trial, in order.
     fn trial_reports(&self, trial: TrialId) -> Result<Vec<StoredReport>, StorageError>;
@@ -291,7 +292,7 @@ pub trait Storage: Send {
     ) -> Result<Vec<Trial>, StorageError>;
 
     /// One trial by number.
-    fn trial(&self, study: &StudyRow, number: u64) -> Result<Option<Trial>, StorageError>;
+    fn trial(&self, study: &StudyRow, number: TrialNumber) -> Result<Option<Trial>, StorageError>;
 
     /// How many trials ended on their own (the budget's count).
     fn counted(&self, study: &StudyRow) -> Result<u64, StorageError>;
@@ -301,7 +302,7 @@ pub trait Storage: Send {
 
     /// The best complete trial's number and value (finite values only; the lower number
     /// wins a tie).
-    fn best(&self, study: &StudyRow) -> Result<Option<(u64, f64)>, StorageError>;
+    fn best(&self, study: &StudyRow) -> Result<Option<(TrialNumber, f64)>, StorageError>;
 
     /// The study file the study was created from, as stored with it (`tune worker` runs a
     /// study from this alone).
@@ -436,7 +437,7 @@ pub struct StoredStudyFile {
 /// What `tune_trials` keeps of a trial's end, the same on every backend: its log paths (as a
 /// JSON list), and from its status the error (why it failed, or why it was pruned), the stderr
 /// tail, the pruning step, whether it was interrupted and its GPU telemetry.
-pub(crate) struct Ending<'a> {
+pub(crate) struct EndColumns<'a> {
     pub logs_json: String,
     pub error: Option<&'a str>,
     pub log_tail: Option<&'a str>,
@@ -446,7 +447,7 @@ pub(crate) struct Ending<'a> {
     pub gpu: Option<&'a GpuTelemetry>,
 }
 
-pub(crate) fn ending<'a>(status: &'a TrialStatus, logs: &[PathBuf]) -> Ending<'a> {
+pub(crate) fn end_columns<'a>(status: &'a TrialStatus, logs: &[PathBuf]) -> EndColumns<'a> {
     let logs_json = serde_json::to_string(
         &logs
             .iter()
@@ -473,7 +474,7 @@ pub(crate) fn ending<'a>(status: &'a TrialStatus, logs: &[PathBuf]) -> Ending<'a
         }
         _ => (None, None, None, false),
     };
-    Ending {
+    EndColumns {
         logs_json,
         error,
         log_tail,

@@ -982,7 +982,7 @@ impl Storage for PostgresStorage {
         &mut self,
         study: &StudyRow,
         grace: Duration,
-    ) -> Result<Vec<u64>, StorageError> {
+    ) -> Result<Vec<TrialNumber>, StorageError> {
         let sid = id32(study.id);
         let grace_s = grace.as_secs_f64();
         self.run(|c| {
@@ -1038,7 +1038,7 @@ impl Storage for PostgresStorage {
                     &[&id, &gone.reason(grace)],
                 )?;
                 requeue(&tx, &self.stmts, sid, id, number)?;
-                out.push(number as u64);
+                out.push(TrialNumber(number as u64));
             }
             tx.commit()?;
             Ok(out)
@@ -1207,14 +1207,14 @@ impl Storage for PostgresStorage {
     ) -> Result<(), StorageError> {
         let id = id32(trial.0);
         let status = &*super::text::storable_status(status);
-        let crate::storage::Ending {
+        let crate::storage::EndColumns {
             logs_json: logs,
             error,
             log_tail,
             pruned_step,
             interrupted,
             gpu,
-        } = crate::storage::ending(status, logs);
+        } = crate::storage::end_columns(status, logs);
         let finite = |v: f64| v.is_finite().then_some(v);
         let gpu_cols = (
             gpu.and_then(|g| finite(g.peak_mem_mb)),
@@ -1301,7 +1301,10 @@ impl Storage for PostgresStorage {
         self.run(|c| history(c, study.id, space, &self.history, &self.stmts, None))
     }
 
-    fn reports(&self, study: &StudyRow) -> Result<BTreeMap<u64, Vec<Report>>, StorageError> {
+    fn reports(
+        &self,
+        study: &StudyRow,
+    ) -> Result<BTreeMap<TrialNumber, Vec<Report>>, StorageError> {
         let rows = self.run(|c| {
             c.query(
                 "SELECT t.number, r.step, r.metrics_json FROM tune_reports r JOIN trials t ON t.trial_id = r.trial_id
@@ -1309,10 +1312,10 @@ impl Storage for PostgresStorage {
                 &[&id32(study.id)],
             )
         })?;
-        let mut out: BTreeMap<u64, Vec<Report>> = BTreeMap::new();
+        let mut out: BTreeMap<TrialNumber, Vec<Report>> = BTreeMap::new();
         for r in rows {
             let json: String = r.get(2);
-            out.entry(r.get::<_, i32>(0) as u64)
+            out.entry(TrialNumber(r.get::<_, i32>(0) as u64))
                 .or_default()
                 .push(Report {
                     step: r.get::<_, Option<i64>>(1).unwrap_or(0).max(0) as u64,
@@ -1350,7 +1353,11 @@ impl Storage for PostgresStorage {
         self.run(|c| query_trials(c, study.id, state, None))
     }
 
-    fn trial(&self, study: &StudyRow, number: u64) -> Result<Option<Trial>, StorageError> {
+    fn trial(
+        &self,
+        study: &StudyRow,
+        TrialNumber(number): TrialNumber,
+    ) -> Result<Option<Trial>, StorageError> {
         Ok(self
             .run(|c| query_trials(c, study.id, None, Some(number)))?
             .into_iter()
@@ -1376,7 +1383,7 @@ impl Storage for PostgresStorage {
         Ok(n as u64)
     }
 
-    fn best(&self, study: &StudyRow) -> Result<Option<(u64, f64)>, StorageError> {
+    fn best(&self, study: &StudyRow) -> Result<Option<(TrialNumber, f64)>, StorageError> {
         let order = match study.direction {
             Direction::Minimize => "ASC",
             Direction::Maximize => "DESC",
@@ -1393,7 +1400,7 @@ impl Storage for PostgresStorage {
             &[&id32(study.id)],
         )
         })?;
-        Ok(r.map(|r| (r.get::<_, i32>(0) as u64, r.get::<_, f64>(1))))
+        Ok(r.map(|r| (TrialNumber(r.get::<_, i32>(0) as u64), r.get::<_, f64>(1))))
     }
 
     fn set_study_file(

@@ -766,7 +766,7 @@ impl Storage for SqliteStorage {
     }
 
     /// The best complete trial's number and value (finite values only).
-    fn best(&self, study: &StudyRow) -> Result<Option<(u64, f64)>, StorageError> {
+    fn best(&self, study: &StudyRow) -> Result<Option<(TrialNumber, f64)>, StorageError> {
         let order = match study.direction {
             Direction::Minimize => "ASC",
             Direction::Maximize => "DESC",
@@ -781,7 +781,7 @@ impl Storage for SqliteStorage {
                      ORDER BY v.value {order}, t.number ASC LIMIT 1"
                 ),
                 [study.id],
-                |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, f64>(1)?)),
+                |r| Ok((TrialNumber(r.get::<_, i64>(0)? as u64), r.get::<_, f64>(1)?)),
             )
             .optional()
             .map_err(|e| self.err(e))
@@ -836,7 +836,7 @@ impl Storage for SqliteStorage {
         &mut self,
         study: &StudyRow,
         grace: Duration,
-    ) -> Result<Vec<u64>, StorageError> {
+    ) -> Result<Vec<TrialNumber>, StorageError> {
         // Saturating: `DateTime - TimeDelta` panics past chrono's range, and a grace that
         // long means "never interrupted by age" (the spec bounds it anyway).
         let cutoff = chrono::TimeDelta::from_std(grace)
@@ -884,7 +884,7 @@ impl Storage for SqliteStorage {
                 if n_params > 0 {
                     requeue(tx, study.id, trial_id, number)?;
                 }
-                recovered.push(number as u64);
+                recovered.push(TrialNumber(number as u64));
             }
             Ok(recovered)
         })
@@ -1018,14 +1018,14 @@ impl Storage for SqliteStorage {
     ) -> Result<(), StorageError> {
         let trial_id = trial.0;
         let status = &*super::text::storable_status(status);
-        let super::Ending {
+        let super::EndColumns {
             logs_json: logs,
             error,
             log_tail,
             pruned_step,
             interrupted,
             gpu,
-        } = super::ending(status, logs);
+        } = super::end_columns(status, logs);
         let state = status.state();
         let value = status.value();
         let fenced = self.write(|tx| {
@@ -1184,7 +1184,10 @@ impl Storage for SqliteStorage {
     }
 
     /// Every report of every trial of the study, by trial number (for pruners and `watch`).
-    fn reports(&self, study: &StudyRow) -> Result<BTreeMap<u64, Vec<Report>>, StorageError> {
+    fn reports(
+        &self,
+        study: &StudyRow,
+    ) -> Result<BTreeMap<TrialNumber, Vec<Report>>, StorageError> {
         let mut stmt = self
             .conn
             .prepare(
@@ -1201,11 +1204,11 @@ impl Storage for SqliteStorage {
                 ))
             })
             .map_err(|e| self.err(e))?;
-        let mut out: BTreeMap<u64, Vec<Report>> = BTreeMap::new();
+        let mut out: BTreeMap<TrialNumber, Vec<Report>> = BTreeMap::new();
         for row in rows {
             let (n, step, json) = row.map_err(|e| self.err(e))?;
             let metrics = super::metrics_from_json(&json);
-            out.entry(n).or_default().push(Report {
+            out.entry(TrialNumber(n)).or_default().push(Report {
                 step: step.unwrap_or(0).max(0) as u64,
                 metrics,
             });
@@ -1256,7 +1259,11 @@ impl Storage for SqliteStorage {
     }
 
     /// One trial by number.
-    fn trial(&self, study: &StudyRow, number: u64) -> Result<Option<Trial>, StorageError> {
+    fn trial(
+        &self,
+        study: &StudyRow,
+        TrialNumber(number): TrialNumber,
+    ) -> Result<Option<Trial>, StorageError> {
         Ok(self
             .query_trials(study, None, Some(number))?
             .into_iter()
@@ -1572,7 +1579,10 @@ mod tests {
             .expect("the view's row");
         assert_eq!(view, (2048.0, "process".into(), 80.5, 41.0, 7));
         // The reported metric itself is kept whole.
-        let back = s.trial(&study, 0).expect("read").expect("trial 0");
+        let back = s
+            .trial(&study, TrialNumber(0))
+            .expect("read")
+            .expect("trial 0");
         assert_eq!(back.metrics["gpu_samples"], 99.0);
     }
 }

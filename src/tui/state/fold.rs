@@ -135,7 +135,7 @@ impl UiState {
             Event::StudyFinished { reason, best, at } => {
                 self.finished = Some(Finished {
                     reason: reason.clone(),
-                    best: best.map(|(n, v)| (TrialNumber(n), v)),
+                    best: *best,
                     at: *at,
                 });
                 for s in &mut self.slots {

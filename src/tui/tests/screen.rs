@@ -182,7 +182,7 @@ fn the_summary_line_names_the_best_of_the_study_when_another_process_found_it() 
     let at = s.now;
     s.apply(&Event::StudyFinished {
         reason: "the trial budget is spent".into(),
-        best: Some((42, 0.05)),
+        best: Some((crate::trial::TrialNumber(42), 0.05)),
         at,
     });
     let line = crate::tui::summary_line(&s);
