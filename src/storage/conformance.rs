@@ -983,11 +983,7 @@ fn a_worker_that_heartbeats_keeps_its_trials_and_a_silent_workers_are_recovered(
         std::thread::sleep(std::time::Duration::from_millis(400));
         s.heartbeat(alive, &[kept.id]).expect("heartbeat");
         let recovered = s.recover_interrupted(&study, grace).expect("recover");
-        assert_eq!(
-            recovered,
-            [lost.number],
-            "{name}: only the silent worker's"
-        );
+        assert_eq!(recovered, [lost.number], "{name}: only the silent worker's");
         assert_recovered(s.as_ref(), &study, &lost, name);
         let still = s.trial(&study, kept.number).expect("read").expect("2");
         assert_eq!(still.status, kept.status, "{name}: the live worker's trial");

@@ -24,7 +24,8 @@
 //! What belongs here: the problems and their truth. The harness that runs samplers and pruners
 //! on them is `multifidelity`.
 
-use tune::space::{ParamValue, Params, Space};
+use crate::problems::{num, text};
+use tune::space::{Params, Space};
 
 /// The loss before any training: chance level of a 10-class problem.
 pub const V0: f64 = 2.3;
@@ -272,17 +273,6 @@ fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
 
-fn num(p: &Params, k: &str) -> f64 {
-    p.get(k).and_then(ParamValue::as_f64).unwrap_or(f64::NAN)
-}
-
-fn text<'a>(p: &'a Params, k: &str) -> &'a str {
-    match p.get(k) {
-        Some(ParamValue::Str(s)) => s,
-        _ => "",
-    }
-}
-
 /// The learning-curve family: every shape on two bases, 27 epochs a trial, and noisy and
 /// 81-epoch variants.
 pub fn curve_problems() -> Vec<CurveProblem> {
@@ -322,6 +312,7 @@ pub fn curve_problems() -> Vec<CurveProblem> {
 mod tests {
     use super::*;
     use rand::{Rng, SeedableRng, rngs::StdRng};
+    use tune::space::ParamValue;
 
     fn sample(p: &CurveProblem, n: usize, seed: u64) -> Vec<Params> {
         let space = p.space().unwrap();

@@ -28,7 +28,7 @@ use rand_distr::StandardNormal;
 
 use crate::cli::MultifidelityArgs;
 use crate::curves::{self, CurveProblem, V0};
-use crate::optimizers::score;
+use crate::optimizers::{median, score};
 use tune::engine::{Decision, Engine, EngineSpec, Finish};
 use tune::pruner::{AshaConfig, ForecastConfig, HyperbandConfig, MedianConfig, PrunerConfig};
 use tune::sampler::{SamplerKind, mix as mix_seed};
@@ -290,20 +290,6 @@ fn mean(v: &[f64]) -> f64 {
     }
 }
 
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        0.5 * (v[n / 2 - 1] + v[n / 2])
-    }
-}
-
 fn percentile(v: &[f64], p: f64) -> f64 {
     let mut v = v.to_vec();
     if v.is_empty() {
@@ -475,13 +461,13 @@ pub fn measure(opts: &Options) -> anyhow::Result<Measured> {
         .map(|p| {
             (0..opts.budgets.len())
                 .map(|b| {
-                    let v: Vec<f64> = ref_tasks
+                    let mut v: Vec<f64> = ref_tasks
                         .iter()
                         .zip(&ref_runs)
                         .filter(|((q, _), _)| *q == p)
                         .map(|(_, r)| r.best[b])
                         .collect();
-                    median(&v)
+                    median(&mut v)
                 })
                 .collect()
         })
