@@ -141,8 +141,8 @@ const CAP: f64 = 2.5;
 /// after the initial design landed on values above 1e3 where the best was near 2), instead of
 /// following the valley it had found. Measured on the public, trap, extra and failure problems
 /// (docs/experiments/gp-prior-mean.md, "A pessimistic prior mean"): 0.8, 0.85 and 0.9 all raise every set's mean
-/// score at 25 and 50 trials; 0.9 also lowers the trap seeds below random's median (80 seeds,
-/// q = 1: 0.02 to 0.01; q = 4: 0.04 to 0.03), where 0.85 raised them to 0.03.
+/// score at 25 and 50 trials; 0.9 also lowers the trap seeds below random's median (BENCHMARKS.md,
+/// "Trap problems (robust mixed-space search)"; q = 1: 0.02 to 0.01; q = 4: 0.04 to 0.03), where 0.85 raised them to 0.03.
 const PRIOR_MEAN_Q: f64 = 0.9;
 
 /// Half-width (unit cube) of the box around a starved value's best trial in which the
@@ -188,7 +188,7 @@ const TWIN: f64 = 1e-3;
 /// The log noise variance (model outputs have unit variance) of an extra start of the
 /// hyper-parameter fit, made on a cold start and on every [`NOISY_START_EVERY`]-th ask. Warm
 /// starts alone kept the fit of a noisy objective in its low-noise mode, whose short length
-/// scales chase the noise: on tune-bench's noisy problems (40 seeds, 50 trials) hartmann6 with
+/// scales chase the noise: on tune-bench's noisy problems (BENCHMARKS.md, "Noisy objectives") hartmann6 with
 /// noise scored 47.8 at q = 1 and 37.8 at q = 4, below TPE's 54.0 and 58.8; with this start on
 /// every other ask, 72.7 and 59.2 (docs/experiments/gp-noise.md, "Noisy objectives"). On every ask it scored
 /// 77.3 but doubled the ask time; on every third, 66.7.
@@ -321,9 +321,10 @@ fn subset(obs: &[Obs], max: usize) -> Vec<usize> {
     keep
 }
 
-/// Which objective the model learns: the study's only one, or one of a multi-objective study's.
+/// Which objective the model learns: the study's only one, or one of a multi-objective study's
+/// (not `trial::Objective`, a stored objective's metric and direction).
 #[derive(Clone, Copy)]
-enum Objective {
+enum Modelled {
     Single,
     /// The objective at this position of [`AskContext::directions`].
     Multi(usize),
@@ -331,14 +332,14 @@ enum Objective {
 
 /// The finished trials as the model of `objective` sees them; `None` with fewer than two
 /// complete trials.
-fn observations(ctx: &AskContext<'_>, layout: &Layout, objective: Objective) -> Option<Vec<Obs>> {
+fn observations(ctx: &AskContext<'_>, layout: &Layout, objective: Modelled) -> Option<Vec<Obs>> {
     let directions = ctx.directions();
     // A complete trial's loss on the objective: infinite (did not run) when any of its
     // objectives is missing or not finite.
     let loss = |t: &crate::trial::FinishedTrial, value: f64| -> f64 {
         match objective {
-            Objective::Single => ctx.direction.loss(value),
-            Objective::Multi(j) => t
+            Modelled::Single => ctx.direction.loss(value),
+            Modelled::Multi(j) => t
                 .values()
                 .filter(|v| v.len() == directions.len() && v.iter().all(|x| x.is_finite()))
                 .map_or(f64::INFINITY, |v| directions[j].loss(v[j])),
@@ -378,7 +379,7 @@ fn observations(ctx: &AskContext<'_>, layout: &Layout, objective: Objective) -> 
             }
             Outcome::Pruned { value, .. } => {
                 let v = value
-                    .filter(|_| matches!(objective, Objective::Single))
+                    .filter(|_| matches!(objective, Modelled::Single))
                     .map(|v| ctx.direction.loss(v))
                     .filter(|l| l.is_finite())
                     .map(|l| warp.apply(l).max(median))
@@ -577,7 +578,7 @@ impl GpSampler {
     fn propose(&mut self, ctx: &AskContext<'_>) -> Option<Params> {
         let space = ctx.space;
         let layout = Layout::new(space);
-        let obs = observations(ctx, &layout, Objective::Single)?;
+        let obs = observations(ctx, &layout, Modelled::Single)?;
         let mut rng = ctx.rng();
         let theta = fit_theta(
             &self.opts,
@@ -607,7 +608,8 @@ impl GpSampler {
         // Failed trials as a constraint: where they cluster, the chance of running falls. They
         // stay in the regression at the worst value too. Taken out of it (the issue's "no longer
         // a penalised value"), the model extrapolates good values into the failing region: on
-        // tune-bench's three failure problems (20 seeds, 50 trials) the score rose on fail_oom
+        // tune-bench's three failure problems (BENCHMARKS.md, "Failed trials as a learned
+        // constraint") the score rose on fail_oom
         // (92.6 against 79.5) but the failed trials went from 3.7 / 5.9 / 5.4 to 3.6 / 10.3 /
         // 5.1, and to 21.5 / 36.5 / 25.2 without the `SAFE` rank rule.
         // Durations give EI per expected second when they vary (none known, or barely varying:
@@ -672,7 +674,7 @@ impl GpSampler {
         // the incumbent, a value behind it can only win where the model is most unsure, so
         // log EI sends the ask to the box's corners again; against its own best, the ask
         // follows what the value's trials have shown (a local search of that value). On the
-        // trap problems (80 seeds, 50 trials) this alone raised the mean @50 at q = 4 from 88.9
+        // trap problems (BENCHMARKS.md, "Trap problems (robust mixed-space search)") this alone raised the mean @50 at q = 4 from 88.9
         // to 91.5 and freed trap_cat5's seed below random's median at q = 1 (docs/experiments/gp-mixed-space.md,
         // "Combinations of categoricals").
         // A refining ask (`EXPLOIT_EVERY`) is held the same way, near the incumbent.

@@ -10,7 +10,7 @@ use super::ehvi::{self, Ehvi};
 use super::feasibility::Feasibility;
 use super::kernel::Layout;
 use super::{
-    GpSampler, Objective, Obs, fit_theta, labelled, observations, perturbations, posterior, subset,
+    GpSampler, Modelled, Obs, fit_theta, labelled, observations, perturbations, posterior, subset,
     to_u,
 };
 use crate::sampler::multi::pareto::pareto_front;
@@ -28,7 +28,7 @@ const MOVES_PER_STEP: usize = 16;
 impl GpSampler {
     /// Whether this ask searches by EHVI (rather than a random scalarisation): odd-numbered
     /// trials do, even ones search a scalarisation with their own weights. Measured on
-    /// tune-bench multi (20 seeds, HV at 50 trials as % of the front's, q = 1): EHVI alone
+    /// tune-bench multi (BENCHMARKS.md, "Multi-objective": HV at 50 trials as % of the front's): EHVI alone
     /// reached 99.77 / 97.28 / 93.11 on zdt1 / zdt2 / train, ParEGO alone 99.96 / 99.95 /
     /// 79.90, the two alternating 99.92 / 99.97 / 90.56; at 25 trials EHVI alone trailed
     /// ParEGO on zdt2 by 8 points (91.9 against 99.8) and the alternation by 0.8.
@@ -59,7 +59,7 @@ impl GpSampler {
         let m = ctx.others.len() + 1;
         let mut rng = ctx.rng();
         let obs: Vec<Vec<Obs>> = (0..m)
-            .map(|j| observations(ctx, &layout, Objective::Multi(j)))
+            .map(|j| observations(ctx, &layout, Modelled::Multi(j)))
             .collect::<Option<_>>()?;
         self.thetas.resize(m, None);
         let mut posts = Vec::with_capacity(m);

@@ -270,7 +270,7 @@ fn failed_trials_count_as_the_worst_and_pruned_ones_no_better_than_the_median() 
         ),
     ];
     let ctx = ask_ctx(&s, &history, &[], 6, 0);
-    let obs = observations(&ctx, &Layout::new(&s), Objective::Single)
+    let obs = observations(&ctx, &Layout::new(&s), Modelled::Single)
         .expect("two complete trials are enough");
     let worst = obs[..3]
         .iter()
