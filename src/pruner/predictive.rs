@@ -11,7 +11,7 @@
 //! every rule). The `[pruner]` keys are in [`super::ForecastConfig`].
 
 use super::forecast::{Reference, forecast};
-use super::{ForecastConfig, Prune, PruneContext, PruneWhy, Pruner, reached};
+use super::{ForecastConfig, Memo, Prune, PruneContext, PruneWhy, Pruner, reached};
 use crate::trial::TrialState;
 
 pub struct ForecastPruner {
@@ -19,6 +19,9 @@ pub struct ForecastPruner {
     max_resource: f64,
     min_trials: usize,
     confidence: f64,
+    /// Each complete trial's curve as a reference, so that a decision does not re-read every
+    /// report of the study.
+    memo: Memo<Option<Reference>>,
 }
 
 impl ForecastPruner {
@@ -28,6 +31,7 @@ impl ForecastPruner {
             max_resource: config.max_resource.unwrap_or(f64::INFINITY),
             min_trials: config.min_trials.max(1),
             confidence: config.confidence,
+            memo: Memo::new(),
         }
     }
 }
@@ -42,13 +46,20 @@ impl Pruner for ForecastPruner {
         if now.loss.is_nan() {
             return Some(Prune::at(ctx, now.resource, PruneWhy::NotANumber));
         }
-        let refs: Vec<Reference> = ctx
+        self.memo.enter(ctx);
+        let mut refs: Vec<Reference> = Vec::new();
+        for t in ctx
             .trials
             .iter()
             .filter(|t| t.number != ctx.trial && t.state == TrialState::Complete)
-            .filter_map(|t| Reference::new(ctx.curve(&t.reports).map(|p| (p.resource, p.loss))))
-            .filter(|k| reached(k.reach(), self.max_resource))
-            .collect();
+        {
+            let k = self.memo.get(ctx, t, |t| {
+                Reference::new(ctx.curve(&t.reports).map(|p| (p.resource, p.loss)))
+            });
+            if let Some(k) = k.as_ref().filter(|k| reached(k.reach(), self.max_resource)) {
+                refs.push(k.clone());
+            }
+        }
         if refs.len() < self.min_trials {
             return None;
         }
