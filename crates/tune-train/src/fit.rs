@@ -95,6 +95,9 @@ fn loss_and_logits(model: &dyn ModuleT, b: &Batch, task: Task, train: bool) -> (
     (loss, flat)
 }
 
+/// A checkpoint's named tensors and the optimizer's archive bytes (see [`Session::snapshot_tensors`]).
+pub type SnapshotParts = (Vec<(String, Tensor)>, Vec<u8>);
+
 impl Session {
     pub fn new(
         h: &Hyper,
@@ -186,7 +189,7 @@ impl Session {
 
     /// The model's variables, the optimizer's and the scaler's state, the skipped-step count and
     /// the generators' state, as a checkpoint's tensors and optimizer archive.
-    pub fn snapshot_tensors(&self) -> Result<(Vec<(String, Tensor)>, Vec<u8>), String> {
+    pub fn snapshot_tensors(&self) -> Result<SnapshotParts, String> {
         let cpu = |t: &Tensor| t.to_device(Device::Cpu);
         let mut vars: Vec<(String, Tensor)> = self
             .vs
