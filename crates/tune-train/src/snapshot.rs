@@ -114,11 +114,14 @@ pub struct Header {
     pub best: Option<f64>,
 }
 
+/// A checkpoint's tensors, by name.
+pub type NamedTensors = Vec<(String, Tensor)>;
+
 /// One checkpoint: its header, its named tensors (on the CPU once read), and libtorch's
 /// optimizer archive.
 pub struct Snapshot {
     pub header: Header,
-    pub tensors: Vec<(String, Tensor)>,
+    pub tensors: NamedTensors,
     pub optimizer_archive: Vec<u8>,
 }
 
