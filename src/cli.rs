@@ -314,6 +314,14 @@ pub struct AskTellArgs {
     /// Record the exchange as this study in the database given by --db.
     #[arg(long)]
     pub study: Option<String>,
+    /// Judge `report` requests with this pruner: none, median, asha, hyperband or forecast,
+    /// with its defaults over the reports' steps (or a `[pruner]` table in the --space file).
+    #[arg(long, value_name = "KIND")]
+    pub pruner: Option<String>,
+    /// The step of a full trial, for the pruner (asha: its last rung below; hyperband and
+    /// forecast need it).
+    #[arg(long, value_name = "STEPS")]
+    pub max_resource: Option<f64>,
 }
 
 /// `tune bench ARGS…`: everything after `bench` goes unread to the `tune-bench` binary, which

@@ -291,7 +291,7 @@ impl Engine {
 
     /// Marks running trials whose owner is gone as interrupted (their params run again).
     /// Returns their numbers.
-    pub fn recover(&mut self) -> Result<Vec<u64>, StorageError> {
+    pub fn recover(&mut self) -> Result<Vec<TrialNumber>, StorageError> {
         let recovered = self.storage.recover_interrupted(&self.study, self.grace)?;
         if !recovered.is_empty() {
             self.refresh_curves()?;
@@ -316,9 +316,9 @@ impl Engine {
         // Interrupted trials are left out: their params run again under a new number, and a
         // rerun must not compete with its own earlier attempt at a rung.
         let trials = self.storage.trials(&self.study, None)?;
-        let states: BTreeMap<u64, (TrialState, bool)> = trials
+        let states: BTreeMap<TrialNumber, (TrialState, bool)> = trials
             .iter()
-            .map(|t| (t.number.0, (t.state(), t.status.interrupted())))
+            .map(|t| (t.number, (t.state(), t.status.interrupted())))
             .collect();
         self.curves = reports
             .into_iter()
@@ -326,7 +326,7 @@ impl Engine {
             .map(|(n, reports)| {
                 let state = states.get(&n).map_or(TrialState::Running, |s| s.0);
                 TrialCurve {
-                    number: TrialNumber(n),
+                    number: n,
                     state,
                     reports,
                 }
@@ -477,6 +477,12 @@ impl Engine {
         Ok(Decision::Prune)
     }
 
+    /// Why the pruner advised running trial `id` to stop, once it has (the text stored with
+    /// the trial when it ends pruned); `None` while it may go on.
+    pub fn prune_reason(&self, id: TrialId) -> Option<&str> {
+        self.running.get(&id)?.pruned.as_deref()
+    }
+
     /// What the pruner says of trial `number` now, from every trial of the study as this
     /// engine last read them. Asking twice gives the same answer.
     ///
@@ -530,7 +536,7 @@ impl Engine {
     pub fn adopt(&mut self, number: TrialNumber) -> Result<Trial, StorageError> {
         let trial = self
             .storage
-            .trial(&self.study, number.0)?
+            .trial(&self.study, number)?
             .filter(|t| t.state() == TrialState::Running)
             .ok_or_else(|| StorageError::Conflict {
                 path: PathBuf::from(self.storage.location()),
@@ -771,7 +777,10 @@ mod tests {
                 assert_eq!(done.value(), Some(t.number.0 as f64));
             }
             assert_eq!(numbers, vec![0, 1, 2]);
-            assert_eq!(e.storage().best(e.study()).expect("best"), Some((0, 0.0)));
+            assert_eq!(
+                e.storage().best(e.study()).expect("best"),
+                Some((TrialNumber(0), 0.0))
+            );
         }
     }
 
@@ -887,7 +896,7 @@ mod tests {
             assert_eq!(p.value(), Some(9.5));
             let stored = e
                 .storage()
-                .trial(e.study(), 1)
+                .trial(e.study(), TrialNumber(1))
                 .expect("read")
                 .expect("trial");
             assert_eq!(stored.state(), TrialState::Pruned);

@@ -59,6 +59,58 @@ fn the_ui_never_imports_storage_or_the_spec() {
     );
 }
 
+/// What only the terminal loop (`tui/terminal.rs`) may touch: the terminal, files, the
+/// environment, the runtime and the clock.
+const UI_IO: &[&str] = &[
+    "std::io",
+    "std::fs",
+    "std::env",
+    "tokio",
+    "SystemTime::now",
+    "Instant::now",
+    "crossterm::terminal",
+    "crossterm::execute",
+    "ratatui::Terminal",
+    "terminal::",
+];
+
+#[test]
+fn the_ui_state_and_view_stay_pure() {
+    // The state is updated by events and keys with an injected clock, the view draws it: both
+    // are tested alone on a `TestBackend`, and the same state always draws the same screen.
+    for room in ["tui/state", "tui/view"] {
+        let bad = offenders(room, UI_IO);
+        assert!(
+            bad.is_empty(),
+            "src/{room} does no I/O and reads no clock; the terminal loop does:\n{}",
+            bad.join("\n")
+        );
+    }
+}
+
+/// The UI in rooms (issue 30): a file of the UI that grows past this is several rooms.
+const UI_FILE_MAX_LINES: usize = 600;
+
+#[test]
+fn no_file_of_the_ui_is_over_600_lines() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/tui");
+    let long: Vec<String> = rust_files(&root)
+        .into_iter()
+        .filter_map(|f| {
+            let n = std::fs::read_to_string(&f)
+                .expect("readable source file")
+                .lines()
+                .count();
+            (n > UI_FILE_MAX_LINES).then(|| format!("{}: {n} lines", f.display()))
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "split these by what they hold (at most {UI_FILE_MAX_LINES} lines a file):\n{}",
+        long.join("\n")
+    );
+}
+
 #[test]
 fn samplers_and_pruners_stay_pure() {
     let banned = [
@@ -79,6 +131,42 @@ fn samplers_and_pruners_stay_pure() {
             .collect();
         assert!(bad.is_empty(), "{room} must be pure:\n{}", bad.join("\n"));
     }
+}
+
+/// The lines of every file under `src/<room>` that name any of `banned`, outside comments,
+/// test modules included.
+fn offenders_with_tests(room: &str, banned: &[&str]) -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(room);
+    let mut out = Vec::new();
+    for f in rust_files(&root) {
+        let text = std::fs::read_to_string(&f).expect("readable source file");
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if banned.iter().any(|b| code.contains(b)) {
+                out.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+            }
+        }
+    }
+    out
+}
+
+/// The two database backends mirror each other: what both need (how a status, a value, a
+/// direction is stored; the statements they share; the test fixtures) lives in `storage/`
+/// itself, never in the other backend.
+#[test]
+fn the_storage_backends_import_nothing_from_each_other() {
+    let bad = offenders_with_tests("storage/postgres", &["sqlite", "rusqlite"]);
+    assert!(
+        bad.is_empty(),
+        "storage/postgres imports from SQLite:\n{}",
+        bad.join("\n")
+    );
+    let bad = offenders_with_tests("storage/sqlite", &["postgres", "Postgres"]);
+    assert!(
+        bad.is_empty(),
+        "storage/sqlite imports from PostgreSQL:\n{}",
+        bad.join("\n")
+    );
 }
 
 #[test]

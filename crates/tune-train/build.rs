@@ -21,7 +21,8 @@
 //! C++ API, so a few lines of C++ (`src/autocast_shim.cpp`) are compiled against the
 //! headers that sit beside that library directory. So are the multi-tensor optimizer kernels
 //! that tch's generated bindings leave out (`src/optim_shim.cpp`) and the autograd Function of
-//! gradient checkpointing (`src/checkpoint_shim.cpp`).
+//! gradient checkpointing (`src/checkpoint_shim.cpp`), and the optimizer and generator state
+//! a trial snapshot saves (`src/snapshot_shim.cpp`).
 use std::path::{Path, PathBuf};
 
 fn main() {
@@ -30,6 +31,7 @@ fn main() {
     println!("cargo:rerun-if-changed=src/checkpoint_shim.cpp");
     println!("cargo:rerun-if-changed=src/cuda_shim.cpp");
     println!("cargo:rerun-if-changed=src/optim_shim.cpp");
+    println!("cargo:rerun-if-changed=src/snapshot_shim.cpp");
     println!("cargo:rerun-if-changed=src/graph_shim.cpp");
     println!("cargo:rerun-if-env-changed=TUNE_CUDA_INCLUDE");
     println!("cargo:rerun-if-changed=src/stream_shim.cpp");
@@ -50,6 +52,7 @@ fn main() {
         .file("src/checkpoint_shim.cpp")
         .file("src/cuda_shim.cpp")
         .file("src/optim_shim.cpp")
+        .file("src/snapshot_shim.cpp")
         .file("src/stream_shim.cpp")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))

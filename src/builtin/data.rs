@@ -78,7 +78,7 @@ impl DataSpec {
         ];
         for k in t.keys() {
             if !KEYS.contains(&k.as_str()) {
-                return Err(KnobError::Invalid(format!(
+                return Err(KnobError::UnknownKey(format!(
                     "trial.data.{k}: unknown key (known: {})",
                     KEYS.join(", ")
                 )));
@@ -88,7 +88,7 @@ impl DataSpec {
             match t.get(k) {
                 None => Ok(None),
                 Some(toml::Value::String(s)) => Ok(Some(s.clone())),
-                Some(v) => Err(KnobError::Invalid(format!(
+                Some(v) => Err(KnobError::Type(format!(
                     "trial.data.{k}: must be a string, not {}",
                     v.type_str()
                 ))),
@@ -96,7 +96,7 @@ impl DataSpec {
         };
         let need = |k: &str, what: &str| -> Result<String, KnobError> {
             string(k)?
-                .ok_or_else(|| KnobError::Invalid(format!("trial.data.{k}: missing ({what})")))
+                .ok_or_else(|| KnobError::Missing(format!("trial.data.{k}: missing ({what})")))
         };
         let file = |k: &str, what: &str| -> Result<PathBuf, KnobError> {
             let p = super::resolve_path(study_dir, &need(k, what)?);

@@ -381,6 +381,18 @@ pub enum KnobError {
     /// builtin trial cannot take; the message names it.
     #[error("{0}")]
     Invalid(String),
+    /// A key a builtin trial does not know; the message names it and the known ones.
+    #[error("{0}")]
+    UnknownKey(String),
+    /// A key a builtin trial needs and the study file lacks; the message names it.
+    #[error("{0}")]
+    Missing(String),
+    /// A key of the wrong type (a string where a table belongs); the message names it.
+    #[error("{0}")]
+    Type(String),
+    /// A knob both set in `[trial]` and searched in `[space]`; the message names it.
+    #[error("{0}")]
+    Conflict(String),
     /// `trial.timeout` or `trial.time_budget` that is not a duration tune accepts.
     #[error(transparent)]
     Duration(#[from] crate::limits::DurationError),
@@ -515,13 +527,13 @@ pub fn parse_builtin(
     let model_table = match table.get("model") {
         Some(toml::Value::Table(t)) => t.clone(),
         Some(other) => {
-            return Err(KnobError::Invalid(format!(
+            return Err(KnobError::Type(format!(
                 "trial.model: must be a table, not {}",
                 other.type_str()
             )));
         }
         None => {
-            return Err(KnobError::Invalid(
+            return Err(KnobError::Missing(
                 "trial.model: missing (a table with `kind = \"mlp\"` etc.)".into(),
             ));
         }
@@ -533,13 +545,13 @@ pub fn parse_builtin(
             ))
         })?,
         Some(other) => {
-            return Err(KnobError::Invalid(format!(
+            return Err(KnobError::Type(format!(
                 "trial.model.kind: must be a string, not {}",
                 other.type_str()
             )));
         }
         None => {
-            return Err(KnobError::Invalid(
+            return Err(KnobError::Missing(
                 "trial.model.kind: missing (mlp, cnn, resnet or transformer)".into(),
             ));
         }
@@ -547,13 +559,13 @@ pub fn parse_builtin(
     let data = match table.get("data") {
         Some(toml::Value::Table(t)) => DataSpec::parse(t, study_dir)?,
         Some(other) => {
-            return Err(KnobError::Invalid(format!(
+            return Err(KnobError::Type(format!(
                 "trial.data: must be a table, not {}",
                 other.type_str()
             )));
         }
         None => {
-            return Err(KnobError::Invalid(
+            return Err(KnobError::Missing(
                 "trial.data: missing (a table with `dataset = \"digits\"` etc.)".into(),
             ));
         }
@@ -598,7 +610,7 @@ pub fn parse_builtin(
                 )));
             }
             k => {
-                return Err(KnobError::Invalid(format!(
+                return Err(KnobError::UnknownKey(format!(
                     "trial.{k}: unknown key (known: time_budget, timeout, report_every, cuda_graphs, model, data, {})",
                     KNOBS
                         .iter()
@@ -636,7 +648,7 @@ pub fn parse_builtin(
                 )));
             }
             None => {
-                return Err(KnobError::Invalid(format!(
+                return Err(KnobError::UnknownKey(format!(
                     "trial.model.{key}: unknown key (known: kind, {})",
                     KNOBS
                         .iter()
@@ -677,7 +689,7 @@ pub fn parse_builtin(
         let searched = space.get(spec.name);
         let knob = match (fixed, searched) {
             (Some(_), Some(_)) => {
-                return Err(KnobError::Invalid(format!(
+                return Err(KnobError::Conflict(format!(
                     "{path}: set here and searched in [space] as well; keep one"
                 )));
             }
@@ -707,14 +719,14 @@ pub fn parse_builtin(
                 Some(v) => Knob::Fixed(v),
                 None if spec.name == "epochs" => {
                     if time_budget.is_none() {
-                        return Err(KnobError::Invalid(
+                        return Err(KnobError::Missing(
                             "trial.epochs: missing; give epochs, a time_budget, or both".into(),
                         ));
                     }
                     continue;
                 }
                 None => {
-                    return Err(KnobError::Invalid(format!(
+                    return Err(KnobError::Missing(format!(
                         "{path}: missing (set it here or search it in [space])"
                     )));
                 }

@@ -16,14 +16,95 @@ use crate::pruner::PrunerConfig;
 use crate::sampler::SamplerKind;
 use crate::space::Space;
 use crate::storage::{MemoryStorage, Storage, StorageUrl};
-use crate::trial::{Direction, Objective, TrialId, TrialState};
+use crate::trial::{Direction, Objective, TrialId, TrialNumber, TrialState};
 
 /// Reads the `[space]` table of a file (or a file that is only the table's keys).
 pub fn read_space(path: &Path) -> anyhow::Result<Space> {
+    let doc = read_toml(path)?;
+    space_of(path, &doc)
+}
+
+fn read_toml(path: &Path) -> anyhow::Result<toml::Table> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| bad(format!("{}: cannot read: {e}", path.display())))?;
-    let doc: toml::Table =
-        toml::from_str(&text).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+    toml::from_str(&text).map_err(|e| bad(format!("{}: {e}", path.display())))
+}
+
+/// The `[pruner]` a session judges reports by: the file's `[pruner]` table (a study file's
+/// syntax) or `--pruner KIND` with `--max-resource`, never both; none without either. Reports
+/// carry a step, so the resource is the step.
+fn session_pruner(
+    path: &Path,
+    doc: &toml::Table,
+    args: &AskTellArgs,
+) -> anyhow::Result<PrunerConfig> {
+    let mut cfg = match (doc.get("pruner"), &args.pruner) {
+        (Some(_), Some(_)) => {
+            return Err(bad(format!(
+                "--pruner: {} has a [pruner] table already; give one or the other",
+                path.display()
+            )));
+        }
+        (Some(toml::Value::Table(t)), None) => {
+            if !t.contains_key("kind") {
+                return Err(bad(format!(
+                    "{}: key `pruner.kind`: missing (one of {})",
+                    path.display(),
+                    PrunerConfig::NAMES.join(", ")
+                )));
+            }
+            toml::Value::Table(t.clone())
+                .try_into::<PrunerConfig>()
+                .map_err(|e| bad(format!("{}: key `pruner`: {}", path.display(), e.message())))?
+        }
+        (Some(_), None) => {
+            return Err(bad(format!(
+                "{}: key `pruner`: must be a table",
+                path.display()
+            )));
+        }
+        (None, Some(kind)) => {
+            let mut t = toml::Table::new();
+            t.insert("kind".into(), kind.as_str().into());
+            toml::Value::Table(t)
+                .try_into::<PrunerConfig>()
+                .map_err(|_| {
+                    bad(format!(
+                        "--pruner: unknown pruner \"{kind}\" (known: {})",
+                        PrunerConfig::NAMES.join(", ")
+                    ))
+                })?
+        }
+        (None, None) => PrunerConfig::None,
+    };
+    if let Some(max) = args.max_resource {
+        if matches!(cfg, PrunerConfig::None | PrunerConfig::Median(_)) {
+            return Err(bad(format!(
+                "--max-resource: the {} pruner has no full-trial resource",
+                cfg.name()
+            )));
+        }
+        cfg.fill_max_resource(max);
+    }
+    if cfg.resource() != crate::pruner::DEFAULT_RESOURCE {
+        return Err(bad(format!(
+            "{}: key `pruner.resource`: ask-tell reports carry a step, so the resource is \"step\", not \"{}\"",
+            path.display(),
+            cfg.resource()
+        )));
+    }
+    cfg.check().map_err(|e| {
+        let where_ = if doc.contains_key("pruner") {
+            format!("{}: key ", path.display())
+        } else {
+            "--pruner: ".to_string()
+        };
+        bad(format!("{where_}{e}"))
+    })?;
+    Ok(cfg)
+}
+
+fn space_of(path: &Path, doc: &toml::Table) -> anyhow::Result<Space> {
     let table = match doc.get("space") {
         Some(toml::Value::Table(t)) => t.clone(),
         Some(_) => {
@@ -84,8 +165,8 @@ impl AskTell {
         kind: SamplerKind,
         seed: u64,
         directions: &[Direction],
+        pruner: &PrunerConfig,
     ) -> anyhow::Result<AskTell> {
-        let pruner = PrunerConfig::None;
         // Optuna's names for unnamed objectives: `value`, then `value1`, `value2`, …
         let others: Vec<Objective> = directions
             .iter()
@@ -105,7 +186,7 @@ impl AskTell {
             seed,
             budget: None,
             heartbeat_grace: HEARTBEAT_GRACE,
-            pruner: &pruner,
+            pruner,
             file: None,
             source: None,
             slots: &["cpu".to_string()],
@@ -115,7 +196,7 @@ impl AskTell {
             storage,
             &spec,
             crate::sampler::build(kind),
-            crate::pruner::build(&pruner),
+            crate::pruner::build(pruner),
         )?;
         // Trials left `running` by a session (or a run) that died, as `tune run` does: a dead
         // process on this machine at once, one elsewhere after the grace. Their params are
@@ -126,7 +207,7 @@ impl AskTell {
                 "tune ask-tell: recovered interrupted trial(s) {} (their params are asked again)",
                 recovered
                     .iter()
-                    .map(u64::to_string)
+                    .map(TrialNumber::to_string)
                     .collect::<Vec<_>>()
                     .join(", ")
             );
@@ -139,7 +220,13 @@ impl AskTell {
     }
 
     /// A session that keeps nothing once it ends.
-    pub fn new(space: Space, kind: SamplerKind, seed: u64, directions: &[Direction]) -> AskTell {
+    pub fn new(
+        space: Space,
+        kind: SamplerKind,
+        seed: u64,
+        directions: &[Direction],
+        pruner: &PrunerConfig,
+    ) -> AskTell {
         // Memory storage never fails, so neither does opening a study in it.
         Self::open(
             Box::new(MemoryStorage::new()),
@@ -148,6 +235,7 @@ impl AskTell {
             kind,
             seed,
             directions,
+            pruner,
         )
         .expect("a study in memory always opens")
     }
@@ -192,7 +280,7 @@ impl AskTell {
         };
         if obj.len() != 1 {
             return Err(RequestError::Malformed(
-                "a request has exactly one key, `ask` or `tell`".into(),
+                "a request has exactly one key, `ask`, `report` or `tell`".into(),
             ));
         }
         if let Some(a) = obj.get("ask") {
@@ -206,9 +294,85 @@ impl AskTell {
         if let Some(t) = obj.get("tell") {
             return self.tell(t);
         }
+        if let Some(r) = obj.get("report") {
+            return self.report(r);
+        }
         Err(RequestError::Malformed(
-            "unknown request: expected `ask` or `tell`".into(),
+            "unknown request: expected `ask`, `report` or `tell`".into(),
         ))
+    }
+
+    /// The outstanding trial `number` of a request, or why it is none.
+    fn outstanding(&self, number: u64) -> Result<TrialId, RequestError> {
+        if let Some(id) = self.pending.get(&number) {
+            return Ok(*id);
+        }
+        let told = self
+            .engine
+            .storage()
+            .trial(self.engine.study(), TrialNumber(number))
+            .map_err(RequestError::storage)?
+            .is_some_and(|t| t.state().is_finished());
+        Err(RequestError::Malformed(if told {
+            format!("trial {number} was already told")
+        } else {
+            format!("unknown trial {number}: it was never asked")
+        }))
+    }
+
+    /// An intermediate value of an outstanding trial: stored as its report at `step`, and
+    /// answered with the pruner's decision (`{"prune": false}`, or `true` with the reason).
+    /// Once advised to stop, a trial is answered so at every later report until it is told.
+    fn report(&mut self, r: &Value) -> Result<Value, RequestError> {
+        let Value::Object(r) = r else {
+            return Err(RequestError::Malformed(
+                "`report` takes an object: {\"report\": {\"trial\": 0, \"step\": 1, \"value\": 0.5}}"
+                    .into(),
+            ));
+        };
+        for k in r.keys() {
+            if !matches!(k.as_str(), "trial" | "step" | "value") {
+                return Err(RequestError::Malformed(format!(
+                    "unknown key `{k}` in report (trial, step, value)"
+                )));
+            }
+        }
+        let number = trial_number(r.get("trial"), "report")?;
+        let step = r
+            .get("step")
+            .and_then(Value::as_u64)
+            .filter(|n| *n <= crate::limits::MAX_STEP)
+            .ok_or_else(|| {
+                RequestError::Malformed(format!(
+                    "report needs `step`, an integer from 0 to {} (epochs, batches: what the pruner's resource counts)",
+                    crate::limits::MAX_STEP
+                ))
+            })?;
+        let value = match r.get("value") {
+            Some(Value::Number(n)) => n.as_f64().unwrap_or(f64::NAN),
+            Some(other) => {
+                return Err(RequestError::Malformed(format!(
+                    "`value` must be a number, not {other}"
+                )));
+            }
+            None => {
+                return Err(RequestError::Malformed(
+                    "report needs `value`, the objective's value at this step".into(),
+                ));
+            }
+        };
+        let id = self.outstanding(number)?;
+        let report = crate::trial::Report {
+            step,
+            metrics: BTreeMap::from([("value".to_string(), value)]),
+        };
+        self.engine
+            .report(id, report)
+            .map_err(RequestError::storage)?;
+        Ok(match self.engine.prune_reason(id) {
+            Some(reason) => json!({ "prune": true, "reason": reason }),
+            None => json!({ "prune": false }),
+        })
     }
 
     fn ask(&mut self) -> anyhow::Result<Value> {
@@ -232,15 +396,7 @@ impl AskTell {
                 )));
             }
         }
-        let number = t
-            .get("trial")
-            .and_then(Value::as_u64)
-            .filter(|n| *n <= crate::limits::MAX_STEP)
-            .ok_or_else(|| {
-                RequestError::Malformed(
-                    "tell needs `trial`, a trial number (an integer from 0 that ask gave)".into(),
-                )
-            })?;
+        let number = trial_number(t.get("trial"), "tell")?;
         let state = match t.get("state") {
             None => TrialState::Complete,
             Some(s) => match s.as_str() {
@@ -305,19 +461,8 @@ impl AskTell {
                 }
             }
         }
-        let Some(id) = self.pending.remove(&number) else {
-            let told = self
-                .engine
-                .storage()
-                .trial(self.engine.study(), number)
-                .map_err(RequestError::storage)?
-                .is_some_and(|t| t.state().is_finished());
-            return Err(RequestError::Malformed(if told {
-                format!("trial {number} was already told")
-            } else {
-                format!("unknown trial {number}: it was never asked")
-            }));
-        };
+        let id = self.outstanding(number)?;
+        self.pending.remove(&number);
         let finish = match (state, value, values) {
             (TrialState::Pruned, value, values) => Finish::Pruned {
                 value: value.or_else(|| values.and_then(|v| v.first().copied())),
@@ -338,8 +483,21 @@ impl AskTell {
     }
 }
 
+/// The `trial` of a request: a trial number ask gave.
+fn trial_number(v: Option<&Value>, request: &str) -> Result<u64, RequestError> {
+    v.and_then(Value::as_u64)
+        .filter(|n| *n <= crate::limits::MAX_STEP)
+        .ok_or_else(|| {
+            RequestError::Malformed(format!(
+                "{request} needs `trial`, a trial number (an integer from 0 that ask gave)"
+            ))
+        })
+}
+
 pub fn ask_tell(args: &AskTellArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> {
-    let space = read_space(&args.space)?;
+    let doc = read_toml(&args.space)?;
+    let space = space_of(&args.space, &doc)?;
+    let pruner = session_pruner(&args.space, &doc, args)?;
     let kind = SamplerKind::parse(&args.sampler).ok_or_else(|| {
         bad(format!(
             "--sampler: unknown sampler \"{}\" (known: {})",
@@ -366,6 +524,7 @@ pub fn ask_tell(args: &AskTellArgs, db: Option<&StorageUrl>) -> anyhow::Result<E
             kind,
             args.seed,
             &directions,
+            &pruner,
         )
         .map_err(|e| match e.downcast_ref::<crate::storage::StorageError>() {
             Some(crate::storage::StorageError::Differs {
@@ -377,7 +536,7 @@ pub fn ask_tell(args: &AskTellArgs, db: Option<&StorageUrl>) -> anyhow::Result<E
             _ => e,
         })?,
         (None, Some(_)) => return Err(bad("--study needs --db PATH (or TUNE_DB)")),
-        _ => AskTell::new(space, kind, args.seed, &directions),
+        _ => AskTell::new(space, kind, args.seed, &directions, &pruner),
     };
     let mut out = std::io::stdout().lock();
     // Input is read on a thread of its own, so that the session stamps its heartbeat while it
@@ -442,6 +601,7 @@ mod tests {
             SamplerKind::Random,
             1,
             &[Direction::Minimize],
+            &PrunerConfig::None,
         )
     }
 
@@ -497,6 +657,7 @@ mod tests {
             SamplerKind::Gp,
             3,
             &[Direction::Minimize, Direction::Maximize],
+            &PrunerConfig::None,
         );
         let a = s.handle(r#"{"ask": {}}"#);
         assert!(

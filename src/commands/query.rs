@@ -13,7 +13,7 @@ use crate::cli::{
 };
 use crate::storage::{Storage, StorageUrl, StudyRow};
 use crate::telemetry::fmt_mb;
-use crate::trial::{GpuMemScope, GpuTelemetry, Trial, TrialState, TrialStatus};
+use crate::trial::{GpuMemScope, GpuTelemetry, Trial, TrialNumber, TrialState, TrialStatus};
 
 fn table() -> Table {
     Table::new()
@@ -470,7 +470,7 @@ pub fn show(args: &ShowArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode
     };
     let (storage, study, _) = open_study(&r, db)?;
     let row = storage
-        .trial(&study, number)?
+        .trial(&study, TrialNumber(number))?
         .ok_or_else(|| bad(format!("study `{}` has no trial {number}", study.name)))?;
     let reports = storage.trial_reports(row.id)?;
     match args.format {

@@ -13,13 +13,13 @@ use tokio::sync::mpsc;
 
 use super::Event;
 use crate::fmt::{fmt_params, fmt_value};
-use crate::trial::{Direction, Trial, TrialState};
+use crate::trial::{Direction, Trial, TrialNumber, TrialState};
 
 /// Turns events into lines, keeping the best value seen for the finishing line.
 pub struct Printer {
     direction: Direction,
     metric: String,
-    best: Option<(u64, f64)>,
+    best: Option<(TrialNumber, f64)>,
     /// A multi-objective study's further objectives (from its start), and every complete
     /// trial's losses on all objectives, for the size of the Pareto front.
     others: Vec<crate::trial::Objective>,
@@ -98,7 +98,7 @@ impl Printer {
             && let Some(v) = t.value()
             && self.best.is_none_or(|(_, b)| self.direction.better(v, b))
         {
-            self.best = Some((t.number.0, v));
+            self.best = Some((t.number, v));
         }
         if !self.others.is_empty()
             && t.state() == TrialState::Complete
@@ -239,7 +239,7 @@ impl Printer {
                     TrialState::Complete => {
                         self.consider(trial);
                         let v = trial.value().unwrap_or(f64::NAN);
-                        let (bn, bv) = self.best.unwrap_or((trial.number.0, v));
+                        let (bn, bv) = self.best.unwrap_or((trial.number, v));
                         format!(
                             "{stamp} trial {} complete{dur}: {metric}={} (best {} at trial {bn}){}",
                             trial.number,
@@ -390,7 +390,7 @@ mod tests {
         );
         // Trial 3, run by another process, is better than anything this one saw.
         if let Event::TrialFinished { study_best, .. } = &mut ev {
-            *study_best = Some((3, 0.25));
+            *study_best = Some((TrialNumber(3), 0.25));
         }
         let a = p.line(&ev, Duration::ZERO).expect("a line");
         assert!(a.ends_with("loss=0.5 (best 0.25 at trial 3)"), "{a}");
@@ -493,7 +493,7 @@ mod tests {
             .line(
                 &Event::StudyFinished {
                     reason: "the trial budget is spent".into(),
-                    best: Some((7, 0.25)),
+                    best: Some((TrialNumber(7), 0.25)),
                     at: SystemTime::UNIX_EPOCH,
                 },
                 Duration::ZERO,
@@ -591,7 +591,11 @@ mod tests {
             line.contains(": 1 trials done (1 discarded), budget 4"),
             "{line}"
         );
-        assert_eq!(p.best, Some((0, 1.0)), "the discarded 0.1 is not the best");
+        assert_eq!(
+            p.best,
+            Some((TrialNumber(0), 1.0)),
+            "the discarded 0.1 is not the best"
+        );
     }
 
     #[test]

@@ -90,7 +90,7 @@ pub enum Event {
         /// The study's best `(number, value)` as stored once this trial ended, with the
         /// trials of every other process on the study; `None` where the source does not say
         /// (a replay, a test), and readers fall back to the best they saw.
-        study_best: Option<(u64, f64)>,
+        study_best: Option<(TrialNumber, f64)>,
     },
     /// The GPU of a running trial's slot, sampled (about once a second) while it runs: only
     /// where NVML is there (`crate::telemetry`), for command and builtin trials alike.
@@ -108,7 +108,7 @@ pub enum Event {
         /// The best trial of the whole study (number, value) as stored when it ended, counting
         /// the trials of every process that runs it, not only this one's; `None` when no trial
         /// is complete or the source could not read it.
-        best: Option<(u64, f64)>,
+        best: Option<(TrialNumber, f64)>,
         at: SystemTime,
     },
 }

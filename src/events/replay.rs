@@ -458,7 +458,7 @@ mod tests {
     use crate::trial::Direction;
     use crate::trial::{TrialId, TrialStatus, WorkerId};
 
-    use crate::storage::sqlite_fixtures::{params, space};
+    use crate::storage::fixtures::{params, space};
 
     fn report(step: u64, loss: f64) -> Report {
         let mut m = BTreeMap::new();

@@ -12,8 +12,10 @@
 //! ours.
 
 mod asha;
+pub mod forecast;
 mod hyperband;
 mod median;
+mod predictive;
 
 #[cfg(test)]
 mod testkit;
@@ -29,6 +31,7 @@ use crate::trial::{Direction, Report, TrialNumber, TrialState};
 pub use asha::AshaPruner;
 pub use hyperband::HyperbandPruner;
 pub use median::MedianPruner;
+pub use predictive::ForecastPruner;
 
 /// The reports of one trial, as a pruner sees them.
 #[derive(Debug, Clone, PartialEq)]
@@ -260,6 +263,15 @@ pub enum PruneWhy {
     /// the best values that `of` complete trials had reached by the same resource; both in
     /// the objective's own terms (not as losses).
     Median { best: f64, median: f64, of: usize },
+    /// Stopping by prediction: the forecast of its final value (`predicted`, with the better
+    /// edge of its band at `optimistic`) cannot beat `best`, the best final value of the `of`
+    /// complete trials it was forecast from; all in the objective's own terms.
+    Forecast {
+        predicted: f64,
+        optimistic: f64,
+        best: f64,
+        of: usize,
+    },
     /// Its value is NaN: a diverged trial cannot win.
     NotANumber,
 }
@@ -319,6 +331,20 @@ impl std::fmt::Display for Prune {
                 num(*median),
                 if *of == 1 { "" } else { "s" }
             ),
+            PruneWhy::Forecast {
+                predicted,
+                optimistic,
+                best,
+                of,
+            } => write!(
+                f,
+                "forecast to end at {} (at best {}), which cannot beat the best {} of {of} \
+                 complete trial{})",
+                num(*predicted),
+                num(*optimistic),
+                num(*best),
+                if *of == 1 { "" } else { "s" }
+            ),
             PruneWhy::NotANumber => write!(f, "its value is NaN)"),
         }
     }
@@ -335,7 +361,7 @@ fn default_resource() -> String {
 ///
 /// ```toml
 /// [pruner]
-/// kind = "asha"            # "none" | "median" | "asha" | "hyperband"
+/// kind = "asha"            # "none" | "median" | "asha" | "hyperband" | "forecast"
 /// resource = "epoch"       # "step" (the report's step, the default) or a report key
 /// min_resource = 1
 /// reduction_factor = 3
@@ -351,6 +377,7 @@ pub enum PrunerConfig {
     Median(MedianConfig),
     Asha(AshaConfig),
     Hyperband(HyperbandConfig),
+    Forecast(ForecastConfig),
 }
 
 /// What `[pruner]` deserialises through. Hazard: serde lets an internally tagged *unit*
@@ -364,6 +391,7 @@ enum TaggedConfig {
     Median(MedianConfig),
     Asha(AshaConfig),
     Hyperband(HyperbandConfig),
+    Forecast(ForecastConfig),
 }
 
 impl From<TaggedConfig> for PrunerConfig {
@@ -373,6 +401,7 @@ impl From<TaggedConfig> for PrunerConfig {
             TaggedConfig::Median(c) => PrunerConfig::Median(c),
             TaggedConfig::Asha(c) => PrunerConfig::Asha(c),
             TaggedConfig::Hyperband(c) => PrunerConfig::Hyperband(c),
+            TaggedConfig::Forecast(c) => PrunerConfig::Forecast(c),
         }
     }
 }
@@ -461,8 +490,39 @@ impl Default for HyperbandConfig {
     }
 }
 
+/// Stopping by prediction: a trial stops when the forecast of its final value, from the curves
+/// of the complete trials, cannot beat the best of them even at the optimistic edge of its band
+/// (`pruner::predictive`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ForecastConfig {
+    /// No trial is judged before its resource reaches this.
+    pub min_resource: f64,
+    /// The resource of a full trial: required (a builtin study fills in its epochs), since
+    /// the forecast is of the value there.
+    pub max_resource: Option<f64>,
+    /// Complete trials needed before anything is pruned: the forecasts learn from them.
+    pub min_trials: usize,
+    /// The band a forecast must clear: a trial stops when the better edge of this two-sided
+    /// band is still worse than the best complete trial (0.9: a 5 % chance left, one side).
+    pub confidence: f64,
+    pub resource: String,
+}
+
+impl Default for ForecastConfig {
+    fn default() -> Self {
+        ForecastConfig {
+            min_resource: 1.0,
+            max_resource: None,
+            min_trials: 3,
+            confidence: 0.9,
+            resource: default_resource(),
+        }
+    }
+}
+
 impl PrunerConfig {
-    pub const NAMES: &'static [&'static str] = &["none", "median", "asha", "hyperband"];
+    pub const NAMES: &'static [&'static str] = &["none", "median", "asha", "hyperband", "forecast"];
 
     /// The kind, as a study file spells it.
     pub fn name(&self) -> &'static str {
@@ -471,6 +531,7 @@ impl PrunerConfig {
             PrunerConfig::Median(_) => "median",
             PrunerConfig::Asha(_) => "asha",
             PrunerConfig::Hyperband(_) => "hyperband",
+            PrunerConfig::Forecast(_) => "forecast",
         }
     }
 
@@ -481,6 +542,7 @@ impl PrunerConfig {
             PrunerConfig::Median(c) => &c.resource,
             PrunerConfig::Asha(c) => &c.resource,
             PrunerConfig::Hyperband(c) => &c.resource,
+            PrunerConfig::Forecast(c) => &c.resource,
         }
     }
 
@@ -508,6 +570,7 @@ impl PrunerConfig {
         match self {
             PrunerConfig::Asha(c) if c.max_resource.is_none() => c.max_resource = Some(max),
             PrunerConfig::Hyperband(c) if c.max_resource.is_none() => c.max_resource = Some(max),
+            PrunerConfig::Forecast(c) if c.max_resource.is_none() => c.max_resource = Some(max),
             _ => {}
         }
     }
@@ -579,6 +642,41 @@ impl PrunerConfig {
                 }
                 Ok(())
             }
+            PrunerConfig::Forecast(c) => {
+                check_resource_key(&c.resource)?;
+                if !(c.min_resource.is_finite() && c.min_resource >= 0.0) {
+                    return Err(PrunerConfigError::Invalid(format!(
+                        "pruner.min_resource must be a non-negative number, got {}",
+                        c.min_resource
+                    )));
+                }
+                let Some(max) = c.max_resource else {
+                    return Err(PrunerConfigError::Invalid(
+                        "pruner.max_resource is required for forecast (the resource of a \
+                         full trial, e.g. its number of epochs)"
+                            .to_string(),
+                    ));
+                };
+                if !(max.is_finite() && max > c.min_resource) {
+                    return Err(PrunerConfigError::Invalid(format!(
+                        "pruner.max_resource must be greater than pruner.min_resource ({}), \
+                         got {max}",
+                        c.min_resource
+                    )));
+                }
+                if c.min_trials < 1 {
+                    return Err(PrunerConfigError::Invalid(
+                        "pruner.min_trials must be at least 1, got 0".to_string(),
+                    ));
+                }
+                if !(c.confidence > 0.0 && c.confidence < 1.0) {
+                    return Err(PrunerConfigError::Invalid(format!(
+                        "pruner.confidence must be between 0 and 1 (exclusive), got {}",
+                        c.confidence
+                    )));
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -643,7 +741,9 @@ impl PrunerConfig {
     /// The rung schedule of an ASHA or Hyperband pruner; `None` for the others.
     pub fn rung_schedule(&self) -> Option<RungSchedule> {
         let (min, max, eta, rate, resource, brackets) = match self {
-            PrunerConfig::None | PrunerConfig::Median(_) => return None,
+            PrunerConfig::None | PrunerConfig::Median(_) | PrunerConfig::Forecast(_) => {
+                return None;
+            }
             PrunerConfig::Asha(c) => (
                 c.min_resource,
                 c.max_resource,
@@ -724,6 +824,7 @@ pub fn build(config: &PrunerConfig) -> Box<dyn Pruner> {
         PrunerConfig::Median(c) => Box::new(MedianPruner::new(c)),
         PrunerConfig::Asha(c) => Box::new(AshaPruner::new(c)),
         PrunerConfig::Hyperband(c) => Box::new(HyperbandPruner::new(c)),
+        PrunerConfig::Forecast(c) => Box::new(ForecastPruner::new(c)),
     }
 }
 

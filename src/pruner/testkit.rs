@@ -195,7 +195,7 @@ impl Sim {
             .map(|t| TrialCurve {
                 number: t.number,
                 state: t.state(),
-                reports: reports.get(&t.number.0).cloned().unwrap_or_default(),
+                reports: reports.get(&t.number).cloned().unwrap_or_default(),
             })
             .collect();
     }
@@ -256,7 +256,12 @@ impl Sim {
         let id = self.ids[&n];
         let study = self.engine.study().clone();
         let reports = self.storage.reports(&study).expect("reports");
-        let v = last_value(reports.get(&n).map(Vec::as_slice).unwrap_or(&[]));
+        let v = last_value(
+            reports
+                .get(&TrialNumber(n))
+                .map(Vec::as_slice)
+                .unwrap_or(&[]),
+        );
         self.engine
             .finish(id, Finish::Value(v), &[])
             .expect("finish");

@@ -344,6 +344,8 @@ async fn run_on(
         params: job.params.clone(),
         trial: Box::new(trial),
         log: log.clone(),
+        // The orchestrator's side of checkpoints comes with issue 27's attempts and re-queue.
+        checkpoint: None,
     };
     // Reuse the slot's worker unless it died while idle or serves another device; a write
     // that fails means it died just now: one fresh worker gets the job.
@@ -400,6 +402,8 @@ async fn run_on(
                             // The receiver may be gone when the study is shutting down.
                             let _ = reports.send(Report { step, metrics });
                         }
+                        // Not used yet: the orchestrator asks for no checkpoints (above).
+                        Ok(FromWorker::Checkpoint { .. }) => {}
                         Ok(FromWorker::End { status, reason }) => {
                             let end = match (asked, status) {
                                 (Asked::Timeout, EndStatus::Stopped) => RunEnd::Failed {

@@ -90,7 +90,7 @@ pub struct RunSummary {
     pub complete: u64,
     pub pruned: u64,
     pub failed: u64,
-    pub best: Option<(u64, f64)>,
+    pub best: Option<(TrialNumber, f64)>,
     /// Whether the user stopped the run before its budget was spent.
     pub interrupted: bool,
     /// Why the run stopped early because its trials kept failing, if it did.
@@ -230,7 +230,7 @@ impl Scheduler {
         if let Some((best, _)) = best {
             for report in best_reports {
                 self.emit(Event::TrialReported {
-                    number: TrialNumber(best),
+                    number: best,
                     slot: NO_SLOT,
                     report,
                 });

@@ -1,13 +1,13 @@
 //! Storage in memory: the same contract as the database backends, for a process that needs no
 //! file (`tune ask-tell` without `--db`, the optimizer benchmark, engine and pruner tests).
 //! A clone is another handle on the same data, as a second process opening the same database
-//! would be (the pruner testkit resumes a study that way). It is held to the same conformance
-//! suite as SQLite (`storage::conformance`).
+//! would be (the pruner testkit resumes a study that way), heartbeats and recovery included.
+//! It is held to the same conformance suite as SQLite and PostgreSQL (`storage::conformance`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::{
     ClaimRequest, History, NewStudy, Propose, Storage, StorageError, StoredReport, StoredStudyFile,
@@ -31,6 +31,8 @@ struct Stored {
     reports: Vec<StoredReport>,
     /// `[[enqueue]]`/`tune enqueue` params, so a resume queues them once.
     fixed: bool,
+    /// A running trial's last sign of life: its claim or its worker's last heartbeat.
+    beat: Option<Instant>,
 }
 
 /// Every study and trial in plain collections.
@@ -93,7 +95,8 @@ impl Data {
         params: Params,
         status: TrialStatus,
     ) -> Result<TrialId, StorageError> {
-        let id = TrialId(self.trials.len() as i64 + 1);
+        // Never an id in use, also after a study was deleted.
+        let id = TrialId(self.trials.keys().next_back().map_or(0, |k| k.0) + 1);
         let s = self.study_mut(study)?;
         let number = TrialNumber(s.trials.len() as u64);
         s.trials.push(id);
@@ -107,6 +110,7 @@ impl Data {
                 },
                 reports: Vec::new(),
                 fixed: false,
+                beat: None,
             },
         );
         Ok(id)
@@ -207,26 +211,70 @@ impl Storage for Data {
         study: &StudyRow,
         devices: &[String],
     ) -> Result<WorkerId, StorageError> {
-        let id = WorkerId(self.workers.len() as i64 + 1);
+        // Never an id in use, also after a study (and its workers) was deleted.
+        let id = WorkerId(self.workers.iter().map(|w| w.0.0).max().unwrap_or(0) + 1);
         self.workers.push((id, study.id, devices.to_vec()));
         Ok(id)
     }
 
+    /// Stamps the worker's running trials; a trial that is not running (ended, declared
+    /// interrupted, unknown) is left as it is, as on the database backends.
     fn heartbeat(&mut self, _worker: WorkerId, trials: &[TrialId]) -> Result<(), StorageError> {
-        // One process owns everything here: its trials are alive while it is.
+        let now = Instant::now();
         for id in trials {
-            self.stored(*id)?;
+            if let Some(s) = self.trials.get_mut(id)
+                && s.trial.state() == TrialState::Running
+            {
+                s.beat = Some(now);
+            }
         }
         Ok(())
     }
 
+    /// Marks running trials of the study with no sign of life for longer than `grace` as
+    /// failed (interrupted) and queues their params again, as the database backends do: the
+    /// handles on one store stand for processes, and one whose engine stops stamping its
+    /// trials is gone. (No process can die apart from the store here, so there is no "dead
+    /// process" case.)
     fn recover_interrupted(
         &mut self,
-        _study: &StudyRow,
-        _grace: Duration,
-    ) -> Result<Vec<u64>, StorageError> {
-        // Nothing outlives the process that holds this storage, so no owner can be gone.
-        Ok(Vec::new())
+        study: &StudyRow,
+        grace: Duration,
+    ) -> Result<Vec<TrialNumber>, StorageError> {
+        let gone: Vec<TrialId> = self
+            .of_study(study)
+            .filter(|s| {
+                s.trial.state() == TrialState::Running && s.beat.is_none_or(|b| b.elapsed() > grace)
+            })
+            .map(|s| s.trial.id)
+            .collect();
+        let mut recovered = Vec::with_capacity(gone.len());
+        for id in gone {
+            let s = self.stored_mut(id)?;
+            let TrialStatus::Running { at, started } = &s.trial.status else {
+                continue;
+            };
+            let ran = Ran {
+                at: at.clone(),
+                started: *started,
+                finished: Some(SystemTime::now()),
+                gpu: None,
+            };
+            s.trial.status = TrialStatus::Failed {
+                // Nothing dies here but the store itself: its trials only fall silent.
+                reason: super::Gone::Silent.reason(grace),
+                log_tail: None,
+                interrupted: true,
+                ran,
+            };
+            s.beat = None;
+            recovered.push(s.trial.number);
+            let (study, params) = (s.study, s.trial.params.clone());
+            if !params.is_empty() {
+                self.insert(study, params, TrialStatus::Queued)?;
+            }
+        }
+        Ok(recovered)
     }
 
     fn claim(
@@ -270,7 +318,10 @@ impl Storage for Data {
                 id
             }
         };
-        Ok(Some(self.stored(id)?.trial.clone()))
+        // Its first sign of life, as the database backends stamp a claimed trial.
+        let s = self.stored_mut(id)?;
+        s.beat = Some(Instant::now());
+        Ok(Some(s.trial.clone()))
     }
 
     fn set_trial_dir(&mut self, trial: TrialId, dir: &Path) -> Result<(), StorageError> {
@@ -388,20 +439,23 @@ impl Storage for Data {
         ))
     }
 
-    fn reports(&self, study: &StudyRow) -> Result<BTreeMap<u64, Vec<Report>>, StorageError> {
+    fn reports(
+        &self,
+        study: &StudyRow,
+    ) -> Result<BTreeMap<TrialNumber, Vec<Report>>, StorageError> {
+        // A trial with no report but its final one has none here, as on the databases.
         Ok(self
             .of_study(study)
-            .filter(|s| !s.reports.is_empty())
             .map(|s| {
-                (
-                    s.trial.number.0,
-                    s.reports
-                        .iter()
-                        .filter(|r| !r.is_final)
-                        .map(|r| r.report.clone())
-                        .collect(),
-                )
+                let reports: Vec<Report> = s
+                    .reports
+                    .iter()
+                    .filter(|r| !r.is_final)
+                    .map(|r| r.report.clone())
+                    .collect();
+                (s.trial.number, reports)
             })
+            .filter(|(_, r)| !r.is_empty())
             .collect())
     }
 
@@ -421,7 +475,11 @@ impl Storage for Data {
             .collect())
     }
 
-    fn trial(&self, study: &StudyRow, number: u64) -> Result<Option<Trial>, StorageError> {
+    fn trial(
+        &self,
+        study: &StudyRow,
+        TrialNumber(number): TrialNumber,
+    ) -> Result<Option<Trial>, StorageError> {
         Ok(self
             .of_study(study)
             .find(|s| s.trial.number.0 == number)
@@ -442,15 +500,15 @@ impl Storage for Data {
             .count() as u64)
     }
 
-    fn best(&self, study: &StudyRow) -> Result<Option<(u64, f64)>, StorageError> {
-        let mut best: Option<(u64, f64)> = None;
+    fn best(&self, study: &StudyRow) -> Result<Option<(TrialNumber, f64)>, StorageError> {
+        let mut best: Option<(TrialNumber, f64)> = None;
         for s in self.of_study(study) {
             if let TrialStatus::Complete { value, .. } = s.trial.status
                 && value.is_finite()
                 && !s.trial.discarded
                 && best.is_none_or(|(_, b)| study.direction.better(value, b))
             {
-                best = Some((s.trial.number.0, value));
+                best = Some((s.trial.number, value));
             }
         }
         Ok(best)
@@ -551,7 +609,7 @@ impl Storage for MemoryStorage {
         &mut self,
         study: &StudyRow,
         grace: Duration,
-    ) -> Result<Vec<u64>, StorageError> {
+    ) -> Result<Vec<TrialNumber>, StorageError> {
         self.data().recover_interrupted(study, grace)
     }
     fn claim(
@@ -597,7 +655,10 @@ impl Storage for MemoryStorage {
     fn history(&self, study: &StudyRow, space: &Space) -> Result<History, StorageError> {
         self.data().history(study, space)
     }
-    fn reports(&self, study: &StudyRow) -> Result<BTreeMap<u64, Vec<Report>>, StorageError> {
+    fn reports(
+        &self,
+        study: &StudyRow,
+    ) -> Result<BTreeMap<TrialNumber, Vec<Report>>, StorageError> {
         self.data().reports(study)
     }
     fn trial_reports(&self, trial: TrialId) -> Result<Vec<StoredReport>, StorageError> {
@@ -610,8 +671,12 @@ impl Storage for MemoryStorage {
     ) -> Result<Vec<Trial>, StorageError> {
         self.data().trials(study, state)
     }
-    fn trial(&self, study: &StudyRow, number: u64) -> Result<Option<Trial>, StorageError> {
-        self.data().trial(study, number)
+    fn trial(
+        &self,
+        study: &StudyRow,
+        TrialNumber(number): TrialNumber,
+    ) -> Result<Option<Trial>, StorageError> {
+        self.data().trial(study, TrialNumber(number))
     }
     fn counted(&self, study: &StudyRow) -> Result<u64, StorageError> {
         self.data().counted(study)
@@ -619,7 +684,7 @@ impl Storage for MemoryStorage {
     fn count_state(&self, study: &StudyRow, state: TrialState) -> Result<u64, StorageError> {
         self.data().count_state(study, state)
     }
-    fn best(&self, study: &StudyRow) -> Result<Option<(u64, f64)>, StorageError> {
+    fn best(&self, study: &StudyRow) -> Result<Option<(TrialNumber, f64)>, StorageError> {
         self.data().best(study)
     }
     fn study_file(&self, study: &StudyRow) -> Result<StoredStudyFile, StorageError> {

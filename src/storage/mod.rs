@@ -6,22 +6,30 @@
 //!   waiting happens where the timeout applies and no "database is locked" reaches the user, and
 //!   trial numbers are given out inside such a transaction, exactly once each.
 //! - PostgreSQL (`postgres`): the same schema on a server, for workers on many machines sharing
-//!   one study; numbers are given out under the study's row lock, liveness by heartbeats.
+//!   one study; numbers are given out under the study's advisory lock, liveness by heartbeats.
 //! - Memory (`memory`): the reference the conformance suite holds the other two to, and the
 //!   store of the benchmarks and the pruner testkit.
+//!
+//! The two database backends mirror each other and import nothing from each other: what both
+//! need is here. This file: the trait and the decisions every backend makes alike (the
+//! history, a trial's ending, when a running trial's owner is [`Gone`]); `codec`: how a status,
+//! a value, a param, a direction and a time are stored, Optuna's spellings included; `sql`: the
+//! statements both dialects share, once; `watch` and `copy`: the backend-neutral halves of
+//! `tune watch` and `tune copy`. Each backend's folder keeps its I/O (`sqlite/{mod, watch,
+//! copy}`, `postgres/{mod, connect, watch, copy, blocking}`).
 //!
 //! What does not belong here: deciding anything (samplers, pruners, the engine) or turning rows
 //! into UI events (`events::replay`).
 
+mod codec;
 #[cfg(test)]
 mod conformance;
+pub mod copy;
 pub mod host;
 mod memory;
 pub(crate) mod postgres;
+mod sql;
 mod sqlite;
-#[cfg(test)]
-pub(crate) use sqlite::fixtures as sqlite_fixtures;
-pub mod copy;
 /// An ephemeral PostgreSQL server, for tests and the storage benchmark.
 #[cfg(any(test, feature = "fixtures"))]
 pub mod test_server;
@@ -111,7 +119,7 @@ pub struct StudySummary {
     pub pruned: u64,
     pub failed: u64,
     pub best_value: Option<f64>,
-    pub best_trial: Option<u64>,
+    pub best_trial: Option<TrialNumber>,
     /// A multi-objective study's further objectives (absent from JSON for one objective).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub others: Vec<Objective>,
@@ -119,6 +127,32 @@ pub struct StudySummary {
     /// and `best_trial` are then the first objective's alone).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pareto_front: Option<u64>,
+}
+
+/// A study's trials counted by state, as [`sql::LIST_STUDIES`] reads them: all, queued,
+/// running, complete, pruned, failed (a SUM over no trial is NULL: none).
+pub(crate) type StudyCounts = [Option<i64>; 6];
+
+impl StudySummary {
+    /// A listed study from one row of [`sql::LIST_STUDIES`], its best still to be filled in.
+    pub(crate) fn of_row(study: &StudyRow, counts: StudyCounts) -> StudySummary {
+        let n = |i: usize| counts[i].unwrap_or(0).max(0) as u64;
+        StudySummary {
+            name: study.name.clone(),
+            direction: study.direction,
+            metric: study.metric.clone(),
+            trials: n(0),
+            queued: n(1),
+            running: n(2),
+            complete: n(3),
+            pruned: n(4),
+            failed: n(5),
+            best_value: None,
+            best_trial: None,
+            others: Vec::new(),
+            pareto_front: None,
+        }
+    }
 }
 
 /// What samplers learn from: the finished trials (interrupted ones left out: their reruns
@@ -192,7 +226,7 @@ pub trait Storage: Send {
         &mut self,
         study: &StudyRow,
         grace: Duration,
-    ) -> Result<Vec<u64>, StorageError>;
+    ) -> Result<Vec<TrialNumber>, StorageError>;
 
     /// Gives the worker its next trial, running: a queued one first, else a new number while
     /// the budget allows, whose params `propose` makes from the history. At most one process
@@ -244,7 +278,8 @@ pub trait Storage: Send {
     fn history(&self, study: &StudyRow, space: &Space) -> Result<History, StorageError>;
 
     /// Every non-final report of every trial of the study, by trial number (for pruners).
-    fn reports(&self, study: &StudyRow) -> Result<BTreeMap<u64, Vec<Report>>, StorageError>;
+    fn reports(&self, study: &StudyRow)
+    -> Result<BTreeMap<TrialNumber, Vec<Report>>, StorageError>;
 
     /// The reports of one trial, in order.
     fn trial_reports(&self, trial: TrialId) -> Result<Vec<StoredReport>, StorageError>;
@@ -257,7 +292,7 @@ pub trait Storage: Send {
     ) -> Result<Vec<Trial>, StorageError>;
 
     /// One trial by number.
-    fn trial(&self, study: &StudyRow, number: u64) -> Result<Option<Trial>, StorageError>;
+    fn trial(&self, study: &StudyRow, number: TrialNumber) -> Result<Option<Trial>, StorageError>;
 
     /// How many trials ended on their own (the budget's count).
     fn counted(&self, study: &StudyRow) -> Result<u64, StorageError>;
@@ -267,7 +302,7 @@ pub trait Storage: Send {
 
     /// The best complete trial's number and value (finite values only; the lower number
     /// wins a tie).
-    fn best(&self, study: &StudyRow) -> Result<Option<(u64, f64)>, StorageError>;
+    fn best(&self, study: &StudyRow) -> Result<Option<(TrialNumber, f64)>, StorageError>;
 
     /// The study file the study was created from, as stored with it (`tune worker` runs a
     /// study from this alone).
@@ -298,16 +333,6 @@ pub trait Storage: Send {
         discarded: bool,
     ) -> Result<u64, StorageError>;
 }
-
-/// The metrics of a trial's last report (`$1`), which become its user attributes when it ends.
-pub(crate) const LAST_METRICS: &str =
-    "SELECT metrics_json FROM tune_reports WHERE trial_id = $1 ORDER BY seq DESC LIMIT 1";
-
-/// Stores user attribute `$2` = `$3` (JSON text) of trial `$1`, the same on SQLite and
-/// PostgreSQL.
-pub(crate) const PUT_USER_ATTR: &str = r#"INSERT INTO trial_user_attributes (trial_id, "key", value_json)
-     VALUES ($1, $2, $3)
-     ON CONFLICT (trial_id, "key") DO UPDATE SET value_json = excluded.value_json"#;
 
 /// What a trial's last report becomes in Optuna's `trial_user_attributes`, where Optuna and
 /// optuna-dashboard show what a trial measured beside its objective: each metric as a JSON
@@ -360,33 +385,47 @@ pub(crate) fn gpu_of_columns(
     })
 }
 
-/// Marks or unmarks finished trial `$2` of study `$1` as discarded (`$3`), the same on SQLite
-/// and PostgreSQL. A trial another tool wrote has no `tune_trials` row yet: it gets one.
-pub(crate) const SET_DISCARDED: &str = "INSERT INTO tune_trials (trial_id, discarded)
-     SELECT trial_id, $3 FROM trials
-     WHERE study_id = $1 AND number = $2 AND state IN ('COMPLETE', 'PRUNED', 'FAIL')
-     ON CONFLICT (trial_id) DO UPDATE SET discarded = excluded.discarded
-     WHERE tune_trials.discarded <> excluded.discarded";
+/// Why a running trial's owner is gone, the decision [`Storage::recover_interrupted`] makes
+/// the same way on every backend: its tune process died on this machine, or nothing of it
+/// (trial heartbeat, worker heartbeat, start) is newer than the grace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gone {
+    /// The owner ran here (`host`), and its process (`pid`, not this one) is dead.
+    Died { pid: i64 },
+    /// No sign of life for longer than the grace.
+    Silent,
+}
 
-/// The statements that delete study `$1`/`?1` whole, children first, the same on SQLite and
-/// PostgreSQL: Optuna's tables and tune's.
-pub(crate) const DELETE_STUDY: &[&str] = &[
-    "DELETE FROM tune_reports WHERE trial_id IN (SELECT trial_id FROM trials WHERE study_id = $1)",
-    "DELETE FROM tune_trials WHERE trial_id IN (SELECT trial_id FROM trials WHERE study_id = $1)",
-    "DELETE FROM trial_params WHERE trial_id IN (SELECT trial_id FROM trials WHERE study_id = $1)",
-    "DELETE FROM trial_values WHERE trial_id IN (SELECT trial_id FROM trials WHERE study_id = $1)",
-    "DELETE FROM trial_intermediate_values WHERE trial_id IN (SELECT trial_id FROM trials WHERE study_id = $1)",
-    "DELETE FROM trial_user_attributes WHERE trial_id IN (SELECT trial_id FROM trials WHERE study_id = $1)",
-    "DELETE FROM trial_system_attributes WHERE trial_id IN (SELECT trial_id FROM trials WHERE study_id = $1)",
-    "DELETE FROM trial_heartbeats WHERE trial_id IN (SELECT trial_id FROM trials WHERE study_id = $1)",
-    "DELETE FROM trials WHERE study_id = $1",
-    "DELETE FROM tune_workers WHERE study_id = $1",
-    "DELETE FROM tune_studies WHERE study_id = $1",
-    "DELETE FROM study_directions WHERE study_id = $1",
-    "DELETE FROM study_user_attributes WHERE study_id = $1",
-    "DELETE FROM study_system_attributes WHERE study_id = $1",
-    "DELETE FROM studies WHERE study_id = $1",
-];
+impl Gone {
+    /// Whether a running trial of owner (`host`, `pid`) is gone; `stale`: its last sign of
+    /// life is older than the grace (or there is none). A dead process here wins: it is the
+    /// more precise reason.
+    pub(crate) fn of(host: Option<&str>, pid: Option<i64>, stale: bool) -> Option<Gone> {
+        let me = std::process::id() as i64;
+        match (host, pid) {
+            (Some(h), Some(pid))
+                if h == host::hostname() && pid != me && !host::process_alive(pid) =>
+            {
+                Some(Gone::Died { pid })
+            }
+            _ if stale => Some(Gone::Silent),
+            _ => None,
+        }
+    }
+
+    /// The reason the interrupted trial is stored with, worded the same on every backend.
+    pub(crate) fn reason(self, grace: Duration) -> String {
+        match self {
+            Gone::Died { pid } => {
+                format!("interrupted: the tune process (pid {pid}) that ran it died")
+            }
+            Gone::Silent => format!(
+                "interrupted: no heartbeat for more than {}s",
+                grace.as_secs()
+            ),
+        }
+    }
+}
 
 /// The study file as `tune_studies` keeps it.
 #[derive(Debug, Clone, PartialEq)]
@@ -398,7 +437,7 @@ pub struct StoredStudyFile {
 /// What `tune_trials` keeps of a trial's end, the same on every backend: its log paths (as a
 /// JSON list), and from its status the error (why it failed, or why it was pruned), the stderr
 /// tail, the pruning step, whether it was interrupted and its GPU telemetry.
-pub(crate) struct Ending<'a> {
+pub(crate) struct EndColumns<'a> {
     pub logs_json: String,
     pub error: Option<&'a str>,
     pub log_tail: Option<&'a str>,
@@ -408,7 +447,7 @@ pub(crate) struct Ending<'a> {
     pub gpu: Option<&'a GpuTelemetry>,
 }
 
-pub(crate) fn ending<'a>(status: &'a TrialStatus, logs: &[PathBuf]) -> Ending<'a> {
+pub(crate) fn end_columns<'a>(status: &'a TrialStatus, logs: &[PathBuf]) -> EndColumns<'a> {
     let logs_json = serde_json::to_string(
         &logs
             .iter()
@@ -435,7 +474,7 @@ pub(crate) fn ending<'a>(status: &'a TrialStatus, logs: &[PathBuf]) -> Ending<'a
         }
         _ => (None, None, None, false),
     };
-    Ending {
+    EndColumns {
         logs_json,
         error,
         log_tail,
@@ -549,28 +588,12 @@ pub(crate) fn check_same(
 /// which optuna-dashboard shows on its axes.
 pub(crate) const METRIC_NAMES_KEY: &str = "study:metric_names";
 
-/// The directions (Optuna's spelling) of a study's further objectives, in order.
-pub(crate) const OTHER_DIRECTIONS: &str = "SELECT direction FROM study_directions
-     WHERE study_id = $1 AND objective > 0 ORDER BY objective";
-
-/// The study's objective names as Optuna stores them (a JSON list).
-pub(crate) const METRIC_NAMES: &str = r#"SELECT value_json FROM study_system_attributes
-     WHERE study_id = $1 AND "key" = 'study:metric_names'"#;
-
 /// The JSON list of every objective's name, the value of [`METRIC_NAMES_KEY`].
 pub(crate) fn metric_names_json(metric: &str, others: &[Objective]) -> String {
     let names: Vec<&str> = std::iter::once(metric)
         .chain(others.iter().map(|o| o.metric.as_str()))
         .collect();
     serde_json::to_string(&names).unwrap_or_default()
-}
-
-/// Optuna's spelling of a direction in `study_directions`.
-pub(crate) fn optuna_direction(d: Direction) -> &'static str {
-    match d {
-        Direction::Minimize => "MINIMIZE",
-        Direction::Maximize => "MAXIMIZE",
-    }
 }
 
 /// The further objectives from their stored directions and the stored names (objective `i`
@@ -587,11 +610,7 @@ pub(crate) fn others_of(directions: &[String], names_json: Option<&str>) -> Vec<
                 .get(i + 1)
                 .cloned()
                 .unwrap_or_else(|| format!("value{}", i + 1)),
-            direction: if d == "MAXIMIZE" {
-                Direction::Maximize
-            } else {
-                Direction::Minimize
-            },
+            direction: codec::direction_of(Some(d)),
         })
         .collect()
 }
@@ -770,4 +789,73 @@ pub fn seconds_between(start: &str, end: &str) -> Option<f64> {
     let p = |s: &str| chrono::NaiveDateTime::parse_from_str(s, DATETIME_FORMAT).ok();
     let (a, b) = (p(start)?, p(end)?);
     Some((b - a).num_microseconds()? as f64 / 1e6)
+}
+
+/// Fixtures shared by the storage tests of every backend.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use crate::space::{ParamValue, Params, Space};
+
+    pub fn space() -> Space {
+        let t: toml::Table = toml::from_str(
+            r#"lr = { type = "float", low = 1e-4, high = 1.0, log = true }
+               opt = { type = "categorical", choices = ["sgd", "adam"] }
+               k = { type = "int", low = 1, high = 8 }"#,
+        )
+        .expect("valid TOML");
+        Space::from_toml(&t).expect("valid space")
+    }
+
+    pub fn params(lr: f64) -> Params {
+        let mut p = Params::new();
+        p.insert("lr".into(), ParamValue::Float(lr));
+        p.insert("opt".into(), ParamValue::Str("adam".into()));
+        p.insert("k".into(), ParamValue::Int(3));
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_owner_is_gone_when_its_process_here_died_or_it_fell_silent() {
+        let here = host::hostname();
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawns true");
+        let dead = i64::from(child.id());
+        child.wait().expect("true exits");
+        let me = std::process::id() as i64;
+        assert_eq!(
+            Gone::of(Some(&here), Some(dead), false),
+            Some(Gone::Died { pid: dead })
+        );
+        // A dead process is the more precise reason, even when the owner is silent too.
+        assert_eq!(
+            Gone::of(Some(&here), Some(dead), true),
+            Some(Gone::Died { pid: dead })
+        );
+        assert_eq!(Gone::of(Some(&here), Some(me), false), None);
+        assert_eq!(Gone::of(Some("elsewhere"), Some(dead), false), None);
+        assert_eq!(
+            Gone::of(Some("elsewhere"), Some(dead), true),
+            Some(Gone::Silent)
+        );
+        assert_eq!(Gone::of(None, None, true), Some(Gone::Silent));
+    }
+
+    #[test]
+    fn the_interrupted_reason_is_worded_once() {
+        let grace = Duration::from_secs(30);
+        assert_eq!(
+            Gone::Died { pid: 42 }.reason(grace),
+            "interrupted: the tune process (pid 42) that ran it died"
+        );
+        assert_eq!(
+            Gone::Silent.reason(grace),
+            "interrupted: no heartbeat for more than 30s"
+        );
+    }
 }

@@ -40,8 +40,13 @@ impl Session {
     fn start(sb: &Sandbox, args: &[&str]) -> Session {
         let mut all = vec!["ask-tell", "--space", "space.toml"];
         all.extend_from_slice(args);
+        Session::start_with(sb, &all)
+    }
+
+    /// `tune ARGS` (the whole command line), as a session.
+    fn start_with(sb: &Sandbox, all: &[&str]) -> Session {
         let mut child = sb
-            .tune(&all)
+            .tune(all)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -432,4 +437,173 @@ fn a_request_that_is_not_utf8_gets_an_error_and_the_session_goes_on() {
     assert_valid(&p);
     let (status, _) = s.finish();
     assert!(status.success());
+}
+
+/// A learning curve for `report`: falls from 1.0 towards `end` over 9 steps.
+fn curve_value(end: f64, step: u64) -> f64 {
+    end + (1.0 - end) * (-(step as f64) / 2.0).exp()
+}
+
+#[test]
+fn reports_are_answered_with_the_pruners_decision_and_a_pruned_trial_keeps_its_reason() {
+    let sb = sandbox();
+    let args = [
+        "--sampler",
+        "random",
+        "--db",
+        "at.db",
+        "--study",
+        "curves",
+        "--pruner",
+        "asha",
+        "--max-resource",
+        "9",
+    ];
+    let mut s = Session::start(&sb, &args);
+    // Without a pruner advising, every report is answered `prune: false`; with ASHA over
+    // steps 1, 3 (η = 3), a trial worse than the top third at a rung is told to stop.
+    let mut pruned = Vec::new();
+    for i in 0..6u64 {
+        let (n, _) = s.ask();
+        let end = 0.1 * (i + 1) as f64;
+        let mut stopped = None;
+        for step in 1..=9u64 {
+            let a = s.send(
+                &json!({"report": {"trial": n, "step": step, "value": curve_value(end, step)}})
+                    .to_string(),
+            );
+            assert!(a["prune"].is_boolean(), "{a}");
+            if a["prune"] == true {
+                let reason = a["reason"].as_str().expect("a reason");
+                assert!(reason.contains("rung"), "{reason}");
+                stopped = Some(step);
+                break;
+            }
+        }
+        match stopped {
+            Some(step) => {
+                // Asked again, the advice stands.
+                let again = s.send(
+                    &json!({"report": {"trial": n, "step": step + 1, "value": 0.0}}).to_string(),
+                );
+                assert_eq!(again["prune"], true, "{again}");
+                assert_eq!(
+                    s.tell(json!({"trial": n, "state": "pruned"})),
+                    json!({"ok": true})
+                );
+                pruned.push(n);
+            }
+            None => assert_eq!(
+                s.tell(json!({"trial": n, "value": curve_value(end, 9)})),
+                json!({"ok": true})
+            ),
+        }
+    }
+    assert!(
+        !pruned.is_empty(),
+        "later, worse trials are pruned at a rung"
+    );
+    // Bad reports get an error and the session goes on.
+    for bad in [
+        json!({"report": {"trial": 0, "step": 1, "value": 0.5}}),
+        json!({"report": {"trial": 99, "step": 1, "value": 0.5}}),
+        json!({"report": {"trial": 0, "value": 0.5}}),
+        json!({"report": {"trial": 0, "step": -1, "value": 0.5}}),
+        json!({"report": {"trial": 0, "step": 1, "value": "low"}}),
+        json!({"report": {"trial": 0, "step": 1}}),
+        json!({"report": {"trial": 0, "step": 1, "value": 0.5, "epoch": 3}}),
+        json!({"report": [1, 2]}),
+    ] {
+        let a = s.send(&bad.to_string());
+        assert!(a["error"].is_string(), "{bad} → {a}");
+    }
+    let (n, _) = s.ask();
+    assert_eq!(
+        s.send(&json!({"report": {"trial": n, "step": 1, "value": 0.0}}).to_string())["prune"],
+        false,
+        "the best value at its rung goes on"
+    );
+    assert!(s.finish().0.success());
+    // The pruned trial is stored with its last reported value and the pruner's reason.
+    let show = sb.ok(&[
+        "show",
+        &pruned[0].to_string(),
+        "--db",
+        "at.db",
+        "--study",
+        "curves",
+        "--format",
+        "json",
+    ]);
+    let show: Value = serde_json::from_slice(&show.stdout).expect("JSON");
+    assert_eq!(show["state"], "pruned", "{show:#}");
+    assert!(show["value"].is_number(), "{show:#}");
+    assert!(
+        show["pruned_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("rung")),
+        "{show:#}"
+    );
+}
+
+#[rstest]
+#[case::unknown_kind(&["--pruner", "bogus"], "space.toml", "--pruner: unknown pruner")]
+#[case::forecast_without_a_full_trial(&["--pruner", "forecast"], "space.toml", "max_resource is required")]
+#[case::median_with_a_full_trial(&["--pruner", "median", "--max-resource", "9"], "space.toml", "--max-resource")]
+#[case::max_resource_nan(&["--pruner", "asha", "--max-resource", "nan"], "space.toml", "max_resource")]
+#[case::max_resource_infinite(&["--pruner", "forecast", "--max-resource", "inf"], "space.toml", "max_resource")]
+#[case::max_resource_negative(&["--pruner", "hyperband", "--max-resource=-3"], "space.toml", "max_resource")]
+#[case::max_resource_below_the_first_step(&["--pruner", "asha", "--max-resource", "0.5"], "space.toml", "max_resource")]
+#[case::table_and_flag(&["--pruner", "asha"], "pruned.toml", "give one or the other")]
+#[case::table_over_another_key(&[], "epochs.toml", "pruner.resource")]
+#[case::table_out_of_range(&[], "eta.toml", "reduction_factor")]
+fn a_bad_pruner_is_refused_before_the_session_starts(
+    #[case] args: &[&str],
+    #[case] file: &str,
+    #[case] says: &str,
+) {
+    let sb = sandbox();
+    sb.write(
+        "pruned.toml",
+        &format!("{SPACE}\n[pruner]\nkind = \"asha\"\nmax_resource = 9\n"),
+    );
+    sb.write(
+        "epochs.toml",
+        &format!("{SPACE}\n[pruner]\nkind = \"asha\"\nresource = \"epoch\"\n"),
+    );
+    sb.write(
+        "eta.toml",
+        &format!("{SPACE}\n[pruner]\nkind = \"asha\"\nreduction_factor = 1\n"),
+    );
+    let mut all = vec!["ask-tell", "--space", file];
+    all.extend_from_slice(args);
+    let out = sb.run(&all);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(says), "{err}");
+    assert_eq!(out.status.code(), Some(2), "{err}");
+}
+
+#[test]
+fn a_pruner_table_in_the_space_file_judges_reports() {
+    let sb = sandbox();
+    sb.write(
+        "pruned.toml",
+        &format!("{SPACE}\n[pruner]\nkind = \"median\"\nmin_trials = 1\n"),
+    );
+    let mut child = Session::start_with(
+        &sb,
+        &["ask-tell", "--space", "pruned.toml", "--sampler", "random"],
+    );
+    let (a, _) = child.ask();
+    for step in 1..=3 {
+        child.send(&json!({"report": {"trial": a, "step": step, "value": 0.1}}).to_string());
+    }
+    child.tell(json!({"trial": a, "value": 0.1}));
+    let (b, _) = child.ask();
+    let r = child.send(&json!({"report": {"trial": b, "step": 1, "value": 0.9}}).to_string());
+    assert_eq!(
+        r["prune"], true,
+        "worse than the median of complete trials: {r}"
+    );
+    assert!(child.finish().0.success());
 }

@@ -141,6 +141,11 @@ const KEYS: &[(&str, &str, Class)] = &[
     ("pruner@hyperband", "reduction_factor", N),
     ("pruner@hyperband", "brackets", I),
     ("pruner@hyperband", "resource", O),
+    ("pruner@forecast", "min_resource", N),
+    ("pruner@forecast", "max_resource", N),
+    ("pruner@forecast", "min_trials", I),
+    ("pruner@forecast", "confidence", N),
+    ("pruner@forecast", "resource", O),
     ("space.k", "type", O),
     ("space.k", "low", I),
     ("space.k", "high", I),
@@ -245,7 +250,7 @@ fn base_for(table: &str) -> toml::Table {
     if path == "pruner" {
         let mut p = toml::Table::new();
         p.insert("kind".into(), kind.into());
-        if kind == "hyperband" {
+        if kind == "hyperband" || kind == "forecast" {
             p.insert("max_resource".into(), 27.into());
         }
         doc.insert("pruner".into(), p.into());
@@ -288,6 +293,7 @@ fn every_numeric_key_of_the_study_file_has_cases_here() {
         "pruner@median",
         "pruner@asha",
         "pruner@hyperband",
+        "pruner@forecast",
         "space.k",
         "trial@builtin",
         "trial.model",
@@ -529,6 +535,8 @@ const ARGUMENTS: &[(&str, Class)] = &[
     ("ask-tell sampler", O),
     ("ask-tell direction", O),
     ("ask-tell study", O),
+    ("ask-tell pruner", O),
+    ("ask-tell max_resource", N),
     ("run study", O),
     ("studies format", O),
     ("best format", O),

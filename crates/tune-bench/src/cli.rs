@@ -49,6 +49,11 @@ pub enum BenchCommand {
     /// ZDT1, ZDT2, DTLZ2 (3 objectives) and a training-shaped problem (loss, seconds), mean
     /// and worst seed, as a fraction of the true front's, and ms per ask.
     Multi(MultiArgs),
+    /// Learning curves (issue 26): every sampler × pruner on simulated trainings (power-law,
+    /// exponential, crossing, plateau and diverging curves, some noisy), scored on the true
+    /// final loss of the trial a user would pick after 10, 30 and 100 full trials' worth of
+    /// epochs, against random search without pruning at the same compute.
+    Multifidelity(MultifidelityArgs),
     /// Growth with input size (issue 29, item 15): each case at n and 10 n in the same run,
     /// and the ratio of per-item costs (1: linear, 10: quadratic): one trial's reports absorbed
     /// by the engine (no pruner, ASHA, median; memory and SQLite), a categorical's check,
@@ -202,6 +207,39 @@ pub struct MultiArgs {
     /// Problems (comma list; default all): zdt1, zdt2, dtlz2, train.
     #[arg(long, value_delimiter = ',')]
     pub problems: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct MultifidelityArgs {
+    /// Problems (comma list): names, shapes (`power`, `exp`, `crossing`, `plateau`,
+    /// `diverging`), bases (`bowl`, `branin`, `hartmann6`) or `all`.
+    #[arg(long, default_value = "all")]
+    pub problems: String,
+    /// Samplers (comma list): `random`, `tpe`, `gp`, `auto`, `sobol`.
+    #[arg(long, default_value = "random,tpe,gp")]
+    pub samplers: String,
+    /// Pruners paired with every sampler (comma list): `none`, `median`, `asha`, `hyperband`,
+    /// `forecast`.
+    #[arg(long, default_value = "none,asha,hyperband,forecast")]
+    pub pruners: String,
+    /// Seeds per sampler, pruner and problem (0..seeds).
+    #[arg(long, default_value_t = 20)]
+    pub seeds: u64,
+    /// Seeds of the reference (random search without pruning).
+    #[arg(long, default_value_t = 50)]
+    pub ref_seeds: u64,
+    /// Budgets in full-trial equivalents of compute (comma list).
+    #[arg(long, default_value = "10,30,100")]
+    pub budgets: String,
+    /// Workers training trials side by side.
+    #[arg(long, default_value_t = 1)]
+    pub q: usize,
+    /// Threads running studies side by side.
+    #[arg(long, default_value_t = 2)]
+    pub jobs: usize,
+    /// Also print a table per problem.
+    #[arg(long)]
+    pub per_problem: bool,
 }
 
 #[derive(Debug, Args)]

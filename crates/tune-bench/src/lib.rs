@@ -12,7 +12,9 @@
 
 pub mod cli;
 pub mod cost;
+pub mod curves;
 pub mod multi;
+pub mod multifidelity;
 pub mod optimizers;
 pub mod overhead;
 pub mod problems;
@@ -39,6 +41,7 @@ pub fn run(cmd: &BenchCommand) -> anyhow::Result<ExitCode> {
         }
         BenchCommand::Pruning(a) => pruning::run(a),
         BenchCommand::Multi(a) => multi::run_cli(a),
+        BenchCommand::Multifidelity(a) => multifidelity::run(a),
         BenchCommand::Trainer(a) => trainer::run(a),
         BenchCommand::Tui(a) => tui::run(a),
         BenchCommand::Scaling(a) => scaling::run(a),

@@ -47,11 +47,11 @@ impl Problem {
     }
 }
 
-fn num(p: &Params, k: &str) -> f64 {
+pub(crate) fn num(p: &Params, k: &str) -> f64 {
     p.get(k).and_then(ParamValue::as_f64).unwrap_or(f64::NAN)
 }
 
-fn text<'a>(p: &'a Params, k: &str) -> &'a str {
+pub(crate) fn text<'a>(p: &'a Params, k: &str) -> &'a str {
     match p.get(k) {
         Some(ParamValue::Str(s)) => s,
         _ => "",

@@ -24,6 +24,7 @@ use tch::{Device, Kind, Tensor};
 
 use tune::builtin::data::{DataSpec, DeviceCache, Source};
 
+use crate::snapshot::LoaderPosition;
 use crate::stream::{Gather, Stage, Streamer};
 
 const DIGITS_CSV_GZ: &[u8] = include_bytes!("../../../datasets/digits.csv.gz");
@@ -691,6 +692,20 @@ impl Loader {
         spec: &DataSpec,
         seed: u64,
     ) -> Loader {
+        Loader::new_at(ds, device, batch, context, spec, seed, None)
+    }
+
+    /// [`Loader::new`] at a checkpoint's position: the in-memory loader's permutation and
+    /// place in it, or the streamed plan's batch count.
+    pub fn new_at(
+        ds: &Dataset,
+        device: Device,
+        batch: i64,
+        context: Option<i64>,
+        spec: &DataSpec,
+        seed: u64,
+        at: Option<(LoaderPosition, Option<&Tensor>)>,
+    ) -> Loader {
         let fits = |x: &Tensor| -> bool {
             let bytes = x.numel() as u64 * x.kind().elt_size_in_bytes() as u64;
             match spec.device_cache {
@@ -700,21 +715,49 @@ impl Loader {
             }
         };
         match &ds.train {
-            Split::Tensors { x, y } if fits(x) => Loader::OnDevice {
-                x: to_device(x, device),
-                y: to_device(y, device),
-                perm: Tensor::zeros([0], (Kind::Int64, device)),
-                pos: 0,
-                batch,
-                context,
-            },
-            split => Loader::Streamed(Streamer::start(
+            Split::Tensors { x, y } if fits(x) => {
+                let (perm, pos) = match at {
+                    Some((LoaderPosition::Memory { pos }, Some(perm))) => {
+                        (perm.to_device(device), pos)
+                    }
+                    _ => (Tensor::zeros([0], (Kind::Int64, device)), 0),
+                };
+                Loader::OnDevice {
+                    x: to_device(x, device),
+                    y: to_device(y, device),
+                    perm,
+                    pos,
+                    batch,
+                    context,
+                }
+            }
+            split => Loader::Streamed(Streamer::start_at(
                 stream_source(split, ds, context),
                 Stage::for_device(device),
                 batch.max(1) as usize,
                 spec.prefetch,
                 seed,
+                match at {
+                    Some((LoaderPosition::Streamed { batches }, _)) => batches,
+                    _ => 0,
+                },
             )),
+        }
+    }
+
+    /// Where the loader is, for a checkpoint: the position and, in memory, the permutation.
+    pub fn position(&self) -> (LoaderPosition, Option<Tensor>) {
+        match self {
+            Loader::OnDevice { perm, pos, .. } => (
+                LoaderPosition::Memory { pos: *pos },
+                Some(perm.to_device(Device::Cpu)),
+            ),
+            Loader::Streamed(s) => (
+                LoaderPosition::Streamed {
+                    batches: s.handed(),
+                },
+                None,
+            ),
         }
     }
 

@@ -14,6 +14,7 @@ use super::graph::Stepper;
 use super::loss_book::LossBook;
 use super::precision::{Autocast, GradScaler};
 use super::schedule::Schedule;
+use super::snapshot::{self, Header, Saved, Snapshot, SnapshotError, SnapshotStore};
 use super::{models, optim};
 use tune::builtin::{Amp, BuiltinTrial, Hyper, ModelKind};
 use tune::space::Params;
@@ -41,6 +42,23 @@ pub enum TrainError {
 #[derive(Debug, Clone, PartialEq)]
 pub enum TrainEvent {
     Report(Report),
+}
+
+/// Checkpoints (trial snapshots, [`snapshot`]) of one run: where they go, when, and where
+/// the run starts.
+pub struct Checkpoints<'a> {
+    pub store: &'a SnapshotStore,
+    /// Besides the one at every epoch's end, one at the first step boundary after this long
+    /// since the last save (for long epochs).
+    pub every: Option<Duration>,
+    /// The report metric whose best checkpoint the store keeps (the trial's objective).
+    pub metric: String,
+    /// A "checkpoint now" request: honoured (and cleared) at the next step boundary.
+    pub now: &'a AtomicBool,
+    /// Continue from this checkpoint rather than from the start.
+    pub resume: Option<Snapshot>,
+    /// Told of each save once it is on disk.
+    pub on_save: &'a mut dyn FnMut(&Saved),
 }
 
 /// Training state of one model: parameters, optimizer, precision.
@@ -76,6 +94,9 @@ fn loss_and_logits(model: &dyn ModuleT, b: &Batch, task: Task, train: bool) -> (
     );
     (loss, flat)
 }
+
+/// A checkpoint's named tensors and the optimizer's archive bytes (see [`Session::snapshot_tensors`]).
+pub type SnapshotParts = (Vec<(String, Tensor)>, Vec<u8>);
 
 impl Session {
     pub fn new(
@@ -166,6 +187,116 @@ impl Session {
         Ok(())
     }
 
+    /// The model's variables, the optimizer's and the scaler's state, the skipped-step count and
+    /// the generators' state, as a checkpoint's tensors and optimizer archive.
+    pub fn snapshot_tensors(&self) -> Result<SnapshotParts, String> {
+        let cpu = |t: &Tensor| t.to_device(Device::Cpu);
+        let mut vars: Vec<(String, Tensor)> = self
+            .vs
+            .variables()
+            .into_iter()
+            .map(|(n, t)| (format!("model.{n}"), cpu(&t.detach())))
+            .collect();
+        vars.sort_by(|a, b| a.0.cmp(&b.0));
+        let archive = match self.opt.state()? {
+            optim::OptimizerState::Archive(bytes) => bytes,
+            optim::OptimizerState::Fused {
+                exp_avg,
+                exp_avg_sq,
+                steps,
+            } => {
+                for (what, ts) in [("m", exp_avg), ("v", exp_avg_sq), ("step", steps)] {
+                    for (i, t) in ts.into_iter().enumerate() {
+                        vars.push((format!("opt.{what}.{i}"), t));
+                    }
+                }
+                Vec::new()
+            }
+        };
+        if let Some(sc) = &self.scaler {
+            let (scale, growth) = sc.state();
+            vars.push(("scaler.scale".into(), cpu(scale)));
+            vars.push(("scaler.growth".into(), cpu(growth)));
+        }
+        vars.push(("skipped".into(), cpu(&self.skipped)));
+        vars.push(("rng.cpu".into(), snapshot::rng_state(None)?));
+        if let Device::Cuda(i) = self.device {
+            vars.push(("rng.cuda".into(), snapshot::rng_state(Some(i))?));
+        }
+        Ok((vars, archive))
+    }
+
+    /// Puts back everything [`Session::snapshot_tensors`] saved, in place: the same tensors
+    /// stay the model's and the optimizer's (a CUDA graph may be captured over them later).
+    pub fn restore(
+        &mut self,
+        snap: &Snapshot,
+        path: &std::path::Path,
+    ) -> Result<(), SnapshotError> {
+        let mismatch = |why: String| SnapshotError::Mismatch {
+            path: path.to_path_buf(),
+            why,
+        };
+        let get = |name: &str| {
+            snap.tensor(name)
+                .ok_or_else(|| mismatch(format!("it holds no {name}")))
+        };
+        let vars = self.vs.variables();
+        let saved = snap
+            .tensors
+            .iter()
+            .filter(|(n, _)| n.starts_with("model."))
+            .count();
+        if saved != vars.len() {
+            return Err(mismatch(format!(
+                "it holds {saved} model variables, this model has {}",
+                vars.len()
+            )));
+        }
+        tch::no_grad(|| -> Result<(), SnapshotError> {
+            for (name, mut t) in vars {
+                let src = get(&format!("model.{name}"))?;
+                if src.size() != t.size() || src.kind() != t.kind() {
+                    return Err(mismatch(format!(
+                        "model.{name} is {:?} {:?} there, {:?} {:?} here",
+                        src.kind(),
+                        src.size(),
+                        t.kind(),
+                        t.size()
+                    )));
+                }
+                t.copy_(src);
+            }
+            Ok(())
+        })?;
+        let state = if self.opt.skips_on_device() {
+            let take = |what: &str| -> Vec<Tensor> {
+                (0..)
+                    .map_while(|i| snap.tensor(&format!("opt.{what}.{i}")))
+                    .map(Tensor::shallow_clone)
+                    .collect()
+            };
+            optim::OptimizerState::Fused {
+                exp_avg: take("m"),
+                exp_avg_sq: take("v"),
+                steps: take("step"),
+            }
+        } else {
+            optim::OptimizerState::Archive(snap.optimizer_archive.clone())
+        };
+        self.opt.restore(&state).map_err(mismatch)?;
+        if let Some(sc) = &mut self.scaler {
+            sc.restore(get("scaler.scale")?, get("scaler.growth")?);
+        }
+        let skipped = get("skipped")?;
+        tch::no_grad(|| self.skipped.copy_(skipped));
+        snapshot::set_rng_state(None, get("rng.cpu")?).map_err(SnapshotError::Torch)?;
+        if let (Device::Cuda(i), Some(_)) = (self.device, snap.header.cuda_device) {
+            snapshot::set_rng_state(Some(i), get("rng.cuda")?).map_err(SnapshotError::Torch)?;
+        }
+        Ok(())
+    }
+
     /// The trainable variables, in the optimizer's order.
     pub fn params(&self) -> &[Tensor] {
         &self.params
@@ -240,8 +371,35 @@ pub fn train(
     cache: &mut DataCache,
     on_event: &mut dyn FnMut(TrainEvent),
 ) -> Result<(), TrainError> {
+    train_with_checkpoints(trial, params, device, seed, stop, cache, None, on_event)
+}
+
+/// [`train`] with checkpoints: saved at every epoch's end, every `every` within an epoch and
+/// on request; and, with `resume`, continued from one, exactly as the run would have gone on
+/// (bit for bit on the CPU). A checkpoint that cannot be written is said in the trial's log
+/// and the run goes on; one that does not fit the trial fails it.
+#[allow(clippy::too_many_arguments)]
+pub fn train_with_checkpoints(
+    trial: &BuiltinTrial,
+    params: &Params,
+    device: Device,
+    seed: u64,
+    stop: &AtomicBool,
+    cache: &mut DataCache,
+    checkpoints: Option<&mut Checkpoints<'_>>,
+    on_event: &mut dyn FnMut(TrainEvent),
+) -> Result<(), TrainError> {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        train_inner(trial, params, device, seed, stop, cache, on_event)
+        train_inner(
+            trial,
+            params,
+            device,
+            seed,
+            stop,
+            cache,
+            checkpoints,
+            on_event,
+        )
     }));
     match r {
         Ok(r) => r,
@@ -265,6 +423,7 @@ pub fn train(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn train_inner(
     trial: &BuiltinTrial,
     params: &Params,
@@ -272,6 +431,7 @@ fn train_inner(
     seed: u64,
     stop: &AtomicBool,
     cache: &mut DataCache,
+    mut checkpoints: Option<&mut Checkpoints<'_>>,
     on_event: &mut dyn FnMut(TrainEvent),
 ) -> Result<(), TrainError> {
     let h = trial
@@ -296,8 +456,18 @@ fn train_inner(
     };
     let mut s = Session::new(&h, ds.task, &ds.sample_shape, device, schedule.lr(0.0))
         .map_err(TrainError::Failed)?;
+    // The checkpoint to continue from: restored before any step, so before a CUDA graph is
+    // captured.
+    let resume = checkpoints.as_mut().and_then(|c| c.resume.take());
+    if let (Some(snap), Some(c)) = (&resume, &checkpoints) {
+        s.restore(snap, &c.store.latest_path())
+            .map_err(|e| TrainError::Failed(e.to_string()))?;
+    }
     let mut stepper = Stepper::new(trial.cuda_graphs, &h, device, &mut s);
-    let mut loader = Loader::new(&ds, device, h.batch_size, context, &trial.data, seed);
+    let at = resume
+        .as_ref()
+        .map(|r| (r.header.loader, r.tensor("loader.perm")));
+    let mut loader = Loader::new_at(&ds, device, h.batch_size, context, &trial.data, seed, at);
     let k = h.accumulation;
     let steps_per_epoch = loader.batches_per_epoch() / k;
     if steps_per_epoch == 0 {
@@ -328,6 +498,11 @@ fn train_inner(
     let check_every = if device.is_cuda() { 16 } else { 1 };
 
     let start = Instant::now();
+    // The run's clock: this attempt's time plus the time before the checkpoint it resumed.
+    let before = resume.as_ref().map_or(Duration::ZERO, |r| {
+        Duration::from_secs_f64(r.header.elapsed_s.max(0.0))
+    });
+    let elapsed = || before + start.elapsed();
     let mut train_time = Duration::ZERO;
     let mut wait = Duration::ZERO;
     let mut interval_samples = 0i64;
@@ -337,12 +512,31 @@ fn train_inner(
     let mut tally = LossBook::new(device);
     let mut step = 0u64;
     let mut last_reported = 0u64;
-    let mut lr = schedule.lr(0.0);
+    // The objective's value at the last report, and the best one a checkpoint holds.
+    let mut reported_value: Option<(u64, f64)> = None;
+    let mut best: Option<f64> = None;
+    if let Some(r) = &resume {
+        step = r.header.step;
+        last_reported = r.header.last_reported;
+        best = r.header.best;
+        tally.restore(r.header.tally);
+        eprintln!(
+            "tune worker: resumed from the checkpoint at step {} (epoch {}, step {} of it)",
+            r.header.step, r.header.epoch, r.header.step_in_epoch
+        );
+    }
+    drop(resume);
+    let mut last_save = Instant::now();
+    let mut lr = schedule.lr(if step == 0 {
+        0.0
+    } else {
+        progress_at(step, elapsed())
+    });
     loop {
         if stop.load(Ordering::Relaxed) {
             return Err(TrainError::Stopped);
         }
-        let progress = progress_at(step, start.elapsed());
+        let progress = progress_at(step, elapsed());
         if progress >= 1.0 {
             break;
         }
@@ -399,7 +593,7 @@ fn train_inner(
             let (val_loss, val_acc) = s.evaluate(&val);
             let mut m = BTreeMap::new();
             m.insert("epoch".into(), step as f64 / steps_per_epoch as f64);
-            insert_progress(&mut m, h.epochs, progress_at(step, start.elapsed()));
+            insert_progress(&mut m, h.epochs, progress_at(step, elapsed()));
             m.insert("train_loss".into(), train_loss);
             m.insert("val_loss".into(), val_loss);
             m.insert("val_acc".into(), val_acc);
@@ -425,12 +619,62 @@ fn train_inner(
                     f64::from(u8::from(stepper.replaying())),
                 );
             }
+            if let Some(c) = &checkpoints {
+                reported_value = m.get(&c.metric).map(|v| (step, *v));
+            }
             on_event(TrainEvent::Report(Report { step, metrics: m }));
             last_reported = step;
             train_time = Duration::ZERO;
             wait = Duration::ZERO;
             interval_samples = 0;
             tally.next_interval();
+        }
+        if let Some(c) = checkpoints.as_mut() {
+            let epoch_end = step.is_multiple_of(steps_per_epoch as u64);
+            let due = epoch_end
+                || c.every.is_some_and(|d| last_save.elapsed() >= d)
+                || c.now.swap(false, Ordering::Relaxed);
+            if due {
+                let value = reported_value.filter(|(at, _)| *at == step).map(|(_, v)| v);
+                if c.store.improves(value, best) {
+                    best = value;
+                }
+                let (position, perm) = loader.position();
+                let header = Header {
+                    format: snapshot::FORMAT,
+                    step,
+                    epoch: step / steps_per_epoch as u64,
+                    step_in_epoch: step % steps_per_epoch as u64,
+                    steps_per_epoch: steps_per_epoch as u64,
+                    elapsed_s: elapsed().as_secs_f64(),
+                    last_reported,
+                    loader: position,
+                    tally: tally.tally(),
+                    cuda_device: match device {
+                        Device::Cuda(i) => Some(i),
+                        _ => None,
+                    },
+                    value,
+                    best,
+                };
+                let saved = s.snapshot_tensors().and_then(|(mut tensors, archive)| {
+                    if let Some(perm) = perm {
+                        tensors.push(("loader.perm".into(), perm));
+                    }
+                    c.store
+                        .save(&Snapshot {
+                            header,
+                            tensors,
+                            optimizer_archive: archive,
+                        })
+                        .map_err(|e| e.to_string())
+                });
+                match saved {
+                    Ok(saved) => (c.on_save)(&saved),
+                    Err(e) => eprintln!("tune worker: checkpoint at step {step} not saved: {e}"),
+                }
+                last_save = Instant::now();
+            }
         }
     }
     if device.is_cuda() && step > last_reported {
@@ -445,7 +689,7 @@ fn train_inner(
         let (val_loss, val_acc) = s.evaluate(&val);
         let mut m = BTreeMap::new();
         m.insert("epoch".into(), step as f64 / steps_per_epoch as f64);
-        insert_progress(&mut m, h.epochs, progress_at(step, start.elapsed()));
+        insert_progress(&mut m, h.epochs, progress_at(step, elapsed()));
         if let Some(mean) = tally.mean() {
             m.insert("train_loss".into(), mean);
         }
@@ -871,6 +1115,226 @@ mod tests {
                 assert!(!text.contains("Exception raised"), "{text}");
             }
             other => panic!("expected out of memory, got {other:?}"),
+        }
+    }
+
+    /// Trains with checkpoints in `dir`: resumed from the latest there when `resume`, a
+    /// checkpoint every step when `every_step`, stopped right after the one at `stop_at`.
+    fn run_checkpointed(
+        trial: &BuiltinTrial,
+        params: &Params,
+        dir: &Path,
+        every_step: bool,
+        stop_at: Option<u64>,
+        resume: bool,
+    ) -> (Result<(), TrainError>, Vec<Report>, Vec<Saved>) {
+        let store = SnapshotStore::open(dir, tune::trial::Direction::Minimize).expect("store");
+        let stop = AtomicBool::new(false);
+        let now = AtomicBool::new(false);
+        let mut saves = Vec::new();
+        let mut warnings = Vec::new();
+        let snap = resume.then(|| store.load(&mut warnings).expect("a checkpoint"));
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let mut reports = Vec::new();
+        let mut on_save = |s: &Saved| {
+            saves.push(s.clone());
+            if Some(s.step) == stop_at {
+                stop.store(true, Ordering::Relaxed);
+            }
+        };
+        let mut ck = Checkpoints {
+            store: &store,
+            every: every_step.then_some(Duration::ZERO),
+            metric: "val_loss".into(),
+            now: &now,
+            resume: snap,
+            on_save: &mut on_save,
+        };
+        // A fresh cache: nothing of the first run's survives into the resumed one.
+        let mut cache = DataCache::new();
+        let r = train_with_checkpoints(
+            trial,
+            params,
+            Device::Cpu,
+            4,
+            &stop,
+            &mut cache,
+            Some(&mut ck),
+            &mut |e| {
+                let TrainEvent::Report(r) = e;
+                reports.push(r);
+            },
+        );
+        (r, reports, saves)
+    }
+
+    /// What must be equal between runs: everything but the clocks and the memory peak.
+    fn outcomes(rs: &[Report]) -> Vec<(u64, [f64; 5])> {
+        rs.iter()
+            .map(|r| {
+                let m = &r.metrics;
+                (
+                    r.step,
+                    [
+                        m["epoch"],
+                        m["train_loss"],
+                        m["val_loss"],
+                        m["val_acc"],
+                        m["lr"],
+                    ],
+                )
+            })
+            .collect()
+    }
+
+    fn model_of(path: &Path) -> Vec<(String, Tensor)> {
+        Snapshot::read(path)
+            .expect("reads")
+            .tensors
+            .into_iter()
+            .filter(|(n, _)| n.starts_with("model."))
+            .collect()
+    }
+
+    #[test]
+    fn a_run_resumed_from_a_checkpoint_continues_bit_for_bit_on_the_cpu() {
+        let _rng = crate::torch_rng_lock();
+        let space = r#"lr = { type = "float", low = 1e-4, high = 1e-1, log = true }"#;
+        let mut p = Params::new();
+        p.insert("lr".into(), ParamValue::Float(1e-2));
+        // Each optimizer kind (libtorch's archives), fp32, bf16 autocast and the fp16 scaler,
+        // accumulation, a schedule, and dropout (the generator's state).
+        for (setting, dropout) in [
+            (
+                "optimizer = \"sgd\"\nmomentum = 0.9\nschedule = \"cosine\"\nwarmup = 0.1",
+                "0.0",
+            ),
+            (
+                "optimizer = \"adam\"\nweight_decay = 1e-4\naccumulation = 2",
+                "0.2",
+            ),
+            ("optimizer = \"adamw\"\namp = \"bf16\"", "0.2"),
+            ("optimizer = \"sgd\"\nmomentum = 0.5\namp = \"fp16\"", "0.0"),
+            ("optimizer = \"rmsprop\"", "0.1"),
+        ] {
+            let t = trial_from(
+                &format!(
+                    "epochs = 3\nbatch_size = 64\n{setting}\n[model]\nkind = \"mlp\"\nwidth = 32\ndepth = 2\ndropout = {dropout}\n[data]\ndataset = \"digits\"\n"
+                ),
+                space,
+            );
+            let what = format!("{setting} dropout {dropout}");
+            // Without checkpoints: the reference.
+            let (r, plain) = run(&t, &p, 4);
+            r.expect("trains");
+            assert_eq!(plain.len(), 3, "{what}");
+            let per_epoch = plain[0].step;
+            // With checkpoints and no interruption: saving changes nothing.
+            let tmp = tempfile::tempdir().expect("temp dir");
+            let straight = tmp.path().join("straight");
+            let (r, reports, saves) = run_checkpointed(&t, &p, &straight, false, None, false);
+            r.expect("trains");
+            assert_eq!(outcomes(&reports), outcomes(&plain), "{what}");
+            assert_eq!(
+                saves.iter().map(|s| s.step).collect::<Vec<_>>(),
+                [per_epoch, 2 * per_epoch, 3 * per_epoch],
+                "{what}: one checkpoint per epoch"
+            );
+            let reference = model_of(&straight.join(snapshot::LATEST));
+            // Interrupted at an epoch's end, and in the middle of an epoch; every run
+            // starts from nothing but the checkpoint directory.
+            for (at, every_step) in [(per_epoch, false), (per_epoch + 7, true)] {
+                let dir = tmp.path().join(format!("at-{at}"));
+                let (r, first, _) = run_checkpointed(&t, &p, &dir, every_step, Some(at), false);
+                assert_eq!(r, Err(TrainError::Stopped), "{what}");
+                let (r, rest, _) = run_checkpointed(&t, &p, &dir, false, None, true);
+                r.expect("resumes");
+                let all: Vec<Report> = first.into_iter().chain(rest).collect();
+                assert_eq!(outcomes(&all), outcomes(&plain), "{what}: stopped at {at}");
+                let resumed = model_of(&dir.join(snapshot::LATEST));
+                assert_eq!(resumed.len(), reference.len());
+                for ((n, a), (m, b)) in resumed.iter().zip(&reference) {
+                    assert_eq!(n, m);
+                    assert!(a.equal(b), "{what}: stopped at {at}: {n} differs");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_request_saves_at_the_next_step_and_a_checkpoint_of_another_model_is_refused() {
+        let _rng = crate::torch_rng_lock();
+        let space = r#"lr = { type = "float", low = 1e-4, high = 1e-1, log = true }"#;
+        let mut p = Params::new();
+        p.insert("lr".into(), ParamValue::Float(1e-2));
+        let t = digits_trial("batch_size = 64", space);
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let store =
+            SnapshotStore::open(tmp.path(), tune::trial::Direction::Minimize).expect("store");
+        let stop = AtomicBool::new(false);
+        // Asked before the first step: saved after it.
+        let now = AtomicBool::new(true);
+        let mut steps = Vec::new();
+        let mut on_save = |s: &Saved| steps.push((s.step, s.best));
+        let mut ck = Checkpoints {
+            store: &store,
+            every: None,
+            metric: "val_loss".into(),
+            now: &now,
+            resume: None,
+            on_save: &mut on_save,
+        };
+        let mut cache = DataCache::new();
+        train_with_checkpoints(
+            &t,
+            &p,
+            Device::Cpu,
+            1,
+            &stop,
+            &mut cache,
+            Some(&mut ck),
+            &mut |_| {},
+        )
+        .expect("trains");
+        assert!(!now.load(Ordering::Relaxed), "the request is cleared");
+        // 1 617 training samples in batches of 64: 25 steps an epoch. The first epoch's
+        // checkpoint is the best so far by definition.
+        assert_eq!(steps[..2], [(1, false), (25, true)]);
+        assert_eq!(steps.len(), 3);
+        // A wider model cannot take this checkpoint.
+        let wide = trial_from(
+            "epochs = 2\nbatch_size = 64\n[model]\nkind = \"mlp\"\nwidth = 48\ndepth = 1\n[data]\ndataset = \"digits\"\n",
+            space,
+        );
+        let mut warnings = Vec::new();
+        let snap = store.load(&mut warnings);
+        let mut on_save = |_: &Saved| {};
+        let mut ck = Checkpoints {
+            store: &store,
+            every: None,
+            metric: "val_loss".into(),
+            now: &now,
+            resume: snap,
+            on_save: &mut on_save,
+        };
+        let r = train_with_checkpoints(
+            &wide,
+            &p,
+            Device::Cpu,
+            1,
+            &stop,
+            &mut cache,
+            Some(&mut ck),
+            &mut |_| {},
+        );
+        match r {
+            Err(TrainError::Failed(e)) => {
+                assert!(
+                    e.contains("latest.snap does not fit this trial: model."),
+                    "{e}"
+                )
+            }
+            other => panic!("expected a refusal, got {other:?}"),
         }
     }
 

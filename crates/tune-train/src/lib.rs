@@ -34,11 +34,12 @@ pub mod models;
 pub mod optim;
 pub mod precision;
 pub mod schedule;
+pub mod snapshot;
 pub mod stream;
 pub mod stream_bench;
 pub mod worker;
 
-pub use fit::{TrainError, TrainEvent, train};
+pub use fit::{Checkpoints, TrainError, TrainEvent, train, train_with_checkpoints};
 
 /// A small trial's settings for the unit tests (an MLP of width 16 on batches of 8, SGD at lr
 /// 0.1, fp32, one epoch): each test changes what it is about with struct-update syntax.

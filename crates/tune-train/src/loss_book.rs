@@ -95,6 +95,36 @@ impl LossBook {
         (steps > 0.0).then(|| sum / steps)
     }
 
+    /// The interval's sum, count and run so far, for a checkpoint (a read on the device path).
+    pub fn tally(&self) -> crate::snapshot::Tally {
+        match self {
+            LossBook::Host { sum, steps, run } => crate::snapshot::Tally {
+                sum: *sum,
+                steps: *steps,
+                run: *run,
+            },
+            LossBook::Device { sum, steps, run } => crate::snapshot::Tally {
+                sum: sum.double_value(&[]),
+                steps: steps.double_value(&[]) as u64,
+                run: run.double_value(&[]) as u64,
+            },
+        }
+    }
+
+    /// Puts back a [`LossBook::tally`] (in place on the device path).
+    pub fn restore(&mut self, t: crate::snapshot::Tally) {
+        match self {
+            LossBook::Host { sum, steps, run } => {
+                (*sum, *steps, *run) = (t.sum, t.steps, t.run);
+            }
+            LossBook::Device { sum, steps, run } => {
+                let _ = sum.fill_(t.sum);
+                let _ = steps.fill_(t.steps as f64);
+                let _ = run.fill_(t.run as f64);
+            }
+        }
+    }
+
     /// Starts the next report interval: the sum and count go back to zero; the run of
     /// non-finite losses goes on across it, as divergence does.
     pub fn next_interval(&mut self) {

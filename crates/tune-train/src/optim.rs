@@ -15,7 +15,7 @@
 use std::ffi::{c_char, c_int};
 
 use tch::{Kind, Tensor, nn};
-use torch_sys::C_tensor;
+use torch_sys::{C_optimizer, C_tensor};
 
 use tune::builtin::{Hyper, OptimizerKind};
 
@@ -53,6 +53,22 @@ unsafe extern "C" {
         err_len: c_int,
     ) -> c_int;
     fn tune_grads_to_none(params: *const *mut C_tensor, n: c_int);
+    fn tune_optimizer_save(
+        opt: *mut C_optimizer,
+        out: *mut *mut c_char,
+        len: *mut usize,
+        err: *mut c_char,
+        err_len: c_int,
+    ) -> c_int;
+    fn tune_optimizer_load(
+        opt: *mut C_optimizer,
+        data: *const c_char,
+        len: usize,
+        device: c_int,
+        err: *mut c_char,
+        err_len: c_int,
+    ) -> c_int;
+    fn tune_free_bytes(p: *mut c_char);
     fn tune_grads_zero(
         params: *const *mut C_tensor,
         n: c_int,
@@ -67,7 +83,10 @@ fn handles(ts: &[Tensor]) -> Vec<*mut C_tensor> {
 }
 
 /// Runs a shim call that reports a C++ exception through an error buffer.
-fn checked(what: &str, call: impl FnOnce(*mut c_char, c_int) -> c_int) -> Result<(), String> {
+pub(crate) fn checked(
+    what: &str,
+    call: impl FnOnce(*mut c_char, c_int) -> c_int,
+) -> Result<(), String> {
     let mut buf = vec![0u8; 1024];
     let rc = call(buf.as_mut_ptr() as *mut c_char, buf.len() as c_int);
     if rc == 0 {
@@ -210,12 +229,178 @@ impl FusedAdam {
     }
 }
 
+/// One of libtorch's C++ optimizers (SGD, RMSprop, Adam, AdamW), held through torch-sys's
+/// handle rather than `tch::nn::Optimizer`, which keeps the handle to itself: a checkpoint
+/// needs it to save and load the optimizer's state (`snapshot_shim.cpp`). It is built as
+/// `tch::nn::OptimizerConfig::build` builds it: the trainable variables in order, one group.
+pub struct LibtorchOptimizer {
+    ptr: *mut C_optimizer,
+    device: tch::Device,
+}
+
+// SAFETY: the optimizer is owned by this value alone and used from one thread at a time.
+unsafe impl Send for LibtorchOptimizer {}
+
+/// The pending libtorch error of the last torch-sys call, if any (torch-sys keeps it in a
+/// global slot that each call sets on failure).
+fn torch_sys_error() -> Option<String> {
+    // SAFETY: returns a malloc'd C string or null; we free what we read.
+    unsafe {
+        let p = torch_sys::get_and_reset_last_err();
+        if p.is_null() {
+            return None;
+        }
+        let s = std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned();
+        libc::free(p as *mut libc::c_void);
+        Some(s)
+    }
+}
+
+impl LibtorchOptimizer {
+    fn new(
+        ptr: *mut C_optimizer,
+        params: &[Tensor],
+        device: tch::Device,
+    ) -> Result<LibtorchOptimizer, String> {
+        if let Some(e) = torch_sys_error() {
+            return Err(e);
+        }
+        if ptr.is_null() {
+            return Err("libtorch returned no optimizer".into());
+        }
+        let opt = LibtorchOptimizer { ptr, device };
+        for p in params {
+            // SAFETY: both handles are live; libtorch copies the tensor handle.
+            unsafe { torch_sys::ato_add_parameters(opt.ptr, p.as_ptr() as *mut C_tensor, 0) };
+            if let Some(e) = torch_sys_error() {
+                return Err(e);
+            }
+        }
+        Ok(opt)
+    }
+
+    pub fn sgd(
+        params: &[Tensor],
+        lr: f64,
+        momentum: f64,
+        wd: f64,
+        nesterov: bool,
+    ) -> Result<LibtorchOptimizer, String> {
+        // SAFETY: plain constructor; errors come back through `torch_sys_error`.
+        let ptr = unsafe { torch_sys::ato_sgd(lr, momentum, 0.0, wd, c_int::from(nesterov)) };
+        Self::new(ptr, params, device_of(params))
+    }
+
+    pub fn adam(
+        params: &[Tensor],
+        lr: f64,
+        wd: f64,
+        decoupled: bool,
+    ) -> Result<LibtorchOptimizer, String> {
+        // SAFETY: as above.
+        let ptr = unsafe {
+            if decoupled {
+                torch_sys::ato_adamw(lr, 0.9, 0.999, wd, 1e-8, false)
+            } else {
+                torch_sys::ato_adam(lr, 0.9, 0.999, wd, 1e-8, false)
+            }
+        };
+        Self::new(ptr, params, device_of(params))
+    }
+
+    pub fn rms_prop(
+        params: &[Tensor],
+        lr: f64,
+        wd: f64,
+        momentum: f64,
+    ) -> Result<LibtorchOptimizer, String> {
+        // SAFETY: as above.
+        let ptr = unsafe { torch_sys::ato_rms_prop(lr, 0.99, 1e-8, wd, momentum, 0) };
+        Self::new(ptr, params, device_of(params))
+    }
+
+    fn call(&self, f: impl FnOnce(*mut C_optimizer)) -> Result<(), String> {
+        f(self.ptr);
+        torch_sys_error().map_or(Ok(()), Err)
+    }
+
+    pub fn step(&mut self) -> Result<(), String> {
+        // SAFETY: live handle.
+        self.call(|p| unsafe { torch_sys::ato_step(p) })
+    }
+
+    pub fn zero_grad(&mut self) -> Result<(), String> {
+        // SAFETY: live handle.
+        self.call(|p| unsafe { torch_sys::ato_zero_grad(p) })
+    }
+
+    pub fn set_lr(&mut self, lr: f64) -> Result<(), String> {
+        // SAFETY: live handle.
+        self.call(|p| unsafe { torch_sys::ato_set_learning_rate(p, lr) })
+    }
+
+    /// The optimizer's whole state as the bytes of a libtorch archive.
+    pub fn save_state(&self) -> Result<Vec<u8>, String> {
+        let mut out: *mut c_char = std::ptr::null_mut();
+        let mut len = 0usize;
+        checked("saving the optimizer state", |err, elen| unsafe {
+            tune_optimizer_save(self.ptr, &mut out, &mut len, err, elen)
+        })?;
+        // SAFETY: on success the shim handed us a malloc'd buffer of `len` bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(out as *const u8, len).to_vec() };
+        // SAFETY: freed once, by the allocator that made it.
+        unsafe { tune_free_bytes(out) };
+        Ok(bytes)
+    }
+
+    /// Replaces the optimizer's state with what [`LibtorchOptimizer::save_state`] wrote for
+    /// an optimizer of the same kind over parameters of the same shapes.
+    pub fn load_state(&mut self, bytes: &[u8]) -> Result<(), String> {
+        let device = match self.device {
+            tch::Device::Cuda(i) => i as c_int,
+            _ => -1,
+        };
+        checked("loading the optimizer state", |err, elen| unsafe {
+            tune_optimizer_load(
+                self.ptr,
+                bytes.as_ptr() as *const c_char,
+                bytes.len(),
+                device,
+                err,
+                elen,
+            )
+        })
+    }
+}
+
+impl Drop for LibtorchOptimizer {
+    fn drop(&mut self) {
+        // SAFETY: the handle is ours and freed once.
+        unsafe { torch_sys::ato_free(self.ptr) };
+    }
+}
+
+fn device_of(params: &[Tensor]) -> tch::Device {
+    params.first().map_or(tch::Device::Cpu, Tensor::device)
+}
+
 /// The optimizer of a training session.
 pub enum Optimizer {
     /// libtorch's C++ optimizer (SGD, RMSprop; Adam and AdamW on the CPU).
-    Libtorch(nn::Optimizer),
+    Libtorch(LibtorchOptimizer),
     /// Adam and AdamW on a GPU.
     Fused(FusedAdam),
+}
+
+/// An optimizer's state for a checkpoint: libtorch's archive, or the fused Adam's tensors
+/// (first moments, second moments, step counts, one of each per parameter).
+pub enum OptimizerState {
+    Archive(Vec<u8>),
+    Fused {
+        exp_avg: Vec<Tensor>,
+        exp_avg_sq: Vec<Tensor>,
+        steps: Vec<Tensor>,
+    },
 }
 
 impl Optimizer {
@@ -224,10 +409,7 @@ impl Optimizer {
     /// their callers skip the step themselves.
     pub fn step(&mut self, found_inf: Option<&Tensor>) -> Result<(), String> {
         match self {
-            Optimizer::Libtorch(o) => {
-                o.step();
-                Ok(())
-            }
+            Optimizer::Libtorch(o) => o.step(),
             Optimizer::Fused(f) => f.step(found_inf),
         }
     }
@@ -239,7 +421,10 @@ impl Optimizer {
 
     pub fn set_lr(&mut self, lr: f64) {
         match self {
-            Optimizer::Libtorch(o) => o.set_lr(lr),
+            // Setting a number on a live optimizer cannot fail.
+            Optimizer::Libtorch(o) => {
+                let _ = o.set_lr(lr);
+            }
             Optimizer::Fused(f) => f.set_lr(lr),
         }
     }
@@ -247,8 +432,79 @@ impl Optimizer {
     /// Clears the gradients: set to none (the next backward writes them afresh).
     pub fn zero_grad(&mut self, params: &[Tensor]) {
         match self {
-            Optimizer::Libtorch(o) => o.zero_grad(),
+            // libtorch's `zero_grad` sets them to none too; it cannot fail on a live handle.
+            Optimizer::Libtorch(o) => {
+                let _ = o.zero_grad();
+            }
             Optimizer::Fused(_) => grads_to_none(params),
+        }
+    }
+
+    /// A copy of the optimizer's state (on the CPU for the fused one's tensors).
+    pub fn state(&self) -> Result<OptimizerState, String> {
+        match self {
+            Optimizer::Libtorch(o) => o.save_state().map(OptimizerState::Archive),
+            Optimizer::Fused(f) => {
+                let copy =
+                    |ts: &[Tensor]| ts.iter().map(|t| t.to_device(tch::Device::Cpu)).collect();
+                Ok(OptimizerState::Fused {
+                    exp_avg: copy(&f.exp_avg),
+                    exp_avg_sq: copy(&f.exp_avg_sq),
+                    steps: copy(&f.steps),
+                })
+            }
+        }
+    }
+
+    /// Puts back a state [`Optimizer::state`] took from an optimizer of the same kind over
+    /// parameters of the same shapes. The fused one's tensors are written in place, so that a
+    /// CUDA graph captured later (or earlier) steps the restored state.
+    pub fn restore(&mut self, state: &OptimizerState) -> Result<(), String> {
+        match (self, state) {
+            (Optimizer::Libtorch(o), OptimizerState::Archive(bytes)) => o.load_state(bytes),
+            (
+                Optimizer::Fused(f),
+                OptimizerState::Fused {
+                    exp_avg,
+                    exp_avg_sq,
+                    steps,
+                },
+            ) => {
+                let n = f.params.len();
+                if exp_avg.len() != n || exp_avg_sq.len() != n || steps.len() != n {
+                    return Err(format!(
+                        "the checkpoint's optimizer state holds {} parameters, the model {n}",
+                        exp_avg.len()
+                    ));
+                }
+                tch::no_grad(|| -> Result<(), String> {
+                    for (dst, src) in [
+                        (&mut f.exp_avg, exp_avg),
+                        (&mut f.exp_avg_sq, exp_avg_sq),
+                        (&mut f.steps, steps),
+                    ] {
+                        for (d, s) in dst.iter_mut().zip(src) {
+                            if d.size() != s.size() {
+                                return Err(format!(
+                                    "the checkpoint's optimizer state has a tensor of shape {:?} where the model has {:?}",
+                                    s.size(),
+                                    d.size()
+                                ));
+                            }
+                            d.copy_(s);
+                        }
+                    }
+                    Ok(())
+                })
+            }
+            (Optimizer::Libtorch(_), OptimizerState::Fused { .. }) => Err(
+                "the checkpoint holds the fused Adam's state, this run uses libtorch's optimizer"
+                    .into(),
+            ),
+            (Optimizer::Fused(_), OptimizerState::Archive(_)) => Err(
+                "the checkpoint holds libtorch's optimizer state, this run uses the fused Adam"
+                    .into(),
+            ),
         }
     }
 }
@@ -261,13 +517,12 @@ pub fn build(
     h: &Hyper,
     lr: f64,
 ) -> Result<Optimizer, String> {
-    use tch::nn::OptimizerConfig;
     let wd = h.weight_decay;
     let r = match h.optimizer {
         OptimizerKind::Sgd => {
             // libtorch rejects Nesterov without momentum; without momentum it is plain SGD.
             let nesterov = h.nesterov && h.momentum > 0.0;
-            nn::sgd(h.momentum, 0.0, wd, nesterov).build(vs, lr)
+            LibtorchOptimizer::sgd(params, lr, h.momentum, wd, nesterov)
         }
         // Adam's weight decay is L2 added to the gradient, AdamW's is decoupled: as in PyTorch,
         // in the fused kernel and in libtorch's loop alike.
@@ -276,9 +531,9 @@ pub fn build(
             let own: Vec<Tensor> = params.iter().map(Tensor::shallow_clone).collect();
             return Ok(Optimizer::Fused(FusedAdam::new(own, lr, wd, decoupled)));
         }
-        OptimizerKind::Adam => nn::adam(0.9, 0.999, wd).build(vs, lr),
-        OptimizerKind::Adamw => nn::adamw(0.9, 0.999, wd).build(vs, lr),
-        OptimizerKind::Rmsprop => nn::rms_prop(0.99, 1e-8, wd, h.momentum, false).build(vs, lr),
+        OptimizerKind::Adam => LibtorchOptimizer::adam(params, lr, wd, false),
+        OptimizerKind::Adamw => LibtorchOptimizer::adam(params, lr, wd, true),
+        OptimizerKind::Rmsprop => LibtorchOptimizer::rms_prop(params, lr, wd, h.momentum),
     };
     r.map(Optimizer::Libtorch)
         .map_err(|e| format!("cannot build the {:?} optimizer: {e}", h.optimizer))
@@ -288,7 +543,7 @@ pub fn build(
 mod tests {
     use super::*;
     use tch::Device;
-    use tch::nn::{Module, OptimizerConfig};
+    use tch::nn::Module;
 
     /// A small regression whose gradients every step depend on the last: the parameters after
     /// `steps` steps of `opt` (fused or libtorch's), flattened.
@@ -303,9 +558,9 @@ mod tests {
             let own = params.iter().map(Tensor::shallow_clone).collect();
             Optimizer::Fused(FusedAdam::new(own, lr, wd, decoupled))
         } else if decoupled {
-            Optimizer::Libtorch(nn::adamw(0.9, 0.999, wd).build(&vs, lr).expect("adamw"))
+            Optimizer::Libtorch(LibtorchOptimizer::adam(&params, lr, wd, true).expect("adamw"))
         } else {
-            Optimizer::Libtorch(nn::adam(0.9, 0.999, wd).build(&vs, lr).expect("adam"))
+            Optimizer::Libtorch(LibtorchOptimizer::adam(&params, lr, wd, false).expect("adam"))
         };
         let x = Tensor::arange(40, (Kind::Float, Device::Cpu)).view([8, 5]) / 40.0;
         let y = Tensor::arange(24, (Kind::Float, Device::Cpu))

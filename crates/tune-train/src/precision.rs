@@ -110,6 +110,19 @@ impl GradScaler {
         }
     }
 
+    /// The scale and growth tracker, for a checkpoint.
+    pub fn state(&self) -> (&Tensor, &Tensor) {
+        (&self.scale, &self.growth_tracker)
+    }
+
+    /// Puts back what [`GradScaler::state`] gave, in place (the tensors a CUDA graph may hold).
+    pub fn restore(&mut self, scale: &Tensor, growth_tracker: &Tensor) {
+        tch::no_grad(|| {
+            self.scale.copy_(scale);
+            self.growth_tracker.copy_(growth_tracker);
+        });
+    }
+
     pub fn scale_value(&self) -> f64 {
         self.scale.double_value(&[0])
     }

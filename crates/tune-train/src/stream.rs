@@ -138,6 +138,8 @@ pub struct Streamer {
     spawn_error: Option<String>,
     per_epoch: i64,
     samples: i64,
+    /// Batches handed out since the plan's start, for a checkpoint.
+    handed: u64,
 }
 
 impl Streamer {
@@ -150,7 +152,25 @@ impl Streamer {
         prefetch: usize,
         seed: u64,
     ) -> Streamer {
-        let plan = Plan::new(source.samples(), batch, seed);
+        Streamer::start_at(source, stage, batch, prefetch, seed, 0)
+    }
+
+    /// [`Streamer::start`] with the plan's first `skip` batches passed over (not gathered): a
+    /// run resumed from a checkpoint gets the batches it would have had next.
+    pub fn start_at(
+        source: Box<dyn Gather>,
+        stage: Stage,
+        batch: usize,
+        prefetch: usize,
+        seed: u64,
+        skip: u64,
+    ) -> Streamer {
+        let mut plan = Plan::new(source.samples(), batch, seed);
+        if plan.per_epoch() > 0 {
+            for _ in 0..skip {
+                plan.next_batch();
+            }
+        }
         let per_epoch = plan.per_epoch() as i64;
         let samples = source.samples() as i64;
         let (tx, rx) = sync_channel(prefetch.max(MIN_PREFETCH));
@@ -188,7 +208,13 @@ impl Streamer {
             spawn_error,
             per_epoch,
             samples,
+            handed: skip,
         }
+    }
+
+    /// Batches handed out since the plan's start (skipped ones included).
+    pub fn handed(&self) -> u64 {
+        self.handed
     }
 
     /// Full batches in one epoch.
@@ -219,6 +245,7 @@ impl Streamer {
             cuda_copy::record_stream(&batch.x).map_err(failed)?;
             cuda_copy::record_stream(&batch.y).map_err(failed)?;
         }
+        self.handed += 1;
         Ok(batch)
     }
 }

@@ -14,11 +14,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tune::builtin::trial_seed;
-use tune::runner::protocol::{EndStatus, FromWorker, ToWorker};
+use tune::builtin::{BuiltinTrial, trial_seed};
+use tune::runner::protocol::{CheckpointJob, EndStatus, FromWorker, ToWorker};
+use tune::space::Params;
 
 use crate::data::DataCache;
-use crate::{TrainError, TrainEvent};
+use crate::snapshot::SnapshotStore;
+use crate::{Checkpoints, TrainError, TrainEvent};
 
 /// Parses `cpu`, `cuda` or `cuda:N`.
 pub fn parse_device(s: &str) -> Option<tch::Device> {
@@ -65,19 +67,18 @@ pub fn worker_main(device: &str) -> ExitCode {
     tch::set_num_threads(1);
 
     let stop = Arc::new(AtomicBool::new(false));
+    let now = Arc::new(AtomicBool::new(false));
     let (tx, rx) = std::sync::mpsc::channel::<ToWorker>();
-    let stop_reader = stop.clone();
+    let (stop_reader, now_reader) = (stop.clone(), now.clone());
     std::thread::spawn(move || {
         let stdin = std::io::stdin();
         for line in stdin.lock().lines() {
             let Ok(line) = line else { break };
             match serde_json::from_str::<ToWorker>(&line) {
-                Ok(ToWorker::Stop) => stop_reader.store(true, Ordering::Relaxed),
-                Ok(job) => {
-                    // Cleared here, in message order, so a stale stop of the previous trial
-                    // cannot stop this one and a stop sent after this job cannot be lost.
-                    stop_reader.store(false, Ordering::Relaxed);
-                    if tx.send(job).is_err() {
+                Ok(msg) => {
+                    if let Some(job) = route(msg, &stop_reader, &now_reader)
+                        && tx.send(job).is_err()
+                    {
                         break;
                     }
                 }
@@ -103,6 +104,7 @@ pub fn worker_main(device: &str) -> ExitCode {
             params,
             trial,
             log,
+            checkpoint,
         } = msg
         else {
             continue;
@@ -114,66 +116,195 @@ pub fn worker_main(device: &str) -> ExitCode {
             "tune worker {}: trial {number} on {device_name}",
             std::process::id()
         );
-        let result = match device {
-            None => Err(TrainError::Failed(format!(
-                "unknown device {device_name:?} (cpu, cuda or cuda:N)"
-            ))),
-            Some(d) if d.is_cuda() && !tch::Cuda::is_available() => {
-                Err(TrainError::Failed(if cfg!(feature = "cuda") {
-                    format!("{device_name}: libtorch sees no CUDA device")
-                } else {
-                    format!(
-                        "{device_name} is not available to this build of tune-worker: build it with CUDA (`./scripts/setup.sh --cuda`)"
-                    )
-                }))
-            }
-            Some(d) => crate::train(
-                &trial,
-                &params,
-                d,
-                trial_seed(seed, number),
-                &stop,
-                &mut cache,
-                &mut |e| {
-                    let TrainEvent::Report(r) = e;
-                    let metrics = r
-                        .metrics
-                        .into_iter()
-                        .map(|(k, v)| (k, v.is_finite().then_some(v)))
-                        .collect();
-                    write(&FromWorker::Report {
-                        step: r.step,
-                        metrics,
-                    });
-                },
-            ),
+        let job = Job {
+            number,
+            seed,
+            params: &params,
+            trial: &trial,
+            checkpoint: checkpoint.as_ref(),
         };
-        if device.is_some_and(|d| d.is_cuda()) {
-            // The trial's tensors are gone: hand their cached blocks back to the driver, so
-            // that another slot's trial on this GPU can have them while this worker waits.
-            crate::cuda::empty_cache();
-        }
-        let end = match result {
-            Ok(()) => FromWorker::End {
-                status: EndStatus::Finished,
-                reason: None,
-            },
-            Err(TrainError::Stopped) => FromWorker::End {
-                status: EndStatus::Stopped,
-                reason: None,
-            },
-            Err(e) => {
-                eprintln!("tune worker: trial {number} failed: {e}");
-                FromWorker::End {
-                    status: EndStatus::Failed,
-                    reason: Some(e.to_string()),
-                }
-            }
-        };
+        let end = run_job(
+            &job,
+            device,
+            &device_name,
+            &stop,
+            &now,
+            &mut cache,
+            &mut write,
+        );
         if !write(&end) {
             // The orchestrator is gone.
             break;
         }
     }
     ExitCode::SUCCESS
+}
+
+/// What the stdin reader does with a message: a stop or a checkpoint request sets its flag
+/// at once (the trial polls them at step boundaries); a job goes to the main loop, returned.
+fn route(msg: ToWorker, stop: &AtomicBool, now: &AtomicBool) -> Option<ToWorker> {
+    match msg {
+        ToWorker::Stop => {
+            stop.store(true, Ordering::Relaxed);
+            None
+        }
+        ToWorker::Checkpoint => {
+            now.store(true, Ordering::Relaxed);
+            None
+        }
+        job @ ToWorker::Job { .. } => {
+            // Cleared here, in message order, so a stale stop or checkpoint request of the
+            // previous trial cannot reach this one and one sent after this job cannot be lost.
+            stop.store(false, Ordering::Relaxed);
+            now.store(false, Ordering::Relaxed);
+            Some(job)
+        }
+    }
+}
+
+/// One job's parts, as the worker got them.
+struct Job<'a> {
+    number: u64,
+    seed: u64,
+    params: &'a Params,
+    trial: &'a BuiltinTrial,
+    checkpoint: Option<&'a CheckpointJob>,
+}
+
+/// Runs one job: opens its checkpoint directory (resuming from it when asked), trains,
+/// writes each report and checkpoint through `write`, removes the checkpoints when the trial
+/// finished or failed (keeping the best when asked) and returns the trial's end.
+fn run_job(
+    job: &Job<'_>,
+    device: Option<tch::Device>,
+    device_name: &str,
+    stop: &AtomicBool,
+    now: &AtomicBool,
+    cache: &mut DataCache,
+    write: &mut dyn FnMut(&FromWorker) -> bool,
+) -> FromWorker {
+    let number = job.number;
+    // Reports and checkpoints both go out through `write`, never at the same time.
+    let write = std::cell::RefCell::new(write);
+    let send = |msg: &FromWorker| {
+        (write.borrow_mut())(msg);
+    };
+    let mut on_event = |e| {
+        let TrainEvent::Report(r) = e;
+        let metrics = r
+            .metrics
+            .into_iter()
+            .map(|(k, v)| (k, v.is_finite().then_some(v)))
+            .collect();
+        send(&FromWorker::Report {
+            step: r.step,
+            metrics,
+        });
+    };
+    let store = match job.checkpoint {
+        None => None,
+        Some(c) => match SnapshotStore::open(&c.dir, c.direction) {
+            Ok(store) => Some(store),
+            // A directory that cannot be made: the trial trains without checkpoints.
+            Err(e) => {
+                eprintln!("tune worker: trial {number} trains without checkpoints: {e}");
+                None
+            }
+        },
+    };
+    let result = match device {
+        None => Err(TrainError::Failed(format!(
+            "unknown device {device_name:?} (cpu, cuda or cuda:N)"
+        ))),
+        Some(d) if d.is_cuda() && !tch::Cuda::is_available() => {
+            Err(TrainError::Failed(if cfg!(feature = "cuda") {
+                format!("{device_name}: libtorch sees no CUDA device")
+            } else {
+                format!(
+                    "{device_name} is not available to this build of tune-worker: build it with CUDA (`./scripts/setup.sh --cuda`)"
+                )
+            }))
+        }
+        Some(d) => {
+            let seed = trial_seed(job.seed, number);
+            match (&store, job.checkpoint) {
+                (Some(store), Some(c)) => {
+                    let resume = if c.resume {
+                        let mut warnings = Vec::new();
+                        let snap = store.load(&mut warnings);
+                        for w in warnings {
+                            eprintln!("tune worker: {w}");
+                        }
+                        if snap.is_none() {
+                            eprintln!(
+                                "tune worker: trial {number}: no usable checkpoint in {}; starting from scratch",
+                                store.dir().display()
+                            );
+                        }
+                        snap
+                    } else {
+                        None
+                    };
+                    let mut on_save = |saved: &crate::snapshot::Saved| {
+                        send(&FromWorker::Checkpoint {
+                            step: saved.step,
+                            path: saved.path.clone(),
+                            best: saved.best,
+                        });
+                    };
+                    let mut ck = Checkpoints {
+                        store,
+                        every: c
+                            .every_s
+                            .filter(|s| s.is_finite() && *s >= 0.0)
+                            .map(std::time::Duration::from_secs_f64),
+                        metric: c.metric.clone(),
+                        now,
+                        resume,
+                        on_save: &mut on_save,
+                    };
+                    crate::train_with_checkpoints(
+                        job.trial,
+                        job.params,
+                        d,
+                        seed,
+                        stop,
+                        cache,
+                        Some(&mut ck),
+                        &mut on_event,
+                    )
+                }
+                _ => crate::train(job.trial, job.params, d, seed, stop, cache, &mut on_event),
+            }
+        }
+    };
+    if device.is_some_and(|d| d.is_cuda()) {
+        // The trial's tensors are gone: hand their cached blocks back to the driver, so
+        // that another slot's trial on this GPU can have them while this worker waits.
+        crate::cuda::empty_cache();
+    }
+    // A stopped trial keeps its checkpoints: a stop may be a pause or a preemption.
+    if let (Some(store), Some(c)) = (&store, job.checkpoint)
+        && !matches!(result, Err(TrainError::Stopped))
+        && let Err(e) = store.clean(c.keep_best)
+    {
+        eprintln!("tune worker: trial {number}: cannot remove its checkpoints: {e}");
+    }
+    match result {
+        Ok(()) => FromWorker::End {
+            status: EndStatus::Finished,
+            reason: None,
+        },
+        Err(TrainError::Stopped) => FromWorker::End {
+            status: EndStatus::Stopped,
+            reason: None,
+        },
+        Err(e) => {
+            eprintln!("tune worker: trial {number} failed: {e}");
+            FromWorker::End {
+                status: EndStatus::Failed,
+                reason: Some(e.to_string()),
+            }
+        }
+    }
 }

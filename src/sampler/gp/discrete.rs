@@ -423,8 +423,8 @@ pub const STALL: usize = 10;
 /// end a stall. A search that creeps along a plateau, improving by hairs, is still stalled: on
 /// trap_degree5 one seed in 80 crept along degree 1's flat bowl (0.30032, 0.30029, 0.30025 and
 /// 0.300005 at trials 19, 29, 36 and 37), each hair restarting the count, never left it and
-/// ended below random search's median. Measured on the trap problems (80 seeds, 50 trials; docs/experiments/gp-mixed-space.md, "Combinations of
-/// categoricals"): 0.01 and 0.05 both free that seed; 0.05 left the worst seed at 20.1, 0.01 at 3.2.
+/// ended below random search's median. Measured on the trap problems (BENCHMARKS.md, "Trap problems (robust mixed-space search)";
+/// docs/experiments/gp-mixed-space.md, "Combinations of categoricals"): 0.01 and 0.05 both free that seed; 0.05 left the worst seed at 20.1, 0.01 at 3.2.
 pub const STALL_MARGIN: f64 = 0.05;
 
 /// The share of all complete trials' loss span under which the trials of one value (or of one

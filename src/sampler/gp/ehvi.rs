@@ -20,7 +20,7 @@ use crate::sampler::multi::pareto::pareto_front;
 
 /// The most objectives the GP searches by EHVI; beyond, random scalarisations alone (ParEGO).
 /// The box decomposition works for any number (its tests check three), but on DTLZ2 with three
-/// objectives (tune-bench multi, 10 seeds, HV at 50 trials as % of the front's) EHVI reached
+/// objectives (BENCHMARKS.md, "Multi-objective": HV at 50 trials as % of the front's) EHVI reached
 /// 32.1 % alone and 36.8 % alternating with ParEGO, against ParEGO's 40.4 %.
 pub const MAX_OBJECTIVES: usize = 2;
 
@@ -44,7 +44,7 @@ pub struct Ehvi {
 /// The reference point for `points` (losses, minimised): the worst value of each objective
 /// plus a margin of its range. A reference at the front's own nadir was measured worse: while
 /// the front is one or two points, the region it leaves is a sliver along one objective, and on
-/// ZDT2 (tune-bench multi, 20 seeds) the search stayed there in some seeds (HV at 50 trials
+/// ZDT2 (BENCHMARKS.md, "Multi-objective") the search stayed there in some seeds (HV at 50 trials
 /// 97.3 % of the front's with it against 99.97 % now).
 pub fn reference(points: &[Vec<f64>]) -> Vec<f64> {
     let m = points.first().map_or(0, Vec::len);

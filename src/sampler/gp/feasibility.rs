@@ -16,8 +16,8 @@
 //! border is many nats above EI on the known side, and a factor of p = 0.3 does not outweigh
 //! it, so the product alone kept probing across: 8.1 / 8.3 / 7.6 failed trials of 50 on
 //! tune-bench's three failure problems, no fewer than with the penalty alone (8.5 / 8.1 / 8.3).
-//! Ranking p < 0.9 last gave 3.7 / 5.9 / 5.4 with scores as good or better (20 seeds; 0.5 and
-//! 0.7 failed more, 0.95 and 0.98 scored worse at 25 trials; docs/experiments/failure-constraint.md).
+//! Ranking p < 0.9 last gave 3.7 / 5.9 / 5.4 with scores as good or better (BENCHMARKS.md, "Failed trials as a
+//! learned constraint"; 0.5 and 0.7 failed more, 0.95 and 0.98 scored worse at 25 trials; docs/experiments/failure-constraint.md).
 
 use super::fit::Posterior;
 use super::kernel::Layout;

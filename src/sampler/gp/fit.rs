@@ -33,7 +33,7 @@ const JITTER: f64 = 1e-9;
 /// The prior median of a length scale grows as sqrt(D) (with D parameters), as in Hvarfner
 /// et al.; its level, 0.22 sqrt(D) in the unit cube, is shorter than BoTorch's because tuning
 /// budgets are small and a too-smooth model stops exploring early. Chosen on the benchmark's
-/// public and extra problems together (20 seeds): prior medians of 0.5, 0.37 and 0.22 sqrt(D)
+/// public and extra problems together (BENCHMARKS.md, "Optimizers"): prior medians of 0.5, 0.37 and 0.22 sqrt(D)
 /// scored 58, 60 and 62-66 at 25 trials.
 pub fn ls_prior_mean(groups: usize) -> f64 {
     -1.5 + 0.5 * (groups.max(1) as f64).ln()

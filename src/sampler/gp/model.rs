@@ -8,9 +8,10 @@ use rand_distr::StandardNormal;
 use super::GpPolicy;
 use super::fit::{self, FitData, Posterior};
 use super::kernel::Layout;
+use crate::pruner::forecast::{Reference, forecast};
 use crate::sampler::{AskContext, MIN_COMPLETE_TO_MODEL};
 use crate::space::{Params, Space};
-use crate::trial::Outcome;
+use crate::trial::{Direction, Outcome};
 
 /// A monotone map of losses to the model's outputs: a log warp when a few losses dwarf the
 /// rest (so that values spanning decades do not flatten the model near the optimum), a robust
@@ -159,9 +160,36 @@ pub(super) fn subset(obs: &[Obs], max: usize) -> Vec<usize> {
     keep
 }
 
-/// Which objective the model learns: the study's only one, or one of a multi-objective study's.
+/// Complete trials needed before a pruned trial's final value is forecast from its curve.
+const MIN_CURVES_TO_FORECAST: usize = 3;
+
+/// The forecast final loss of a pruned trial from its curve (`(step, value)` in report order),
+/// matched against the complete trials' curves `refs`; `None` with too few of them, no finite
+/// point, or no complete curve that reaches where it stopped.
+pub(super) fn forecast_final(
+    refs: &[Reference],
+    curve: &[(u64, f64)],
+    direction: Direction,
+) -> Option<f64> {
+    if refs.len() < MIN_CURVES_TO_FORECAST {
+        return None;
+    }
+    let points: Vec<(f64, f64)> = curve
+        .iter()
+        .map(|&(step, v)| (step as f64, direction.loss(v)))
+        .filter(|(_, l)| l.is_finite())
+        .collect();
+    let &(r, y) = points.last()?;
+    let earlier = points.iter().rev().find(|p| p.0 < r).copied();
+    forecast(refs, earlier, (r, y), 0.9)
+        .map(|f| f.mean)
+        .filter(|m| m.is_finite())
+}
+
+/// Which objective the model learns: the study's only one, or one of a multi-objective study's
+/// (not `trial::Objective`, a stored objective's metric and direction).
 #[derive(Clone, Copy)]
-pub(super) enum Objective {
+pub(super) enum Modelled {
     Single,
     /// The objective at this position of [`AskContext::directions`].
     Multi(usize),
@@ -173,15 +201,15 @@ pub(super) fn observations(
     policy: &GpPolicy,
     ctx: &AskContext<'_>,
     layout: &Layout,
-    objective: Objective,
+    objective: Modelled,
 ) -> Option<Vec<Obs>> {
     let directions = ctx.directions();
     // A complete trial's loss on the objective: infinite (did not run) when any of its
     // objectives is missing or not finite.
     let loss = |t: &crate::trial::FinishedTrial, value: f64| -> f64 {
         match objective {
-            Objective::Single => ctx.direction.loss(value),
-            Objective::Multi(j) => t
+            Modelled::Single => ctx.direction.loss(value),
+            Modelled::Multi(j) => t
                 .values()
                 .filter(|v| v.len() == directions.len() && v.iter().all(|x| x.is_finite()))
                 .map_or(f64::INFINITY, |v| directions[j].loss(v[j])),
@@ -200,6 +228,23 @@ pub(super) fn observations(
         return None;
     }
     let warp = Warp::fit(&complete, policy);
+    // The complete trials' learning curves, which a pruned trial's final value is forecast
+    // from (one objective only: a multi-objective trial's curve may be any objective's).
+    let refs: Vec<Reference> = match objective {
+        Modelled::Single => ctx
+            .history
+            .iter()
+            .filter(|t| matches!(t.outcome, Outcome::Complete { .. }))
+            .filter_map(|t| {
+                Reference::new(
+                    t.curve
+                        .iter()
+                        .map(|&(step, v)| (step as f64, ctx.direction.loss(v))),
+                )
+            })
+            .collect(),
+        Modelled::Multi(_) => Vec::new(),
+    };
     let mut zs: Vec<f64> = complete.iter().map(|&y| warp.apply(y)).collect();
     zs.sort_by(f64::total_cmp);
     let worst = zs[zs.len() - 1];
@@ -207,9 +252,12 @@ pub(super) fn observations(
     let mut obs = Vec::with_capacity(ctx.history.len());
     for t in ctx.history {
         // Failed and diverged trials get the worst value seen (they teach the model where
-        // not to go, without a made-up huge loss that would flatten it); pruned ones their
-        // last value, but no better than the median: they were stopped for looking bad. (A
-        // multi-objective trial's last value may be any objective's: the median.)
+        // not to go, without a made-up huge loss that would flatten it). A pruned trial gets
+        // the forecast of its final value from its curve, learnt from the complete trials'
+        // curves (`pruner::forecast`), where there are enough of them to learn from: a slow
+        // starter cut early then reads as what it would have become, not as a loser; without a
+        // forecast, its last value, but no better than the median: it was stopped for looking
+        // bad. (A multi-objective trial's last value may be any objective's: the median.)
         let (z, is_complete) = match t.outcome {
             Outcome::Complete { value } => {
                 let l = loss(t, value);
@@ -219,9 +267,14 @@ pub(super) fn observations(
                     (worst, false)
                 }
             }
+            Outcome::Pruned { .. }
+                if let Some(f) = forecast_final(&refs, &t.curve, ctx.direction) =>
+            {
+                (warp.apply(f), false)
+            }
             Outcome::Pruned { value, .. } => {
                 let v = value
-                    .filter(|_| matches!(objective, Objective::Single))
+                    .filter(|_| matches!(objective, Modelled::Single))
                     .map(|v| ctx.direction.loss(v))
                     .filter(|l| l.is_finite())
                     .map(|l| warp.apply(l).max(median))

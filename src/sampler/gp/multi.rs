@@ -10,7 +10,7 @@ use super::GpSampler;
 use super::ehvi::{self, Ehvi};
 use super::feasibility::Feasibility;
 use super::kernel::Layout;
-use super::model::{Objective, Obs, fit_theta, labelled, observations, posterior, subset, to_u};
+use super::model::{Modelled, Obs, fit_theta, labelled, observations, posterior, subset, to_u};
 use super::propose::perturbations;
 use crate::sampler::multi::pareto::pareto_front;
 use crate::sampler::qmc::sobol_point;
@@ -58,7 +58,7 @@ impl GpSampler {
         let m = ctx.others.len() + 1;
         let mut rng = ctx.rng();
         let obs: Vec<Vec<Obs>> = (0..m)
-            .map(|j| observations(&self.policy, ctx, &layout, Objective::Multi(j)))
+            .map(|j| observations(&self.policy, ctx, &layout, Modelled::Multi(j)))
             .collect::<Option<_>>()?;
         self.thetas.resize(m, None);
         let mut posts = Vec::with_capacity(m);

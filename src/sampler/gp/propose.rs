@@ -28,7 +28,7 @@ use super::feasibility::Feasibility;
 use super::fit::Posterior;
 use super::kernel::Layout;
 use super::model::{
-    Objective, Obs, fit_theta, labelled, observations, posterior, quantile, subset, to_u,
+    Modelled, Obs, fit_theta, labelled, observations, posterior, quantile, subset, to_u,
 };
 use super::{GpPolicy, GpSampler};
 use crate::sampler::qmc::sobol_point;
@@ -115,7 +115,7 @@ impl GpSampler {
     /// the posterior with the pending trials as fantasies.
     fn model(&mut self, ctx: &AskContext<'_>, rng: &mut ChaCha8Rng) -> Option<Model> {
         let layout = Layout::new(ctx.space);
-        let obs = observations(&self.policy, ctx, &layout, Objective::Single)?;
+        let obs = observations(&self.policy, ctx, &layout, Modelled::Single)?;
         let theta = fit_theta(
             &self.policy,
             &mut self.theta,

@@ -2,7 +2,7 @@ use rand::Rng;
 use rand_distr::StandardNormal;
 
 use super::kernel::Layout;
-use super::model::{Objective, Warp, observations, quantile};
+use super::model::{Modelled, Warp, observations, quantile};
 use super::*;
 use crate::sampler::{SamplerKind, SamplerOptions, build_with, is_duplicate};
 use crate::space::ParamValue;
@@ -282,7 +282,7 @@ fn failed_trials_count_as_the_worst_and_pruned_ones_no_better_than_the_median() 
         &GpPolicy::default(),
         &ctx,
         &Layout::new(&s),
-        Objective::Single,
+        Modelled::Single,
     )
     .expect("two complete trials are enough");
     let worst = obs[..3]
@@ -1247,4 +1247,79 @@ fn the_fit_of_a_noisy_objective_finds_its_noise() {
         noise_var > 0.05,
         "fitted noise variance {noise_var} (unit-variance outputs), theta {theta:?}"
     );
+}
+
+/// A trial with a learning curve: `(step, value)` for steps 1..=9 of a power law from 2.3 that
+/// ends at `end` after 9 steps, cut after `upto` steps.
+fn curved(n: u64, x: f64, end: f64, speed: f64, upto: usize) -> FinishedTrial {
+    let f = |r: f64| {
+        let top = 1.0 - 10f64.powf(-speed);
+        end + (2.3 - end) * ((r + 1.0).powf(-speed) - 10f64.powf(-speed)) / top
+    };
+    let curve: Vec<(u64, f64)> = (1..=upto as u64).map(|s| (s, f(s as f64))).collect();
+    let last = curve.last().map(|c| c.1);
+    let outcome = if upto == 9 {
+        Outcome::Complete {
+            value: last.unwrap(),
+        }
+    } else {
+        Outcome::Pruned {
+            value: last,
+            step: Some(upto as u64),
+        }
+    };
+    let mut t = trial(n, x, outcome);
+    t.curve = curve;
+    t
+}
+
+#[test]
+fn a_pruned_trial_enters_the_model_at_the_forecast_of_its_curve() {
+    let s = space("x = { type = \"float\", low = 0.0, high = 1.0 }");
+    // Complete trials: slow starters that end low, fast ones that flatten high.
+    let mut history = Vec::new();
+    for i in 0..4u64 {
+        let d = 0.01 * i as f64;
+        history.push(curved(2 * i, 0.05 * i as f64, 0.2 + d, 0.3, 9));
+        history.push(curved(2 * i + 1, 0.5 + 0.05 * i as f64, 0.6 + d, 2.0, 9));
+    }
+    // Two trials cut after 3 steps: a slow starter still high (ranked last there) and a fast
+    // one that has flattened. Their last values say the opposite of where they were going.
+    history.push(curved(8, 0.3, 0.21, 0.3, 3));
+    history.push(curved(9, 0.9, 0.61, 2.0, 3));
+    let ctx = ask_ctx(&s, &history, &[], 10, 0);
+    let obs = observations(
+        &GpPolicy::default(),
+        &ctx,
+        &Layout::new(&s),
+        Modelled::Single,
+    )
+    .expect("a model");
+    let (slow, fast) = (obs[8].z, obs[9].z);
+    assert!(
+        slow < fast,
+        "the slow starter forecasts better: {slow} vs {fast}"
+    );
+    assert!(
+        slow < obs[1].z,
+        "and better than the complete fast ones: {slow} vs {}",
+        obs[1].z
+    );
+    // Without enough complete curves to learn from, the old rule: last value, at least the
+    // median.
+    let few = vec![
+        curved(0, 0.1, 0.2, 0.3, 9),
+        curved(1, 0.2, 0.6, 2.0, 9),
+        curved(2, 0.5, 0.21, 0.3, 3),
+    ];
+    let ctx = ask_ctx(&s, &few, &[], 3, 0);
+    let obs = observations(
+        &GpPolicy::default(),
+        &ctx,
+        &Layout::new(&s),
+        Modelled::Single,
+    )
+    .expect("a model");
+    let median = 0.5 * (obs[0].z + obs[1].z);
+    assert!(obs[2].z >= median - 1e-12, "{} < {median}", obs[2].z);
 }

@@ -65,8 +65,8 @@ pub fn ask_at(inner: &mut dyn Sampler, ctx: &AskContext<'_>, index: u64) -> Para
 /// per study seed) mapped through normalised exponentials, which takes a uniform point of the
 /// cube to a uniform point of the simplex, kept off zero so that every objective counts a
 /// little. Consecutive points spread evenly, so a short study's scalarisations cover the front
-/// better than independent draws: tune-bench multi, 30 seeds, HV at 50 trials as % of the
-/// front's (q = 1), dtlz2 41.07 -> 45.65 for the GP, zdt1 and train within 0.1, TPE within 1.6
+/// better than independent draws (BENCHMARKS.md, "Multi-objective": HV at 50 trials as % of
+/// the front's, q = 1), dtlz2 41.07 -> 45.65 for the GP, zdt1 and train within 0.1, TPE within 1.6
 /// either way.
 pub fn weights(k: usize, index: u64, seed: u64) -> Vec<f64> {
     let u = sobol_point(index, k, mix(seed, WEIGHT_STREAM));

@@ -11,11 +11,14 @@
 //!   declared gone cannot overwrite the rerun of its trial or count twice (fencing).
 //!
 //! The client is async (`tokio-postgres`). Its connection is driven by a one-thread runtime
-//! owned by the storage, and the synchronous [`Storage`] methods wait on the client's futures,
-//! so the same storage works on the scheduler's executor, on plain threads and in tests.
+//! owned by the storage, and the synchronous [`Storage`] methods call it through the blocking
+//! bridge of `blocking.rs` (one place that waits on the client's futures), so the same storage
+//! works on the scheduler's executor, on plain threads and in tests.
 //! One connection per storage: a process holds at most two (the study and a watcher).
 
+mod blocking;
 mod connect;
+mod copy;
 mod watch;
 
 use std::collections::{BTreeMap, HashMap};
@@ -23,20 +26,24 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use chrono::NaiveDateTime;
-use tokio_postgres::{Client, GenericClient, Row};
+use tokio_postgres::{Client, Row};
 
+use self::blocking::{PgResult, Session, Sql};
 use self::connect::PgFault;
-use super::host::{hostname, process_alive};
-use super::sqlite::{StoredStatus, decode_with};
+use super::codec::{
+    TrialRow, decode_with, direction_of, direction_text, value_type, value_type_without_nan,
+};
+use super::host::hostname;
+use super::sql;
 use super::url::PgUrl;
 use super::{
-    ClaimRequest, History, NewStudy, Propose, ServerFault, Storage, StorageError, StoredReport,
-    StoredStudyFile, StudyRow, StudySummary,
+    ClaimRequest, Gone, History, NewStudy, Propose, ServerFault, Storage, StorageError,
+    StoredReport, StoredStudyFile, StudyCounts, StudyRow, StudySummary,
 };
 use crate::space::{Params, Space};
 use crate::trial::{
-    Direction, FinishedTrial, Placement, Report, Trial, TrialId, TrialNumber, TrialState,
-    TrialStatus, WorkerId,
+    Direction, FinishedTrial, Report, Trial, TrialId, TrialNumber, TrialState, TrialStatus,
+    WorkerId,
 };
 
 /// The migrations, in order; `tune_schema_version` records how many were applied.
@@ -64,14 +71,6 @@ const DEFAULT_RETRY: Duration = Duration::from_secs(120);
 /// How long a reader waits for a database without tune's schema to get it: the first
 /// `tune run` creates it in one transaction, well within this.
 const SCHEMA_WAIT: Duration = Duration::from_secs(2);
-
-/// Waits for a client future. The connection itself runs on the storage's own runtime, so the
-/// future only waits for its answer: no runtime is needed on this thread.
-pub(crate) fn wait<F: std::future::Future>(f: F) -> F::Output {
-    futures::executor::block_on(f)
-}
-
-type PgResult<T> = Result<T, tokio_postgres::Error>;
 
 pub struct PostgresStorage {
     url: PgUrl,
@@ -186,7 +185,7 @@ impl PostgresStorage {
     /// rolled the first attempt back.
     pub(crate) fn run<T>(
         &self,
-        mut f: impl FnMut(&mut Client) -> PgResult<T>,
+        mut f: impl FnMut(&mut Session<'_>) -> PgResult<T>,
     ) -> Result<T, StorageError> {
         let started = Instant::now();
         let mut pause = Duration::from_millis(100);
@@ -220,7 +219,7 @@ impl PostgresStorage {
                 }
             }
             let client = slot.as_mut().expect("connected just above");
-            match f(client) {
+            match f(&mut Session(client)) {
                 Ok(v) => return Ok(v),
                 // The data of this write, not the server: no retry would help.
                 Err(e) if e.as_db_error().is_some_and(|d| is_data_fault(d.code())) => {
@@ -296,32 +295,32 @@ impl PostgresStorage {
         }
         let location = self.location();
         let outcome = self.run(|c| {
-            let tx = wait(c.transaction())?;
-            wait(tx.execute("SELECT pg_advisory_xact_lock($1, 0)", &[&LOCK_CLASS]))?;
-            wait(tx.batch_execute(
+            let tx = c.transaction()?;
+            tx.execute("SELECT pg_advisory_xact_lock($1, 0)", &[&LOCK_CLASS])?;
+            tx.batch_execute(
                 "CREATE TABLE IF NOT EXISTS tune_schema_version (version INTEGER NOT NULL)",
-            ))?;
+            )?;
             let mut version = schema_version(&tx)?;
             if version > known {
                 return Ok(Err(version));
             }
             if version == 0 {
-                let optuna: bool =
-                    wait(tx.query_one("SELECT to_regclass('public.studies') IS NOT NULL", &[]))?
-                        .get(0);
+                let optuna: bool = tx
+                    .query_one("SELECT to_regclass('public.studies') IS NOT NULL", &[])?
+                    .get(0);
                 if optuna {
                     version = 1;
                 }
             }
             for sql in MIGRATIONS.iter().skip(version as usize) {
-                wait(tx.batch_execute(sql))?;
+                tx.batch_execute(sql)?;
             }
-            wait(tx.execute("DELETE FROM tune_schema_version", &[]))?;
-            wait(tx.execute(
+            tx.execute("DELETE FROM tune_schema_version", &[])?;
+            tx.execute(
                 "INSERT INTO tune_schema_version (version) VALUES ($1)",
                 &[&(known as i32)],
-            ))?;
-            wait(tx.commit())?;
+            )?;
+            tx.commit()?;
             Ok(Ok(()))
         });
         match outcome {
@@ -347,12 +346,12 @@ impl PostgresStorage {
 
     /// Runs one statement outside any transaction (`CREATE DATABASE` cannot run in one).
     pub fn admin(&self, sql: &str) -> Result<(), StorageError> {
-        self.run(|c| wait(c.batch_execute(sql)))
+        self.run(|c| c.batch_execute(sql))
     }
 
     /// The first column of the first row of a query, as a count.
     pub fn admin_count(&self, sql: &str) -> Result<i64, StorageError> {
-        self.run(|c| Ok(wait(c.query_one(sql, &[]))?.get::<_, i64>(0)))
+        self.run(|c| Ok(c.query_one(sql, &[])?.get::<_, i64>(0)))
     }
 
     /// The URL, without its password.
@@ -379,15 +378,15 @@ fn is_data_fault(code: &tokio_postgres::error::SqlState) -> bool {
     code.code().starts_with("22") || code.code() == "54000"
 }
 
-fn schema_version(c: &impl GenericClient) -> PgResult<i64> {
-    let row = wait(c.query_one(
+fn schema_version(c: &impl Sql) -> PgResult<i64> {
+    let row = c.query_one(
         "SELECT to_regclass('public.tune_schema_version') IS NOT NULL",
         &[],
-    ))?;
+    )?;
     if !row.get::<_, bool>(0) {
         return Ok(0);
     }
-    let v = wait(c.query_opt("SELECT version FROM tune_schema_version LIMIT 1", &[]))?;
+    let v = c.query_opt("SELECT version FROM tune_schema_version LIMIT 1", &[])?;
     Ok(v.map_or(0, |r| r.get::<_, i32>(0) as i64))
 }
 
@@ -396,47 +395,20 @@ fn to_system(t: Option<NaiveDateTime>) -> Option<SystemTime> {
     Some(SystemTime::UNIX_EPOCH + Duration::from_micros(micros))
 }
 
-fn direction_of(text: Option<&str>) -> Direction {
-    if text == Some("MAXIMIZE") {
-        Direction::Maximize
-    } else {
-        Direction::Minimize
-    }
-}
-
-fn value_type(v: f64) -> &'static str {
-    if v.is_nan() {
-        "NAN"
-    } else if v == f64::INFINITY {
-        "INF_POS"
-    } else if v == f64::NEG_INFINITY {
-        "INF_NEG"
-    } else {
-        "FINITE"
-    }
-}
-
 pub(crate) fn id32(id: i64) -> i32 {
     // Optuna's ids are `integer` on PostgreSQL; tune never makes one beyond that range.
     i32::try_from(id).unwrap_or(i32::MAX)
 }
 
-/// Trials counted by the budget: ended on their own, or running now.
-const TAKEN: &str =
-    "SELECT COUNT(*) FROM trials t LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
-     WHERE t.study_id = $1 AND (t.state IN ('COMPLETE', 'PRUNED', 'RUNNING')
-           OR (t.state = 'FAIL' AND COALESCE(x.interrupted, 0) = 0))
-           AND COALESCE(x.discarded, 0) = 0";
-
-fn find_study(c: &impl GenericClient, name: &str) -> PgResult<Option<StudyRow>> {
-    wait(c.query_opt(
+fn find_study(c: &impl Sql, name: &str) -> PgResult<Option<StudyRow>> {
+    c.query_opt(
         "SELECT s.study_id, s.study_name, d.direction::text, COALESCE(t.metric, 'value')
          FROM studies s
          LEFT JOIN study_directions d ON d.study_id = s.study_id AND d.objective = 0
          LEFT JOIN tune_studies t ON t.study_id = s.study_id
          WHERE s.study_name = $1",
         &[&name],
-    ))?
+    )?
     .map(|r| StudyRow {
         id: r.get::<_, i32>(0) as i64,
         name: r.get(1),
@@ -446,16 +418,15 @@ fn find_study(c: &impl GenericClient, name: &str) -> PgResult<Option<StudyRow>> 
     })
     .map(|mut row| {
         let sid = id32(row.id);
-        let dirs: Vec<String> = wait(c.query(
-            &super::OTHER_DIRECTIONS.replace("direction FROM", "direction::text FROM"),
-            &[&sid],
-        ))?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+        let dirs: Vec<String> = c
+            .query(sql::OTHER_DIRECTIONS, &[&sid])?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
         if !dirs.is_empty() {
-            let names: Option<String> =
-                wait(c.query_opt(super::METRIC_NAMES, &[&sid]))?.and_then(|r| r.get(0));
+            let names: Option<String> = c
+                .query_opt(sql::METRIC_NAMES, &[&sid])?
+                .and_then(|r| r.get(0));
             row.others = super::others_of(&dirs, names.as_deref());
         }
         Ok(row)
@@ -465,7 +436,7 @@ fn find_study(c: &impl GenericClient, name: &str) -> PgResult<Option<StudyRow>> 
 
 /// The trials of a study (one by number, or all of one state, or all), with their params.
 fn query_trials(
-    c: &impl GenericClient,
+    c: &impl Sql,
     study: i64,
     state: Option<TrialState>,
     number: Option<u64>,
@@ -475,7 +446,7 @@ fn query_trials(
 
 /// [`query_trials`] with every filter: of a study (or of any), a state, a number, trial ids.
 fn query_trials_where(
-    c: &impl GenericClient,
+    c: &impl Sql,
     study: Option<i64>,
     state: Option<TrialState>,
     number: Option<u64>,
@@ -485,7 +456,7 @@ fn query_trials_where(
     let state = state.map(|s| s.optuna());
     let number = number.map(|n| n as i32);
     let ids: Option<Vec<i32>> = ids.map(<[i32]>::to_vec);
-    let rows = wait(c.query(
+    let rows = c.query(
         "SELECT t.trial_id, t.number, t.state::text, v.value, v.value_type::text,
                 t.datetime_start, t.datetime_complete,
                 x.error, x.device, x.trial_dir, x.logs_json, x.log_tail, x.pruned_step,
@@ -502,15 +473,15 @@ fn query_trials_where(
                AND ($3::int IS NULL OR t.number = $3) AND ($4::int[] IS NULL OR t.trial_id = ANY($4))
          ORDER BY t.number",
         &[&study, &state, &number, &ids],
-    ))?;
+    )?;
     let mut trials: Vec<Trial> = rows.iter().map(trial_of_row).collect();
-    let prows = wait(c.query(
+    let prows = c.query(
         "SELECT p.trial_id, p.param_name, p.param_value, p.distribution_json
          FROM trial_params p JOIN trials t ON t.trial_id = p.trial_id
          WHERE ($1::int IS NULL OR t.study_id = $1) AND ($2::int IS NULL OR t.number = $2)
                AND ($3::int[] IS NULL OR t.trial_id = ANY($3))",
         &[&study, &number, &ids],
-    ))?;
+    )?;
     let mut by_id: HashMap<i64, Params> = HashMap::new();
     let mut dists: HashMap<String, serde_json::Value> = HashMap::new();
     for r in prows {
@@ -530,13 +501,13 @@ fn query_trials_where(
             t.params = p;
         }
     }
-    let vrows = wait(c.query(
+    let vrows = c.query(
         "SELECT v.trial_id, v.value FROM trial_values v JOIN trials t ON t.trial_id = v.trial_id
          WHERE v.objective > 0 AND ($1::int IS NULL OR t.study_id = $1)
                AND ($2::int IS NULL OR t.number = $2) AND ($3::int[] IS NULL OR t.trial_id = ANY($3))
          ORDER BY v.trial_id, v.objective",
         &[&study, &number, &ids],
-    ))?;
+    )?;
     let mut values: HashMap<i64, Vec<f64>> = HashMap::new();
     for r in vrows {
         values
@@ -549,27 +520,26 @@ fn query_trials_where(
 }
 
 fn trial_of_row(r: &Row) -> Trial {
-    let state: String = r.get(2);
-    let value: Option<f64> = r.get(3);
-    let vtype: Option<String> = r.get(4);
-    let logs: Option<String> = r.get(10);
-    let metrics: Option<String> = r.get(14);
-    let at = Placement {
-        worker: r.get::<_, Option<i64>>(15).map(WorkerId),
-        slot: r.get::<_, Option<i32>>(16).map(|s| s.max(0) as usize),
-        device: r.get(8),
-        host: r.get(17),
-    };
-    let status = StoredStatus {
-        state: TrialState::from_optuna(&state).unwrap_or(TrialState::Failed),
-        value: super::sqlite::stored_value(value, vtype.as_deref()),
-        error: r.get(7),
-        log_tail: r.get(11),
-        pruned_step: r.get::<_, Option<i64>>(12).map(|s| s.max(0) as u64),
-        interrupted: r.get::<_, i32>(13) != 0,
-        at,
+    TrialRow {
+        id: r.get::<_, i32>(0).into(),
+        number: r.get::<_, i32>(1).into(),
+        state: r.get(2),
+        value: r.get(3),
+        value_type: r.get(4),
         started: to_system(r.get(5)),
         finished: to_system(r.get(6)),
+        error: r.get(7),
+        device: r.get(8),
+        trial_dir: r.get(9),
+        logs_json: r.get(10),
+        log_tail: r.get(11),
+        pruned_step: r.get(12),
+        interrupted: r.get::<_, i32>(13) != 0,
+        metrics_json: r.get(14),
+        worker: r.get(15),
+        slot: r.get::<_, Option<i32>>(16).map(i64::from),
+        host: r.get(17),
+        discarded: r.get::<_, i32>(18) != 0,
         gpu: super::gpu_of_columns(
             r.get(19),
             r.get::<_, Option<String>>(20).as_deref(),
@@ -577,38 +547,21 @@ fn trial_of_row(r: &Row) -> Trial {
             r.get(22),
             r.get::<_, Option<i32>>(23).map(i64::from),
         ),
-    };
-    Trial {
-        id: TrialId(r.get::<_, i32>(0) as i64),
-        number: TrialNumber(r.get::<_, i32>(1) as u64),
-        params: Params::new(),
-        status: status.into_status(),
-        trial_dir: r.get::<_, Option<String>>(9).map(PathBuf::from),
-        logs: logs
-            .and_then(|l| serde_json::from_str::<Vec<PathBuf>>(&l).ok())
-            .unwrap_or_default(),
-        metrics: metrics
-            .map(|m| super::metrics_from_json(&m))
-            .unwrap_or_default(),
-        discarded: r.get::<_, i32>(18) != 0,
     }
+    .into_trial(Params::new())
 }
 
 /// The intermediate values of the study's trials `ids`, by trial and step.
-fn curves(
-    c: &impl GenericClient,
-    study: i64,
-    ids: &[i32],
-) -> PgResult<BTreeMap<i64, Vec<(u64, f64)>>> {
+fn curves(c: &impl Sql, study: i64, ids: &[i32]) -> PgResult<BTreeMap<i64, Vec<(u64, f64)>>> {
     if ids.is_empty() {
         return Ok(BTreeMap::new());
     }
-    let rows = wait(c.query(
+    let rows = c.query(
         "SELECT i.trial_id, i.step, i.intermediate_value, i.intermediate_value_type::text
          FROM trial_intermediate_values i JOIN trials t ON t.trial_id = i.trial_id
          WHERE t.study_id = $1 AND i.trial_id = ANY($2) ORDER BY i.trial_id, i.step",
         &[&id32(study), &ids],
-    ))?;
+    )?;
     let mut out: BTreeMap<i64, Vec<(u64, f64)>> = BTreeMap::new();
     for r in rows {
         let v: Option<f64> = r.get(2);
@@ -634,15 +587,11 @@ fn curves(
 struct Stmts(std::cell::RefCell<HashMap<&'static str, tokio_postgres::Statement>>);
 
 impl Stmts {
-    fn get(
-        &self,
-        c: &impl GenericClient,
-        sql: &'static str,
-    ) -> PgResult<tokio_postgres::Statement> {
+    fn get(&self, c: &impl Sql, sql: &'static str) -> PgResult<tokio_postgres::Statement> {
         if let Some(s) = self.0.borrow().get(sql) {
             return Ok(s.clone());
         }
-        let s = wait(c.prepare(sql))?;
+        let s = c.prepare(sql)?;
         self.0.borrow_mut().insert(sql, s.clone());
         Ok(s)
     }
@@ -739,7 +688,7 @@ struct HistoryCache {
 }
 
 fn history(
-    c: &impl GenericClient,
+    c: &impl Sql,
     study: i64,
     space: &Space,
     cache: &std::cell::RefCell<HistoryCache>,
@@ -755,7 +704,7 @@ fn history(
             ..HistoryCache::default()
         };
     }
-    let rows = wait(c.query(&stmts.get(c, TRIAL_STATES)?, &[&id32(study)]))?;
+    let rows = c.query(&stmts.get(c, TRIAL_STATES)?, &[&id32(study)])?;
     let discarded: Vec<i32> = rows
         .iter()
         .filter(|r| r.get::<_, bool>(2))
@@ -830,19 +779,14 @@ fn history(
     })
 }
 
-fn insert_trial(
-    c: &impl GenericClient,
-    st: &Stmts,
-    study: i32,
-    state: &str,
-) -> PgResult<(i32, i32)> {
-    let r = wait(c.query_one(&st.get(c, NEW_TRIAL)?, &[&study, &state]))?;
+fn insert_trial(c: &impl Sql, st: &Stmts, study: i32, state: &str) -> PgResult<(i32, i32)> {
+    let r = c.query_one(&st.get(c, NEW_TRIAL)?, &[&study, &state])?;
     Ok((r.get(0), r.get(1)))
 }
 
 /// A trial's params (those of `space` it has), in one statement.
 fn insert_params(
-    c: &impl GenericClient,
+    c: &impl Sql,
     st: &Stmts,
     trial_id: i32,
     space: &Space,
@@ -856,36 +800,30 @@ fn insert_params(
             dists.push(p.optuna_distribution_json().to_string());
         }
     }
-    wait(c.execute(
+    c.execute(
         &st.get(c, PUT_PARAMS)?,
         &[&trial_id, &names, &values, &dists],
-    ))?;
+    )?;
     Ok(())
 }
 
 /// Queues the params of interrupted trial `trial_id` (number `number`) again.
-fn requeue(
-    c: &impl GenericClient,
-    st: &Stmts,
-    study: i32,
-    trial_id: i32,
-    number: i32,
-) -> PgResult<()> {
-    let (new_id, _) = insert_trial(c, st, study, "WAITING")?;
-    wait(c.execute(
+fn requeue(c: &impl Sql, st: &Stmts, study: i32, trial_id: i32, number: i32) -> PgResult<()> {
+    let (new_id, _) = insert_trial(c, st, study, TrialState::Queued.optuna())?;
+    c.execute(
         "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json)
          SELECT $1, param_name, param_value, distribution_json FROM trial_params WHERE trial_id = $2",
         &[&new_id, &trial_id],
-    ))?;
-    wait(c.execute(
+    )?;
+    c.execute(
         "INSERT INTO tune_trials (trial_id, retry_of) VALUES ($1, $2)",
         &[&new_id, &(number as i64)],
-    ))?;
+    )?;
     Ok(())
 }
 
-fn lock_study(c: &impl GenericClient, st: &Stmts, study: i32) -> PgResult<()> {
-    wait(c.execute(&st.get(c, LOCK_STUDY)?, &[&LOCK_CLASS, &study]))?;
+fn lock_study(c: &impl Sql, st: &Stmts, study: i32) -> PgResult<()> {
+    c.execute(&st.get(c, LOCK_STUDY)?, &[&LOCK_CLASS, &study])?;
     Ok(())
 }
 
@@ -911,40 +849,37 @@ impl Storage for PostgresStorage {
         if let Some(s) = self.run(|c| find_study(c, new.name))? {
             return super::check_same(&self.location(), s, new);
         }
-        let dir = match new.direction {
-            Direction::Minimize => "MINIMIZE",
-            Direction::Maximize => "MAXIMIZE",
-        };
+        let dir = direction_text(new.direction);
         let file = new.file.map(|p| p.display().to_string());
         let source: Option<String> = new
             .source
             .map(|s| super::text::study_file_for_storage(s).into_owned());
         self.run(|c| {
-            let tx = wait(c.transaction())?;
+            let tx = c.transaction()?;
             // Serialises creators of the same name: the second finds the first's study.
-            wait(tx.execute(
+            tx.execute(
                 "SELECT pg_advisory_xact_lock($1, hashtext($2))",
                 &[&LOCK_CLASS, &new.name],
-            ))?;
+            )?;
             if find_study(&tx, new.name)?.is_none() {
-                let id: i32 = wait(tx.query_one(
+                let id: i32 = tx.query_one(
                     "INSERT INTO studies (study_name) VALUES ($1) RETURNING study_id",
                     &[&new.name],
-                ))?
+                )?
                 .get(0);
-                wait(tx.execute(
+                tx.execute(
                     "INSERT INTO study_directions (direction, study_id, objective)
                      VALUES ($1::text::studydirection, $2, 0)",
                     &[&dir, &id],
-                ))?;
+                )?;
                 for (i, o) in new.others.iter().enumerate() {
-                    wait(tx.execute(
+                    tx.execute(
                         "INSERT INTO study_directions (direction, study_id, objective)
                          VALUES ($1::text::studydirection, $2, $3)",
-                        &[&super::optuna_direction(o.direction), &id, &(i as i32 + 1)],
-                    ))?;
+                        &[&direction_text(o.direction), &id, &(i as i32 + 1)],
+                    )?;
                 }
-                wait(tx.execute(
+                tx.execute(
                     r#"INSERT INTO study_system_attributes (study_id, "key", value_json)
                        VALUES ($1, $2, $3)"#,
                     &[
@@ -952,16 +887,16 @@ impl Storage for PostgresStorage {
                         &super::METRIC_NAMES_KEY,
                         &super::metric_names_json(new.metric, new.others),
                     ],
-                ))?;
-                wait(tx.execute(
+                )?;
+                tx.execute(
                     &format!(
                         "INSERT INTO tune_studies (study_id, metric, study_file, config_toml, created_at)
                          VALUES ($1, $2, $3, $4, {NOW})"
                     ),
                     &[&id, &new.metric, &file, &source],
-                ))?;
+                )?;
             }
-            wait(tx.commit())
+            tx.commit()
         })?;
         let s = self
             .run(|c| find_study(c, new.name))?
@@ -973,47 +908,26 @@ impl Storage for PostgresStorage {
     }
 
     fn list_studies(&self) -> Result<Vec<StudySummary>, StorageError> {
-        let rows = self.run(|c| {
-            wait(c.query(
-            "SELECT s.study_id, s.study_name, d.direction::text, COALESCE(ts.metric, 'value'),
-                COUNT(t.trial_id),
-                COUNT(*) FILTER (WHERE t.state = 'WAITING'), COUNT(*) FILTER (WHERE t.state = 'RUNNING'),
-                COUNT(*) FILTER (WHERE t.state = 'COMPLETE'), COUNT(*) FILTER (WHERE t.state = 'PRUNED'),
-                COUNT(*) FILTER (WHERE t.state = 'FAIL')
-             FROM studies s
-             LEFT JOIN study_directions d ON d.study_id = s.study_id AND d.objective = 0
-             LEFT JOIN tune_studies ts ON ts.study_id = s.study_id
-             LEFT JOIN trials t ON t.study_id = s.study_id
-             GROUP BY s.study_id, s.study_name, d.direction, ts.metric ORDER BY s.study_id",
-            &[],
-        ))
-        })?;
+        let rows = self.run(|c| c.query(sql::LIST_STUDIES, &[]))?;
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
-            let n = |i: usize| r.get::<_, i64>(i) as u64;
-            let row = StudyRow {
+            let study = StudyRow {
                 id: r.get::<_, i32>(0) as i64,
                 name: r.get(1),
                 direction: direction_of(r.get::<_, Option<&str>>(2)),
                 metric: r.get(3),
                 others: Vec::new(),
             };
-            let best = self.best(&row)?;
-            out.push(StudySummary {
-                others: Vec::new(),
-                pareto_front: None,
-                name: row.name.clone(),
-                direction: row.direction,
-                metric: row.metric.clone(),
-                trials: n(4),
-                queued: n(5),
-                running: n(6),
-                complete: n(7),
-                pruned: n(8),
-                failed: n(9),
-                best_value: best.map(|b| b.1),
-                best_trial: best.map(|b| b.0),
-            });
+            let mut counts: StudyCounts = [None; 6];
+            for (i, c) in counts.iter_mut().enumerate() {
+                *c = r.get::<_, Option<i64>>(4 + i);
+            }
+            let mut s = StudySummary::of_row(&study, counts);
+            if let Some((n, v)) = self.best(&study)? {
+                s.best_trial = Some(n);
+                s.best_value = Some(v);
+            }
+            out.push(s);
         }
         Ok(out)
     }
@@ -1028,16 +942,16 @@ impl Storage for PostgresStorage {
         let devices = serde_json::to_string(devices).unwrap_or_else(|_| "[]".into());
         let sid = id32(study.id);
         let id = self.run(|c| {
-            let tx = wait(c.transaction())?;
-            let id: i64 = wait(tx.query_one(
+            let tx = c.transaction()?;
+            let id: i64 = tx.query_one(
                 &format!(
                     "INSERT INTO tune_workers (study_id, host, pid, started_at, heartbeat, devices_json)
                      VALUES ($1, $2, $3, {NOW}, {NOW}, $4) RETURNING worker_id"
                 ),
                 &[&sid, &host, &pid, &devices],
-            ))?
+            )?
             .get(0);
-            wait(tx.commit())?;
+            tx.commit()?;
             Ok(id)
         })?;
         Ok(WorkerId(id))
@@ -1046,21 +960,21 @@ impl Storage for PostgresStorage {
     fn heartbeat(&mut self, worker: WorkerId, trials: &[TrialId]) -> Result<(), StorageError> {
         let ids: Vec<i32> = trials.iter().map(|t| id32(t.0)).collect();
         self.run(|c| {
-            let tx = wait(c.transaction())?;
-            wait(tx.execute(
+            let tx = c.transaction()?;
+            tx.execute(
                 &format!("UPDATE tune_workers SET heartbeat = {NOW} WHERE worker_id = $1"),
                 &[&worker.0],
-            ))?;
+            )?;
             // Only trials still running: a trial already declared interrupted stays so.
-            wait(tx.execute(
+            tx.execute(
                 &format!(
                     "INSERT INTO trial_heartbeats (trial_id, heartbeat)
                      SELECT trial_id, {NOW} FROM trials WHERE trial_id = ANY($1) AND state = 'RUNNING'
                      ON CONFLICT (trial_id) DO UPDATE SET heartbeat = excluded.heartbeat"
                 ),
                 &[&ids],
-            ))?;
-            wait(tx.commit())
+            )?;
+            tx.commit()
         })
     }
 
@@ -1068,14 +982,12 @@ impl Storage for PostgresStorage {
         &mut self,
         study: &StudyRow,
         grace: Duration,
-    ) -> Result<Vec<u64>, StorageError> {
-        let here = hostname();
-        let me = std::process::id() as i64;
+    ) -> Result<Vec<TrialNumber>, StorageError> {
         let sid = id32(study.id);
         let grace_s = grace.as_secs_f64();
         self.run(|c| {
             // Candidates first, without a lock: most heartbeats find none.
-            let rows = wait(c.query(
+            let rows = c.query(
                 &format!(
                     "SELECT t.trial_id, w.host, w.pid,
                         COALESCE(h.heartbeat, w.heartbeat, t.datetime_start) < {NOW} - make_interval(secs => $2)
@@ -1086,52 +998,49 @@ impl Storage for PostgresStorage {
                      WHERE t.study_id = $1 AND t.state = 'RUNNING'"
                 ),
                 &[&sid, &grace_s],
-            ))?;
-            let gone: Vec<i32> = rows
+            )?;
+            let gone: Vec<(i32, Gone)> = rows
                 .iter()
-                .filter(|r| {
+                .filter_map(|r| {
                     let host: Option<String> = r.get(1);
-                    let pid: Option<i64> = r.get(2);
                     let stale: Option<bool> = r.get(3);
-                    let dead_here = host.as_deref() == Some(here.as_str())
-                        && pid.is_some_and(|p| p != me && !process_alive(p));
-                    stale.unwrap_or(true) || dead_here
+                    let gone = Gone::of(host.as_deref(), r.get(2), stale.unwrap_or(true))?;
+                    Some((r.get(0), gone))
                 })
-                .map(|r| r.get(0))
                 .collect();
             if gone.is_empty() {
                 return Ok(Vec::new());
             }
-            let tx = wait(c.transaction())?;
+            let tx = c.transaction()?;
             lock_study(&tx, &self.stmts, sid)?;
             let mut out = Vec::new();
-            for id in gone {
+            for &(id, gone) in &gone {
                 // Still running? Another process may have recovered it meanwhile, or its
                 // owner finished it.
-                let Some(r) = wait(tx.query_opt(
+                let Some(r) = tx.query_opt(
                     "SELECT number FROM trials WHERE trial_id = $1 AND state = 'RUNNING' FOR UPDATE",
                     &[&id],
-                ))?
+                )?
                 else {
                     continue;
                 };
                 let number: i32 = r.get(0);
-                wait(tx.execute(
+                tx.execute(
                     &format!(
                         "UPDATE trials SET state = 'FAIL', datetime_complete = {NOW} WHERE trial_id = $1"
                     ),
                     &[&id],
-                ))?;
-                wait(tx.execute("DELETE FROM trial_heartbeats WHERE trial_id = $1", &[&id]))?;
-                wait(tx.execute(
+                )?;
+                tx.execute("DELETE FROM trial_heartbeats WHERE trial_id = $1", &[&id])?;
+                tx.execute(
                     "INSERT INTO tune_trials (trial_id, error, interrupted) VALUES ($1, $2, 1)
                      ON CONFLICT (trial_id) DO UPDATE SET error = excluded.error, interrupted = 1",
-                    &[&id, &"interrupted: its worker stopped answering"],
-                ))?;
+                    &[&id, &gone.reason(grace)],
+                )?;
                 requeue(&tx, &self.stmts, sid, id, number)?;
-                out.push(number as u64);
+                out.push(TrialNumber(number as u64));
             }
-            wait(tx.commit())?;
+            tx.commit()?;
             Ok(out)
         })
     }
@@ -1150,23 +1059,23 @@ impl Storage for PostgresStorage {
         let space = req.space;
         let claimed = self.run(|c| {
             let st = &self.stmts;
-            let tx = wait(c.transaction())?;
+            let tx = c.transaction()?;
             // The trials finished since this process last proposed are read before the lock,
             // so that under it only what changed meanwhile is left to read.
             history(&tx, study.id, space, &self.history, st, None)?;
             lock_study(&tx, st, sid)?;
-            let taken: i64 = wait(tx.query_one(&st.get(&tx, TAKEN)?, &[&sid]))?.get(0);
+            let taken: i64 = tx.query_one(&st.get(&tx, sql::TAKEN)?, &[&sid])?.get(0);
             if budget.is_some_and(|b| taken as u64 >= b) {
-                wait(tx.commit())?;
+                tx.commit()?;
                 return Ok(Claim::Full);
             }
-            let queued = wait(tx.query_opt(&st.get(&tx, FIRST_QUEUED)?, &[&sid]))?;
+            let queued = tx.query_opt(&st.get(&tx, FIRST_QUEUED)?, &[&sid])?;
             let claim = if let Some(r) = queued {
                 let (id, number): (i32, i32) = (r.get(0), r.get(1));
-                wait(tx.execute(&st.get(&tx, START_QUEUED)?, &[&id]))?;
+                tx.execute(&st.get(&tx, START_QUEUED)?, &[&id])?;
                 Claim::Queued(id, number)
             } else {
-                let (id, number) = insert_trial(&tx, st, sid, "RUNNING")?;
+                let (id, number) = insert_trial(&tx, st, sid, TrialState::Running.optuna())?;
                 // The proposal happens inside the transaction, under the study's lock: a
                 // second process asking now waits, then sees this trial as pending.
                 let h = history(&tx, study.id, space, &self.history, st, Some(id))?;
@@ -1178,8 +1087,8 @@ impl Storage for PostgresStorage {
                 Claim::Queued(id, _) | Claim::New(id, _) => id,
                 Claim::Full => unreachable!("returned above"),
             };
-            wait(tx.execute(&st.get(&tx, PLACE)?, &[&id, &worker, &slot, &device]))?;
-            wait(tx.commit())?;
+            tx.execute(&st.get(&tx, PLACE)?, &[&id, &worker, &slot, &device])?;
+            tx.commit()?;
             Ok(claim)
         })?;
         let number = match claimed {
@@ -1200,10 +1109,10 @@ impl Storage for PostgresStorage {
         let d = dir.display().to_string();
         let id = id32(trial.0);
         self.run(|c| {
-            wait(c.execute(
+            c.execute(
                 "UPDATE tune_trials SET trial_dir = $1 WHERE trial_id = $2",
                 &[&d, &id],
-            ))?;
+            )?;
             Ok(())
         })
     }
@@ -1217,15 +1126,15 @@ impl Storage for PostgresStorage {
         let sid = id32(study.id);
         let json = serde_json::to_string(params).unwrap_or_else(|_| "{}".into());
         self.run(|c| {
-            let tx = wait(c.transaction())?;
+            let tx = c.transaction()?;
             lock_study(&tx, &self.stmts, sid)?;
-            let (id, number) = insert_trial(&tx, &self.stmts, sid, "WAITING")?;
+            let (id, number) = insert_trial(&tx, &self.stmts, sid, TrialState::Queued.optuna())?;
             insert_params(&tx, &self.stmts, id, space, params)?;
-            wait(tx.execute(
+            tx.execute(
                 "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES ($1, 'fixed_params', $2)",
                 &[&id, &json],
-            ))?;
-            wait(tx.commit())?;
+            )?;
+            tx.commit()?;
             Ok(TrialNumber(number as u64))
         })
     }
@@ -1234,11 +1143,11 @@ impl Storage for PostgresStorage {
         let json = serde_json::to_string(params).unwrap_or_default();
         let n: i64 = self
             .run(|c| {
-                wait(c.query_one(
+                c.query_one(
             "SELECT COUNT(*) FROM trial_system_attributes a JOIN trials t ON t.trial_id = a.trial_id
              WHERE t.study_id = $1 AND a.key = 'fixed_params' AND a.value_json = $2",
             &[&id32(study.id), &json],
-        ))
+        )
             })?
             .get(0);
         Ok(n > 0)
@@ -1260,25 +1169,28 @@ impl Storage for PostgresStorage {
             .flatten();
         let step = i64::try_from(report.step).unwrap_or(i64::MAX);
         let fenced = self.run(|c| {
-            let tx = wait(c.transaction())?;
+            let tx = c.transaction()?;
             // Only a running trial takes reports: one declared interrupted belongs to its rerun.
             let st = &self.stmts;
-            if wait(tx.query_opt(&st.get(&tx, RUNNING_SHARED)?, &[&id]))?.is_none() {
-                wait(tx.rollback())?;
+            if tx
+                .query_opt(&st.get(&tx, RUNNING_SHARED)?, &[&id])?
+                .is_none()
+            {
+                tx.rollback()?;
                 return Ok(true);
             }
-            wait(tx.execute(
+            tx.execute(
                 &st.get(&tx, PUT_REPORT)?,
                 &[&id, &(seq as i64), &step, &i32::from(is_final), &json],
-            ))?;
+            )?;
             if let Some(v) = objective {
                 let step32 = i32::try_from(step).unwrap_or(i32::MAX);
-                wait(tx.execute(
+                tx.execute(
                     &st.get(&tx, PUT_INTERMEDIATE)?,
                     &[&id, &step32, &v.is_finite().then_some(v), &value_type(v)],
-                ))?;
+                )?;
             }
-            wait(tx.commit())?;
+            tx.commit()?;
             Ok(false)
         })?;
         if fenced {
@@ -1295,14 +1207,14 @@ impl Storage for PostgresStorage {
     ) -> Result<(), StorageError> {
         let id = id32(trial.0);
         let status = &*super::text::storable_status(status);
-        let crate::storage::Ending {
+        let crate::storage::EndColumns {
             logs_json: logs,
             error,
             log_tail,
             pruned_step,
             interrupted,
             gpu,
-        } = crate::storage::ending(status, logs);
+        } = crate::storage::end_columns(status, logs);
         let finite = |v: f64| v.is_finite().then_some(v);
         let gpu_cols = (
             gpu.and_then(|g| finite(g.peak_mem_mb)),
@@ -1314,43 +1226,39 @@ impl Storage for PostgresStorage {
         let state = status.state().optuna();
         let value = status.value();
         let fenced = self.run(|c| {
-            let tx = wait(c.transaction())?;
+            let tx = c.transaction()?;
             // Fencing: only a trial that is still running may end. One that another process
             // declared interrupted (its worker was cut off) has a rerun; a late result from
             // the first run must neither overwrite it nor count twice.
             let st = &self.stmts;
-            let Some(r) = wait(tx.query_opt(&st.get(&tx, RUNNING_FOR_UPDATE)?, &[&id]))? else {
-                wait(tx.rollback())?;
+            let Some(r) = tx.query_opt(&st.get(&tx, RUNNING_FOR_UPDATE)?, &[&id])? else {
+                tx.rollback()?;
                 return Ok(true);
             };
             let (sid, number): (i32, i32) = (r.get(0), r.get(1));
-            wait(tx.execute(&st.get(&tx, END_TRIAL)?, &[&state, &id]))?;
+            tx.execute(&st.get(&tx, END_TRIAL)?, &[&state, &id])?;
             if let Some(v) = value
                 && (state == "COMPLETE" || state == "PRUNED")
             {
-                wait(tx.execute(
+                tx.execute(
                     &st.get(&tx, PUT_VALUE)?,
                     // Optuna's trial_values have no NaN type; a NaN objective is a failure
                     // upstream, and is stored as a finite NULL if it ever gets here.
-                    &[
-                        &id,
-                        &v.is_finite().then_some(v),
-                        &value_type(v).replace("NAN", "FINITE"),
-                    ],
-                ))?;
+                    &[&id, &v.is_finite().then_some(v), &value_type_without_nan(v)],
+                )?;
             }
             for (i, v) in status.others().iter().enumerate() {
-                wait(tx.execute(
+                tx.execute(
                     &st.get(&tx, PUT_VALUE_AT)?,
                     &[
                         &id,
                         &(i as i32 + 1),
                         &v.is_finite().then_some(*v),
-                        &value_type(*v).replace("NAN", "FINITE"),
+                        &value_type_without_nan(*v),
                     ],
-                ))?;
+                )?;
             }
-            wait(tx.execute(
+            tx.execute(
                 &st.get(&tx, PUT_ENDING)?,
                 &[
                     &id,
@@ -1365,22 +1273,22 @@ impl Storage for PostgresStorage {
                     &gpu_cols.3,
                     &gpu_cols.4,
                 ],
-            ))?;
+            )?;
             if !interrupted {
-                let last = wait(tx.query_opt(&st.get(&tx, super::LAST_METRICS)?, &[&id]))?;
+                let last = tx.query_opt(&st.get(&tx, sql::LAST_METRICS)?, &[&id])?;
                 let last: Option<String> = last.map(|r| r.get(0));
                 for (key, json) in super::user_attributes(last.as_deref()) {
-                    wait(tx.execute(&st.get(&tx, super::PUT_USER_ATTR)?, &[&id, &key, &json]))?;
+                    tx.execute(&st.get(&tx, sql::PUT_USER_ATTR)?, &[&id, &key, &json])?;
                 }
             }
             for (key, json) in super::gpu_user_attributes(gpu) {
-                wait(tx.execute(&st.get(&tx, super::PUT_USER_ATTR)?, &[&id, &key, &json]))?;
+                tx.execute(&st.get(&tx, sql::PUT_USER_ATTR)?, &[&id, &key, &json])?;
             }
             if interrupted {
                 lock_study(&tx, &self.stmts, sid)?;
                 requeue(&tx, &self.stmts, sid, id, number)?;
             }
-            wait(tx.commit())?;
+            tx.commit()?;
             Ok(false)
         })?;
         if fenced {
@@ -1393,18 +1301,21 @@ impl Storage for PostgresStorage {
         self.run(|c| history(c, study.id, space, &self.history, &self.stmts, None))
     }
 
-    fn reports(&self, study: &StudyRow) -> Result<BTreeMap<u64, Vec<Report>>, StorageError> {
+    fn reports(
+        &self,
+        study: &StudyRow,
+    ) -> Result<BTreeMap<TrialNumber, Vec<Report>>, StorageError> {
         let rows = self.run(|c| {
-            wait(c.query(
+            c.query(
                 "SELECT t.number, r.step, r.metrics_json FROM tune_reports r JOIN trials t ON t.trial_id = r.trial_id
                  WHERE t.study_id = $1 AND r.is_final = 0 ORDER BY t.number, r.seq",
                 &[&id32(study.id)],
-            ))
+            )
         })?;
-        let mut out: BTreeMap<u64, Vec<Report>> = BTreeMap::new();
+        let mut out: BTreeMap<TrialNumber, Vec<Report>> = BTreeMap::new();
         for r in rows {
             let json: String = r.get(2);
-            out.entry(r.get::<_, i32>(0) as u64)
+            out.entry(TrialNumber(r.get::<_, i32>(0) as u64))
                 .or_default()
                 .push(Report {
                     step: r.get::<_, Option<i64>>(1).unwrap_or(0).max(0) as u64,
@@ -1416,10 +1327,10 @@ impl Storage for PostgresStorage {
 
     fn trial_reports(&self, trial: TrialId) -> Result<Vec<StoredReport>, StorageError> {
         let rows = self.run(|c| {
-            wait(c.query(
+            c.query(
             "SELECT step, metrics_json, is_final, reported_at FROM tune_reports WHERE trial_id = $1 ORDER BY seq",
             &[&id32(trial.0)],
-        ))
+        )
         })?;
         Ok(rows
             .iter()
@@ -1442,7 +1353,11 @@ impl Storage for PostgresStorage {
         self.run(|c| query_trials(c, study.id, state, None))
     }
 
-    fn trial(&self, study: &StudyRow, number: u64) -> Result<Option<Trial>, StorageError> {
+    fn trial(
+        &self,
+        study: &StudyRow,
+        TrialNumber(number): TrialNumber,
+    ) -> Result<Option<Trial>, StorageError> {
         Ok(self
             .run(|c| query_trials(c, study.id, None, Some(number)))?
             .into_iter()
@@ -1451,15 +1366,7 @@ impl Storage for PostgresStorage {
 
     fn counted(&self, study: &StudyRow) -> Result<u64, StorageError> {
         let n: i64 = self
-            .run(|c| {
-                wait(c.query_one(
-            "SELECT COUNT(*) FROM trials t LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
-             WHERE t.study_id = $1 AND (t.state IN ('COMPLETE', 'PRUNED')
-                   OR (t.state = 'FAIL' AND COALESCE(x.interrupted, 0) = 0))
-           AND COALESCE(x.discarded, 0) = 0",
-            &[&id32(study.id)],
-        ))
-            })?
+            .run(|c| c.query_one(sql::COUNTED, &[&id32(study.id)]))?
             .get(0);
         Ok(n as u64)
     }
@@ -1467,33 +1374,33 @@ impl Storage for PostgresStorage {
     fn count_state(&self, study: &StudyRow, state: TrialState) -> Result<u64, StorageError> {
         let n: i64 = self
             .run(|c| {
-                wait(c.query_one(
+                c.query_one(
                     "SELECT COUNT(*) FROM trials WHERE study_id = $1 AND state::text = $2",
                     &[&id32(study.id), &state.optuna()],
-                ))
+                )
             })?
             .get(0);
         Ok(n as u64)
     }
 
-    fn best(&self, study: &StudyRow) -> Result<Option<(u64, f64)>, StorageError> {
+    fn best(&self, study: &StudyRow) -> Result<Option<(TrialNumber, f64)>, StorageError> {
         let order = match study.direction {
             Direction::Minimize => "ASC",
             Direction::Maximize => "DESC",
         };
         let r = self.run(|c| {
-            wait(c.query_opt(
+            c.query_opt(
             &format!(
                 "SELECT t.number, v.value FROM trials t JOIN trial_values v ON v.trial_id = t.trial_id
                  LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
                  WHERE t.study_id = $1 AND t.state = 'COMPLETE' AND v.value_type = 'FINITE'
-                       AND COALESCE(x.discarded, 0) = 0
+                       AND v.value IS NOT NULL AND COALESCE(x.discarded, 0) = 0
                  ORDER BY v.value {order}, t.number ASC LIMIT 1"
             ),
             &[&id32(study.id)],
-        ))
+        )
         })?;
-        Ok(r.map(|r| (r.get::<_, i32>(0) as u64, r.get::<_, f64>(1))))
+        Ok(r.map(|r| (TrialNumber(r.get::<_, i32>(0) as u64), r.get::<_, f64>(1))))
     }
 
     fn set_study_file(
@@ -1506,10 +1413,10 @@ impl Storage for PostgresStorage {
         let text = super::text::study_file_for_storage(text);
         let text: &str = &text;
         self.run(|c| {
-            wait(c.execute(
+            c.execute(
                 "UPDATE tune_studies SET study_file = $1, config_toml = $2 WHERE study_id = $3",
                 &[&f, &text, &sid],
-            ))?;
+            )?;
             Ok(())
         })
     }
@@ -1517,16 +1424,16 @@ impl Storage for PostgresStorage {
     fn delete_study(&mut self, study: &StudyRow) -> Result<u64, StorageError> {
         let sid = id32(study.id);
         self.run(|c| {
-            let tx = wait(c.transaction())?;
+            let tx = c.transaction()?;
             // Under the study's lock: no process proposes into a study being deleted.
             lock_study(&tx, &self.stmts, sid)?;
-            let n: i64 =
-                wait(tx.query_one("SELECT COUNT(*) FROM trials WHERE study_id = $1", &[&sid]))?
-                    .get(0);
-            for sql in super::DELETE_STUDY {
-                wait(tx.execute(*sql, &[&sid]))?;
+            let n: i64 = tx
+                .query_one("SELECT COUNT(*) FROM trials WHERE study_id = $1", &[&sid])?
+                .get(0);
+            for sql in sql::DELETE_STUDY {
+                tx.execute(*sql, &[&sid])?;
             }
-            wait(tx.commit())?;
+            tx.commit()?;
             Ok(n as u64)
         })
     }
@@ -1539,23 +1446,23 @@ impl Storage for PostgresStorage {
     ) -> Result<u64, StorageError> {
         let (sid, mark) = (id32(study.id), i32::from(discarded));
         self.run(|c| {
-            let tx = wait(c.transaction())?;
+            let tx = c.transaction()?;
             let mut changed = 0;
             for &n in numbers {
                 let n = i32::try_from(n).unwrap_or(i32::MAX);
-                changed += wait(tx.execute(super::SET_DISCARDED, &[&sid, &n, &mark]))?;
+                changed += tx.execute(sql::SET_DISCARDED, &[&mark, &sid, &n])?;
             }
-            wait(tx.commit())?;
+            tx.commit()?;
             Ok(changed)
         })
     }
 
     fn study_file(&self, study: &StudyRow) -> Result<StoredStudyFile, StorageError> {
         let r = self.run(|c| {
-            wait(c.query_opt(
+            c.query_opt(
                 "SELECT study_file, config_toml FROM tune_studies WHERE study_id = $1",
                 &[&id32(study.id)],
-            ))
+            )
         })?;
         Ok(r.map_or(
             StoredStudyFile {
@@ -1583,7 +1490,7 @@ impl PostgresStorage {
 mod tests {
     use super::*;
     use crate::storage::StorageUrl;
-    use crate::storage::sqlite::fixtures::{params, space};
+    use crate::storage::fixtures::{params, space};
     use crate::storage::test_server::shared_db;
 
     fn open(url: &str) -> PostgresStorage {
@@ -1661,7 +1568,7 @@ mod tests {
             return;
         };
         let s = open(&url);
-        s.run(|c| wait(c.execute("UPDATE tune_schema_version SET version = 99", &[])))
+        s.run(|c| c.execute("UPDATE tune_schema_version SET version = 99", &[]))
             .expect("bump");
         let StorageUrl::Postgres(u) = StorageUrl::parse(&url, Path::new("/")).expect("url") else {
             panic!()

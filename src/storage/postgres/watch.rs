@@ -1,7 +1,8 @@
 //! `tune watch` on a PostgreSQL study: the same reads as on SQLite, in one read-only
 //! snapshot, and a cheap change counter instead of re-reading every second.
 
-use super::{PostgresStorage, id32, query_trials_where, to_system, wait};
+use super::blocking::Sql;
+use super::{PostgresStorage, id32, query_trials_where, to_system};
 use crate::storage::watch::{WatchReport, WatchSource, WatchWorker};
 use crate::storage::{Storage, StorageError, StudyRow};
 use crate::trial::{Trial, TrialState};
@@ -17,7 +18,7 @@ impl WatchSource for PostgresStorage {
     fn change_marker(&self) -> Result<i64, StorageError> {
         let v = self.run(|c| {
             Ok(
-                wait(c.query_one("SELECT pg_snapshot_xmax(pg_current_snapshot())::text", &[]))?
+                c.query_one("SELECT pg_snapshot_xmax(pg_current_snapshot())::text", &[])?
                     .get::<_, String>(0),
             )
         })?;
@@ -25,19 +26,19 @@ impl WatchSource for PostgresStorage {
     }
 
     fn begin_snapshot(&self) -> Result<(), StorageError> {
-        self.run(|c| wait(c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")))
+        self.run(|c| c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"))
     }
 
     fn end_snapshot(&self) {
-        let _ = self.run(|c| wait(c.batch_execute("ROLLBACK")));
+        let _ = self.run(|c| c.batch_execute("ROLLBACK"));
     }
 
     fn watch_states(&self, study: &StudyRow) -> Result<Vec<(i64, u64, TrialState)>, StorageError> {
         let rows = self.run(|c| {
-            wait(c.query(
+            c.query(
                 "SELECT trial_id, number, state::text FROM trials WHERE study_id = $1",
                 &[&id32(study.id)],
-            ))
+            )
         })?;
         Ok(rows
             .iter()
@@ -71,13 +72,13 @@ impl WatchSource for PostgresStorage {
         after: i64,
     ) -> Result<Vec<WatchReport>, StorageError> {
         let rows = self.run(|c| {
-            wait(c.query(
+            c.query(
                 "SELECT r.report_id, r.trial_id, r.step, r.metrics_json
                  FROM tune_reports r JOIN trials t ON t.trial_id = r.trial_id
                  WHERE t.study_id = $1 AND r.report_id > $2 AND r.is_final = 0
                  ORDER BY r.report_id",
                 &[&id32(study.id), &after],
-            ))
+            )
         })?;
         Ok(rows
             .iter()
@@ -92,11 +93,11 @@ impl WatchSource for PostgresStorage {
 
     fn watch_workers(&self, study: &StudyRow) -> Result<Vec<WatchWorker>, StorageError> {
         let rows = self.run(|c| {
-            wait(c.query(
+            c.query(
                 "SELECT worker_id, host, pid, started_at, heartbeat, devices_json
                  FROM tune_workers WHERE study_id = $1 ORDER BY worker_id",
                 &[&id32(study.id)],
-            ))
+            )
         })?;
         Ok(rows
             .iter()

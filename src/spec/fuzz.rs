@@ -9,7 +9,7 @@ use std::path::Path;
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 
-use super::{Overrides, parse};
+use super::{Overrides, SpecErrorKind, parse};
 use crate::limits::MAX_DURATION;
 use crate::study::TrialSpec;
 
@@ -469,6 +469,16 @@ fn check(src: &str) {
                 text.starts_with("/nonexistent-fuzz-dir/study.toml: "),
                 "{text}"
             );
+            // Every mistake but text that is not TOML is about a key, which its message names
+            // (whole, or by its last part where toml wrote the message).
+            match &e.key {
+                None => assert_eq!(e.kind, SpecErrorKind::Syntax, "{text}"),
+                Some(key) => {
+                    let last = key.rsplit('.').next().unwrap_or(key);
+                    let last = last.split('[').next().unwrap_or(last);
+                    assert!(e.message.contains(last), "`{key}` is not in {text}");
+                }
+            }
         }
         // What was accepted must be safe to use: every duration adds to a clock.
         Ok(study) => {

@@ -8,26 +8,29 @@ use rusqlite::{
     Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
 };
 
-use super::host::{hostname, process_alive};
-use super::watch::parse_time;
+mod copy;
+mod watch;
+
+use super::codec::{TrialRow, decode_with, direction_of, direction_text, parse_time, value_type};
+use super::host::hostname;
+use super::sql;
 use super::{
-    ClaimRequest, History, NewStudy, Propose, Storage, StorageError, StoredReport, StudyRow,
-    StudySummary, now_text,
+    ClaimRequest, Gone, History, NewStudy, Propose, Storage, StorageError, StoredReport,
+    StudyCounts, StudyRow, StudySummary, now_text,
 };
-use crate::space::{ParamValue, Params, Space};
+use crate::space::{Params, Space};
 use crate::trial::{
-    Direction, GpuTelemetry, Objective, Placement, Ran, Report, Trial, TrialId, TrialNumber,
-    TrialState, TrialStatus, WorkerId,
+    Direction, Objective, Report, Trial, TrialId, TrialNumber, TrialState, TrialStatus, WorkerId,
 };
 
 /// The migrations, in order. `user_version` records how many were applied.
 const MIGRATIONS: &[&str] = &[
-    include_str!("../../migrations/0001_optuna_schema.sql"),
-    include_str!("../../migrations/0002_tune_tables.sql"),
-    include_str!("../../migrations/0003_reports_view.sql"),
-    include_str!("../../migrations/0004_trials_view_log_tail.sql"),
-    include_str!("../../migrations/0005_discarded_trials.sql"),
-    include_str!("../../migrations/0006_gpu_telemetry.sql"),
+    include_str!("../../../migrations/0001_optuna_schema.sql"),
+    include_str!("../../../migrations/0002_tune_tables.sql"),
+    include_str!("../../../migrations/0003_reports_view.sql"),
+    include_str!("../../../migrations/0004_trials_view_log_tail.sql"),
+    include_str!("../../../migrations/0005_discarded_trials.sql"),
+    include_str!("../../../migrations/0006_gpu_telemetry.sql"),
 ];
 
 /// How long a writer waits for another process's write transaction before giving up. Long,
@@ -86,46 +89,6 @@ pub struct SqliteStorage {
 fn file_identity(path: &Path) -> std::io::Result<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(path).map(|m| (m.dev(), m.ino()))
-}
-
-/// A stored value back from Optuna's (value, value_type) pair: infinities and NaN are stored
-/// as NULL with their type.
-pub(crate) fn stored_value(value: Option<f64>, value_type: Option<&str>) -> Option<f64> {
-    match value_type {
-        Some("INF_POS") => Some(f64::INFINITY),
-        Some("INF_NEG") => Some(f64::NEG_INFINITY),
-        Some("NAN") => Some(f64::NAN),
-        _ => value,
-    }
-}
-
-fn value_type(v: f64) -> &'static str {
-    if v.is_nan() {
-        "NAN"
-    } else if v == f64::INFINITY {
-        "INF_POS"
-    } else if v == f64::NEG_INFINITY {
-        "INF_NEG"
-    } else {
-        "FINITE"
-    }
-}
-
-/// Decodes a stored param from Optuna's internal value and its parsed distribution, without
-/// the study file (so that queries work on any database); a study has few distinct
-/// distributions, so whole-study reads parse each once (a study has few distinct ones, so
-/// whole-study reads parse each once).
-pub(super) fn decode_with(internal: f64, d: &serde_json::Value) -> Option<ParamValue> {
-    match d.get("name")?.as_str()? {
-        "CategoricalDistribution" => {
-            let choices = d.get("attributes")?.get("choices")?.as_array()?;
-            ParamValue::from_json(choices.get(internal as usize)?)
-        }
-        "IntDistribution" | "IntUniformDistribution" | "IntLogUniformDistribution" => {
-            Some(ParamValue::Int(internal.round() as i64))
-        }
-        _ => Some(ParamValue::Float(internal)),
-    }
 }
 
 impl SqliteStorage {
@@ -424,10 +387,7 @@ impl SqliteStorage {
     ) -> Result<Claim, StorageError> {
         self.write(|tx| {
             let taken: i64 = tx.query_row(
-                "SELECT COUNT(*) FROM trials t LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
-                 WHERE t.study_id = ?1 AND (t.state IN ('COMPLETE', 'PRUNED', 'RUNNING')
-                       OR (t.state = 'FAIL' AND COALESCE(x.interrupted, 0) = 0))
-           AND COALESCE(x.discarded, 0) = 0",
+                sql::TAKEN,
                 [study.id],
                 |r| r.get(0),
             )?;
@@ -450,7 +410,7 @@ impl SqliteStorage {
                 )?;
                 Claim::Queued { trial_id }
             } else {
-                let trial_id = insert_trial(tx, study.id, "RUNNING")?;
+                let trial_id = insert_trial(tx, study.id, TrialState::Running.optuna())?;
                 tx.execute(
                     "UPDATE trials SET datetime_start = ?1 WHERE trial_id = ?2",
                     params![now, trial_id],
@@ -534,16 +494,11 @@ impl SqliteStorage {
         } else {
             ("AND ?3 IS NULL", "AND ?2 IS NULL")
         };
+        let cols = trial_columns(LAST_METRICS_COLUMN);
         let mut stmt = self
             .conn
             .prepare_cached(&format!(
-                "SELECT t.trial_id, t.number, t.state, v.value, v.value_type, t.datetime_start, t.datetime_complete,
-                        x.error, x.device, x.trial_dir, x.logs_json, x.log_tail, x.pruned_step,
-                        COALESCE(x.interrupted, 0),
-                        (SELECT metrics_json FROM tune_reports r WHERE r.trial_id = t.trial_id ORDER BY seq DESC LIMIT 1),
-                        x.worker_id, x.slot, w.host, COALESCE(x.discarded, 0),
-                        x.gpu_peak_mem_mb, x.gpu_mem_scope, x.gpu_mean_sm_pct, x.gpu_mean_mem_bw_pct,
-                        x.gpu_samples
+                "SELECT {cols}
                  FROM trials t
                  LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0
                  LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
@@ -556,55 +511,7 @@ impl SqliteStorage {
         let mut rows = stmt
             .query_map(
                 params![study.id, state_filter, number.map(|n| n as i64)],
-                |r| {
-                    let state: String = r.get(2)?;
-                    let value: Option<f64> = r.get(3)?;
-                    let vtype: Option<String> = r.get(4)?;
-                    let start: Option<String> = r.get(5)?;
-                    let end: Option<String> = r.get(6)?;
-                    let error: Option<String> = r.get(7)?;
-                    let trial_dir: Option<String> = r.get(9)?;
-                    let logs: Option<String> = r.get(10)?;
-                    let metrics: Option<String> = r.get(14)?;
-                    let at = Placement {
-                        worker: r.get::<_, Option<i64>>(15)?.map(WorkerId),
-                        slot: r.get::<_, Option<i64>>(16)?.map(|s| s.max(0) as usize),
-                        device: r.get(8)?,
-                        host: r.get(17)?,
-                    };
-                    let row = StoredStatus {
-                        state: TrialState::from_optuna(&state).unwrap_or(TrialState::Failed),
-                        value: stored_value(value, vtype.as_deref()),
-                        error,
-                        log_tail: r.get(11)?,
-                        pruned_step: r.get::<_, Option<i64>>(12)?.map(|s| s.max(0) as u64),
-                        interrupted: r.get::<_, i64>(13)? != 0,
-                        at,
-                        started: start.as_deref().and_then(parse_time),
-                        finished: end.as_deref().and_then(parse_time),
-                        gpu: super::gpu_of_columns(
-                            r.get(19)?,
-                            r.get::<_, Option<String>>(20)?.as_deref(),
-                            r.get(21)?,
-                            r.get(22)?,
-                            r.get(23)?,
-                        ),
-                    };
-                    Ok(Trial {
-                        id: TrialId(r.get(0)?),
-                        number: TrialNumber(r.get::<_, i64>(1)? as u64),
-                        params: Params::new(),
-                        status: row.into_status(),
-                        trial_dir: trial_dir.map(PathBuf::from),
-                        logs: logs
-                            .and_then(|l| serde_json::from_str::<Vec<PathBuf>>(&l).ok())
-                            .unwrap_or_default(),
-                        metrics: metrics
-                            .map(|m| super::metrics_from_json(&m))
-                            .unwrap_or_default(),
-                        discarded: r.get::<_, i64>(18)? != 0,
-                    })
-                },
+                |r| Ok(trial_row(r)?.into_trial(Params::new())),
             )
             .map_err(|e| self.err(e))?
             .collect::<Result<Vec<_>, _>>()
@@ -699,7 +606,7 @@ impl SqliteStorage {
         let q = || -> rusqlite::Result<Vec<Objective>> {
             let dirs = self
                 .conn
-                .prepare_cached(&super::OTHER_DIRECTIONS.replace('$', "?"))?
+                .prepare_cached(sql::OTHER_DIRECTIONS)?
                 .query_map([study], |r| r.get::<_, String>(0))?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             if dirs.is_empty() {
@@ -707,9 +614,7 @@ impl SqliteStorage {
             }
             let names: Option<String> = self
                 .conn
-                .query_row(&super::METRIC_NAMES.replace('$', "?"), [study], |r| {
-                    r.get(0)
-                })
+                .query_row(sql::METRIC_NAMES, [study], |r| r.get(0))
                 .optional()?;
             Ok(super::others_of(&dirs, names.as_deref()))
         };
@@ -741,11 +646,7 @@ impl Storage for SqliteStorage {
                     Ok(StudyRow {
                         id: r.get(0)?,
                         name: r.get(1)?,
-                        direction: if dir.as_deref() == Some("MAXIMIZE") {
-                            Direction::Maximize
-                        } else {
-                            Direction::Minimize
-                        },
+                        direction: direction_of(dir.as_deref()),
                         metric: r.get(3)?,
                         others: Vec::new(),
                     })
@@ -782,10 +683,7 @@ impl Storage for SqliteStorage {
         if let Some(s) = self.find_study(name)? {
             return super::check_same(&self.location(), s, new);
         }
-        let dir = match direction {
-            Direction::Minimize => "MINIMIZE",
-            Direction::Maximize => "MAXIMIZE",
-        };
+        let dir = direction_text(direction);
         let file = study_file.map(|p| p.display().to_string());
         let res = self.write(|tx| {
             // Another process may have created it since the check above.
@@ -808,7 +706,7 @@ impl Storage for SqliteStorage {
             for (i, o) in new.others.iter().enumerate() {
                 tx.execute(
                     "INSERT INTO study_directions (direction, study_id, objective) VALUES (?1, ?2, ?3)",
-                    params![super::optuna_direction(o.direction), id, i as i64 + 1],
+                    params![direction_text(o.direction), id, i as i64 + 1],
                 )?;
             }
             tx.execute(
@@ -834,50 +732,30 @@ impl Storage for SqliteStorage {
     fn list_studies(&self) -> Result<Vec<StudySummary>, StorageError> {
         let mut stmt = self
             .conn
-            .prepare(
-                "SELECT s.study_name, d.direction, COALESCE(ts.metric, 'value'),
-                    COUNT(t.trial_id),
-                    SUM(t.state = 'WAITING'), SUM(t.state = 'RUNNING'), SUM(t.state = 'COMPLETE'),
-                    SUM(t.state = 'PRUNED'), SUM(t.state = 'FAIL')
-                 FROM studies s
-                 LEFT JOIN study_directions d ON d.study_id = s.study_id AND d.objective = 0
-                 LEFT JOIN tune_studies ts ON ts.study_id = s.study_id
-                 LEFT JOIN trials t ON t.study_id = s.study_id
-                 GROUP BY s.study_id ORDER BY s.study_id",
-            )
+            .prepare(sql::LIST_STUDIES)
             .map_err(|e| self.err(e))?;
         let rows = stmt
             .query_map([], |r| {
-                let dir: Option<String> = r.get(1)?;
-                let n = |i: usize| -> rusqlite::Result<u64> {
-                    Ok(r.get::<_, Option<i64>>(i)?.unwrap_or(0) as u64)
-                };
-                Ok(StudySummary {
+                let dir: Option<String> = r.get(2)?;
+                let study = StudyRow {
+                    id: r.get(0)?,
+                    name: r.get(1)?,
+                    direction: direction_of(dir.as_deref()),
+                    metric: r.get(3)?,
                     others: Vec::new(),
-                    pareto_front: None,
-                    name: r.get(0)?,
-                    direction: if dir.as_deref() == Some("MAXIMIZE") {
-                        Direction::Maximize
-                    } else {
-                        Direction::Minimize
-                    },
-                    metric: r.get(2)?,
-                    trials: n(3)?,
-                    queued: n(4)?,
-                    running: n(5)?,
-                    complete: n(6)?,
-                    pruned: n(7)?,
-                    failed: n(8)?,
-                    best_value: None,
-                    best_trial: None,
-                })
+                };
+                let mut counts: StudyCounts = [None; 6];
+                for (i, c) in counts.iter_mut().enumerate() {
+                    *c = r.get(4 + i)?;
+                }
+                Ok((study, counts))
             })
             .map_err(|e| self.err(e))?
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.err(e))?;
         let mut out = Vec::with_capacity(rows.len());
-        for mut s in rows {
-            let study = self.study(&s.name)?;
+        for (study, counts) in rows {
+            let mut s = StudySummary::of_row(&study, counts);
             if let Some((n, v)) = self.best(&study)? {
                 s.best_trial = Some(n);
                 s.best_value = Some(v);
@@ -888,7 +766,7 @@ impl Storage for SqliteStorage {
     }
 
     /// The best complete trial's number and value (finite values only).
-    fn best(&self, study: &StudyRow) -> Result<Option<(u64, f64)>, StorageError> {
+    fn best(&self, study: &StudyRow) -> Result<Option<(TrialNumber, f64)>, StorageError> {
         let order = match study.direction {
             Direction::Minimize => "ASC",
             Direction::Maximize => "DESC",
@@ -903,7 +781,7 @@ impl Storage for SqliteStorage {
                      ORDER BY v.value {order}, t.number ASC LIMIT 1"
                 ),
                 [study.id],
-                |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, f64>(1)?)),
+                |r| Ok((TrialNumber(r.get::<_, i64>(0)? as u64), r.get::<_, f64>(1)?)),
             )
             .optional()
             .map_err(|e| self.err(e))
@@ -929,7 +807,8 @@ impl Storage for SqliteStorage {
         Ok(WorkerId(id))
     }
 
-    /// Stamps the worker and each of its running trials (`trial_heartbeats`).
+    /// Stamps the worker and each of its running trials (`trial_heartbeats`). A trial that is
+    /// not running (ended, declared interrupted, unknown) is left as it is.
     fn heartbeat(&mut self, worker: WorkerId, trial_ids: &[TrialId]) -> Result<(), StorageError> {
         self.write(|tx| {
             let now = now_text();
@@ -939,7 +818,8 @@ impl Storage for SqliteStorage {
             )?;
             for id in trial_ids {
                 tx.execute(
-                    "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?1, ?2)
+                    "INSERT INTO trial_heartbeats (trial_id, heartbeat)
+                     SELECT trial_id, ?2 FROM trials WHERE trial_id = ?1 AND state = 'RUNNING'
                      ON CONFLICT (trial_id) DO UPDATE SET heartbeat = excluded.heartbeat",
                     params![id.0, now],
                 )?;
@@ -956,9 +836,7 @@ impl Storage for SqliteStorage {
         &mut self,
         study: &StudyRow,
         grace: Duration,
-    ) -> Result<Vec<u64>, StorageError> {
-        let host = hostname();
-        let me = std::process::id() as i64;
+    ) -> Result<Vec<TrialNumber>, StorageError> {
         // Saturating: `DateTime - TimeDelta` panics past chrono's range, and a grace that
         // long means "never interrupted by age" (the spec bounds it anyway).
         let cutoff = chrono::TimeDelta::from_std(grace)
@@ -986,25 +864,11 @@ impl Storage for SqliteStorage {
                 .collect::<Result<_, _>>()?;
             let mut recovered = Vec::new();
             for (trial_id, number, whost, wpid, beat) in rows {
-                let dead_here = match (&whost, wpid) {
-                    (Some(h), Some(pid)) if *h == host => pid != me && !process_alive(pid),
-                    _ => false,
-                };
                 let stale = beat.as_deref().is_none_or(|b| b < cutoff.as_str());
-                if !(dead_here || stale) {
+                let Some(gone) = Gone::of(whost.as_deref(), wpid, stale) else {
                     continue;
-                }
-                let why = if dead_here {
-                    format!(
-                        "interrupted: the tune process (pid {}) that ran it died",
-                        wpid.unwrap_or(0)
-                    )
-                } else {
-                    format!(
-                        "interrupted: no heartbeat for more than {}s",
-                        grace.as_secs()
-                    )
                 };
+                let why = gone.reason(grace);
                 finish_in(tx, trial_id, TrialState::Failed, None)?;
                 tx.execute(
                     "INSERT INTO tune_trials (trial_id, error, interrupted) VALUES (?1, ?2, 1)
@@ -1020,7 +884,7 @@ impl Storage for SqliteStorage {
                 if n_params > 0 {
                     requeue(tx, study.id, trial_id, number)?;
                 }
-                recovered.push(number as u64);
+                recovered.push(TrialNumber(number as u64));
             }
             Ok(recovered)
         })
@@ -1073,7 +937,7 @@ impl Storage for SqliteStorage {
         params: &Params,
     ) -> Result<TrialNumber, StorageError> {
         self.write(|tx| {
-            let id = insert_trial(tx, study.id, "WAITING")?;
+            let id = insert_trial(tx, study.id, TrialState::Queued.optuna())?;
             insert_params(tx, id, space, params)?;
             tx.execute(
                 "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES (?1, 'fixed_params', ?2)",
@@ -1154,14 +1018,14 @@ impl Storage for SqliteStorage {
     ) -> Result<(), StorageError> {
         let trial_id = trial.0;
         let status = &*super::text::storable_status(status);
-        let super::Ending {
+        let super::EndColumns {
             logs_json: logs,
             error,
             log_tail,
             pruned_step,
             interrupted,
             gpu,
-        } = super::ending(status, logs);
+        } = super::end_columns(status, logs);
         let state = status.state();
         let value = status.value();
         let fenced = self.write(|tx| {
@@ -1205,19 +1069,19 @@ impl Storage for SqliteStorage {
                     gpu.map(|g| i64::from(g.samples)),
                 ],
             )?;
-            let put = super::PUT_USER_ATTR.replace('$', "?");
+            let put = sql::PUT_USER_ATTR;
             if !interrupted {
                 let last: Option<String> = tx
-                    .query_row(&super::LAST_METRICS.replace('$', "?"), [trial_id], |r| {
+                    .query_row(sql::LAST_METRICS, [trial_id], |r| {
                         r.get(0)
                     })
                     .optional()?;
                 for (key, json) in super::user_attributes(last.as_deref()) {
-                    tx.execute(&put, params![trial_id, key, json])?;
+                    tx.execute(put, params![trial_id, key, json])?;
                 }
             }
             for (key, json) in super::gpu_user_attributes(gpu) {
-                tx.execute(&put, params![trial_id, key, json])?;
+                tx.execute(put, params![trial_id, key, json])?;
             }
             if interrupted {
                 // Run the same params again: the interruption was not the trial's fault.
@@ -1263,8 +1127,8 @@ impl Storage for SqliteStorage {
                 [study.id],
                 |r| r.get(0),
             )?;
-            for sql in super::DELETE_STUDY {
-                tx.execute(&sql.replace("$1", "?1"), [study.id])?;
+            for statement in sql::DELETE_STUDY {
+                tx.execute(statement, [study.id])?;
             }
             Ok(n as u64)
         })
@@ -1276,11 +1140,13 @@ impl Storage for SqliteStorage {
         numbers: &[u64],
         discarded: bool,
     ) -> Result<u64, StorageError> {
-        let sql = super::SET_DISCARDED.replace('$', "?");
         self.write(|tx| {
             let mut changed = 0;
             for &n in numbers {
-                changed += tx.execute(&sql, params![study.id, n as i64, i64::from(discarded)])?;
+                changed += tx.execute(
+                    sql::SET_DISCARDED,
+                    params![i64::from(discarded), study.id, n as i64],
+                )?;
             }
             Ok(changed as u64)
         })
@@ -1318,7 +1184,10 @@ impl Storage for SqliteStorage {
     }
 
     /// Every report of every trial of the study, by trial number (for pruners and `watch`).
-    fn reports(&self, study: &StudyRow) -> Result<BTreeMap<u64, Vec<Report>>, StorageError> {
+    fn reports(
+        &self,
+        study: &StudyRow,
+    ) -> Result<BTreeMap<TrialNumber, Vec<Report>>, StorageError> {
         let mut stmt = self
             .conn
             .prepare(
@@ -1335,11 +1204,11 @@ impl Storage for SqliteStorage {
                 ))
             })
             .map_err(|e| self.err(e))?;
-        let mut out: BTreeMap<u64, Vec<Report>> = BTreeMap::new();
+        let mut out: BTreeMap<TrialNumber, Vec<Report>> = BTreeMap::new();
         for row in rows {
             let (n, step, json) = row.map_err(|e| self.err(e))?;
             let metrics = super::metrics_from_json(&json);
-            out.entry(n).or_default().push(Report {
+            out.entry(TrialNumber(n)).or_default().push(Report {
                 step: step.unwrap_or(0).max(0) as u64,
                 metrics,
             });
@@ -1390,7 +1259,11 @@ impl Storage for SqliteStorage {
     }
 
     /// One trial by number.
-    fn trial(&self, study: &StudyRow, number: u64) -> Result<Option<Trial>, StorageError> {
+    fn trial(
+        &self,
+        study: &StudyRow,
+        TrialNumber(number): TrialNumber,
+    ) -> Result<Option<Trial>, StorageError> {
         Ok(self
             .query_trials(study, None, Some(number))?
             .into_iter()
@@ -1401,14 +1274,7 @@ impl Storage for SqliteStorage {
     fn counted(&self, study: &StudyRow) -> Result<u64, StorageError> {
         let n: i64 = self
             .conn
-            .query_row(
-                "SELECT COUNT(*) FROM trials t LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
-                 WHERE t.study_id = ?1 AND (t.state IN ('COMPLETE', 'PRUNED')
-                       OR (t.state = 'FAIL' AND COALESCE(x.interrupted, 0) = 0))
-           AND COALESCE(x.discarded, 0) = 0",
-                [study.id],
-                |r| r.get(0),
-            )
+            .query_row(sql::COUNTED, [study.id], |r| r.get(0))
             .map_err(|e| self.err(e))?;
         Ok(n as u64)
     }
@@ -1427,56 +1293,54 @@ impl Storage for SqliteStorage {
     }
 }
 
-/// A trial's state as its columns hold it, before it becomes a [`TrialStatus`]: the one
-/// mapping from Optuna's rows (and tune's) to the lifecycle.
-pub(super) struct StoredStatus {
-    pub state: TrialState,
-    pub value: Option<f64>,
-    pub error: Option<String>,
-    pub log_tail: Option<String>,
-    pub pruned_step: Option<u64>,
-    pub interrupted: bool,
-    pub at: Placement,
-    pub started: Option<std::time::SystemTime>,
-    pub finished: Option<std::time::SystemTime>,
-    pub gpu: Option<GpuTelemetry>,
+/// The last report's metrics of trial `t`, as a column of [`trial_columns`].
+const LAST_METRICS_COLUMN: &str = "(SELECT metrics_json FROM tune_reports r WHERE r.trial_id = t.trial_id ORDER BY seq DESC LIMIT 1)";
+
+/// The columns [`trial_row`] reads, from `trials t`, `trial_values v` (objective 0),
+/// `tune_trials x` and `tune_workers w`; `metrics`: the last report's metrics, or `NULL`.
+pub(super) fn trial_columns(metrics: &str) -> String {
+    format!(
+        "t.trial_id, t.number, t.state, v.value, v.value_type, t.datetime_start, t.datetime_complete,
+         x.error, x.device, x.trial_dir, x.logs_json, x.log_tail, x.pruned_step,
+         COALESCE(x.interrupted, 0), {metrics},
+         x.worker_id, x.slot, w.host, COALESCE(x.discarded, 0),
+         x.gpu_peak_mem_mb, x.gpu_mem_scope, x.gpu_mean_sm_pct, x.gpu_mean_mem_bw_pct,
+         x.gpu_samples"
+    )
 }
 
-impl StoredStatus {
-    pub(super) fn into_status(self) -> TrialStatus {
-        let ran = Ran {
-            at: self.at.clone(),
-            started: self.started,
-            finished: self.finished,
-            gpu: self.gpu,
-        };
-        match self.state {
-            TrialState::Queued => TrialStatus::Queued,
-            TrialState::Running => TrialStatus::Running {
-                at: self.at,
-                started: self.started,
-            },
-            // A complete trial without a value (written by another tool) reads as NaN, which
-            // samplers treat as a failure.
-            TrialState::Complete => TrialStatus::Complete {
-                others: Vec::new(),
-                value: self.value.unwrap_or(f64::NAN),
-                ran,
-            },
-            TrialState::Pruned => TrialStatus::Pruned {
-                value: self.value,
-                step: self.pruned_step,
-                reason: self.error,
-                ran,
-            },
-            TrialState::Failed => TrialStatus::Failed {
-                reason: self.error.unwrap_or_else(|| "failed".into()),
-                log_tail: self.log_tail,
-                interrupted: self.interrupted,
-                ran,
-            },
-        }
-    }
+/// A row of [`trial_columns`] (the first 24 columns of `r`).
+pub(super) fn trial_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TrialRow> {
+    let start: Option<String> = r.get(5)?;
+    let end: Option<String> = r.get(6)?;
+    Ok(TrialRow {
+        id: r.get(0)?,
+        number: r.get(1)?,
+        state: r.get(2)?,
+        value: r.get(3)?,
+        value_type: r.get(4)?,
+        started: start.as_deref().and_then(parse_time),
+        finished: end.as_deref().and_then(parse_time),
+        error: r.get(7)?,
+        device: r.get(8)?,
+        trial_dir: r.get(9)?,
+        logs_json: r.get(10)?,
+        log_tail: r.get(11)?,
+        pruned_step: r.get(12)?,
+        interrupted: r.get::<_, i64>(13)? != 0,
+        metrics_json: r.get(14)?,
+        worker: r.get(15)?,
+        slot: r.get(16)?,
+        host: r.get(17)?,
+        discarded: r.get::<_, i64>(18)? != 0,
+        gpu: super::gpu_of_columns(
+            r.get(19)?,
+            r.get::<_, Option<String>>(20)?.as_deref(),
+            r.get(21)?,
+            r.get(22)?,
+            r.get(23)?,
+        ),
+    })
 }
 
 /// Queues a new trial with the params of interrupted trial `trial_id` (number `number`), so
@@ -1487,7 +1351,7 @@ fn requeue(
     trial_id: i64,
     number: i64,
 ) -> rusqlite::Result<()> {
-    let new_id = insert_trial(tx, study_id, "WAITING")?;
+    let new_id = insert_trial(tx, study_id, TrialState::Queued.optuna())?;
     tx.execute(
         "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json)
          SELECT ?1, param_name, param_value, distribution_json FROM trial_params WHERE trial_id = ?2",
@@ -1555,33 +1419,11 @@ fn finish_in(
     Ok(())
 }
 
-/// Fixtures shared by the storage tests here and in `watch`.
-#[cfg(test)]
-pub(crate) mod fixtures {
-    use crate::space::{ParamValue, Params, Space};
-
-    pub fn space() -> Space {
-        let t: toml::Table = toml::from_str(
-            r#"lr = { type = "float", low = 1e-4, high = 1.0, log = true }
-               opt = { type = "categorical", choices = ["sgd", "adam"] }
-               k = { type = "int", low = 1, high = 8 }"#,
-        )
-        .expect("valid TOML");
-        Space::from_toml(&t).expect("valid space")
-    }
-
-    pub fn params(lr: f64) -> Params {
-        let mut p = Params::new();
-        p.insert("lr".into(), ParamValue::Float(lr));
-        p.insert("opt".into(), ParamValue::Str("adam".into()));
-        p.insert("k".into(), ParamValue::Int(3));
-        p
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::fixtures;
+    use crate::trial::Ran;
 
     /// Many openers race on a file that does not exist yet (`tune run` processes started
     /// together): every one gets a migrated database, none sees "database is locked" or a
@@ -1737,7 +1579,10 @@ mod tests {
             .expect("the view's row");
         assert_eq!(view, (2048.0, "process".into(), 80.5, 41.0, 7));
         // The reported metric itself is kept whole.
-        let back = s.trial(&study, 0).expect("read").expect("trial 0");
+        let back = s
+            .trial(&study, TrialNumber(0))
+            .expect("read")
+            .expect("trial 0");
         assert_eq!(back.metrics["gpu_samples"], 99.0);
     }
 }

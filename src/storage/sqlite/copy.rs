@@ -3,9 +3,9 @@
 use chrono::NaiveDateTime;
 use rusqlite::{OptionalExtension, params};
 
-use super::{
+use crate::storage::codec::direction_text;
+use crate::storage::copy::{
     Copyable, GpuColumns, ReportDump, StudyDump, TrialDump, TuneTrialDump, WorkerDump,
-    direction_name,
 };
 use crate::storage::{DATETIME_FORMAT, SqliteStorage, Storage, StorageError};
 
@@ -242,7 +242,7 @@ impl Copyable for SqliteStorage {
             let sid = tx.last_insert_rowid();
             tx.execute(
                 "INSERT INTO study_directions (direction, study_id, objective) VALUES (?1, ?2, 0)",
-                params![direction_name(d.direction), sid],
+                params![direction_text(d.direction), sid],
             )?;
             tx.execute(
                 "INSERT INTO tune_studies (study_id, metric, study_file, config_toml, created_at)

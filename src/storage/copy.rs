@@ -4,9 +4,6 @@
 //! written as a new study in the destination, where ids are its own but numbers, states,
 //! params, values, curves, reports, attributes and times are the source's.
 
-mod postgres;
-mod sqlite;
-
 use chrono::NaiveDateTime;
 
 use super::{StorageError, StorageUrl};
@@ -148,11 +145,4 @@ pub fn open_copyable(url: &StorageUrl, create: bool) -> Result<Box<dyn Copyable>
         StorageUrl::Postgres(u) if create => Box::new(super::PostgresStorage::open(u)?),
         StorageUrl::Postgres(u) => Box::new(super::PostgresStorage::open_read_only(u)?),
     })
-}
-
-pub(crate) fn direction_name(d: Direction) -> &'static str {
-    match d {
-        Direction::Minimize => "MINIMIZE",
-        Direction::Maximize => "MAXIMIZE",
-    }
 }

@@ -1,0 +1,754 @@
+//! `tune bench multifidelity` (issue 26): the optimizer and the pruner measured together, as
+//! they are used, on the learning-curve problems of [`crate::curves`].
+//!
+//! Each run is one study in memory, driven through the one engine `tune run` uses (claims, the
+//! sampler, the reports, the pruner's decisions, the stored outcomes), with `q` workers that each
+//! train their trial one epoch at a time, in turn. A pruned trial frees its worker at once. The
+//! clock is the compute spent: every epoch trained by any trial costs one, and the study stops
+//! when it has spent its largest budget. **Measure**: at each budget (in full-trial equivalents,
+//! `budget × epochs`), the true final loss of the complete trial whose reported final value is
+//! the best so far (what a user would pick), scored as `tune bench optimizers` scores: 100 at
+//! the optimum, 0 at the median of random search without pruning at the same compute (measured
+//! in the same run with seeds of its own), clipped to ±100. A run that has completed no trial
+//! at a budget scores as chance ([`curves::V0`]).
+//!
+//! What belongs here: the run loop, the accounting and the table. The problems and their truth
+//! live in `curves`; the rules under test in `tune::sampler` and `tune::pruner`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use rand_distr::StandardNormal;
+
+use crate::cli::MultifidelityArgs;
+use crate::curves::{self, CurveProblem, V0};
+use crate::optimizers::{median, score};
+use tune::engine::{Decision, Engine, EngineSpec, Finish};
+use tune::pruner::{AshaConfig, ForecastConfig, HyperbandConfig, MedianConfig, PrunerConfig};
+use tune::sampler::{SamplerKind, mix as mix_seed};
+use tune::storage::MemoryStorage;
+use tune::trial::{Direction, Report, TrialId};
+
+/// The pruners the benchmark pairs with every sampler, each over epochs with the trial's full
+/// epochs as its maximum resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrunerArm {
+    None,
+    Median,
+    Asha,
+    Hyperband,
+    Forecast,
+}
+
+impl PrunerArm {
+    pub const NAMES: &'static [&'static str] = &["none", "median", "asha", "hyperband", "forecast"];
+
+    pub fn parse(s: &str) -> Option<PrunerArm> {
+        Some(match s {
+            "none" => PrunerArm::None,
+            "median" => PrunerArm::Median,
+            "asha" => PrunerArm::Asha,
+            "hyperband" => PrunerArm::Hyperband,
+            "forecast" => PrunerArm::Forecast,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PrunerArm::None => "none",
+            PrunerArm::Median => "median",
+            PrunerArm::Asha => "asha",
+            PrunerArm::Hyperband => "hyperband",
+            PrunerArm::Forecast => "forecast",
+        }
+    }
+
+    /// The `[pruner]` table a study of `epochs`-epoch trials would write for this arm.
+    pub fn config(self, epochs: u64) -> PrunerConfig {
+        let resource = "epoch".to_string();
+        let max = Some(epochs as f64);
+        match self {
+            PrunerArm::None => PrunerConfig::None,
+            PrunerArm::Median => PrunerConfig::Median(MedianConfig {
+                resource,
+                ..MedianConfig::default()
+            }),
+            PrunerArm::Asha => PrunerConfig::Asha(AshaConfig {
+                max_resource: max,
+                resource,
+                ..AshaConfig::default()
+            }),
+            PrunerArm::Hyperband => PrunerConfig::Hyperband(HyperbandConfig {
+                max_resource: max,
+                resource,
+                ..HyperbandConfig::default()
+            }),
+            PrunerArm::Forecast => PrunerConfig::Forecast(ForecastConfig {
+                max_resource: max,
+                resource,
+                ..ForecastConfig::default()
+            }),
+        }
+    }
+}
+
+/// One sampler with one pruner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arm {
+    pub sampler: SamplerKind,
+    pub sampler_name: &'static str,
+    pub pruner: PrunerArm,
+}
+
+impl Arm {
+    pub fn label(&self) -> String {
+        format!("{} + {}", self.sampler_name, self.pruner.name())
+    }
+}
+
+/// What one run found and spent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunResult {
+    /// Per budget, the true final loss of the trial a user would pick ([`V0`] when none had
+    /// completed).
+    pub best: Vec<f64>,
+    /// Trials started, and those that ran to their last epoch, by the largest budget.
+    pub trials: usize,
+    pub complete: usize,
+    /// Milliseconds of each ask (the sampler's proposal and the claim).
+    pub ask_ms: Vec<f64>,
+}
+
+/// A trial on a worker.
+struct Live {
+    id: TrialId,
+    number: u64,
+    curve: curves::Curve,
+    epoch: u64,
+}
+
+/// The reported loss of `truth` at `epoch` of trial `number`: the truth plus the problem's
+/// noise, drawn from the seed, the trial and the epoch (the same in every arm).
+fn observe(problem: &CurveProblem, truth: f64, seed: u64, number: u64, epoch: u64) -> f64 {
+    if problem.noise == 0.0 || !truth.is_finite() {
+        return truth;
+    }
+    let mut rng = StdRng::seed_from_u64(mix_seed(mix_seed(seed, number), epoch));
+    truth + problem.noise * rng.sample::<f64, _>(StandardNormal)
+}
+
+/// Runs `arm` on `problem` with `q` workers until `budgets`' largest is spent (budgets in
+/// full-trial equivalents, ascending).
+pub fn run_one(
+    problem: &CurveProblem,
+    arm: Arm,
+    seed: u64,
+    q: usize,
+    budgets: &[f64],
+) -> anyhow::Result<RunResult> {
+    let space = problem.space()?;
+    let pruner = arm.pruner.config(problem.epochs);
+    pruner
+        .check()
+        .with_context(|| format!("the {} pruner for {}", arm.pruner.name(), problem.name))?;
+    let slots = vec!["cpu".to_string(); q.max(1)];
+    let spec = EngineSpec {
+        others: &[],
+        name: &problem.name,
+        metric: "loss",
+        direction: Direction::Minimize,
+        space: &space,
+        seed,
+        budget: None,
+        heartbeat_grace: Duration::from_secs(3600),
+        pruner: &pruner,
+        file: None,
+        source: None,
+        slots: &slots,
+        enqueue: &[],
+    };
+    let mut engine = Engine::open(
+        Box::new(MemoryStorage::new()),
+        &spec,
+        tune::sampler::build(arm.sampler),
+        tune::pruner::build(&pruner),
+    )?;
+    let epochs = problem.epochs;
+    let last_budget = budgets.last().copied().unwrap_or(0.0);
+    let cap = (last_budget * epochs as f64).round() as u64;
+    let mut workers: Vec<Option<Live>> = (0..slots.len()).map(|_| None).collect();
+    let mut spent = 0u64;
+    let mut next_budget = 0;
+    // (reported final, true final) of the best complete trial so far.
+    let mut incumbent: Option<(f64, f64)> = None;
+    let mut result = RunResult {
+        best: Vec::with_capacity(budgets.len()),
+        trials: 0,
+        complete: 0,
+        ask_ms: Vec::new(),
+    };
+    while spent < cap {
+        for (slot, w) in workers.iter_mut().enumerate() {
+            if w.is_none() {
+                let t0 = Instant::now();
+                let trial = engine
+                    .ask(slot, "cpu")?
+                    .context("the engine stopped asking before the compute was spent")?;
+                result.ask_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+                space
+                    .validate(&trial.params)
+                    .with_context(|| format!("{} proposed invalid params", arm.label()))?;
+                result.trials += 1;
+                *w = Some(Live {
+                    id: trial.id,
+                    number: trial.number.0,
+                    curve: problem.curve(&trial.params),
+                    epoch: 0,
+                });
+            }
+        }
+        for w in workers.iter_mut() {
+            if spent >= cap {
+                break;
+            }
+            let Some(live) = w.as_mut() else { continue };
+            live.epoch += 1;
+            spent += 1;
+            let truth = live.curve.losses[(live.epoch - 1) as usize];
+            let seen = observe(problem, truth, seed, live.number, live.epoch);
+            let mut metrics = BTreeMap::new();
+            metrics.insert("loss".to_string(), seen);
+            metrics.insert("epoch".to_string(), live.epoch as f64);
+            let decision = engine.report(
+                live.id,
+                Report {
+                    step: live.epoch,
+                    metrics,
+                },
+            )?;
+            let ended = if seen.is_nan() {
+                Some(Finish::Failed {
+                    reason: "the loss diverged".into(),
+                    log_tail: None,
+                })
+            } else if live.epoch == epochs {
+                result.complete += 1;
+                if incumbent.is_none_or(|(best_seen, _)| seen < best_seen) {
+                    incumbent = Some((seen, truth));
+                }
+                Some(Finish::Ended)
+            } else if decision == Decision::Prune {
+                Some(Finish::Pruned {
+                    value: None,
+                    reason: None,
+                })
+            } else {
+                None
+            };
+            if let Some(how) = ended {
+                engine.finish(live.id, how, &[])?;
+                *w = None;
+            }
+            while next_budget < budgets.len()
+                && spent as f64 >= budgets[next_budget] * epochs as f64 - 1e-9
+            {
+                result.best.push(incumbent.map_or(V0, |(_, truth)| truth));
+                next_budget += 1;
+            }
+        }
+    }
+    while result.best.len() < budgets.len() {
+        result.best.push(incumbent.map_or(V0, |(_, truth)| truth));
+    }
+    Ok(result)
+}
+
+/// One cell of the table: an arm on one problem, over seeds.
+#[derive(Debug, Clone)]
+pub struct Cell {
+    /// Per budget, the score of every seed.
+    pub scores: Vec<Vec<f64>>,
+    /// Per budget, the mean true final loss.
+    pub loss: Vec<f64>,
+    pub trials: f64,
+    pub complete: f64,
+    pub ask_ms: Vec<f64>,
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+fn percentile(v: &[f64], p: f64) -> f64 {
+    let mut v = v.to_vec();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let i = ((v.len() - 1) as f64 * p).round() as usize;
+    v[i]
+}
+
+/// What the command line chose.
+pub struct Options {
+    pub problems: Vec<CurveProblem>,
+    pub arms: Vec<Arm>,
+    pub seeds: u64,
+    pub ref_seeds: u64,
+    pub budgets: Vec<f64>,
+    pub q: usize,
+    pub jobs: usize,
+    pub per_problem: bool,
+}
+
+impl Options {
+    pub fn from_args(a: &MultifidelityArgs) -> anyhow::Result<Options> {
+        let all = curves::curve_problems();
+        let problems: Vec<CurveProblem> = if a.problems == "all" {
+            all
+        } else {
+            let wanted: Vec<&str> = a.problems.split(',').map(str::trim).collect();
+            for w in &wanted {
+                if !all
+                    .iter()
+                    .any(|p| p.name == *w || p.shape.name() == *w || p.base.name() == *w)
+                {
+                    anyhow::bail!(
+                        "--problems: no learning-curve problem, shape or base named {w:?} (problems: {})",
+                        all.iter()
+                            .map(|p| p.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                }
+            }
+            all.into_iter()
+                .filter(|p| {
+                    wanted
+                        .iter()
+                        .any(|w| p.name == *w || p.shape.name() == *w || p.base.name() == *w)
+                })
+                .collect()
+        };
+        let mut samplers = Vec::new();
+        for s in a.samplers.split(',').map(str::trim) {
+            let kind = SamplerKind::parse(s)
+                .filter(|k| !matches!(k, SamplerKind::Nsga2))
+                .with_context(|| {
+                    format!("--samplers: {s:?} is not one of auto, gp, tpe, random, sobol")
+                })?;
+            let name: &'static str = match kind {
+                SamplerKind::Random => "random",
+                SamplerKind::Sobol => "sobol",
+                SamplerKind::Gp => "gp",
+                SamplerKind::Tpe => "tpe",
+                SamplerKind::Auto => "auto",
+                SamplerKind::Nsga2 => unreachable!("filtered above"),
+            };
+            samplers.push((kind, name));
+        }
+        let mut pruners = Vec::new();
+        for p in a.pruners.split(',').map(str::trim) {
+            pruners.push(PrunerArm::parse(p).with_context(|| {
+                format!(
+                    "--pruners: {p:?} is not one of {}",
+                    PrunerArm::NAMES.join(", ")
+                )
+            })?);
+        }
+        let mut budgets = Vec::new();
+        for b in a.budgets.split(',').map(str::trim) {
+            let v: f64 = b
+                .parse()
+                .ok()
+                .filter(|v: &f64| v.is_finite() && *v > 0.0)
+                .with_context(|| format!("--budgets: {b:?} is not a positive number"))?;
+            budgets.push(v);
+        }
+        budgets.sort_by(f64::total_cmp);
+        budgets.dedup();
+        anyhow::ensure!(a.seeds > 0, "--seeds: must be at least 1");
+        anyhow::ensure!(a.ref_seeds > 0, "--ref-seeds: must be at least 1");
+        anyhow::ensure!(a.q > 0, "--q: must be at least 1");
+        let arms = samplers
+            .iter()
+            .flat_map(|&(sampler, sampler_name)| {
+                pruners.iter().map(move |&pruner| Arm {
+                    sampler,
+                    sampler_name,
+                    pruner,
+                })
+            })
+            .collect();
+        Ok(Options {
+            problems,
+            arms,
+            seeds: a.seeds,
+            ref_seeds: a.ref_seeds,
+            budgets,
+            q: a.q,
+            jobs: a.jobs.max(1),
+            per_problem: a.per_problem,
+        })
+    }
+}
+
+/// The reference arm: random search, every trial to its end.
+const REFERENCE: Arm = Arm {
+    sampler: SamplerKind::Random,
+    sampler_name: "random",
+    pruner: PrunerArm::None,
+};
+
+/// Seeds of the reference runs, apart from the arms' seeds.
+const REF_SEED_BASE: u64 = 1_000_000;
+
+/// Runs `tasks` on `jobs` threads; the results in task order.
+fn run_tasks<T: Sync, R: Send>(
+    tasks: &[T],
+    jobs: usize,
+    f: impl Fn(&T) -> anyhow::Result<R> + Sync,
+) -> anyhow::Result<Vec<R>> {
+    let next = AtomicUsize::new(0);
+    let out: Mutex<Vec<Option<anyhow::Result<R>>>> =
+        Mutex::new((0..tasks.len()).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..jobs.min(tasks.len()).max(1) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(t) = tasks.get(i) else { break };
+                    let r = f(t);
+                    out.lock().expect("no thread panics holding it")[i] = Some(r);
+                }
+            });
+        }
+    });
+    out.into_inner()
+        .expect("no thread panics holding it")
+        .into_iter()
+        .map(|r| r.expect("every task ran"))
+        .collect()
+}
+
+/// The per-problem reference (random search's median true final loss at each budget), and
+/// every arm's cells.
+pub struct Measured {
+    pub reference: Vec<Vec<f64>>,
+    /// `cells[arm][problem]`.
+    pub cells: Vec<Vec<Cell>>,
+}
+
+pub fn measure(opts: &Options) -> anyhow::Result<Measured> {
+    let ref_tasks: Vec<(usize, u64)> = (0..opts.problems.len())
+        .flat_map(|p| (0..opts.ref_seeds).map(move |s| (p, REF_SEED_BASE + s)))
+        .collect();
+    let ref_runs = run_tasks(&ref_tasks, opts.jobs, |&(p, seed)| {
+        run_one(&opts.problems[p], REFERENCE, seed, opts.q, &opts.budgets)
+    })?;
+    let reference: Vec<Vec<f64>> = (0..opts.problems.len())
+        .map(|p| {
+            (0..opts.budgets.len())
+                .map(|b| {
+                    let mut v: Vec<f64> = ref_tasks
+                        .iter()
+                        .zip(&ref_runs)
+                        .filter(|((q, _), _)| *q == p)
+                        .map(|(_, r)| r.best[b])
+                        .collect();
+                    median(&mut v)
+                })
+                .collect()
+        })
+        .collect();
+    let tasks: Vec<(usize, usize, u64)> = (0..opts.arms.len())
+        .flat_map(|a| {
+            (0..opts.problems.len()).flat_map(move |p| (0..opts.seeds).map(move |s| (a, p, s)))
+        })
+        .collect();
+    let runs = run_tasks(&tasks, opts.jobs, |&(a, p, seed)| {
+        run_one(&opts.problems[p], opts.arms[a], seed, opts.q, &opts.budgets).with_context(|| {
+            format!(
+                "{} on {} (seed {seed})",
+                opts.arms[a].label(),
+                opts.problems[p].name
+            )
+        })
+    })?;
+    let mut cells = Vec::new();
+    for a in 0..opts.arms.len() {
+        let mut row = Vec::new();
+        for (p, reference) in reference.iter().enumerate() {
+            let mine: Vec<&RunResult> = tasks
+                .iter()
+                .zip(&runs)
+                .filter(|((ta, tp, _), _)| *ta == a && *tp == p)
+                .map(|(_, r)| r)
+                .collect();
+            let scores = (0..opts.budgets.len())
+                .map(|b| {
+                    mine.iter()
+                        .map(|r| score(r.best[b], curves::OPTIMUM, reference[b]))
+                        .collect()
+                })
+                .collect();
+            let loss = (0..opts.budgets.len())
+                .map(|b| mean(&mine.iter().map(|r| r.best[b]).collect::<Vec<_>>()))
+                .collect();
+            row.push(Cell {
+                scores,
+                loss,
+                trials: mean(&mine.iter().map(|r| r.trials as f64).collect::<Vec<_>>()),
+                complete: mean(&mine.iter().map(|r| r.complete as f64).collect::<Vec<_>>()),
+                ask_ms: mine.iter().flat_map(|r| r.ask_ms.iter().copied()).collect(),
+            });
+        }
+        cells.push(row);
+    }
+    Ok(Measured { reference, cells })
+}
+
+/// The arm's mean score over problems and seeds at budget `b`, and its worst seed: the lowest,
+/// over seeds, of the seed's mean score over the problems.
+pub fn summary(cells: &[Cell], b: usize) -> (f64, f64) {
+    let all: Vec<f64> = cells.iter().flat_map(|c| c.scores[b].clone()).collect();
+    let seeds = cells.first().map_or(0, |c| c.scores[b].len());
+    let per_seed: Vec<f64> = (0..seeds)
+        .map(|s| mean(&cells.iter().map(|c| c.scores[b][s]).collect::<Vec<_>>()))
+        .collect();
+    (
+        mean(&all),
+        per_seed.iter().copied().fold(f64::INFINITY, f64::min),
+    )
+}
+
+pub fn render(opts: &Options, m: &Measured) -> String {
+    let mut out = String::new();
+    let budgets: Vec<String> = opts.budgets.iter().map(|b| format!("@{b}")).collect();
+    let _ = writeln!(
+        out,
+        "learning-curve problems: {} ({}), {} seeds, q = {}; score: 100 = optimum, 0 = random search without pruning (median of {} seeds) at the same compute; budgets in full-trial equivalents",
+        opts.problems.len(),
+        opts.problems
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        opts.seeds,
+        opts.q,
+        opts.ref_seeds,
+    );
+    let _ = writeln!(out);
+    let _ = write!(out, "| sampler + pruner |");
+    for b in &budgets {
+        let _ = write!(out, " mean {b} | worst seed {b} |");
+    }
+    let _ = writeln!(
+        out,
+        " trials | complete | ask ms p50 / p99 | crossing: pruned − none {} |",
+        budgets.last().map_or("", |s| s.as_str())
+    );
+    let _ = write!(out, "|---|");
+    for _ in &budgets {
+        let _ = write!(out, "---|---|");
+    }
+    let _ = writeln!(out, "---|---|---|---|");
+    let crossing: Vec<usize> = opts
+        .problems
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.shape == curves::Shape::Crossing)
+        .map(|(i, _)| i)
+        .collect();
+    let last = opts.budgets.len() - 1;
+    for (a, arm) in opts.arms.iter().enumerate() {
+        let cells = &m.cells[a];
+        let _ = write!(out, "| {} |", arm.label());
+        for b in 0..opts.budgets.len() {
+            let (mean_score, worst) = summary(cells, b);
+            let _ = write!(out, " {mean_score:.1} | {worst:.1} |");
+        }
+        let asks: Vec<f64> = cells.iter().flat_map(|c| c.ask_ms.clone()).collect();
+        // The same sampler without pruning, for the crossing-curve goal.
+        let unpruned = opts
+            .arms
+            .iter()
+            .position(|o| o.sampler == arm.sampler && o.pruner == PrunerArm::None);
+        let cross = match unpruned {
+            Some(u) if u != a && !crossing.is_empty() => {
+                let mine = mean(
+                    &crossing
+                        .iter()
+                        .flat_map(|&p| cells[p].scores[last].clone())
+                        .collect::<Vec<_>>(),
+                );
+                let theirs = mean(
+                    &crossing
+                        .iter()
+                        .flat_map(|&p| m.cells[u][p].scores[last].clone())
+                        .collect::<Vec<_>>(),
+                );
+                format!("{:+.1}", mine - theirs)
+            }
+            _ => "–".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            " {:.0} | {:.1} | {:.2} / {:.2} | {cross} |",
+            mean(&cells.iter().map(|c| c.trials).collect::<Vec<_>>()),
+            mean(&cells.iter().map(|c| c.complete).collect::<Vec<_>>()),
+            percentile(&asks, 0.5),
+            percentile(&asks, 0.99),
+        );
+    }
+    if opts.per_problem {
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "per problem, mean score (mean true final loss) {}; reference = random search's median final loss:",
+            budgets.last().map_or("", |s| s.as_str())
+        );
+        let _ = write!(out, "| problem | reference |");
+        for arm in &opts.arms {
+            let _ = write!(out, " {} |", arm.label());
+        }
+        let _ = writeln!(out);
+        let _ = write!(out, "|---|---|");
+        for _ in &opts.arms {
+            let _ = write!(out, "---|");
+        }
+        let _ = writeln!(out);
+        for (p, problem) in opts.problems.iter().enumerate() {
+            let _ = write!(out, "| {} | {:.3} |", problem.name, m.reference[p][last]);
+            for a in 0..opts.arms.len() {
+                let c = &m.cells[a][p];
+                let _ = write!(out, " {:.1} ({:.3}) |", mean(&c.scores[last]), c.loss[last]);
+            }
+            let _ = writeln!(out);
+        }
+    }
+    out
+}
+
+pub fn run(a: &MultifidelityArgs) -> anyhow::Result<ExitCode> {
+    let opts = Options::from_args(a)?;
+    let t0 = Instant::now();
+    let m = measure(&opts)?;
+    print!("{}", render(&opts, &m));
+    println!(
+        "\n{:.0} s on {} threads",
+        t0.elapsed().as_secs_f64(),
+        opts.jobs
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problem(shape: curves::Shape) -> CurveProblem {
+        curves::curve_problems()
+            .into_iter()
+            .find(|p| p.shape == shape && p.noise == 0.0 && p.epochs == 27)
+            .unwrap()
+    }
+
+    fn arm(sampler: SamplerKind, pruner: PrunerArm) -> Arm {
+        Arm {
+            sampler,
+            sampler_name: "t",
+            pruner,
+        }
+    }
+
+    #[test]
+    fn without_pruning_every_trial_runs_its_epochs_and_the_compute_is_exact() {
+        let p = problem(curves::Shape::PowerLaw);
+        let r = run_one(
+            &p,
+            arm(SamplerKind::Random, PrunerArm::None),
+            1,
+            1,
+            &[2.0, 5.0],
+        )
+        .unwrap();
+        assert_eq!(r.trials, 5);
+        assert_eq!(r.complete, 5);
+        assert_eq!(r.best.len(), 2);
+        assert!(r.best[1] <= r.best[0]);
+        assert!(r.best[1] >= curves::OPTIMUM);
+    }
+
+    #[test]
+    fn asha_starts_more_trials_than_no_pruning_for_the_same_compute() {
+        let p = problem(curves::Shape::Exponential);
+        let none = run_one(&p, arm(SamplerKind::Random, PrunerArm::None), 3, 2, &[10.0]).unwrap();
+        let asha = run_one(&p, arm(SamplerKind::Random, PrunerArm::Asha), 3, 2, &[10.0]).unwrap();
+        assert!(none.trials <= 11, "{}", none.trials);
+        assert!(
+            asha.trials > 2 * none.trials,
+            "{} vs {}",
+            asha.trials,
+            none.trials
+        );
+        assert!(asha.complete < asha.trials);
+    }
+
+    #[test]
+    fn a_run_that_completed_nothing_scores_as_chance() {
+        let p = problem(curves::Shape::Plateau);
+        // Half a trial of compute on one worker: nothing can complete.
+        let r = run_one(&p, arm(SamplerKind::Random, PrunerArm::None), 1, 1, &[0.5]).unwrap();
+        assert_eq!(r.complete, 0);
+        assert_eq!(r.best, vec![V0]);
+    }
+
+    #[test]
+    fn diverging_trials_fail_and_are_never_the_incumbent() {
+        let p = problem(curves::Shape::Diverging);
+        let r = run_one(&p, arm(SamplerKind::Random, PrunerArm::None), 2, 1, &[30.0]).unwrap();
+        assert!(r.complete < r.trials, "some of 30 random trials diverge");
+        assert!(r.best[0].is_finite());
+    }
+
+    #[test]
+    fn noise_is_the_same_for_the_same_trial_and_epoch_and_differs_between_them() {
+        let mut p = problem(curves::Shape::PowerLaw);
+        p.noise = 0.05;
+        let a = observe(&p, 1.0, 7, 3, 4);
+        assert_eq!(a, observe(&p, 1.0, 7, 3, 4));
+        assert_ne!(a, observe(&p, 1.0, 7, 3, 5));
+        assert_ne!(a, observe(&p, 1.0, 7, 4, 4));
+        assert_ne!(a, 1.0);
+    }
+
+    #[test]
+    fn the_summary_takes_the_mean_and_the_worst_seed_over_problems() {
+        let cell = |s: Vec<f64>| Cell {
+            scores: vec![s],
+            loss: vec![0.0],
+            trials: 0.0,
+            complete: 0.0,
+            ask_ms: vec![],
+        };
+        let cells = [cell(vec![10.0, 50.0]), cell(vec![30.0, -10.0])];
+        let (m, worst) = summary(&cells, 0);
+        assert_eq!(m, 20.0);
+        // seed 0: (10 + 30) / 2 = 20; seed 1: (50 - 10) / 2 = 20.
+        assert_eq!(worst, 20.0);
+        let cells = [cell(vec![0.0, 100.0]), cell(vec![0.0, 100.0])];
+        assert_eq!(summary(&cells, 0), (50.0, 0.0));
+    }
+}
