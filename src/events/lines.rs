@@ -73,10 +73,14 @@ impl Printer {
     /// `; sampler: exploring (Sobol) until 2 trials complete; 0 complete, 5 pruned` while the
     /// sampler's own rule keeps it exploring past its initial design; else nothing.
     fn exploring(&self) -> String {
-        let Some(note) = self
-            .exploration
-            .and_then(|r| super::exploring_note(&r, self.next, self.ended.complete))
-        else {
+        let Some(note) = self.exploration.and_then(|r| {
+            super::exploring_note(
+                &r,
+                self.next,
+                self.ended.complete,
+                self.ended.complete + self.ended.pruned,
+            )
+        }) else {
             return String::new();
         };
         let c = self.ended;

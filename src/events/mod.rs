@@ -48,15 +48,28 @@ pub struct StudyInfo {
 }
 
 /// What the line output and the UI say when the sampler is past its initial design and still
-/// explores for want of complete trials (pruning or failures have left too few): `sampler:
-/// exploring (Sobol) until 2 trials complete`, by the sampler's own rule for its ask of trial
-/// `next` with `complete` trials complete. `None` during the initial design (expected, and
-/// said by the study file's docs) and once the model proposes.
-pub fn exploring_note(rule: &Exploration, next: u64, complete: usize) -> Option<String> {
-    match rule.phase(next, complete) {
-        Phase::TooFewComplete { need, .. } => Some(format!(
-            "sampler: exploring (Sobol) until {need} trial{} complete",
-            if need == 1 { "" } else { "s" }
+/// explores for want of data (pruning or failures have left too few complete trials): `sampler:
+/// exploring (Sobol) until 2 trials complete` (and `or 3 report` for the GP, which models a
+/// rung of the learning curves before any trial completes), by the sampler's own rule for its
+/// ask of trial `next` with `complete` trials complete and `reported` finished trials that
+/// reported along the way (complete and pruned ones: a pruned trial was stopped at a report).
+/// `None` during the initial design (expected, and said by the study file's docs) and once the
+/// model proposes.
+pub fn exploring_note(
+    rule: &Exploration,
+    next: u64,
+    complete: usize,
+    reported: usize,
+) -> Option<String> {
+    match rule.phase(next, complete, reported) {
+        Phase::TooFewComplete {
+            need,
+            need_reported,
+            ..
+        } => Some(format!(
+            "sampler: exploring (Sobol) until {need} trial{} complete{}",
+            if need == 1 { "" } else { "s" },
+            need_reported.map_or(String::new(), |r| format!(" or {r} report"))
         )),
         Phase::InitialDesign { .. } | Phase::Modelling => None,
     }

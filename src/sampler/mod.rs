@@ -206,6 +206,12 @@ impl Sampler for AutoSampler {
 /// initial design, they keep drawing from the Sobol sequence.
 pub const MIN_COMPLETE_TO_MODEL: usize = 2;
 
+/// The fewest trials with a value at one step of their learning curves (a rung) from which the
+/// GP models the objective at that step while fewer than [`MIN_COMPLETE_TO_MODEL`] trials are
+/// complete: a study whose every trial is pruned still gets model-guided proposals (BOHB's rule
+/// of modelling the highest budget with enough observations; `gp::model`).
+pub const MIN_AT_RUNG_TO_MODEL: usize = 3;
+
 /// When a model-based sampler (the GP, TPE) explores, drawing from its Sobol design, rather
 /// than models: the one rule those samplers follow, and what the UI and the line output say of
 /// it ("sampler: exploring (Sobol) until 2 trials complete").
@@ -213,8 +219,12 @@ pub const MIN_COMPLETE_TO_MODEL: usize = 2;
 pub struct Exploration {
     /// Trials numbered below this are the initial design.
     pub startup: usize,
-    /// After it, fewer complete trials than this still leave the sampler exploring.
+    /// After it, fewer complete trials than this still leave the sampler exploring...
     pub min_complete: usize,
+    /// ...unless this many trials reported along the way (the GP models the highest step they
+    /// share, [`MIN_AT_RUNG_TO_MODEL`]); `None` for a sampler that learns from complete trials
+    /// only.
+    pub min_reported: Option<usize>,
 }
 
 /// What a model-based sampler does at an ask, by [`Exploration`].
@@ -223,8 +233,13 @@ pub enum Phase {
     /// The initial design: trials numbered below `startup`.
     InitialDesign { startup: usize },
     /// Past the initial design, but fewer than `need` trials are complete (pruning or failures
-    /// have left too few): still exploring.
-    TooFewComplete { complete: usize, need: usize },
+    /// have left too few) and fewer than `need_reported` (where the sampler models rungs) have
+    /// reported: still exploring.
+    TooFewComplete {
+        complete: usize,
+        need: usize,
+        need_reported: Option<usize>,
+    },
     /// The model proposes.
     Modelling,
 }
@@ -235,19 +250,32 @@ impl Exploration {
         Exploration {
             startup,
             min_complete: MIN_COMPLETE_TO_MODEL,
+            min_reported: None,
         }
     }
 
-    /// The phase of the ask for trial `number` when `complete` trials are complete.
-    pub fn phase(&self, number: u64, complete: usize) -> Phase {
+    /// The rule of a sampler that also models a rung of the trials' learning curves (the GP).
+    pub fn with_rungs(self) -> Exploration {
+        Exploration {
+            min_reported: Some(MIN_AT_RUNG_TO_MODEL),
+            ..self
+        }
+    }
+
+    /// The phase of the ask for trial `number` when `complete` trials are complete and
+    /// `reported` finished trials (complete or pruned) reported a value along the way.
+    pub fn phase(&self, number: u64, complete: usize, reported: usize) -> Phase {
         if usize::try_from(number).is_ok_and(|n| n < self.startup) {
             Phase::InitialDesign {
                 startup: self.startup,
             }
-        } else if complete < self.min_complete {
+        } else if complete < self.min_complete
+            && self.min_reported.is_none_or(|need| reported < need)
+        {
             Phase::TooFewComplete {
                 complete,
                 need: self.min_complete,
+                need_reported: self.min_reported,
             }
         } else {
             Phase::Modelling
@@ -259,7 +287,10 @@ impl SamplerKind {
     /// When this sampler explores rather than models, on `space` with `opts`; `None` for a
     /// sampler that never models (random, Sobol) or follows another rule (NSGA-II).
     pub fn exploration(self, space: &Space, opts: &SamplerOptions) -> Option<Exploration> {
-        let gp = || Exploration::new(opts.n_startup.unwrap_or_else(|| gp::default_startup(space)));
+        let gp = || {
+            Exploration::new(opts.n_startup.unwrap_or_else(|| gp::default_startup(space)))
+                .with_rungs()
+        };
         let tpe = || Exploration::new(tpe_options(opts).n_startup);
         match self {
             SamplerKind::Gp => Some(gp()),
@@ -358,8 +389,8 @@ mod tests {
     #[rstest]
     #[case::first_design_trial(5, 0, 0, Phase::InitialDesign { startup: 5 })]
     #[case::last_design_trial_with_completes(5, 4, 4, Phase::InitialDesign { startup: 5 })]
-    #[case::past_the_design_none_complete(5, 5, 0, Phase::TooFewComplete { complete: 0, need: 2 })]
-    #[case::past_the_design_one_complete(5, 9, 1, Phase::TooFewComplete { complete: 1, need: 2 })]
+    #[case::past_the_design_none_complete(5, 5, 0, Phase::TooFewComplete { complete: 0, need: 2, need_reported: None })]
+    #[case::past_the_design_one_complete(5, 9, 1, Phase::TooFewComplete { complete: 1, need: 2, need_reported: None })]
     #[case::past_the_design_two_complete(5, 5, 2, Phase::Modelling)]
     fn a_model_based_sampler_explores_through_its_design_and_until_two_trials_complete(
         #[case] startup: usize,
@@ -367,7 +398,29 @@ mod tests {
         #[case] complete: usize,
         #[case] phase: Phase,
     ) {
-        assert_eq!(Exploration::new(startup).phase(number, complete), phase);
+        // Reports alone never end the exploration of a sampler that learns from complete
+        // trials only (TPE).
+        assert_eq!(Exploration::new(startup).phase(number, complete, 40), phase);
+    }
+
+    #[rstest]
+    #[case::in_the_design(5, 4, 0, 9, Phase::InitialDesign { startup: 5 })]
+    #[case::two_reported(5, 5, 0, 2, Phase::TooFewComplete { complete: 0, need: 2, need_reported: Some(3) })]
+    #[case::three_reported_none_complete(5, 5, 0, 3, Phase::Modelling)]
+    #[case::two_complete_none_reported(5, 5, 2, 0, Phase::Modelling)]
+    fn the_gp_models_once_three_trials_reported_or_two_completed(
+        #[case] startup: usize,
+        #[case] number: u64,
+        #[case] complete: usize,
+        #[case] reported: usize,
+        #[case] phase: Phase,
+    ) {
+        assert_eq!(
+            Exploration::new(startup)
+                .with_rungs()
+                .phase(number, complete, reported),
+            phase
+        );
     }
 
     #[test]
@@ -399,11 +452,19 @@ mod tests {
             n_startup: Some(3),
             ..SamplerOptions::default()
         };
-        for k in [SamplerKind::Gp, SamplerKind::Tpe, SamplerKind::Auto] {
+        for (k, rungs) in [
+            (SamplerKind::Gp, Some(MIN_AT_RUNG_TO_MODEL)),
+            (SamplerKind::Tpe, None),
+            (SamplerKind::Auto, Some(MIN_AT_RUNG_TO_MODEL)),
+        ] {
             let e = k
                 .exploration(&space(2), &set)
                 .expect("a model-based sampler");
-            assert_eq!((e.startup, e.min_complete), (3, MIN_COMPLETE_TO_MODEL));
+            assert_eq!(
+                (e.startup, e.min_complete, e.min_reported),
+                (3, MIN_COMPLETE_TO_MODEL, rungs),
+                "{k:?}"
+            );
         }
     }
 }

@@ -166,7 +166,7 @@ impl Sampler for TpeSampler {
 impl TpeSampler {
     fn propose(&mut self, ctx: &AskContext<'_>) -> Params {
         let rule = Exploration::new(self.opts.n_startup);
-        if let Phase::InitialDesign { .. } = rule.phase(ctx.trial_number.0, 0) {
+        if let Phase::InitialDesign { .. } = rule.phase(ctx.trial_number.0, 0, 0) {
             return SobolSampler.ask(ctx);
         }
         let space = ctx.space;
@@ -187,7 +187,7 @@ impl TpeSampler {
                 _ => rest.push(&t.params),
             }
         }
-        if let Phase::TooFewComplete { .. } = rule.phase(ctx.trial_number.0, complete.len()) {
+        if let Phase::TooFewComplete { .. } = rule.phase(ctx.trial_number.0, complete.len(), 0) {
             return SobolSampler.ask(ctx);
         }
         complete.sort_by(|a, b| a.0.total_cmp(&b.0));

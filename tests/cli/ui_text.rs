@@ -168,12 +168,15 @@ fn lines_of(sb: &Sandbox, study: &str) -> String {
 
 #[test]
 fn the_lines_say_the_sampler_still_explores_once_pruning_leaves_too_few_complete_trials() {
-    for (sampler, startup) in [
-        ("kind = \"gp\"\nn_startup = 2", 2),
-        ("kind = \"auto\"\nn_startup = 3", 3),
-        ("kind = \"tpe\"\nn_startup = 2", 2),
-        // The GP's default initial design for one param: 5 trials.
-        ("kind = \"gp\"", 5),
+    // The GP (and `auto`, the GP here) also models the trials' values at a rung once three
+    // trials reported along the way: its note says so, and goes once three did.
+    for (sampler, startup, rungs) in [
+        ("kind = \"gp\"\nn_startup = 2", 2, true),
+        ("kind = \"auto\"\nn_startup = 3", 3, true),
+        ("kind = \"tpe\"\nn_startup = 2", 2, false),
+        ("kind = \"tpe\"\nn_startup = 4", 4, false),
+        // The GP's default initial design for one param: 5 trials, by when three reported.
+        ("kind = \"gp\"", 5, true),
     ] {
         let sb = Sandbox::new();
         let out = lines_of(&sb, &all_pruned_study(sampler, 7));
@@ -183,15 +186,18 @@ fn the_lines_say_the_sampler_still_explores_once_pruning_leaves_too_few_complete
                 .find(|l| l.contains(&format!("trial {n} pruned")))
                 .unwrap_or_else(|| panic!("{sampler}: no line for trial {n}:\n{out}"));
             // The trial after this one is asked past the initial design with one complete
-            // trial: the sampler explores, by its own rule.
+            // trial (and, for the GP, fewer than three that reported): the sampler explores,
+            // by its own rule.
+            let (until, shown) = if rungs {
+                (" or 3 report", n + 1 >= startup && 1 + n < 3)
+            } else {
+                ("", n + 1 >= startup)
+            };
             let note = format!(
-                "; sampler: exploring (Sobol) until 2 trials complete; 1 complete, {n} pruned"
+                "; sampler: exploring (Sobol) until 2 trials complete{until}; 1 complete, {n} pruned"
             );
-            assert_eq!(
-                line.ends_with(&note),
-                n + 1 >= startup,
-                "{sampler}, trial {n}: {line}"
-            );
+            assert_eq!(line.ends_with(&note), shown, "{sampler}, trial {n}: {line}");
+            assert_eq!(line.contains("exploring"), shown, "{sampler}, trial {n}: {line}");
         }
     }
 }
@@ -228,7 +234,7 @@ fn the_lines_say_nothing_of_exploring_once_two_trials_are_complete_or_for_a_samp
 #[test]
 fn tune_watch_says_the_sampler_still_explores_after_the_fact() {
     let sb = Sandbox::new();
-    lines_of(&sb, &all_pruned_study("kind = \"gp\"\nn_startup = 2", 4));
+    lines_of(&sb, &all_pruned_study("kind = \"tpe\"\nn_startup = 2", 4));
     let out = sb.ok(&["watch", "s.toml"]);
     let all = String::from_utf8_lossy(&out.stdout);
     assert!(

@@ -8,7 +8,10 @@
 //! (`acquisition`). Low-cardinality integers and categoricals (`discrete`) get every value
 //! substituted into the best points, the best point of each value refined on its own, and an
 //! exploration floor that no value can be starved below. The first trials are a scrambled
-//! Sobol design.
+//! Sobol design. Learning curves count from the first reports on: while fewer than two trials
+//! are complete (a pruner stopped the rest), the model learns the trials' values at the highest
+//! rung that three of them reached and proposes the best configuration there (`model`); once
+//! trials complete, a pruned trial enters at the forecast of its final value from its curve.
 //!
 //! The sampler holds one cache, the last fitted hyper-parameters, used as a warm start: a
 //! sampler rebuilt from the history (a resumed study) works the same way, only from a cold
@@ -34,6 +37,7 @@ mod propose;
 
 use super::{AskContext, Exploration, Phase, RandomSampler, Sampler, SobolSampler, avoid_repeat};
 use crate::space::{Params, Space};
+use crate::trial::Outcome;
 
 pub use acquisition::log_ei;
 pub use policy::GpPolicy;
@@ -113,9 +117,15 @@ impl Sampler for GpSampler {
             self.opts
                 .n_startup
                 .unwrap_or_else(|| default_startup(ctx.space)),
-        );
+        )
+        .with_rungs();
         let complete = ctx.history.iter().filter(|t| t.value().is_some()).count();
-        let phase = rule.phase(ctx.trial_number.0, complete);
+        let reported = ctx
+            .history
+            .iter()
+            .filter(|t| !matches!(t.outcome, Outcome::Failed) && !t.curve.is_empty())
+            .count();
+        let phase = rule.phase(ctx.trial_number.0, complete, reported);
         if let Phase::InitialDesign { .. } = phase {
             return avoid_repeat(SobolSampler.ask(ctx), ctx);
         }
@@ -126,8 +136,9 @@ impl Sampler for GpSampler {
         };
         let p = match proposal {
             Some(p) => p,
-            // Too little data (fewer than two complete trials), a model that cannot be built,
-            // or nothing new among the candidates: keep exploring.
+            // Too little data (fewer than two complete trials and no rung that three trials
+            // reached), a model that cannot be built, or nothing new among the candidates:
+            // keep exploring.
             None => {
                 if let Phase::TooFewComplete { .. } = phase {
                     SobolSampler.ask(ctx)

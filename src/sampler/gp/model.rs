@@ -9,9 +9,9 @@ use super::GpPolicy;
 use super::fit::{self, FitData, Posterior};
 use super::kernel::Layout;
 use crate::pruner::forecast::{Reference, forecast};
-use crate::sampler::{AskContext, MIN_COMPLETE_TO_MODEL};
+use crate::sampler::{AskContext, MIN_AT_RUNG_TO_MODEL, MIN_COMPLETE_TO_MODEL};
 use crate::space::{Params, Space};
-use crate::trial::{Direction, Outcome};
+use crate::trial::{Direction, FinishedTrial, Outcome};
 
 /// A monotone map of losses to the model's outputs: a log warp when a few losses dwarf the
 /// rest (so that values spanning decades do not flatten the model near the optimum), a robust
@@ -195,8 +195,10 @@ pub(super) enum Modelled {
     Multi(usize),
 }
 
-/// The finished trials as the model of `objective` sees them; `None` with fewer than two
-/// complete trials.
+/// The finished trials as the model of `objective` sees them: their final values, once two
+/// trials are complete; before that (every trial pruned so far, a single objective), their
+/// values at the highest rung enough of them reached ([`rung_observations`]); `None` with
+/// neither.
 pub(super) fn observations(
     policy: &GpPolicy,
     ctx: &AskContext<'_>,
@@ -225,7 +227,10 @@ pub(super) fn observations(
         }
     }
     if complete.len() < MIN_COMPLETE_TO_MODEL {
-        return None;
+        return match objective {
+            Modelled::Single => rung_observations(policy, ctx, layout),
+            Modelled::Multi(_) => None,
+        };
     }
     let warp = Warp::fit(&complete, policy);
     // The complete trials' learning curves, which a pruned trial's final value is forecast
@@ -299,6 +304,97 @@ pub(super) fn observations(
                 .filter(|s| is_complete && s.is_finite() && *s >= 0.0),
         });
     }
+    Some(obs)
+}
+
+/// A trial's learning curve as losses: its finite points, `(step, loss)` in step order.
+fn loss_curve(t: &FinishedTrial, direction: Direction) -> Vec<(u64, f64)> {
+    let mut points: Vec<(u64, f64)> = t
+        .curve
+        .iter()
+        .map(|&(step, v)| (step, direction.loss(v)))
+        .filter(|(_, l)| l.is_finite())
+        .collect();
+    // Report order is step order for every trainer tune knows; a stable sort keeps a repeated
+    // step's reports in the order they came.
+    points.sort_by_key(|p| p.0);
+    points
+}
+
+/// A curve's loss at `rung`: its last point at or before it.
+fn loss_at(curve: &[(u64, f64)], rung: u64) -> Option<f64> {
+    curve.iter().rev().find(|p| p.0 <= rung).map(|p| p.1)
+}
+
+/// The rung a history's learning curves are modelled at: the highest step that at least
+/// [`MIN_AT_RUNG_TO_MODEL`] trials reached, each with a value at or before it (BOHB's rule: the
+/// highest budget with enough observations); `None` when no step has that many.
+pub(super) fn model_rung(curves: &[Vec<(u64, f64)>]) -> Option<u64> {
+    let mut steps: Vec<u64> = curves.iter().flatten().map(|p| p.0).collect();
+    steps.sort_unstable();
+    steps.dedup();
+    steps.into_iter().rev().find(|&r| {
+        curves
+            .iter()
+            .filter(|c| c.first().is_some_and(|p| p.0 <= r) && c.last().is_some_and(|p| p.0 >= r))
+            .count()
+            >= MIN_AT_RUNG_TO_MODEL
+    })
+}
+
+/// The finished trials as the model sees them while fewer than two are complete, from their
+/// learning curves: a trial that reached the model's rung ([`model_rung`]) enters at its loss
+/// there, as a modelled point the incumbent may be; one stopped below it at its last loss but
+/// no better than the rung's median (it was stopped for looking bad, and a lower rung's loss
+/// is not comparable); one with no finite report at the median; a failed one at the worst.
+/// The proposals then aim at the best configuration at the rung, which is what the pruner
+/// promotes towards the full budget. `None` when no rung has enough trials.
+fn rung_observations(policy: &GpPolicy, ctx: &AskContext<'_>, layout: &Layout) -> Option<Vec<Obs>> {
+    let curves: Vec<Vec<(u64, f64)>> = ctx
+        .history
+        .iter()
+        .map(|t| match t.outcome {
+            Outcome::Failed => Vec::new(),
+            _ => loss_curve(t, ctx.direction),
+        })
+        .collect();
+    let rung = model_rung(&curves)?;
+    let at_rung: Vec<Option<f64>> = curves
+        .iter()
+        .map(|c| {
+            c.last()
+                .filter(|p| p.0 >= rung)
+                .and_then(|_| loss_at(c, rung))
+        })
+        .collect();
+    let losses: Vec<f64> = at_rung.iter().flatten().copied().collect();
+    let warp = Warp::fit(&losses, policy);
+    let mut zs: Vec<f64> = losses.iter().map(|&l| warp.apply(l)).collect();
+    zs.sort_by(f64::total_cmp);
+    let worst = zs[zs.len() - 1];
+    let median = quantile(&zs, 0.5);
+    let obs = ctx
+        .history
+        .iter()
+        .zip(curves.iter().zip(&at_rung))
+        .map(|(t, (curve, at))| {
+            let failed = matches!(t.outcome, Outcome::Failed);
+            let (z, complete) = match (failed, at, curve.last()) {
+                (true, _, _) => (worst, false),
+                (false, Some(l), _) => (warp.apply(*l), true),
+                (false, None, Some(&(_, l))) => (warp.apply(l).max(median), false),
+                (false, None, None) => (median, false),
+            };
+            Obs {
+                feat: layout.encode(ctx.space, &t.params),
+                params: t.params.clone(),
+                z,
+                complete,
+                failed,
+                seconds: None,
+            }
+        })
+        .collect();
     Some(obs)
 }
 

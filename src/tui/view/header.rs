@@ -170,7 +170,7 @@ pub(super) fn render_header(frame: &mut Frame, area: Rect, state: &UiState, them
         .info
         .as_ref()
         .and_then(|i| i.exploration)
-        .and_then(|r| crate::events::exploring_note(&r, next, c.complete));
+        .and_then(|r| crate::events::exploring_note(&r, next, c.complete, c.complete + c.pruned));
     let mut l3 = counts(true);
     let exploring_shown = exploring.is_some();
     if let Some(note) = exploring {
