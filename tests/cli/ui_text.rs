@@ -197,7 +197,11 @@ fn the_lines_say_the_sampler_still_explores_once_pruning_leaves_too_few_complete
                 "; sampler: exploring (Sobol) until 2 trials complete{until}; 1 complete, {n} pruned"
             );
             assert_eq!(line.ends_with(&note), shown, "{sampler}, trial {n}: {line}");
-            assert_eq!(line.contains("exploring"), shown, "{sampler}, trial {n}: {line}");
+            assert_eq!(
+                line.contains("exploring"),
+                shown,
+                "{sampler}, trial {n}: {line}"
+            );
         }
     }
 }
