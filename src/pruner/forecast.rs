@@ -98,78 +98,123 @@ pub fn forecast(
     (r, y): (f64, f64),
     confidence: f64,
 ) -> Option<Forecast> {
-    // Per reference: (its loss at r, its rate before r, its improvement still to come).
-    let rows: Vec<(f64, Option<f64>, f64)> = refs
-        .iter()
-        .filter_map(|k| {
-            let yk = k.at(r)?;
-            if !reached(k.reach(), r) {
-                return None;
-            }
-            let sk = earlier.and_then(|(r0, _)| Some(rate(k.at(r0)?, yk, r0, r)));
-            Some((yk, sk, k.last() - yk))
+    Matched::at(refs, earlier.map(|p| p.0), r)?.forecast(earlier.map(|p| p.1), y, confidence)
+}
+
+/// The references read where a curve stands: at `r` (and `r₀`, the curve's earlier point, if
+/// any), what [`forecast`] matches a curve against. Curves that stand at the same `r₀` and `r`
+/// (trials pruned at the same rung) share one: a model that forecasts many of them reads the
+/// references once.
+pub struct Matched {
+    r0: Option<f64>,
+    r: f64,
+    /// Per reference: its loss at `r`, its rate before `r`, its improvement still to come.
+    rows: Vec<(f64, Option<f64>, f64)>,
+    /// The spread of the references' losses and rates at `r` (before the floor).
+    spread_y: f64,
+    spread_s: f64,
+    /// The scale of what is left to gain.
+    scale: f64,
+}
+
+impl Matched {
+    /// `None` without a reference that reaches `r`.
+    pub fn at(refs: &[Reference], r0: Option<f64>, r: f64) -> Option<Matched> {
+        let rows: Vec<(f64, Option<f64>, f64)> = refs
+            .iter()
+            .filter_map(|k| {
+                let yk = k.at(r)?;
+                if !reached(k.reach(), r) {
+                    return None;
+                }
+                let sk = r0.and_then(|r0| Some(rate(k.at(r0)?, yk, r0, r)));
+                Some((yk, sk, k.last() - yk))
+            })
+            .collect();
+        if rows.is_empty() {
+            return None;
+        }
+        let spread = |v: &mut dyn Iterator<Item = f64>| -> f64 {
+            let v: Vec<f64> = v.collect();
+            let n = v.len() as f64;
+            let m = v.iter().sum::<f64>() / n;
+            (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / n).sqrt()
+        };
+        let spread_y = spread(&mut rows.iter().map(|r| r.0));
+        let spread_s = spread(&mut rows.iter().filter_map(|r| r.1));
+        // The scale of what is left to gain, so that a band never collapses to a point on a
+        // handful of identical references.
+        let scale = rows.iter().map(|r| r.2.abs()).sum::<f64>() / rows.len() as f64;
+        Some(Matched {
+            r0,
+            r,
+            rows,
+            spread_y,
+            spread_s,
+            scale,
         })
-        .collect();
-    if rows.is_empty() {
-        return None;
     }
-    let s = earlier.map(|(r0, y0)| rate(y0, y, r0, r));
-    let spread = |v: &mut dyn Iterator<Item = f64>| -> f64 {
-        let v: Vec<f64> = v.collect();
-        let n = v.len() as f64;
-        let m = v.iter().sum::<f64>() / n;
-        (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / n).sqrt()
-    };
-    // Standardise each feature over the references, with a floor so that identical curves do
-    // not make every difference infinite.
-    let floor = 1e-6 * (1.0 + y.abs());
-    let sd_y = spread(&mut rows.iter().map(|r| r.0)).max(floor);
-    let sd_s = spread(&mut rows.iter().filter_map(|r| r.1)).max(floor);
-    let dist: Vec<f64> = rows
-        .iter()
-        .map(|(yk, sk, _)| {
-            let dy = (y - yk) / sd_y;
-            let ds = match (s, sk) {
-                (Some(s), Some(sk)) => (s - sk) / sd_s,
-                _ => 0.0,
-            };
-            (dy * dy + ds * ds).sqrt()
+
+    /// The forecast of a curve at loss `y` here, `y0` at `r₀` (given iff `r₀` was).
+    pub fn forecast(&self, y0: Option<f64>, y: f64, confidence: f64) -> Option<Forecast> {
+        let rows = &self.rows;
+        let s = match (self.r0, y0) {
+            (Some(r0), Some(y0)) => Some(rate(y0, y, r0, self.r)),
+            _ => None,
+        };
+        // Standardise each feature over the references, with a floor so that identical curves
+        // do not make every difference infinite.
+        let floor = 1e-6 * (1.0 + y.abs());
+        let sd_y = self.spread_y.max(floor);
+        let sd_s = self.spread_s.max(floor);
+        let dist: Vec<f64> = rows
+            .iter()
+            .map(|(yk, sk, _)| {
+                let dy = (y - yk) / sd_y;
+                let ds = match (s, sk) {
+                    (Some(s), Some(sk)) => (s - sk) / sd_s,
+                    _ => 0.0,
+                };
+                (dy * dy + ds * ds).sqrt()
+            })
+            .collect();
+        let k = ((rows.len() as f64).sqrt().ceil() as usize)
+            .max(3)
+            .min(rows.len());
+        // The nearest and the k-th nearest: a selection, not a sort.
+        let mut order = dist.clone();
+        let (_, kth, _) = order.select_nth_unstable_by(k - 1, f64::total_cmp);
+        let h = kth.max(0.25);
+        let nearest = dist.iter().copied().fold(f64::INFINITY, f64::min);
+        let w: Vec<f64> = dist
+            .iter()
+            .map(|d| (-(d / h).powi(2) / 2.0).exp())
+            .collect();
+        let sw: f64 = w.iter().sum();
+        let mean_d = rows.iter().zip(&w).map(|(r, w)| w * r.2).sum::<f64>() / sw;
+        let var_d = rows
+            .iter()
+            .zip(&w)
+            .map(|(r, w)| w * (r.2 - mean_d).powi(2))
+            .sum::<f64>()
+            / sw;
+        let support = sw * sw / w.iter().map(|w| w * w).sum::<f64>();
+        // Far from every complete curve, the neighbours say little: widen by the distance to
+        // the nearest (in standard deviations of the features) past one.
+        let far = nearest.max(1.0);
+        let sd = (var_d * (1.0 + 1.0 / support))
+            .sqrt()
+            .max(0.05 * self.scale)
+            * far;
+        let z = z_of(confidence);
+        let mean = y + mean_d;
+        Some(Forecast {
+            mean,
+            low: mean - z * sd,
+            high: mean + z * sd,
+            support,
         })
-        .collect();
-    let mut sorted = dist.clone();
-    sorted.sort_by(f64::total_cmp);
-    let k = ((rows.len() as f64).sqrt().ceil() as usize)
-        .max(3)
-        .min(rows.len());
-    let h = sorted[k - 1].max(0.25);
-    let w: Vec<f64> = dist
-        .iter()
-        .map(|d| (-(d / h).powi(2) / 2.0).exp())
-        .collect();
-    let sw: f64 = w.iter().sum();
-    let mean_d = rows.iter().zip(&w).map(|(r, w)| w * r.2).sum::<f64>() / sw;
-    let var_d = rows
-        .iter()
-        .zip(&w)
-        .map(|(r, w)| w * (r.2 - mean_d).powi(2))
-        .sum::<f64>()
-        / sw;
-    let support = sw * sw / w.iter().map(|w| w * w).sum::<f64>();
-    // Far from every complete curve, the neighbours say little: widen by the distance to the
-    // nearest (in standard deviations of the features) past one.
-    let far = sorted[0].max(1.0);
-    // The scale of what is left to gain, so that a band never collapses to a point on a
-    // handful of identical references.
-    let scale = rows.iter().map(|r| r.2.abs()).sum::<f64>() / rows.len() as f64;
-    let sd = (var_d * (1.0 + 1.0 / support)).sqrt().max(0.05 * scale) * far;
-    let z = z_of(confidence);
-    let mean = y + mean_d;
-    Some(Forecast {
-        mean,
-        low: mean - z * sd,
-        high: mean + z * sd,
-        support,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -240,6 +240,10 @@ pub struct MultifidelityArgs {
     /// Also print a table per problem.
     #[arg(long)]
     pub per_problem: bool,
+    /// Instead of the scores: the ask time of each sampler at this many finished trials with
+    /// 20 reports or more each (on power_hartmann6 and crossing_bowl, the forecast pruner).
+    #[arg(long)]
+    pub ask_time: Option<usize>,
 }
 
 #[derive(Debug, Args)]

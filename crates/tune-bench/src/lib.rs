@@ -13,6 +13,7 @@
 pub mod cli;
 pub mod cost;
 pub mod curves;
+pub mod mf_ask;
 pub mod multi;
 pub mod multifidelity;
 pub mod optimizers;

@@ -643,6 +643,26 @@ pub fn render(opts: &Options, m: &Measured) -> String {
 
 pub fn run(a: &MultifidelityArgs) -> anyhow::Result<ExitCode> {
     let opts = Options::from_args(a)?;
+    if let Some(n) = a.ask_time {
+        for name in ["power_hartmann6", "crossing_bowl"] {
+            let problem = curves::curve_problems()
+                .into_iter()
+                .find(|p| p.name == name)
+                .context("a learning-curve problem of the family")?;
+            let mut kinds: Vec<SamplerKind> = Vec::new();
+            for arm in &opts.arms {
+                if !kinds.contains(&arm.sampler) {
+                    kinds.push(arm.sampler);
+                }
+            }
+            let rows = kinds
+                .into_iter()
+                .map(|kind| crate::mf_ask::measure(&problem, kind, n))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            println!("{}", crate::mf_ask::render(name, n, &rows));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let t0 = Instant::now();
     let m = measure(&opts)?;
     print!("{}", render(&opts, &m));

@@ -174,7 +174,7 @@ pub struct RunTrace {
 }
 
 /// CPU time of the calling thread, in ms (NaN where the clock is not available).
-fn thread_cpu_ms() -> f64 {
+pub(crate) fn thread_cpu_ms() -> f64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

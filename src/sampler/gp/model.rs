@@ -2,13 +2,16 @@
 //! [`Warp`]), the kernel's hyper-parameters ([`fit_theta`]) and the posterior with the pending
 //! trials as fantasies ([`posterior`]). Its tuned constants are in [`GpPolicy`].
 
+use std::collections::HashMap;
+
 use rand::Rng;
 use rand_distr::StandardNormal;
 
 use super::GpPolicy;
 use super::fit::{self, FitData, Posterior};
 use super::kernel::Layout;
-use crate::pruner::forecast::{Reference, forecast};
+
+use crate::pruner::forecast::{Matched, Reference};
 use crate::sampler::{AskContext, MIN_AT_RUNG_TO_MODEL, MIN_COMPLETE_TO_MODEL};
 use crate::space::{Params, Space};
 use crate::trial::{Direction, FinishedTrial, Outcome};
@@ -165,9 +168,11 @@ const MIN_CURVES_TO_FORECAST: usize = 3;
 
 /// The forecast final loss of a pruned trial from its curve (`(step, value)` in report order),
 /// matched against the complete trials' curves `refs`; `None` with too few of them, no finite
-/// point, or no complete curve that reaches where it stopped.
+/// point, or no complete curve that reaches where it stopped. `matched` holds the references
+/// read at each `(r₀, r)` already met: trials pruned at the same rung share them.
 pub(super) fn forecast_final(
     refs: &[Reference],
+    matched: &mut HashMap<(Option<u64>, u64), Option<Matched>>,
     curve: &[(u64, f64)],
     direction: Direction,
 ) -> Option<f64> {
@@ -181,7 +186,11 @@ pub(super) fn forecast_final(
         .collect();
     let &(r, y) = points.last()?;
     let earlier = points.iter().rev().find(|p| p.0 < r).copied();
-    forecast(refs, earlier, (r, y), 0.9)
+    matched
+        .entry((earlier.map(|p| p.0.to_bits()), r.to_bits()))
+        .or_insert_with(|| Matched::at(refs, earlier.map(|p| p.0), r))
+        .as_ref()?
+        .forecast(earlier.map(|p| p.1), y, 0.9)
         .map(|f| f.mean)
         .filter(|m| m.is_finite())
 }
@@ -254,6 +263,7 @@ pub(super) fn observations(
     zs.sort_by(f64::total_cmp);
     let worst = zs[zs.len() - 1];
     let median = quantile(&zs, 0.5);
+    let mut matched = HashMap::new();
     let mut obs = Vec::with_capacity(ctx.history.len());
     for t in ctx.history {
         // Failed and diverged trials get the worst value seen (they teach the model where
@@ -273,7 +283,7 @@ pub(super) fn observations(
                 }
             }
             Outcome::Pruned { .. }
-                if let Some(f) = forecast_final(&refs, &t.curve, ctx.direction) =>
+                if let Some(f) = forecast_final(&refs, &mut matched, &t.curve, ctx.direction) =>
             {
                 (warp.apply(f), false)
             }
