@@ -27,6 +27,9 @@
 #   postgresql  (with --postgres) Debian's PostgreSQL 15 server binaries and iproute2 (`ip`), for
 #               the tests that start their own throwaway server, alone and in network namespaces.
 #               No cluster is left running: the package's default one is stopped.
+#   slurm-wlm, munge  (with --slurm) Debian's Slurm (slurmctld, slurmd, sbatch, ...) and MUNGE, for
+#               the tests that start their own single-node cluster (tests/cli/slurm.rs). No
+#               daemon is left running: the packages' own services are stopped.
 #   /usr/share/datasets/fashion-mnist  Debian's dataset-fashion-mnist, the quickstart's data.
 # Idempotent: a second run checks the stamps and returns at once.
 set -euo pipefail
@@ -41,17 +44,18 @@ PY=${PYTHON:-python3}
 TCH_VERSION=0.26              # crates/tune-train/Cargo.toml pins tch and torch-sys to it
 
 usage() {
-  echo "usage: scripts/setup.sh [--libtorch] [--cuda [--torch-python PYTHON] [--check]] [--python-tests] [--postgres] [--bench]" >&2
+  echo "usage: scripts/setup.sh [--libtorch] [--cuda [--torch-python PYTHON] [--check]] [--python-tests] [--postgres] [--slurm] [--bench]" >&2
   exit 2
 }
 
-WANT_LIBTORCH=no WANT_PYTHON_TESTS=no WANT_BENCH=no WANT_CUDA=no WANT_POSTGRES=no CHECK_ONLY=no
+WANT_LIBTORCH=no WANT_PYTHON_TESTS=no WANT_BENCH=no WANT_CUDA=no WANT_POSTGRES=no WANT_SLURM=no CHECK_ONLY=no
 TORCH_PYTHON=
 while [ $# -gt 0 ]; do
   case "$1" in
     --libtorch) WANT_LIBTORCH=yes ;;
     --python-tests) WANT_PYTHON_TESTS=yes ;;
     --postgres) WANT_POSTGRES=yes ;;
+    --slurm) WANT_SLURM=yes ;;
     --bench) WANT_BENCH=yes WANT_LIBTORCH=yes ;;
     --cuda) WANT_CUDA=yes ;;
     --check) CHECK_ONLY=yes ;;
@@ -234,6 +238,20 @@ fi
 if [ "$WANT_POSTGRES" = yes ] && ! command -v ip >/dev/null 2>&1; then
   echo "setup: installing iproute2 (Debian package) for the multi-host test" >&2
   apt_install iproute2 || { echo "setup: could not install iproute2 with apt-get" >&2; exit 1; }
+fi
+
+# Slurm for the tests that submit the sbatch script to a real (private, single-node) cluster.
+if [ "$WANT_SLURM" = yes ] && { [ ! -x /usr/sbin/slurmctld ] || [ ! -x /usr/sbin/slurmd ] || [ ! -x /usr/sbin/munged ] || ! command -v sbatch >/dev/null 2>&1; }; then
+  echo "setup: installing slurm-wlm and munge (Debian packages) for the Slurm tests" >&2
+  if ! apt_install slurm-wlm munge; then
+    echo "setup: could not install slurm-wlm and munge with apt-get; the Slurm tests need slurmctld, slurmd, sbatch and munged" >&2
+    exit 1
+  fi
+  # Where the packages start their services, stop them: the tests run their own daemons, on
+  # their own ports and sockets.
+  for s in slurmctld slurmd munge; do
+    service "$s" stop >/dev/null 2>&1 || true
+  done
 fi
 
 # Tools a test uses when present and says it skipped without: a failed install only warns.

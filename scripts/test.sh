@@ -2,7 +2,8 @@
 # Runs every test of tune on a fresh machine (Rust and Python present, nothing else), in the
 # order that proves the orchestrator needs no libtorch:
 #   1. the test tools and data (no libtorch; a PostgreSQL server for the tests that need one,
-#      which must then run, never skip), then `tune` alone: `cargo build -p tune` and
+#      which must then run, never skip; Slurm and MUNGE for the tests that start a private
+#      single-node cluster, which must run too), then `tune` alone: `cargo build -p tune` and
 #      `cargo test -p tune`, with LIBTORCH pointing nowhere;
 #   2. libtorch, then the whole workspace: `cargo build --workspace` (which builds `tune-worker`
 #      beside `tune`) and the trainer's tests, `cargo test --workspace --exclude tune`; then
@@ -13,11 +14,13 @@
 #   ./scripts/test.sh space::    # extra arguments go to both `cargo test` runs (a filter)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh --python-tests --postgres
+./scripts/setup.sh --python-tests --postgres --slurm
 # Formatting is checked before anything is built: it fails in a second, not after the tests.
 cargo fmt --all -- --check
 # The PostgreSQL tests must run here, never say "skipped": the set-up above installed the server.
 export TUNE_REQUIRE_PG=1
+# Likewise the Slurm tests: the set-up above installed Slurm and MUNGE.
+export TUNE_REQUIRE_SLURM=1
 
 # .cargo/config.toml points LIBTORCH at .libtorch for the trainer's build, but cargo's [env]
 # never overrides a variable that is already set: with this one, anything in `tune` that

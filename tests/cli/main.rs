@@ -24,6 +24,7 @@ mod queries;
 mod recovery;
 mod setup_script;
 mod shared_db;
+mod slurm;
 mod studies;
 mod ui_text;
 mod without_worker;
