@@ -240,6 +240,16 @@ pub struct MultifidelityArgs {
     /// Also print a table per problem.
     #[arg(long)]
     pub per_problem: bool,
+    /// Print the selected problems as one JSON object instead of running (name, epochs,
+    /// optimum, space, random search's median final loss at each budget), for other
+    /// optimizers' harnesses (python/multifidelity_bench.py).
+    #[arg(long, conflicts_with = "serve")]
+    pub list: bool,
+    /// Answer evaluations instead of running: reads JSON lines `{"problem", "seed", "params",
+    /// "epoch", "trial"}` on standard input, writes `{"value", "final"}` lines (the reported
+    /// loss at that epoch and the true final loss; null for NaN) or `{"error"}`.
+    #[arg(long)]
+    pub serve: bool,
 }
 
 #[derive(Debug, Args)]
