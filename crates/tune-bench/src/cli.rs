@@ -244,6 +244,16 @@ pub struct MultifidelityArgs {
     /// 20 reports or more each (on power_hartmann6 and crossing_bowl, the forecast pruner).
     #[arg(long)]
     pub ask_time: Option<usize>,
+    /// Print the selected problems as one JSON object instead of running (name, epochs,
+    /// optimum, space, random search's median final loss at each budget), for other
+    /// optimizers' harnesses (python/multifidelity_bench.py).
+    #[arg(long, conflicts_with = "serve")]
+    pub list: bool,
+    /// Answer evaluations instead of running: reads JSON lines `{"problem", "seed", "params",
+    /// "epoch", "trial"}` on standard input, writes `{"value", "final"}` lines (the reported
+    /// loss at that epoch and the true final loss; null for NaN) or `{"error"}`.
+    #[arg(long)]
+    pub serve: bool,
 }
 
 #[derive(Debug, Args)]

@@ -209,7 +209,7 @@ pub fn run_one(
                 *w = Some(Live {
                     id: trial.id,
                     number: trial.number.0,
-                    curve: problem.curve(&trial.params),
+                    curve: problem.run_curve(&trial.params, seed)?,
                     epoch: 0,
                 });
             }
@@ -314,7 +314,7 @@ pub struct Options {
 
 impl Options {
     pub fn from_args(a: &MultifidelityArgs) -> anyhow::Result<Options> {
-        let all = curves::curve_problems();
+        let all = curves::all_problems()?;
         let problems: Vec<CurveProblem> = if a.problems == "all" {
             all
         } else {
@@ -450,7 +450,8 @@ pub struct Measured {
     pub cells: Vec<Vec<Cell>>,
 }
 
-pub fn measure(opts: &Options) -> anyhow::Result<Measured> {
+/// Per problem and budget, random search's median true final loss without pruning.
+pub fn reference(opts: &Options) -> anyhow::Result<Vec<Vec<f64>>> {
     let ref_tasks: Vec<(usize, u64)> = (0..opts.problems.len())
         .flat_map(|p| (0..opts.ref_seeds).map(move |s| (p, REF_SEED_BASE + s)))
         .collect();
@@ -472,6 +473,11 @@ pub fn measure(opts: &Options) -> anyhow::Result<Measured> {
                 .collect()
         })
         .collect();
+    Ok(reference)
+}
+
+pub fn measure(opts: &Options) -> anyhow::Result<Measured> {
+    let reference = reference(opts)?;
     let tasks: Vec<(usize, usize, u64)> = (0..opts.arms.len())
         .flat_map(|a| {
             (0..opts.problems.len()).flat_map(move |p| (0..opts.seeds).map(move |s| (a, p, s)))
@@ -499,7 +505,7 @@ pub fn measure(opts: &Options) -> anyhow::Result<Measured> {
             let scores = (0..opts.budgets.len())
                 .map(|b| {
                     mine.iter()
-                        .map(|r| score(r.best[b], curves::OPTIMUM, reference[b]))
+                        .map(|r| score(r.best[b], opts.problems[p].optimum(), reference[b]))
                         .collect()
                 })
                 .collect();
@@ -641,6 +647,107 @@ pub fn render(opts: &Options, m: &Measured) -> String {
     out
 }
 
+/// `--list`: the selected problems, for another harness to drive through `--serve`.
+pub fn list(opts: &Options) -> anyhow::Result<serde_json::Value> {
+    let reference = reference(opts)?;
+    let mut problems = Vec::new();
+    for (p, reference) in opts.problems.iter().zip(reference) {
+        let space = p.space_table()?;
+        problems.push(serde_json::json!({
+            "name": p.name,
+            "shape": p.shape.name(),
+            "base": p.base.name(),
+            "epochs": p.epochs,
+            "optimum": p.optimum(),
+            "noise": p.noise,
+            "space": space,
+            "reference": reference,
+        }));
+    }
+    Ok(serde_json::json!({
+        "budgets": opts.budgets,
+        "ref_seeds": opts.ref_seeds,
+        "q": opts.q,
+        "chance": V0,
+        "problems": problems,
+    }))
+}
+
+/// Answers one `--serve` line: the reported loss at the epoch (noise drawn from the seed, the
+/// trial and the epoch, as in `run_one`) and the true final loss.
+pub fn serve_line(problems: &[CurveProblem], line: &str) -> anyhow::Result<serde_json::Value> {
+    let r: serde_json::Value = serde_json::from_str(line).context("not a JSON line")?;
+    let r = r.as_object().context("not a JSON object")?;
+    if let Some(k) = r
+        .keys()
+        .find(|k| !["problem", "seed", "params", "epoch", "trial"].contains(&k.as_str()))
+    {
+        anyhow::bail!("unknown key `{k}` (keys: problem, seed, params, epoch, trial)");
+    }
+    let int = |k: &str, default: Option<u64>| -> anyhow::Result<u64> {
+        match r.get(k) {
+            Some(v) => v
+                .as_u64()
+                .with_context(|| format!("`{k}`: {v} is not a non-negative integer")),
+            None => default.with_context(|| format!("`{k}` is missing")),
+        }
+    };
+    let name = r
+        .get("problem")
+        .and_then(|v| v.as_str())
+        .context("`problem` is missing or not a string")?;
+    let (seed, epoch, trial) = (
+        int("seed", None)?,
+        int("epoch", None)?,
+        int("trial", Some(0))?,
+    );
+    let p = problems
+        .iter()
+        .find(|p| p.name == name)
+        .with_context(|| format!("no problem named {name:?}"))?;
+    anyhow::ensure!(
+        (1..=p.epochs).contains(&epoch),
+        "epoch {epoch} is not in 1..={} of {}",
+        p.epochs,
+        p.name
+    );
+    let mut params = tune::space::Params::new();
+    for (k, v) in r
+        .get("params")
+        .and_then(|v| v.as_object())
+        .context("`params` is missing or not an object")?
+    {
+        let v = tune::space::ParamValue::from_json(v)
+            .with_context(|| format!("param `{k}`: {v} is not a number, string or boolean"))?;
+        params.insert(k.clone(), v);
+    }
+    p.space()?
+        .validate(&params)
+        .with_context(|| format!("params of {}", p.name))?;
+    let curve = p.run_curve(&params, seed)?;
+    let truth = curve.losses[(epoch - 1) as usize];
+    let value = observe(p, truth, seed, trial, epoch);
+    let finite = |v: f64| v.is_finite().then_some(v);
+    Ok(serde_json::json!({ "value": finite(value), "final": finite(curve.last()) }))
+}
+
+fn serve(opts: &Options) -> anyhow::Result<()> {
+    use std::io::{BufRead, Write};
+    let stdin = std::io::stdin();
+    let mut out = std::io::stdout().lock();
+    for line in stdin.lock().lines() {
+        let line = line.context("reading standard input")?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let answer = serve_line(&opts.problems, &line)
+            .unwrap_or_else(|e| serde_json::json!({ "error": format!("{e:#}") }));
+        writeln!(out, "{answer}").context("writing standard output")?;
+        out.flush().context("writing standard output")?;
+    }
+    Ok(())
+}
+
 pub fn run(a: &MultifidelityArgs) -> anyhow::Result<ExitCode> {
     let opts = Options::from_args(a)?;
     if let Some(n) = a.ask_time {
@@ -661,6 +768,14 @@ pub fn run(a: &MultifidelityArgs) -> anyhow::Result<ExitCode> {
                 .collect::<anyhow::Result<Vec<_>>>()?;
             println!("{}", crate::mf_ask::render(name, n, &rows));
         }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if a.serve {
+        serve(&opts)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if a.list {
+        println!("{}", list(&opts)?);
         return Ok(ExitCode::SUCCESS);
     }
     let t0 = Instant::now();
@@ -770,5 +885,91 @@ mod tests {
         assert_eq!(worst, 20.0);
         let cells = [cell(vec![0.0, 100.0]), cell(vec![0.0, 100.0])];
         assert_eq!(summary(&cells, 0), (50.0, 0.0));
+    }
+
+    #[test]
+    fn serve_answers_the_reported_and_the_true_final_loss_of_the_same_problems() {
+        let problems = curves::all_problems().unwrap();
+        let p = problem(curves::Shape::PowerLaw);
+        let params = p
+            .space()
+            .unwrap()
+            .from_unit(&vec![0.4; p.space().unwrap().len()]);
+        let curve = p.curve(&params);
+        let json = serde_json::to_value(&params).unwrap();
+        let line = serde_json::json!({"problem": p.name, "seed": 3, "params": json, "epoch": 5});
+        let a = serve_line(&problems, &line.to_string()).unwrap();
+        assert_eq!(a["value"].as_f64().unwrap(), curve.losses[4]);
+        assert_eq!(a["final"].as_f64().unwrap(), curve.last());
+        // The recorded problem: the seed picks the run.
+        let real = problems.iter().find(|p| p.table.is_some()).unwrap();
+        let params = real
+            .space()
+            .unwrap()
+            .from_unit(&vec![0.9; real.space().unwrap().len()]);
+        let json = serde_json::to_value(&params).unwrap();
+        let line = serde_json::json!({"problem": real.name, "seed": 1, "params": json, "epoch": 2});
+        let a = serve_line(&problems, &line.to_string()).unwrap();
+        let run = real.run_curve(&params, 1).unwrap();
+        assert_eq!(
+            a["value"].as_f64(),
+            run.losses[1].is_finite().then_some(run.losses[1])
+        );
+        // Mistakes are named.
+        let bad = serde_json::json!({"problem": "nope", "seed": 1, "params": {}, "epoch": 2});
+        let e = format!("{:#}", serve_line(&problems, &bad.to_string()).unwrap_err());
+        assert!(e.contains("no problem named \"nope\""), "{e}");
+        let bad = serde_json::json!({"problem": p.name, "seed": 1, "params": json, "epoch": 99});
+        let e = format!("{:#}", serve_line(&problems, &bad.to_string()).unwrap_err());
+        assert!(e.contains("epoch 99 is not in 1..=27"), "{e}");
+    }
+
+    #[test]
+    fn list_gives_every_selected_problem_its_space_optimum_and_reference() {
+        let opts = Options {
+            problems: curves::all_problems()
+                .unwrap()
+                .into_iter()
+                .filter(|p| p.name == "real_digits_mlp" || p.name == "crossing_bowl")
+                .collect(),
+            arms: vec![],
+            seeds: 1,
+            ref_seeds: 3,
+            budgets: vec![2.0, 4.0],
+            q: 1,
+            jobs: 1,
+            per_problem: false,
+        };
+        let l = list(&opts).unwrap();
+        let ps = l["problems"].as_array().unwrap();
+        assert_eq!(ps.len(), 2);
+        for (p, j) in opts.problems.iter().zip(ps) {
+            assert_eq!(j["name"], p.name.as_str());
+            assert_eq!(j["optimum"].as_f64().unwrap(), p.optimum());
+            let reference = j["reference"].as_array().unwrap();
+            assert_eq!(reference.len(), 2);
+            assert!(reference[1].as_f64().unwrap() >= p.optimum());
+            // The space round-trips into the problem's own.
+            let t: toml::Table = serde_json::from_value(j["space"].clone()).unwrap();
+            assert_eq!(
+                tune::space::Space::from_toml(&t).unwrap(),
+                p.space().unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn the_recorded_problem_is_scored_against_its_table_optimum() {
+        let p = curves::all_problems()
+            .unwrap()
+            .into_iter()
+            .find(|p| p.table.is_some())
+            .unwrap();
+        let r = run_one(&p, arm(SamplerKind::Random, PrunerArm::Asha), 2, 1, &[5.0]).unwrap();
+        assert!(r.best[0] >= p.optimum());
+        assert!(
+            r.trials > 5,
+            "ASHA starts more than five trials in five trials' compute"
+        );
     }
 }
