@@ -157,13 +157,15 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
     let workers = workers::check(raw.workers.as_ref()).map_err(at_file)?;
     let trial =
         trial::check(&raw.trial, &space, &dir, workers.gpu_memory_fraction).map_err(at_file)?;
-    // Builtin studies train for a known number of epochs: ASHA over epochs is their default
-    // pruner, and an epoch-based pruner's full resource is that number unless the table says.
+    // Builtin studies train for a known number of epochs: stopping by prediction over epochs
+    // (ASHA for several objectives) is their default pruner, and an epoch-based pruner's full
+    // resource is that number unless the table says.
     let epochs = match &trial {
         TrialSpec::Builtin(b) => search::builtin_epochs(b, &space),
         TrialSpec::Command(_) => None,
     };
-    let pruner = search::pruner(raw.pruner.as_ref(), epochs).map_err(at_file)?;
+    let multi = head.objectives.len() > 1;
+    let pruner = search::pruner(raw.pruner.as_ref(), epochs, multi).map_err(at_file)?;
     let enqueue = search::enqueue(&raw.enqueue, &space).map_err(at_file)?;
 
     let (first, others) = head

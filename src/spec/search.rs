@@ -79,14 +79,17 @@ pub(super) fn sampler(raw: Option<&RawSampler>) -> Result<(SamplerKind, SamplerO
     Ok((sampler, sampler_options))
 }
 
-/// `[pruner]`, or the default: ASHA over epochs for a builtin trial that trains `epochs`
-/// epochs at most, no pruning for a command. An epoch-based pruner's full resource is
-/// `epochs` unless the table says.
+/// `[pruner]`, or the default: for a builtin trial that trains `epochs` epochs at most,
+/// stopping by prediction over epochs (ASHA over epochs for a `multi`-objective study); no
+/// pruning for a command. An epoch-based pruner's full resource is `epochs` unless the table
+/// says.
 pub(super) fn pruner(
     table: Option<&toml::Table>,
     epochs: Option<u64>,
+    multi: bool,
 ) -> Result<PrunerConfig, Mistake> {
     Ok(match (table, epochs) {
+        (None, Some(e)) if multi => PrunerConfig::builtin_default_multi(e),
         (None, Some(e)) => PrunerConfig::builtin_default(e),
         (None, None) => PrunerConfig::default(),
         (Some(t), e) => {
