@@ -101,6 +101,12 @@ pub enum Command {
         tune discard study.toml --restore 4"
     )]
     Discard(DiscardArgs),
+    /// Which parameters mattered: each parameter's importance for each objective.
+    #[command(after_help = "Examples:\n  \
+        tune importance study.toml\n  \
+        tune importance --study my-study --format json\n  \
+        tune importance study.toml --objective 1 --format csv")]
+    Importance(ImportanceArgs),
     /// Copy studies between databases (SQLite ⇄ PostgreSQL), trials, reports and all.
     #[command(after_help = "Examples:\n  \
         tune copy --from tune.db --to postgresql://tune@db.example/tune --study my-study\n  \
@@ -258,6 +264,35 @@ pub struct TrialsArgs {
     /// Output: `table` for people, `json` (shapes in docs/cli.md) or `csv`.
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportanceArgs {
+    #[command(flatten)]
+    pub study: StudyRef,
+    /// How importance is measured (`ped-anova`: Optuna's default, with its defaults).
+    #[arg(long, value_enum, default_value = "ped-anova")]
+    pub method: ImportanceMethod,
+    /// Output: `text` (bars) for people, `json` (shape in docs/cli.md) or `csv`.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: TextFormat,
+    /// Only this objective (0 is the first) of a multi-objective study; every one otherwise.
+    #[arg(long, value_name = "N")]
+    pub objective: Option<usize>,
+}
+
+/// A parameter-importance method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ImportanceMethod {
+    PedAnova,
+}
+
+/// How an insight command prints: text for people, JSON or CSV for scripts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TextFormat {
+    Text,
+    Json,
+    Csv,
 }
 
 #[derive(Debug, Args)]

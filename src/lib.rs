@@ -12,6 +12,7 @@ pub mod devices;
 pub mod engine;
 pub mod events;
 pub mod fmt;
+pub mod insight;
 pub mod limits;
 pub mod notice;
 pub mod pruner;

@@ -166,6 +166,7 @@ fn main() -> ExitCode {
         Command::Copy(a) => commands::copy::copy(&a),
         Command::Delete(a) => commands::delete::delete(&a, db.as_ref()),
         Command::Discard(a) => commands::discard::discard(&a, db.as_ref()),
+        Command::Importance(a) => commands::importance::importance(&a, db.as_ref()),
     };
     match result {
         Ok(code) => code,

@@ -7,6 +7,7 @@ pub mod copy;
 pub mod delete;
 pub mod discard;
 pub mod enqueue;
+pub mod importance;
 pub mod query;
 pub mod run;
 pub mod watch;

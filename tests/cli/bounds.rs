@@ -552,6 +552,11 @@ const ARGUMENTS: &[(&str, Class)] = &[
     ("copy to", O),
     ("copy study", O),
     ("bench args", O),
+    ("importance study_file", O),
+    ("importance name", O),
+    ("importance method", O),
+    ("importance format", O),
+    ("importance objective", I),
 ];
 
 #[test]

@@ -15,6 +15,7 @@ mod devices;
 mod gpu_check;
 mod gpu_telemetry;
 mod hardening;
+mod importance;
 mod multi_host;
 mod multi_objective;
 mod optuna_compat;
