@@ -44,14 +44,11 @@ pub struct Prediction {
 }
 
 impl Prediction {
-    /// `→ 0.112 [0.098, 0.130]`, the compact form for lines and tables.
+    /// `→ 0.112 [0.0981, 0.130]`, the compact form for lines (three significant digits: a
+    /// forecast is no more precise than that).
     pub fn compact(&self) -> String {
-        format!(
-            "→ {} [{}, {}]",
-            crate::fmt::fmt_value(Some(self.value)),
-            crate::fmt::fmt_value(Some(self.low)),
-            crate::fmt::fmt_value(Some(self.high))
-        )
+        let f = |v: f64| crate::fmt::Precision::LABEL.fmt(v);
+        format!("→ {} [{}, {}]", f(self.value), f(self.low), f(self.high))
     }
 }
 
