@@ -180,6 +180,11 @@ impl Predictor {
     pub fn complete_curves(&self) -> usize {
         self.complete.len()
     }
+
+    /// The complete curves known, in losses (what [`prediction`] takes).
+    pub fn references(&self) -> &[Reference] {
+        &self.complete
+    }
 }
 
 #[cfg(test)]
