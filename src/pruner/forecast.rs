@@ -136,12 +136,15 @@ pub fn forecast(
             (dy * dy + ds * ds).sqrt()
         })
         .collect();
-    let mut sorted = dist.clone();
-    sorted.sort_by(f64::total_cmp);
     let k = ((rows.len() as f64).sqrt().ceil() as usize)
         .max(3)
         .min(rows.len());
-    let h = sorted[k - 1].max(0.25);
+    // The k-th nearest and the nearest, without sorting them all (this runs per report).
+    let mut nearest = dist.clone();
+    let (near, kth, _) = nearest.select_nth_unstable_by(k - 1, f64::total_cmp);
+    let kth = *kth;
+    let first = near.iter().copied().fold(kth, f64::min);
+    let h = kth.max(0.25);
     let w: Vec<f64> = dist
         .iter()
         .map(|d| (-(d / h).powi(2) / 2.0).exp())
@@ -157,7 +160,7 @@ pub fn forecast(
     let support = sw * sw / w.iter().map(|w| w * w).sum::<f64>();
     // Far from every complete curve, the neighbours say little: widen by the distance to the
     // nearest (in standard deviations of the features) past one.
-    let far = sorted[0].max(1.0);
+    let far = first.max(1.0);
     // The scale of what is left to gain, so that a band never collapses to a point on a
     // handful of identical references.
     let scale = rows.iter().map(|r| r.2.abs()).sum::<f64>() / rows.len() as f64;

@@ -72,11 +72,8 @@ pub fn prediction(
     if !max.is_finite() {
         return None;
     }
-    let refs: Vec<&Reference> = complete
-        .iter()
-        .filter(|k| reached(k.reach(), max))
-        .collect();
-    if refs.len() < MIN_CURVES {
+    let reaching = complete.iter().filter(|k| reached(k.reach(), max)).count();
+    if reaching < MIN_CURVES {
         return None;
     }
     let mut own: Vec<(f64, f64)> = curve
@@ -90,8 +87,20 @@ pub fn prediction(
         return None;
     }
     let earlier = own.iter().rev().find(|p| p.0 < now.0 && p.0 > 0.0).copied();
-    let refs: Vec<Reference> = refs.into_iter().cloned().collect();
-    let f = forecast(&refs, earlier, now, BAND)?;
+    // Usually every complete curve reaches the full resource: no copy then (this runs per
+    // report in the UI).
+    let shorter: Vec<Reference>;
+    let refs = if reaching == complete.len() {
+        complete
+    } else {
+        shorter = complete
+            .iter()
+            .filter(|k| reached(k.reach(), max))
+            .cloned()
+            .collect();
+        &shorter
+    };
+    let f = forecast(refs, earlier, now, BAND)?;
     let (a, b) = (direction.loss(f.low), direction.loss(f.high));
     Some(Prediction {
         value: direction.loss(f.mean),
@@ -316,6 +325,32 @@ mod tests {
             "coverage {coverage:.3} of the 80 % band (mean error {mae:.3})"
         );
         assert!(mae < 0.1, "mean error {mae:.3}");
+    }
+
+    /// The cost per report at the size the issue names: 1 000 complete trials of 20 reports.
+    /// `cargo test -p tune --release --lib prediction_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement"]
+    fn prediction_cost_at_a_thousand_trials_of_twenty_reports() {
+        let mut rng = Lcg(5);
+        let refs: Vec<Reference> = (0..1000)
+            .map(|i| Reference::new(simulated(&mut rng, i % 3, 0.01)).unwrap())
+            .collect();
+        let curves: Vec<Vec<(f64, f64)>> =
+            (0..200).map(|i| simulated(&mut rng, i % 3, 0.01)).collect();
+        let start = std::time::Instant::now();
+        let mut n = 0;
+        for c in &curves {
+            for at in 2..20 {
+                assert!(prediction(&c[..at], &refs, Direction::Minimize, None).is_some());
+                n += 1;
+            }
+        }
+        let per = start.elapsed().as_secs_f64() / n as f64;
+        eprintln!(
+            "{n} predictions against 1000 curves: {:.1} µs each",
+            per * 1e6
+        );
     }
 
     #[test]
