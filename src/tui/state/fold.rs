@@ -246,18 +246,17 @@ impl UiState {
         if state.is_finished() && state != TrialState::Pruned {
             row.predicted = None;
         }
-        if state == TrialState::Complete {
-            if !t.discarded
-                && self.referenced.insert(t.number)
-                && let Some(info) = &self.info
-                && let Some(k) = crate::pruner::forecast::Reference::new(
-                    row.curve
-                        .iter()
-                        .map(|&(s, v)| (s as f64, info.direction.loss(v))),
-                )
-            {
-                self.references.push(k);
-            }
+        if state == TrialState::Complete
+            && !t.discarded
+            && self.referenced.insert(t.number)
+            && let Some(info) = &self.info
+            && let Some(k) = crate::pruner::forecast::Reference::new(
+                row.curve
+                    .iter()
+                    .map(|&(s, v)| (s as f64, info.direction.loss(v))),
+            )
+        {
+            self.references.push(k);
         }
         self.note_params(i);
         if was_best {
