@@ -453,6 +453,37 @@ pub fn best(args: &BestArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
+/// The predicted final value of a running or pruned trial from its stored reports (issue 26),
+/// matched against the curves of the study's complete trials as stored now (by step);
+/// `None` before three complete curves.
+fn predicted_final(
+    storage: &dyn Storage,
+    study: &StudyRow,
+    reports: &[crate::storage::StoredReport],
+) -> anyhow::Result<Option<crate::pruner::prediction::Prediction>> {
+    use crate::pruner::prediction::{Predictor, prediction};
+    let all = storage.reports(study)?;
+    let mut complete = Predictor::new(study.direction, study.metric.clone());
+    for t in storage.trials(study, Some(TrialState::Complete))? {
+        if !t.discarded
+            && let Some(r) = all.get(&t.number)
+        {
+            complete.add_complete(r);
+        }
+    }
+    let curve: Vec<(f64, f64)> = reports
+        .iter()
+        .filter(|r| !r.is_final)
+        .filter_map(|r| Some((r.report.step as f64, *r.report.metrics.get(&study.metric)?)))
+        .collect();
+    Ok(prediction(
+        &curve,
+        complete.references(),
+        study.direction,
+        None,
+    ))
+}
+
 pub fn show(args: &ShowArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> {
     let mut number = None;
     let mut file = None;
@@ -473,6 +504,10 @@ pub fn show(args: &ShowArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode
         .trial(&study, TrialNumber(number))?
         .ok_or_else(|| bad(format!("study `{}` has no trial {number}", study.name)))?;
     let reports = storage.trial_reports(row.id)?;
+    let predicted = match row.state() {
+        TrialState::Running | TrialState::Pruned => predicted_final(&*storage, &study, &reports)?,
+        _ => None,
+    };
     match args.format {
         Format::Csv => {
             // The learning curve: one row per report, every metric a column.
@@ -542,6 +577,20 @@ pub fn show(args: &ShowArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode
                     "pruned_reason".into(),
                     serde_json::json!(row.status.pruned_reason()),
                 );
+                m.insert(
+                    "predicted".into(),
+                    match predicted {
+                        Some(p) => serde_json::json!({
+                            "value": p.value,
+                            "low": p.low,
+                            "high": p.high,
+                            "band": crate::pruner::prediction::BAND,
+                            "at_step": p.at_step,
+                            "from_curves": p.from_curves,
+                        }),
+                        None => serde_json::Value::Null,
+                    },
+                );
             }
             print_json(&v)?;
         }
@@ -599,6 +648,19 @@ pub fn show(args: &ShowArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode
             }
             if let Some(reason) = row.status.pruned_reason() {
                 println!("pruned {reason}");
+            }
+            if let Some(p) = predicted {
+                let what = match row.state() {
+                    TrialState::Pruned => "would have reached",
+                    _ => "predicted final",
+                };
+                println!(
+                    "{what}: {} {} (80 % band, from step {} against {} complete curves)",
+                    study.metric,
+                    p.compact(),
+                    p.at_step,
+                    p.from_curves
+                );
             }
             if let TrialStatus::Failed {
                 reason, log_tail, ..

@@ -31,6 +31,9 @@ pub struct Printer {
     exploration: Option<super::Exploration>,
     ended: Counted,
     next: u64,
+    /// The running trials' curves and the complete ones', for what a pruned trial would have
+    /// reached (issue 26).
+    predictor: crate::pruner::prediction::Predictor,
 }
 
 /// Finished trials that count toward the budget, by state.
@@ -59,7 +62,7 @@ impl Printer {
     pub fn new(direction: Direction, metric: String) -> Printer {
         Printer {
             direction,
-            metric,
+            metric: metric.clone(),
             best: None,
             others: Vec::new(),
             points: Vec::new(),
@@ -67,6 +70,7 @@ impl Printer {
             exploration: None,
             ended: Counted::default(),
             next: 0,
+            predictor: crate::pruner::prediction::Predictor::new(direction, metric),
         }
     }
 
@@ -189,7 +193,10 @@ impl Printer {
                     fmt_params(params)
                 )
             }
-            Event::TrialReported { .. } => return None,
+            Event::TrialReported { number, report, .. } => {
+                self.predictor.report(number.0, report);
+                return None;
+            }
             Event::GpuSampled { number, usage, .. } => {
                 self.gpu.insert(number.0, *usage);
                 return None;
@@ -216,6 +223,10 @@ impl Printer {
                 };
                 self.ended.add(trial);
                 self.next = self.next.max(trial.number.0 + 1);
+                let predicted = self.predictor.finish(
+                    trial.number.0,
+                    trial.state() == TrialState::Complete && !trial.discarded,
+                );
                 match trial.state() {
                     TrialState::Complete if !self.others.is_empty() => {
                         self.consider(trial);
@@ -253,7 +264,7 @@ impl Printer {
                         )
                     }
                     TrialState::Pruned => format!(
-                        "{stamp} trial {} pruned{}{dur}: {metric}={}{}",
+                        "{stamp} trial {} pruned{}{dur}: {metric}={}{}{}",
                         trial.number,
                         trial
                             .status
@@ -261,6 +272,9 @@ impl Printer {
                             .map(|r| format!(" {r}"))
                             .unwrap_or_default(),
                         fmt_value(trial.value()),
+                        predicted
+                            .map(|p| format!(" (would have reached {})", p.compact()))
+                            .unwrap_or_default(),
                         self.exploring()
                     ),
                     _ => format!(
@@ -641,6 +655,66 @@ mod tests {
             )
             .expect("a line");
         assert!(!failed.contains('\n'), "{failed}");
+    }
+
+    #[test]
+    fn a_pruned_trials_line_says_what_it_would_have_reached_once_three_curves_are_complete() {
+        let mut p = Printer::new(Direction::Minimize, "loss".into());
+        let report = |n: u64, step: u64, v: f64| Event::TrialReported {
+            number: TrialNumber(n),
+            slot: 0,
+            report: crate::trial::Report {
+                step,
+                metrics: [("loss".to_string(), v)].into(),
+            },
+        };
+        let pruned = |n: u64| {
+            finished(
+                n,
+                TrialStatus::Pruned {
+                    value: Some(1.0),
+                    step: Some(2),
+                    reason: None,
+                    ran: ran(1),
+                },
+            )
+        };
+        // Complete curves 1/step + end over 10 steps.
+        for n in 0..3u64 {
+            let end = 0.1 + 0.05 * n as f64;
+            for s in 1..=10 {
+                assert_eq!(
+                    p.line(&report(n, s, 1.0 / s as f64 + end), Duration::ZERO),
+                    None
+                );
+            }
+            let done = finished(
+                n,
+                TrialStatus::Complete {
+                    others: Vec::new(),
+                    value: 0.1 + end,
+                    ran: ran(2),
+                },
+            );
+            p.line(&done, Duration::ZERO).expect("a line");
+            if n == 1 {
+                // Two complete curves: nothing to say yet.
+                p.line(&report(8, 1, 1.15), Duration::ZERO);
+                p.line(&report(8, 2, 0.65), Duration::ZERO);
+                let line = p.line(&pruned(8), Duration::ZERO).expect("a line");
+                assert!(!line.contains("would have reached"), "{line}");
+            }
+        }
+        p.line(&report(9, 1, 1.15), Duration::ZERO);
+        p.line(&report(9, 2, 0.65), Duration::ZERO);
+        let line = p.line(&pruned(9), Duration::ZERO).expect("a line");
+        let tail = line
+            .split_once("(would have reached → ")
+            .unwrap_or_else(|| panic!("{line}"))
+            .1;
+        let predicted: f64 = tail.split(' ').next().unwrap().parse().unwrap();
+        assert!((predicted - 0.25).abs() < 0.05, "{line}");
+        assert!(tail.contains(" [") && tail.ends_with("])"), "{line}");
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod asha;
 pub mod forecast;
 mod hyperband;
 mod median;
+pub mod prediction;
 mod predictive;
 
 #[cfg(test)]

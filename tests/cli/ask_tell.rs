@@ -607,3 +607,67 @@ fn a_pruner_table_in_the_space_file_judges_reports() {
     );
     assert!(child.finish().0.success());
 }
+
+#[test]
+fn tune_show_says_what_a_pruned_trial_would_have_reached_once_three_curves_are_complete() {
+    let sb = sandbox();
+    let args = ["--sampler", "random", "--db", "at.db", "--study", "pred"];
+    let mut s = Session::start(&sb, &args);
+    let report = |s: &mut Session, n: u64, steps: std::ops::RangeInclusive<u64>, end: f64| {
+        for step in steps {
+            let a = s.send(
+                &json!({"report": {"trial": n, "step": step, "value": curve_value(end, step)}})
+                    .to_string(),
+            );
+            assert_eq!(a["prune"], false, "{a}");
+        }
+    };
+    for end in [0.1, 0.2, 0.3] {
+        let (n, _) = s.ask();
+        report(&mut s, n, 1..=9, end);
+        assert_eq!(
+            s.tell(json!({"trial": n, "value": curve_value(end, 9)})),
+            json!({"ok": true})
+        );
+    }
+    let (n, _) = s.ask();
+    report(&mut s, n, 1..=3, 0.2);
+    assert_eq!(
+        s.tell(json!({"trial": n, "state": "pruned", "value": curve_value(0.2, 3)})),
+        json!({"ok": true})
+    );
+    assert!(s.finish().0.success());
+    let show = |n: u64, format: &str| {
+        sb.ok(&[
+            "show",
+            &n.to_string(),
+            "--db",
+            "at.db",
+            "--study",
+            "pred",
+            "--format",
+            format,
+        ])
+        .stdout
+    };
+    let v: Value = serde_json::from_slice(&show(n, "json")).expect("JSON");
+    let p = &v["predicted"];
+    let value = p["value"].as_f64().unwrap_or_else(|| panic!("{v:#}"));
+    let truth = curve_value(0.2, 9);
+    assert!((value - truth).abs() < 0.05, "{p} vs {truth}");
+    assert!(p["low"].as_f64().unwrap() <= value && value <= p["high"].as_f64().unwrap());
+    assert_eq!(
+        (p["at_step"].as_f64(), p["from_curves"].as_u64()),
+        (Some(3.0), Some(3))
+    );
+    assert_eq!(p["band"], 0.8);
+    let text = String::from_utf8(show(n, "table")).expect("UTF-8");
+    assert!(text.contains("would have reached: "), "{text}");
+    assert!(
+        text.contains("(80 % band, from step 3 against 3 complete curves)"),
+        "{text}"
+    );
+    // A complete trial has its value, and no prediction.
+    let v: Value = serde_json::from_slice(&show(0, "json")).expect("JSON");
+    assert!(v["predicted"].is_null(), "{v:#}");
+}

@@ -101,6 +101,19 @@ impl UiState {
                 }
                 row.n_reports += 1;
                 row.last = Some(report.clone());
+                if value.is_some()
+                    && let Some(info) = &self.info
+                {
+                    let curve: Vec<(f64, f64)> =
+                        row.curve.iter().map(|&(s, v)| (s as f64, v)).collect();
+                    row.predicted = crate::pruner::prediction::prediction(
+                        &curve,
+                        &self.references,
+                        info.direction,
+                        None,
+                    );
+                    self.predicted_any |= row.predicted.is_some();
+                }
                 if row.slot.is_none() && *slot < self.slots.len() {
                     row.slot = Some(*slot);
                 }
@@ -228,6 +241,22 @@ impl UiState {
             {
                 row.started_at = end.checked_sub(d);
             }
+        }
+        // A pruned trial keeps what it would have reached; any other end has no prediction.
+        if state.is_finished() && state != TrialState::Pruned {
+            row.predicted = None;
+        }
+        if state == TrialState::Complete
+            && !t.discarded
+            && self.referenced.insert(t.number)
+            && let Some(info) = &self.info
+            && let Some(k) = crate::pruner::forecast::Reference::new(
+                row.curve
+                    .iter()
+                    .map(|&(s, v)| (s as f64, info.direction.loss(v))),
+            )
+        {
+            self.references.push(k);
         }
         self.note_params(i);
         if was_best {

@@ -123,6 +123,12 @@ pub struct UiState {
     pub param_names: Vec<String>,
     /// Some trial failed or was pruned with a reason: the table shows why in its last column.
     pub failed_any: bool,
+    /// Some trial has a prediction: the table shows the `pred.` column (last).
+    pub predicted_any: bool,
+    /// The complete trials' curves (by step, in losses), what predictions are matched
+    /// against, and which trials they are.
+    pub references: Vec<crate::pruner::forecast::Reference>,
+    pub referenced: std::collections::BTreeSet<TrialNumber>,
     pub slots: Vec<Slot>,
     pub table: TableView,
     /// The table's rows: indices into `trials`, filtered and sorted.
@@ -157,6 +163,9 @@ impl UiState {
             best: None,
             param_names: Vec::new(),
             failed_any: false,
+            predicted_any: false,
+            references: Vec::new(),
+            referenced: std::collections::BTreeSet::new(),
             slots: Vec::new(),
             table: TableView {
                 sort: 0,

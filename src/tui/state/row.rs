@@ -46,6 +46,10 @@ pub struct TrialRow {
     /// Its slot's GPU while it ran (latest sample, mean utilisation, peak memory), where
     /// NVML sampled it: live runs on a machine with an NVIDIA driver only.
     pub gpu: Option<crate::telemetry::GpuUsage>,
+    /// The predicted final value and its band (issue 26): a running trial's from its reports
+    /// so far, a pruned one's as it stood when pruned (what it would have reached); `None`
+    /// before three complete curves, and for a complete trial.
+    pub predicted: Option<crate::pruner::prediction::Prediction>,
 }
 
 impl TrialRow {
@@ -73,6 +77,7 @@ impl TrialRow {
             device: None,
             curve: Vec::new(),
             curve_epochs: Vec::new(),
+            predicted: None,
             last: None,
             n_reports: 0,
             logs: Vec::new(),

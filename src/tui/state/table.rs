@@ -19,6 +19,8 @@ pub enum Column {
     Param(String),
     /// Why a trial failed, on one line (the last column, shown once a trial has failed).
     Why,
+    /// The predicted final value and its band (before `why`, shown once a trial has one).
+    Predicted,
 }
 
 impl Column {
@@ -31,6 +33,7 @@ impl Column {
             Column::Step => "step",
             Column::Param(p) => p,
             Column::Why => "why",
+            Column::Predicted => "pred.",
         }
     }
 }
@@ -102,6 +105,9 @@ impl UiState {
             Column::Step,
         ];
         c.extend(self.param_names.iter().cloned().map(Column::Param));
+        if self.predicted_any {
+            c.push(Column::Predicted);
+        }
         if self.failed_any {
             c.push(Column::Why);
         }
@@ -118,7 +124,12 @@ impl UiState {
             4 => Column::Step,
             k => match self.param_names.get(k - 5) {
                 Some(p) => Column::Param(p.clone()),
-                None if self.failed_any && k == 5 + self.param_names.len() => Column::Why,
+                None if self.predicted_any && k == 5 + self.param_names.len() => Column::Predicted,
+                None if self.failed_any
+                    && k == 5 + self.param_names.len() + usize::from(self.predicted_any) =>
+                {
+                    Column::Why
+                }
                 None => Column::Number,
             },
         }
@@ -215,7 +226,7 @@ impl UiState {
             self.table.sort = i;
             self.table.descending = match self.sort_column() {
                 Column::Number | Column::Duration | Column::Step => true,
-                Column::Value => self.direction() == Direction::Maximize,
+                Column::Value | Column::Predicted => self.direction() == Direction::Maximize,
                 Column::State | Column::Param(_) | Column::Why => false,
             };
         }
@@ -295,5 +306,10 @@ fn compare(col: &Column, now: SystemTime, a: &TrialRow, b: &TrialRow, desc: bool
             let o = a.why.cmp(&b.why);
             if desc { o.reverse() } else { o }
         }
+        Column::Predicted => cmp_opt_f64(
+            a.predicted.map(|p| p.value),
+            b.predicted.map(|p| p.value),
+            desc,
+        ),
     }
 }

@@ -106,3 +106,71 @@ fn the_fixed_columns_come_first_in_the_order_sort_column_assumes() {
     );
     assert_eq!(c[5], Column::Param("batch_size".into()));
 }
+
+/// Three trials complete over 10 reports each, then trial 3 runs its first four: `1/step + end`.
+fn predicted_state() -> UiState {
+    let mut s = fresh(Direction::Minimize, None);
+    let rep = |n: u64, step: u64, v: f64| Event::TrialReported {
+        number: TrialNumber(n),
+        slot: 0,
+        report: Report {
+            step,
+            metrics: BTreeMap::from([("val_loss".to_string(), v)]),
+        },
+    };
+    for n in 0..3u64 {
+        let end = 0.1 + 0.05 * n as f64;
+        s.apply(&started(n, 0));
+        for step in 1..=10 {
+            s.apply(&rep(n, step, 1.0 / step as f64 + end));
+            assert_eq!(
+                s.trials[n as usize].predicted, None,
+                "fewer than three curves"
+            );
+        }
+        s.apply(&done(n, 0, TrialState::Complete, Some(0.1 + end)));
+    }
+    assert!(!s.columns().contains(&Column::Predicted));
+    s.apply(&started(3, 1));
+    for step in 1..=4 {
+        s.apply(&rep(3, step, 1.0 / step as f64 + 0.15));
+    }
+    s
+}
+
+#[test]
+fn a_running_trial_gets_its_predicted_final_value_and_band_once_three_curves_are_complete() {
+    let mut s = predicted_state();
+    let p = s.trials[3].predicted.expect("a prediction");
+    assert!((p.value - 0.25).abs() < 0.05, "{p:?}");
+    assert!(p.low <= p.value && p.value <= p.high);
+    assert_eq!((p.at_step, p.from_curves), (4.0, 3));
+    let cols = s.columns();
+    assert_eq!(cols.last(), Some(&Column::Predicted), "before why, if any");
+    let cell = view::cell_text(&Column::Predicted, &s.trials[3], &s);
+    assert!(cell.contains(" [") && cell.ends_with(']'), "{cell}");
+    assert_eq!(view::cell_text(&Column::Predicted, &s.trials[0], &s), "");
+    // Sorting by it puts the predicted trial first, the others (none) last.
+    s.sort_by(cols.len() - 1);
+    assert_eq!(s.columns()[s.table.sort], Column::Predicted);
+    // The column is drawn at 80×24 (the state, value and pred. columns come first) and wide.
+    let head = cell.split(' ').next().unwrap().to_string();
+    for (w, h) in [(80, 24), (160, 40)] {
+        let text = screen(&s, w, h);
+        assert!(text.contains("pred."), "{w}×{h}:\n{text}");
+        assert!(text.contains(&head), "{w}×{h}:\n{text}");
+    }
+    // Complete, it has its value and no prediction; the column stays for the others.
+    s.apply(&done(3, 1, TrialState::Complete, Some(0.25)));
+    assert_eq!(s.trials[3].predicted, None);
+    assert_eq!(s.references.len(), 4);
+}
+
+#[test]
+fn a_pruned_trial_keeps_the_prediction_it_had_when_pruned() {
+    let mut s = predicted_state();
+    let before = s.trials[3].predicted.expect("a prediction");
+    s.apply(&done(3, 1, TrialState::Pruned, Some(0.4)));
+    assert_eq!(s.trials[3].predicted, Some(before));
+    assert_eq!(s.references.len(), 3, "a pruned curve is no reference");
+}

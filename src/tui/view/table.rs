@@ -35,6 +35,17 @@ pub(in crate::tui) fn cell_text(col: &Column, t: &TrialRow, state: &UiState) -> 
             .map(|v| Precision::LABEL.param(v))
             .unwrap_or_default(),
         Column::Why => t.why.clone().unwrap_or_default(),
+        Column::Predicted => t
+            .predicted
+            .map(|p| {
+                format!(
+                    "{} [{}, {}]",
+                    Precision::LABEL.fmt(p.value),
+                    Precision::LABEL.fmt(p.low),
+                    Precision::LABEL.fmt(p.high)
+                )
+            })
+            .unwrap_or_default(),
     }
 }
 
