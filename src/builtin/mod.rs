@@ -582,8 +582,8 @@ pub fn parse_builtin(
     let mut timeout = None;
     let mut report_every = 0;
     let mut cuda_graphs = CudaGraphs::Auto;
-    let checkpoints = CheckpointSpec::parse(table, study_dir)
-        .map_err(|e| KnobError::Invalid(e.to_string()))?;
+    let checkpoints =
+        CheckpointSpec::parse(table, study_dir).map_err(|e| KnobError::Invalid(e.to_string()))?;
     for (key, value) in table {
         match key.as_str() {
             "kind" | "model" | "data" => {}
@@ -1282,7 +1282,8 @@ mod tests {
         let bad = format!("checkpoint_dir = \"gs://b/c\"\n{BASE}");
         let e = parse_builtin(&table(&bad), &s, Path::new(".")).expect_err("a URL");
         assert!(
-            e.to_string().starts_with("trial.checkpoint_dir: \"gs://b/c\" is an object-store URL"),
+            e.to_string()
+                .starts_with("trial.checkpoint_dir: \"gs://b/c\" is an object-store URL"),
             "{e}"
         );
         let typo = format!("checkpoint_evry = \"5m\"\n{BASE}");

@@ -96,9 +96,7 @@ impl CheckpointSpec {
         let mut spec = CheckpointSpec::default();
         if let Some(v) = table.get("checkpoints") {
             spec.enabled = v.as_bool().ok_or_else(|| {
-                CheckpointError(format!(
-                    "trial.checkpoints: must be true or false, not {v}"
-                ))
+                CheckpointError(format!("trial.checkpoints: must be true or false, not {v}"))
             })?;
         }
         if let Some(v) = table.get("checkpoint_dir") {
@@ -163,13 +161,17 @@ fn parse_dir(s: &str, study_dir: &Path) -> Result<PathBuf, CheckpointError> {
     }
     if let Some((scheme, _)) = s.split_once("://") {
         let scheme = scheme.to_ascii_lowercase();
-        return Err(CheckpointError(if OBJECT_STORES.contains(&scheme.as_str()) {
-            format!(
-                "trial.checkpoint_dir: {s:?} is an object-store URL; this build of tune keeps checkpoints on a filesystem only (a local directory, or a shared one mounted on every machine)"
-            )
-        } else {
-            format!("trial.checkpoint_dir: {s:?} is a URL of unknown scheme {scheme:?}; give a directory path")
-        }));
+        return Err(CheckpointError(
+            if OBJECT_STORES.contains(&scheme.as_str()) {
+                format!(
+                    "trial.checkpoint_dir: {s:?} is an object-store URL; this build of tune keeps checkpoints on a filesystem only (a local directory, or a shared one mounted on every machine)"
+                )
+            } else {
+                format!(
+                    "trial.checkpoint_dir: {s:?} is a URL of unknown scheme {scheme:?}; give a directory path"
+                )
+            },
+        ));
     }
     let p = PathBuf::from(s);
     Ok(if p.is_absolute() {
@@ -249,6 +251,37 @@ pub fn disk_use(dir: &Path) -> std::io::Result<u64> {
     Ok(total)
 }
 
+/// The checkpoint settings of a builtin study, read from its study file's text as stored with
+/// the study (`path`: where the file was, for a relative `checkpoint_dir`); `None` for a
+/// command study, a study file that does not parse, or settings that are refused.
+pub fn of_study_file(text: &str, path: Option<&Path>) -> Option<CheckpointSpec> {
+    let doc: toml::Table = toml::from_str(text).ok()?;
+    let trial = doc.get("trial")?.as_table()?;
+    if trial.get("kind")?.as_str()? != "builtin" {
+        return None;
+    }
+    let dir = path
+        .and_then(Path::parent)
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    CheckpointSpec::parse(trial, dir).ok()
+}
+
+/// A byte count for people: `0 B`, `512 B`, `1.5 KiB`, `12.0 MiB`, `3.2 GiB`.
+pub fn fmt_bytes(n: u64) -> String {
+    const UNITS: &[&str] = &["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,12 +332,27 @@ mod tests {
                 "checkpoint_dir = \"ftp://h/x\"",
                 "trial.checkpoint_dir: \"ftp://h/x\" is a URL of unknown scheme \"ftp\"",
             ),
-            ("checkpoint_dir = \"\"", "trial.checkpoint_dir: must be a directory path"),
-            ("checkpoint_dir = 3", "trial.checkpoint_dir: must be a directory path (a string), not 3"),
+            (
+                "checkpoint_dir = \"\"",
+                "trial.checkpoint_dir: must be a directory path",
+            ),
+            (
+                "checkpoint_dir = 3",
+                "trial.checkpoint_dir: must be a directory path (a string), not 3",
+            ),
             ("checkpoint_every = \"soon\"", "trial.checkpoint_every"),
-            ("checkpoint_every = 5", "trial.checkpoint_every: must be a duration string"),
-            ("keep_checkpoints = \"last\"", "trial.keep_checkpoints: must be \"none\" or \"best\", not \"last\""),
-            ("checkpoints = \"no\"", "trial.checkpoints: must be true or false"),
+            (
+                "checkpoint_every = 5",
+                "trial.checkpoint_every: must be a duration string",
+            ),
+            (
+                "keep_checkpoints = \"last\"",
+                "trial.keep_checkpoints: must be \"none\" or \"best\", not \"last\"",
+            ),
+            (
+                "checkpoints = \"no\"",
+                "trial.checkpoints: must be true or false",
+            ),
             (
                 "checkpoints = false\nkeep_checkpoints = \"best\"",
                 "trial.keep_checkpoints: set, but `checkpoints = false` turns checkpoints off",
@@ -332,11 +380,28 @@ mod tests {
         std::fs::write(c.join(LATEST), b"01").expect("write");
         std::fs::remove_file(c.join(BEST)).expect("rm");
         clean(&c, Keep::Best).expect("clean");
-        assert_eq!(std::fs::read(c.join(BEST)).expect("the latest became the best"), b"01");
+        assert_eq!(
+            std::fs::read(c.join(BEST)).expect("the latest became the best"),
+            b"01"
+        );
         clean(&c, Keep::None).expect("clean");
         assert!(!c.exists(), "an empty checkpoint directory goes too");
         assert!(!has_snapshot(&c));
         assert_eq!(disk_use(&c).expect("size"), 0);
         clean(&c, Keep::None).expect("cleaning what is gone is fine");
+    }
+
+    #[test]
+    fn a_stored_builtin_study_file_gives_its_settings_and_sizes_read_for_people() {
+        let text = "[study]\nname = \"s\"\n[trial]\nkind = \"builtin\"\ncheckpoint_dir = \"ck\"\n";
+        let s = of_study_file(text, Some(Path::new("/st/s.toml"))).expect("builtin");
+        assert_eq!(s.dir.as_deref(), Some(Path::new("/st/ck")));
+        assert!(of_study_file("[trial]\nkind = \"command\"\n", None).is_none());
+        assert!(of_study_file("not toml [", None).is_none());
+        assert_eq!(fmt_bytes(0), "0 B");
+        assert_eq!(fmt_bytes(1023), "1023 B");
+        assert_eq!(fmt_bytes(1536), "1.5 KiB");
+        assert_eq!(fmt_bytes(12 * 1024 * 1024), "12.0 MiB");
+        assert_eq!(fmt_bytes(u64::MAX), "16777216.0 TiB");
     }
 }

@@ -101,7 +101,12 @@ impl WorkerRunner {
     /// The study's name and first objective: the trial's checkpoint directory under a shared
     /// `checkpoint_dir`, and the metric that judges its best checkpoint (without this call:
     /// "study", and `val_loss` minimized).
-    pub fn with_objective(mut self, study: &str, metric: &str, direction: Direction) -> WorkerRunner {
+    pub fn with_objective(
+        mut self,
+        study: &str,
+        metric: &str,
+        direction: Direction,
+    ) -> WorkerRunner {
         self.objective = Arc::new(Objective {
             study: study.into(),
             metric: metric.into(),
@@ -322,7 +327,10 @@ impl TrialRunner for WorkerRunner {
         Box::pin(async move {
             let mut guard = slot.lock().await;
             let exe = (exe.as_path(), keeper.as_ref(), &processes);
-            run_on(&mut guard, exe, fraction, trial, &objective, job, reports, stop).await
+            run_on(
+                &mut guard, exe, fraction, trial, &objective, job, reports, stop,
+            )
+            .await
         })
     }
 
@@ -363,7 +371,10 @@ fn clean_checkpoints(ck: Option<&CheckpointJob>, log: &Path) {
         if let Err(e) = crate::checkpoint::clean(&c.dir, keep) {
             append_log(
                 log,
-                &format!("tune: cannot remove the checkpoints in {}: {e}", c.dir.display()),
+                &format!(
+                    "tune: cannot remove the checkpoints in {}: {e}",
+                    c.dir.display()
+                ),
             );
         }
     }
@@ -451,12 +462,11 @@ async fn run_on(
     // The stop the scheduler asked for: its ends (a prune, a cancel) are final, so the
     // trial's checkpoints go with them.
     let mut requested = StopRequest::None;
-    let ends_for_good =
-        |asked: Asked, requested: StopRequest| match asked {
-            Asked::Timeout => true,
-            Asked::Stop => matches!(requested, StopRequest::Prune | StopRequest::Cancel),
-            Asked::Nothing => false,
-        };
+    let ends_for_good = |asked: Asked, requested: StopRequest| match asked {
+        Asked::Timeout => true,
+        Asked::Stop => matches!(requested, StopRequest::Prune | StopRequest::Cancel),
+        Asked::Nothing => false,
+    };
     let mut kill_at: Option<tokio::time::Instant> = None;
     let far = || tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
     loop {

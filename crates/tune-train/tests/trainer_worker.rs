@@ -271,20 +271,30 @@ async fn a_trial_run_again_after_its_worker_was_killed_resumes_from_its_checkpoi
     );
     let killed_at = *epochs(&first).last().expect("reports before the kill");
     assert!(killed_at < total, "the kill came too late: {first:?}");
-    assert!(ck.join("latest.snap").is_file(), "the checkpoint stays for the next attempt");
+    assert!(
+        ck.join("latest.snap").is_file(),
+        "the checkpoint stays for the next attempt"
+    );
 
     // The same trial again (its next attempt): it continues after its latest checkpoint.
     let (again, second) = run(&r, job(dir.path(), 0, 1e-2, None), |_| StopRequest::None).await;
     assert_eq!(again.end, RunEnd::Finished, "{again:?}");
     let resumed = epochs(&second);
     let from = resumed[0];
-    assert!(from >= 3, "resumed from scratch or from epoch 1: {resumed:?}");
+    assert!(
+        from >= 3,
+        "resumed from scratch or from epoch 1: {resumed:?}"
+    );
     // The killed epoch's report may have come before its checkpoint: at most it is lost.
     assert!(
         (killed_at..=killed_at + 1).contains(&from),
         "killed after epoch {killed_at}, resumed at {from}: {resumed:?}"
     );
-    assert_eq!(resumed, (from..=total).collect::<Vec<_>>(), "each epoch once");
+    assert_eq!(
+        resumed,
+        (from..=total).collect::<Vec<_>>(),
+        "each epoch once"
+    );
     assert!(second[0].step > first[from as usize - 2].step);
     assert!(!ck.exists(), "a finished trial's checkpoints are removed");
 }
