@@ -202,9 +202,33 @@ pub fn has_snapshot(dir: &Path) -> bool {
     dir.join(LATEST).is_file() || dir.join(BEST).is_file()
 }
 
-/// Removes a trial's checkpoints when it ended (pruned or cancelled: the trainer cleans up
-/// itself after a finished or failed trial), keeping the best with [`Keep::Best`]. The
-/// directory goes too when nothing is left in it.
+/// The file in a trial's checkpoint directory that says whose checkpoints they are.
+pub const OWNER: &str = "trial.json";
+
+/// Makes `dir` the checkpoint directory of the trial `owner` describes (its study, number,
+/// seed and params, as JSON) and says whether what it holds may be resumed from: yes when it
+/// holds checkpoints of this very trial (a re-run of it); otherwise its checkpoints are
+/// removed (a deleted study run again under the same name, a trial number reused with other
+/// params in a shared `checkpoint_dir`) and the trial starts from scratch.
+pub fn claim(dir: &Path, owner: &str) -> std::io::Result<bool> {
+    std::fs::create_dir_all(dir)?;
+    let file = dir.join(OWNER);
+    let same = match std::fs::read_to_string(&file) {
+        Ok(text) => text == owner,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => return Err(e),
+    };
+    if !same {
+        clean(dir, Keep::None)?;
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(&file, owner)?;
+    }
+    Ok(same && has_snapshot(dir))
+}
+
+/// Removes a trial's checkpoints when it ended (the trainer removes its snapshots itself
+/// after a finished or failed trial, not the [`OWNER`] file), keeping the best and its owner
+/// with [`Keep::Best`]. The directory goes too when nothing else is left in it.
 pub fn clean(dir: &Path, keep: Keep) -> std::io::Result<()> {
     // As the trainer does: with no judged best, the latest stands for it.
     let (latest, best) = (dir.join(LATEST), dir.join(BEST));
@@ -224,7 +248,7 @@ pub fn clean(dir: &Path, keep: Keep) -> std::io::Result<()> {
         }
         // Only what the trainer writes: its snapshots and their temporary files.
         let n = name.to_string_lossy();
-        if n.ends_with(".snap") || n.contains(".snap.") {
+        if n.ends_with(".snap") || n.contains(".snap.") || (keep == Keep::None && n == OWNER) {
             std::fs::remove_file(entry.path())?;
         }
     }
@@ -403,5 +427,21 @@ mod tests {
         assert_eq!(fmt_bytes(1536), "1.5 KiB");
         assert_eq!(fmt_bytes(12 * 1024 * 1024), "12.0 MiB");
         assert_eq!(fmt_bytes(u64::MAX), "16777216.0 TiB");
+    }
+
+    #[test]
+    fn only_the_same_trial_resumes_from_a_directory_others_find_it_emptied() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let c = dir.path().join("st/trial-00001");
+        let (a, b) = (r#"{"lr":0.1}"#, r#"{"lr":0.2}"#);
+        assert!(!claim(&c, a).expect("claims"), "nothing to resume yet");
+        std::fs::write(c.join(LATEST), b"x").expect("write");
+        assert!(claim(&c, a).expect("claims"), "the same trial resumes");
+        assert!(!claim(&c, b).expect("claims"), "another trial does not");
+        assert!(!c.join(LATEST).exists(), "and the stale checkpoint is gone");
+        assert_eq!(std::fs::read_to_string(c.join(OWNER)).expect("owner"), b);
+        std::fs::write(c.join(LATEST), b"x").expect("write");
+        clean(&c, Keep::None).expect("clean");
+        assert!(!c.exists(), "the owner file goes with the last checkpoint");
     }
 }

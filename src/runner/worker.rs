@@ -353,9 +353,8 @@ fn checkpoint_job(trial: &BuiltinTrial, o: &Objective, job: &TrialJob) -> Option
     let spec = &trial.checkpoints;
     spec.enabled.then(|| CheckpointJob {
         dir: spec.trial_dir(&o.study, job.number.0, &job.trial_dir),
-        // A trial that runs again (a re-queued attempt) continues from what its directory
-        // holds; a new one finds it empty and starts from scratch.
-        resume: true,
+        // Set by `checkpoint::claim`: whether the directory holds this trial's checkpoints.
+        resume: false,
         every_s: spec.every.map(|d| d.as_secs_f64()),
         keep_best: spec.keep == Keep::Best,
         metric: o.metric.clone(),
@@ -363,8 +362,10 @@ fn checkpoint_job(trial: &BuiltinTrial, o: &Objective, job: &TrialJob) -> Option
     })
 }
 
-/// Removes the checkpoints of a trial the orchestrator ended (pruned, cancelled, timed out:
-/// the worker keeps a stopped trial's, which may be paused); a failure goes to the log.
+/// Removes the checkpoints of a trial that ended for good: what the worker leaves of a
+/// finished or failed one (the owner file), all of one the orchestrator ended (pruned,
+/// cancelled, timed out: the worker keeps a stopped trial's, which may be paused); a failure
+/// goes to the log.
 fn clean_checkpoints(ck: Option<&CheckpointJob>, log: &Path) {
     if let Some(c) = ck {
         let keep = if c.keep_best { Keep::Best } else { Keep::None };
@@ -410,7 +411,31 @@ async fn run_on(
             notes: None,
         };
     }
-    let checkpoint = checkpoint_job(&trial, objective, &job);
+    let mut checkpoint = checkpoint_job(&trial, objective, &job);
+    if let Some(c) = checkpoint.as_mut() {
+        let owner = serde_json::json!({
+            "study": objective.study,
+            "trial": job.number.0,
+            "seed": job.seed,
+            "params": job.params,
+        })
+        .to_string();
+        match crate::checkpoint::claim(&c.dir, &owner) {
+            Ok(resume) => c.resume = resume,
+            // The trial still runs, without checkpoints, and its log says why.
+            Err(e) => {
+                append_log(
+                    &log,
+                    &format!(
+                        "tune: trial {} runs without checkpoints: cannot use {}: {e}",
+                        job.number.0,
+                        c.dir.display()
+                    ),
+                );
+                checkpoint = None;
+            }
+        }
+    }
     let msg = ToWorker::Job {
         number: job.number.0,
         seed: job.seed,
@@ -497,7 +522,9 @@ async fn run_on(
                                     log_tail: tail(&log),
                                 },
                             };
-                            if status == EndStatus::Stopped && ends_for_good(asked, requested) {
+                            // Finished or failed: the worker removed its snapshots, this
+                            // removes the rest. Stopped: only for good (not a pause).
+                            if status != EndStatus::Stopped || ends_for_good(asked, requested) {
                                 clean_checkpoints(checkpoint.as_ref(), &log);
                             }
                             return RunResult {
