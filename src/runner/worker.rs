@@ -328,7 +328,13 @@ impl TrialRunner for WorkerRunner {
             let mut guard = slot.lock().await;
             let exe = (exe.as_path(), keeper.as_ref(), &processes);
             run_on(
-                &mut guard, exe, fraction, trial, &objective, job, reports, stop,
+                &mut guard,
+                exe,
+                fraction,
+                (trial, &objective),
+                job,
+                reports,
+                stop,
             )
             .await
         })
@@ -385,8 +391,7 @@ async fn run_on(
     slot: &mut Option<Worker>,
     (exe, keeper, processes): (&Path, Option<&Keeper>, &SlotProcesses),
     gpu_memory_fraction: Option<f64>,
-    trial: BuiltinTrial,
-    objective: &Objective,
+    (trial, objective): (BuiltinTrial, &Objective),
     job: TrialJob,
     reports: ReportSender,
     mut stop: watch::Receiver<StopRequest>,
