@@ -6,6 +6,7 @@
 //! depends on this one and never the other way round; `tune bench` only hands over to it.
 
 pub mod builtin;
+pub mod checkpoint;
 pub mod cli;
 pub mod commands;
 pub mod devices;

@@ -81,6 +81,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::checkpoint::CheckpointSpec;
 use crate::space::{ParamKind, ParamValue, Params, Space};
 
 pub use data::{DataSpec, DeviceCache, Source};
@@ -145,6 +146,11 @@ pub struct BuiltinTrial {
     /// from a worker request of an older `tune`, which meant eager steps: `auto` now.
     #[serde(default)]
     pub cuda_graphs: CudaGraphs,
+    /// `[trial] checkpoints`, `checkpoint_dir`, `checkpoint_every`, `keep_checkpoints`: the
+    /// orchestrator's settings (`crate::checkpoint`); the worker gets what they mean for a
+    /// trial in its job's `checkpoint`. Absent from what an older `tune` stored: the defaults.
+    #[serde(default, skip_serializing_if = "CheckpointSpec::is_default")]
+    pub checkpoints: CheckpointSpec,
 }
 
 /// `[trial] cuda_graphs`: capture the training step in a CUDA graph after a few warm-up steps
@@ -576,9 +582,12 @@ pub fn parse_builtin(
     let mut timeout = None;
     let mut report_every = 0;
     let mut cuda_graphs = CudaGraphs::Auto;
+    let checkpoints =
+        CheckpointSpec::parse(table, study_dir).map_err(|e| KnobError::Invalid(e.to_string()))?;
     for (key, value) in table {
         match key.as_str() {
             "kind" | "model" | "data" => {}
+            k if crate::checkpoint::KEYS.contains(&k) => {}
             "time_budget" | "timeout" => {
                 let s = value.as_str().ok_or_else(|| {
                     KnobError::Invalid(format!(
@@ -611,7 +620,8 @@ pub fn parse_builtin(
             }
             k => {
                 return Err(KnobError::UnknownKey(format!(
-                    "trial.{k}: unknown key (known: time_budget, timeout, report_every, cuda_graphs, model, data, {})",
+                    "trial.{k}: unknown key (known: time_budget, timeout, report_every, cuda_graphs, {}, model, data, {})",
+                    crate::checkpoint::KEYS.join(", "),
                     KNOBS
                         .iter()
                         .filter(|s| s.section == Section::Trial)
@@ -752,6 +762,7 @@ pub fn parse_builtin(
         report_every,
         timeout,
         cuda_graphs,
+        checkpoints,
     };
     // A fixed combination that can never work is a study error, not a failure of each trial.
     if let (Some(Knob::Fixed(w)), Some(Knob::Fixed(h))) =
@@ -1247,6 +1258,37 @@ mod tests {
             .remove("checkpointing");
         let back: Hyper = serde_json::from_value(json).expect("reads without the key");
         assert_eq!(back, h);
+    }
+
+    #[test]
+    fn checkpoint_keys_are_trial_settings_and_their_defaults_are_not_written() {
+        let s = space(r#"lr = { type = "float", low = 1e-4, high = 1e-1 }"#);
+        let t = parse_builtin(&table(BASE), &s, Path::new(".")).expect("valid");
+        assert!(t.checkpoints.enabled);
+        let json = serde_json::to_value(&t).expect("serialises");
+        assert!(json.get("checkpoints").is_none(), "{json}");
+        let back: BuiltinTrial = serde_json::from_value(json).expect("reads back");
+        assert_eq!(back, t);
+        let src = format!(
+            "checkpoint_every = \"5m\"\nkeep_checkpoints = \"best\"\ncheckpoint_dir = \"ck\"\n{BASE}"
+        );
+        let t = parse_builtin(&table(&src), &s, Path::new("/st")).expect("valid");
+        assert_eq!(t.checkpoints.every, Some(Duration::from_secs(300)));
+        assert_eq!(t.checkpoints.keep, crate::checkpoint::Keep::Best);
+        assert_eq!(t.checkpoints.dir.as_deref(), Some(Path::new("/st/ck")));
+        let json = serde_json::to_string(&t).expect("serialises");
+        let back: BuiltinTrial = serde_json::from_str(&json).expect("reads back");
+        assert_eq!(back, t);
+        let bad = format!("checkpoint_dir = \"gs://b/c\"\n{BASE}");
+        let e = parse_builtin(&table(&bad), &s, Path::new(".")).expect_err("a URL");
+        assert!(
+            e.to_string()
+                .starts_with("trial.checkpoint_dir: \"gs://b/c\" is an object-store URL"),
+            "{e}"
+        );
+        let typo = format!("checkpoint_evry = \"5m\"\n{BASE}");
+        let e = parse_builtin(&table(&typo), &s, Path::new(".")).expect_err("a typo");
+        assert!(e.to_string().contains("checkpoint_every"), "{e}");
     }
 
     #[test]

@@ -674,7 +674,31 @@ pub fn show(args: &ShowArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode
             for l in &row.logs {
                 println!("log: {}", l.display());
             }
+            if let Some(line) = checkpoint_line(storage.as_ref(), &study, &row) {
+                println!("{line}");
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `checkpoints: 1.5 MiB in DIR` for a builtin trial whose checkpoint directory holds some
+/// (a running trial's, an interrupted one's, or the best kept), read on this machine.
+fn checkpoint_line(storage: &dyn Storage, study: &StudyRow, row: &Trial) -> Option<String> {
+    let stored = storage.study_file(study).ok()?;
+    let spec = crate::checkpoint::of_study_file(
+        stored.text.as_deref()?,
+        stored.path.as_deref().map(Path::new),
+    )?;
+    let run_dir = row.trial_dir.as_deref()?;
+    let dir = spec.trial_dir(&study.name, row.number.0, run_dir);
+    match crate::checkpoint::disk_use(&dir) {
+        Ok(0) => None,
+        Ok(n) => Some(format!(
+            "checkpoints: {} in {}",
+            crate::checkpoint::fmt_bytes(n),
+            dir.display()
+        )),
+        Err(e) => Some(format!("checkpoints: cannot read {}: {e}", dir.display())),
+    }
 }

@@ -160,6 +160,7 @@ async fn run_async(
         TrialSpec::Builtin(b) => Arc::new(
             WorkerRunner::new((**b).clone(), worker_exe()?)
                 .with_gpu_memory_fraction(study.gpu_memory_fraction)
+                .with_objective(&study.name, &study.metric, study.direction)
                 .with_keeper(Keeper::current()),
         ),
     };

@@ -24,7 +24,9 @@ use super::{
     TrialJob, TrialRunner,
 };
 use crate::builtin::BuiltinTrial;
-use crate::trial::Report;
+use crate::checkpoint::Keep;
+use crate::runner::protocol::CheckpointJob;
+use crate::trial::{Direction, Report};
 
 /// How long a worker may take to stop a trial once asked, before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(20);
@@ -66,6 +68,16 @@ pub struct WorkerRunner {
     gpu_memory_fraction: Option<f64>,
     keeper: Option<Keeper>,
     processes: SlotProcesses,
+    objective: Arc<Objective>,
+}
+
+/// What a trial's checkpoints are named after and judged by.
+#[derive(Debug, Clone)]
+struct Objective {
+    /// The study's name: a shared `checkpoint_dir` holds a directory per study.
+    study: String,
+    metric: String,
+    direction: Direction,
 }
 
 impl WorkerRunner {
@@ -78,7 +90,29 @@ impl WorkerRunner {
             gpu_memory_fraction: None,
             keeper: None,
             processes: SlotProcesses::default(),
+            objective: Arc::new(Objective {
+                study: "study".into(),
+                metric: "val_loss".into(),
+                direction: Direction::Minimize,
+            }),
         }
+    }
+
+    /// The study's name and first objective: the trial's checkpoint directory under a shared
+    /// `checkpoint_dir`, and the metric that judges its best checkpoint (without this call:
+    /// "study", and `val_loss` minimized).
+    pub fn with_objective(
+        mut self,
+        study: &str,
+        metric: &str,
+        direction: Direction,
+    ) -> WorkerRunner {
+        self.objective = Arc::new(Objective {
+            study: study.into(),
+            metric: metric.into(),
+            direction,
+        });
+        self
     }
 
     /// Runs every worker under a keeper (`tune run` and `tune worker` do), so that no worker
@@ -289,10 +323,20 @@ impl TrialRunner for WorkerRunner {
         let keeper = self.keeper.clone();
         let fraction = self.gpu_memory_fraction;
         let processes = self.processes.clone();
+        let objective = self.objective.clone();
         Box::pin(async move {
             let mut guard = slot.lock().await;
             let exe = (exe.as_path(), keeper.as_ref(), &processes);
-            run_on(&mut guard, exe, fraction, trial, job, reports, stop).await
+            run_on(
+                &mut guard,
+                exe,
+                fraction,
+                (trial, &objective),
+                job,
+                reports,
+                stop,
+            )
+            .await
         })
     }
 
@@ -309,11 +353,45 @@ enum Asked {
     Timeout,
 }
 
+/// The worker's part of a trial's checkpoints: where, how often, what stays. `None` with
+/// `checkpoints = false`.
+fn checkpoint_job(trial: &BuiltinTrial, o: &Objective, job: &TrialJob) -> Option<CheckpointJob> {
+    let spec = &trial.checkpoints;
+    spec.enabled.then(|| CheckpointJob {
+        dir: spec.trial_dir(&o.study, job.number.0, &job.trial_dir),
+        // Set by `checkpoint::claim`: whether the directory holds this trial's checkpoints.
+        resume: false,
+        every_s: spec.every.map(|d| d.as_secs_f64()),
+        keep_best: spec.keep == Keep::Best,
+        metric: o.metric.clone(),
+        direction: o.direction,
+    })
+}
+
+/// Removes the checkpoints of a trial that ended for good: what the worker leaves of a
+/// finished or failed one (the owner file), all of one the orchestrator ended (pruned,
+/// cancelled, timed out: the worker keeps a stopped trial's, which may be paused); a failure
+/// goes to the log.
+fn clean_checkpoints(ck: Option<&CheckpointJob>, log: &Path) {
+    if let Some(c) = ck {
+        let keep = if c.keep_best { Keep::Best } else { Keep::None };
+        if let Err(e) = crate::checkpoint::clean(&c.dir, keep) {
+            append_log(
+                log,
+                &format!(
+                    "tune: cannot remove the checkpoints in {}: {e}",
+                    c.dir.display()
+                ),
+            );
+        }
+    }
+}
+
 async fn run_on(
     slot: &mut Option<Worker>,
     (exe, keeper, processes): (&Path, Option<&Keeper>, &SlotProcesses),
     gpu_memory_fraction: Option<f64>,
-    trial: BuiltinTrial,
+    (trial, objective): (BuiltinTrial, &Objective),
     job: TrialJob,
     reports: ReportSender,
     mut stop: watch::Receiver<StopRequest>,
@@ -338,14 +416,38 @@ async fn run_on(
             notes: None,
         };
     }
+    let mut checkpoint = checkpoint_job(&trial, objective, &job);
+    if let Some(c) = checkpoint.as_mut() {
+        let owner = serde_json::json!({
+            "study": objective.study,
+            "trial": job.number.0,
+            "seed": job.seed,
+            "params": job.params,
+        })
+        .to_string();
+        match crate::checkpoint::claim(&c.dir, &owner) {
+            Ok(resume) => c.resume = resume,
+            // The trial still runs, without checkpoints, and its log says why.
+            Err(e) => {
+                append_log(
+                    &log,
+                    &format!(
+                        "tune: trial {} runs without checkpoints: cannot use {}: {e}",
+                        job.number.0,
+                        c.dir.display()
+                    ),
+                );
+                checkpoint = None;
+            }
+        }
+    }
     let msg = ToWorker::Job {
         number: job.number.0,
         seed: job.seed,
         params: job.params.clone(),
         trial: Box::new(trial),
         log: log.clone(),
-        // The orchestrator's side of checkpoints comes with issue 27's attempts and re-queue.
-        checkpoint: None,
+        checkpoint: checkpoint.clone(),
     };
     // Reuse the slot's worker unless it died while idle or serves another device; a write
     // that fails means it died just now: one fresh worker gets the job.
@@ -387,6 +489,14 @@ async fn run_on(
     let timeout = job.timeout;
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     let mut asked = Asked::Nothing;
+    // The stop the scheduler asked for: its ends (a prune, a cancel) are final, so the
+    // trial's checkpoints go with them.
+    let mut requested = StopRequest::None;
+    let ends_for_good = |asked: Asked, requested: StopRequest| match asked {
+        Asked::Timeout => true,
+        Asked::Stop => matches!(requested, StopRequest::Prune | StopRequest::Cancel),
+        Asked::Nothing => false,
+    };
     let mut kill_at: Option<tokio::time::Instant> = None;
     let far = || tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
     loop {
@@ -402,7 +512,7 @@ async fn run_on(
                             // The receiver may be gone when the study is shutting down.
                             let _ = reports.send(Report { step, metrics });
                         }
-                        // Not used yet: the orchestrator asks for no checkpoints (above).
+                        // On disk, where the next attempt of the trial finds it.
                         Ok(FromWorker::Checkpoint { .. }) => {}
                         Ok(FromWorker::End { status, reason }) => {
                             let end = match (asked, status) {
@@ -417,6 +527,11 @@ async fn run_on(
                                     log_tail: tail(&log),
                                 },
                             };
+                            // Finished or failed: the worker removed its snapshots, this
+                            // removes the rest. Stopped: only for good (not a pause).
+                            if status != EndStatus::Stopped || ends_for_good(asked, requested) {
+                                clean_checkpoints(checkpoint.as_ref(), &log);
+                            }
                             return RunResult {
                     end,
                     logs,
@@ -450,6 +565,7 @@ async fn run_on(
                 };
                 if request != StopRequest::None {
                     asked = Asked::Stop;
+                    requested = request;
                     kill_at = Some(tokio::time::Instant::now() + STOP_GRACE);
                     if send(w, &ToWorker::Stop).await.is_err() {
                         kill_at = Some(tokio::time::Instant::now());
@@ -468,6 +584,9 @@ async fn run_on(
                 // kill it; the slot gets a fresh worker next time.
                 w.kill().await;
                 *slot = None;
+                if ends_for_good(asked, requested) {
+                    clean_checkpoints(checkpoint.as_ref(), &log);
+                }
                 let end = match asked {
                     Asked::Timeout => RunEnd::Failed {
                         reason: timed_out(timeout),

@@ -237,3 +237,93 @@ async fn out_of_memory_fails_only_its_trial_with_the_allocators_words_and_the_wo
         "the worker that ran out of memory runs the next trial"
     );
 }
+
+/// The epochs of a run's reports (one report per epoch), in order.
+fn epochs(reps: &[Report]) -> Vec<u64> {
+    reps.iter().map(|r| r.metrics["epoch"] as u64).collect()
+}
+
+#[tokio::test]
+async fn a_trial_run_again_after_its_worker_was_killed_resumes_from_its_checkpoint() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let total = 40;
+    let r = runner(trial(&format!("epochs = {total}")));
+    let log = dir.path().join("trial-0").join("worker.log");
+    let ck = dir.path().join("trial-0").join("checkpoints");
+    let (res, first) = run(&r, job(dir.path(), 0, 1e-2, None), |rep| {
+        // An epoch's report comes before its checkpoint: at epoch 3's, epoch 2's (or a
+        // later one) is on disk. kill -9.
+        if rep.metrics["epoch"] >= 3.0
+            && ck.join("latest.snap").is_file()
+            && let Some(pid) = worker_pid(&log)
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        StopRequest::None
+    })
+    .await;
+    assert!(
+        matches!(&res.end, RunEnd::Failed { reason, .. } if reason.contains("signal 9")),
+        "{res:?}"
+    );
+    let killed_at = *epochs(&first).last().expect("reports before the kill");
+    assert!(killed_at < total, "the kill came too late: {first:?}");
+    assert!(
+        ck.join("latest.snap").is_file(),
+        "the checkpoint stays for the next attempt"
+    );
+
+    // The same trial again (its next attempt): it continues after its latest checkpoint.
+    let (again, second) = run(&r, job(dir.path(), 0, 1e-2, None), |_| StopRequest::None).await;
+    assert_eq!(again.end, RunEnd::Finished, "{again:?}");
+    let resumed = epochs(&second);
+    let from = resumed[0];
+    assert!(
+        from >= 3,
+        "resumed from scratch or from epoch 1: {resumed:?}"
+    );
+    // The killed epoch's report may have come before its checkpoint: at most it is lost.
+    assert!(
+        (killed_at..=killed_at + 1).contains(&from),
+        "killed after epoch {killed_at}, resumed at {from}: {resumed:?}"
+    );
+    assert_eq!(
+        resumed,
+        (from..=total).collect::<Vec<_>>(),
+        "each epoch once"
+    );
+    assert!(second[0].step > first[from as usize - 2].step);
+    assert!(!ck.exists(), "a finished trial's checkpoints are removed");
+}
+
+#[tokio::test]
+async fn checkpoints_are_removed_at_a_prune_and_the_best_stays_when_the_study_keeps_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let r = runner(trial("epochs = 30"));
+    let (a, _) = run(&r, job(dir.path(), 0, 1e-2, None), |rep| {
+        if rep.metrics["epoch"] >= 2.0 {
+            StopRequest::Prune
+        } else {
+            StopRequest::None
+        }
+    })
+    .await;
+    assert_eq!(a.end, RunEnd::Stopped);
+    assert!(!dir.path().join("trial-0/checkpoints").exists());
+
+    let shared = dir.path().join("shared");
+    let keep = runner(trial(&format!(
+        "epochs = 2\nkeep_checkpoints = \"best\"\ncheckpoint_dir = \"{}\"",
+        shared.display()
+    )))
+    .with_objective("st", "val_acc", tune::trial::Direction::Maximize);
+    let (b, _) = run(&keep, job(dir.path(), 1, 1e-2, None), |_| StopRequest::None).await;
+    assert_eq!(b.end, RunEnd::Finished);
+    let best = shared.join("st").join("trial-00001");
+    assert!(best.join("best.snap").is_file(), "the best stays");
+    assert!(!best.join("latest.snap").exists());
+    assert!(!dir.path().join("trial-1/checkpoints").exists());
+}

@@ -1,0 +1,447 @@
+//! Where a trial's checkpoints live, and how long they stay (issue 27).
+//!
+//! What belongs here: the `[trial]` checkpoint settings of a study file (parsed and checked
+//! before any trial starts), the choice of a trial's checkpoint directory, the clean-up of a
+//! trial's checkpoints when it ends, and their disk use. What does not: writing and reading
+//! snapshots (the trainer, `crates/tune-train/src/snapshot.rs`), the worker protocol
+//! (`runner::protocol`).
+//!
+//! # Where
+//! - Default: `checkpoints/` inside the trial's run directory.
+//! - `checkpoint_dir = "/shared/ckpt"`: a directory (a shared filesystem for studies that
+//!   run on several machines); each trial gets `<dir>/<study name>/trial-NNNNN`, the same for
+//!   every attempt of the trial on any machine. A relative path is taken from the study
+//!   file's directory.
+//! - An object-store URL (`s3://`, `gs://`, `az://`) is refused with a clear message: this
+//!   build of tune keeps checkpoints on filesystems only.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The latest checkpoint's file name in a trial's checkpoint directory (the trainer's
+/// `snapshot::LATEST`).
+pub const LATEST: &str = "latest.snap";
+/// The best checkpoint's file name (the trainer's `snapshot::BEST`).
+pub const BEST: &str = "best.snap";
+/// The checkpoint directory's name inside a trial's run directory (the default place).
+pub const IN_TRIAL_DIR: &str = "checkpoints";
+
+/// A refused checkpoint setting; the message starts with its key.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct CheckpointError(pub String);
+
+/// What a trial's checkpoints leave behind when the trial ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Keep {
+    /// Nothing: checkpoints exist to resume a trial, and a trial that ended needs none.
+    #[default]
+    None,
+    /// The best checkpoint by the study's objective (`best.snap`), e.g. to reuse its weights.
+    Best,
+}
+
+/// The `[trial]` checkpoint settings of a builtin study.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointSpec {
+    /// `checkpoints = false` turns them off (a trial then restarts from scratch when re-run).
+    pub enabled: bool,
+    /// `checkpoint_dir`: a directory holding one subdirectory per study and trial; `None`:
+    /// inside each trial's run directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<PathBuf>,
+    /// `checkpoint_every`: a checkpoint within an epoch after this long (one comes at every
+    /// epoch's end regardless).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every: Option<Duration>,
+    /// `keep_checkpoints`.
+    #[serde(default)]
+    pub keep: Keep,
+}
+
+impl Default for CheckpointSpec {
+    fn default() -> CheckpointSpec {
+        CheckpointSpec {
+            enabled: true,
+            dir: None,
+            every: None,
+            keep: Keep::None,
+        }
+    }
+}
+
+/// The `[trial]` keys this module reads.
+pub const KEYS: &[&str] = &[
+    "checkpoints",
+    "checkpoint_dir",
+    "checkpoint_every",
+    "keep_checkpoints",
+];
+
+/// Schemes of object-store URLs, refused by name (see the module's documentation).
+const OBJECT_STORES: &[&str] = &["s3", "gs", "az", "azure", "abfs", "abfss", "http", "https"];
+
+impl CheckpointSpec {
+    /// The settings of a study file that names none of the keys.
+    pub fn is_default(&self) -> bool {
+        *self == CheckpointSpec::default()
+    }
+
+    /// Reads the checkpoint keys of a `[trial]` table (others are not looked at);
+    /// `study_dir` resolves a relative `checkpoint_dir`.
+    pub fn parse(table: &toml::Table, study_dir: &Path) -> Result<CheckpointSpec, CheckpointError> {
+        let mut spec = CheckpointSpec::default();
+        if let Some(v) = table.get("checkpoints") {
+            spec.enabled = v.as_bool().ok_or_else(|| {
+                CheckpointError(format!("trial.checkpoints: must be true or false, not {v}"))
+            })?;
+        }
+        if let Some(v) = table.get("checkpoint_dir") {
+            let s = v.as_str().ok_or_else(|| {
+                CheckpointError(format!(
+                    "trial.checkpoint_dir: must be a directory path (a string), not {v}"
+                ))
+            })?;
+            spec.dir = Some(parse_dir(s, study_dir)?);
+        }
+        if let Some(v) = table.get("checkpoint_every") {
+            let s = v.as_str().ok_or_else(|| {
+                CheckpointError(format!(
+                    "trial.checkpoint_every: must be a duration string such as \"10m\", not {v}"
+                ))
+            })?;
+            let d = crate::limits::duration("trial.checkpoint_every", s)
+                .map_err(|e| CheckpointError(e.to_string()))?;
+            spec.every = Some(d);
+        }
+        if let Some(v) = table.get("keep_checkpoints") {
+            spec.keep = match v.as_str() {
+                Some("none") => Keep::None,
+                Some("best") => Keep::Best,
+                _ => {
+                    return Err(CheckpointError(format!(
+                        "trial.keep_checkpoints: must be \"none\" or \"best\", not {v}"
+                    )));
+                }
+            };
+        }
+        if !spec.enabled {
+            for key in ["checkpoint_dir", "checkpoint_every", "keep_checkpoints"] {
+                if table.contains_key(key) {
+                    return Err(CheckpointError(format!(
+                        "trial.{key}: set, but `checkpoints = false` turns checkpoints off"
+                    )));
+                }
+            }
+        }
+        Ok(spec)
+    }
+
+    /// The checkpoint directory of trial `number` of study `study`, whose run directory (of
+    /// this attempt) is `trial_dir`: stable across the trial's attempts for a
+    /// `checkpoint_dir`, inside the run directory otherwise.
+    pub fn trial_dir(&self, study: &str, number: u64, trial_dir: &Path) -> PathBuf {
+        match &self.dir {
+            Some(d) => d.join(sanitize(study)).join(format!("trial-{number:05}")),
+            None => trial_dir.join(IN_TRIAL_DIR),
+        }
+    }
+}
+
+/// A `checkpoint_dir` value: a path (relative ones from the study file's directory), or a
+/// refusal of an object-store URL or an empty string.
+fn parse_dir(s: &str, study_dir: &Path) -> Result<PathBuf, CheckpointError> {
+    if s.trim().is_empty() || s.contains('\0') {
+        return Err(CheckpointError(
+            "trial.checkpoint_dir: must be a directory path, not an empty string".into(),
+        ));
+    }
+    if let Some((scheme, _)) = s.split_once("://") {
+        let scheme = scheme.to_ascii_lowercase();
+        return Err(CheckpointError(
+            if OBJECT_STORES.contains(&scheme.as_str()) {
+                format!(
+                    "trial.checkpoint_dir: {s:?} is an object-store URL; this build of tune keeps checkpoints on a filesystem only (a local directory, or a shared one mounted on every machine)"
+                )
+            } else {
+                format!(
+                    "trial.checkpoint_dir: {s:?} is a URL of unknown scheme {scheme:?}; give a directory path"
+                )
+            },
+        ));
+    }
+    let p = PathBuf::from(s);
+    Ok(if p.is_absolute() {
+        p
+    } else {
+        study_dir.join(p)
+    })
+}
+
+/// A study name as one path component: `/`, `\`, `..`-only and NUL characters replaced.
+fn sanitize(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| match c {
+            '/' | '\\' | '\0' => '_',
+            c => c,
+        })
+        .collect();
+    if s.is_empty() || s.chars().all(|c| c == '.') {
+        format!("_{s}")
+    } else {
+        s
+    }
+}
+
+/// Whether `dir` holds a checkpoint the trainer could resume from.
+pub fn has_snapshot(dir: &Path) -> bool {
+    dir.join(LATEST).is_file() || dir.join(BEST).is_file()
+}
+
+/// The file in a trial's checkpoint directory that says whose checkpoints they are.
+pub const OWNER: &str = "trial.json";
+
+/// Makes `dir` the checkpoint directory of the trial `owner` describes (its study, number,
+/// seed and params, as JSON) and says whether what it holds may be resumed from: yes when it
+/// holds checkpoints of this very trial (a re-run of it); otherwise its checkpoints are
+/// removed (a deleted study run again under the same name, a trial number reused with other
+/// params in a shared `checkpoint_dir`) and the trial starts from scratch.
+pub fn claim(dir: &Path, owner: &str) -> std::io::Result<bool> {
+    std::fs::create_dir_all(dir)?;
+    let file = dir.join(OWNER);
+    let same = match std::fs::read_to_string(&file) {
+        Ok(text) => text == owner,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => return Err(e),
+    };
+    if !same {
+        clean(dir, Keep::None)?;
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(&file, owner)?;
+    }
+    Ok(same && has_snapshot(dir))
+}
+
+/// Removes a trial's checkpoints when it ended (the trainer removes its snapshots itself
+/// after a finished or failed trial, not the [`OWNER`] file), keeping the best and its owner
+/// with [`Keep::Best`]. The directory goes too when nothing else is left in it.
+pub fn clean(dir: &Path, keep: Keep) -> std::io::Result<()> {
+    // As the trainer does: with no judged best, the latest stands for it.
+    let (latest, best) = (dir.join(LATEST), dir.join(BEST));
+    if keep == Keep::Best && !best.exists() && latest.exists() {
+        std::fs::rename(&latest, &best)?;
+    }
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        if keep == Keep::Best && name == BEST {
+            continue;
+        }
+        // Only what the trainer writes: its snapshots and their temporary files.
+        let n = name.to_string_lossy();
+        if n.ends_with(".snap") || n.contains(".snap.") || (keep == Keep::None && n == OWNER) {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    // Not empty (the best, or someone else's files): it stays.
+    let _ = std::fs::remove_dir(dir);
+    Ok(())
+}
+
+/// The bytes of the files under `dir` (0 when it does not exist); a symbolic link counts as
+/// itself, never as what it points at.
+pub fn disk_use(dir: &Path) -> std::io::Result<u64> {
+    let meta = match std::fs::symlink_metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    if !meta.is_dir() {
+        return Ok(meta.len());
+    }
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir)? {
+        total += disk_use(&entry?.path())?;
+    }
+    Ok(total)
+}
+
+/// The checkpoint settings of a builtin study, read from its study file's text as stored with
+/// the study (`path`: where the file was, for a relative `checkpoint_dir`); `None` for a
+/// command study, a study file that does not parse, or settings that are refused.
+pub fn of_study_file(text: &str, path: Option<&Path>) -> Option<CheckpointSpec> {
+    let doc: toml::Table = toml::from_str(text).ok()?;
+    let trial = doc.get("trial")?.as_table()?;
+    if trial.get("kind")?.as_str()? != "builtin" {
+        return None;
+    }
+    let dir = path
+        .and_then(Path::parent)
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    CheckpointSpec::parse(trial, dir).ok()
+}
+
+/// A byte count for people: `0 B`, `512 B`, `1.5 KiB`, `12.0 MiB`, `3.2 GiB`.
+pub fn fmt_bytes(n: u64) -> String {
+    const UNITS: &[&str] = &["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(src: &str) -> Result<CheckpointSpec, CheckpointError> {
+        let t: toml::Table = toml::from_str(src).expect("toml");
+        CheckpointSpec::parse(&t, Path::new("/studies/a"))
+    }
+
+    #[test]
+    fn the_default_is_on_inside_the_trial_run_directory_keeping_nothing() {
+        let s = parse("").expect("parses");
+        assert_eq!(s, CheckpointSpec::default());
+        assert!(s.enabled);
+        assert_eq!(
+            s.trial_dir("mnist", 3, Path::new("/runs/trial-00003.2")),
+            Path::new("/runs/trial-00003.2/checkpoints")
+        );
+    }
+
+    #[test]
+    fn a_checkpoint_dir_gives_each_trial_a_directory_stable_across_attempts() {
+        let s = parse(
+            "checkpoint_dir = \"ckpt\"\ncheckpoint_every = \"10m\"\nkeep_checkpoints = \"best\"",
+        )
+        .expect("parses");
+        assert_eq!(s.every, Some(Duration::from_secs(600)));
+        assert_eq!(s.keep, Keep::Best);
+        let a = s.trial_dir("my/study", 7, Path::new("/runs/trial-00007"));
+        let b = s.trial_dir("my/study", 7, Path::new("/runs/trial-00007.2"));
+        assert_eq!(a, b);
+        assert_eq!(a, Path::new("/studies/a/ckpt/my_study/trial-00007"));
+        let abs = parse("checkpoint_dir = \"/shared/c\"").expect("parses");
+        assert_eq!(
+            abs.trial_dir("..", 1, Path::new("/x")),
+            Path::new("/shared/c/_../trial-00001")
+        );
+    }
+
+    #[test]
+    fn bad_values_are_refused_naming_the_key() {
+        for (src, want) in [
+            (
+                "checkpoint_dir = \"s3://bucket/ckpt\"",
+                "trial.checkpoint_dir: \"s3://bucket/ckpt\" is an object-store URL",
+            ),
+            (
+                "checkpoint_dir = \"ftp://h/x\"",
+                "trial.checkpoint_dir: \"ftp://h/x\" is a URL of unknown scheme \"ftp\"",
+            ),
+            (
+                "checkpoint_dir = \"\"",
+                "trial.checkpoint_dir: must be a directory path",
+            ),
+            (
+                "checkpoint_dir = 3",
+                "trial.checkpoint_dir: must be a directory path (a string), not 3",
+            ),
+            ("checkpoint_every = \"soon\"", "trial.checkpoint_every"),
+            (
+                "checkpoint_every = 5",
+                "trial.checkpoint_every: must be a duration string",
+            ),
+            (
+                "keep_checkpoints = \"last\"",
+                "trial.keep_checkpoints: must be \"none\" or \"best\", not \"last\"",
+            ),
+            (
+                "checkpoints = \"no\"",
+                "trial.checkpoints: must be true or false",
+            ),
+            (
+                "checkpoints = false\nkeep_checkpoints = \"best\"",
+                "trial.keep_checkpoints: set, but `checkpoints = false` turns checkpoints off",
+            ),
+        ] {
+            let e = parse(src).expect_err(src).to_string();
+            assert!(e.starts_with(want), "{src}: {e}");
+        }
+        assert!(!parse("checkpoints = false").expect("parses").enabled);
+    }
+
+    #[test]
+    fn clean_removes_the_snapshots_and_keeps_the_best_when_asked() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let c = dir.path().join("checkpoints");
+        std::fs::create_dir(&c).expect("mkdir");
+        for f in [LATEST, BEST, ".latest.snap.tmp.123"] {
+            std::fs::write(c.join(f), b"0123456789").expect("write");
+        }
+        assert!(has_snapshot(&c));
+        assert_eq!(disk_use(dir.path()).expect("size"), 30);
+        clean(&c, Keep::Best).expect("clean");
+        assert!(c.join(BEST).is_file());
+        assert!(!c.join(LATEST).exists() && !c.join(".latest.snap.tmp.123").exists());
+        std::fs::write(c.join(LATEST), b"01").expect("write");
+        std::fs::remove_file(c.join(BEST)).expect("rm");
+        clean(&c, Keep::Best).expect("clean");
+        assert_eq!(
+            std::fs::read(c.join(BEST)).expect("the latest became the best"),
+            b"01"
+        );
+        clean(&c, Keep::None).expect("clean");
+        assert!(!c.exists(), "an empty checkpoint directory goes too");
+        assert!(!has_snapshot(&c));
+        assert_eq!(disk_use(&c).expect("size"), 0);
+        clean(&c, Keep::None).expect("cleaning what is gone is fine");
+    }
+
+    #[test]
+    fn a_stored_builtin_study_file_gives_its_settings_and_sizes_read_for_people() {
+        let text = "[study]\nname = \"s\"\n[trial]\nkind = \"builtin\"\ncheckpoint_dir = \"ck\"\n";
+        let s = of_study_file(text, Some(Path::new("/st/s.toml"))).expect("builtin");
+        assert_eq!(s.dir.as_deref(), Some(Path::new("/st/ck")));
+        assert!(of_study_file("[trial]\nkind = \"command\"\n", None).is_none());
+        assert!(of_study_file("not toml [", None).is_none());
+        assert_eq!(fmt_bytes(0), "0 B");
+        assert_eq!(fmt_bytes(1023), "1023 B");
+        assert_eq!(fmt_bytes(1536), "1.5 KiB");
+        assert_eq!(fmt_bytes(12 * 1024 * 1024), "12.0 MiB");
+        assert_eq!(fmt_bytes(u64::MAX), "16777216.0 TiB");
+    }
+
+    #[test]
+    fn only_the_same_trial_resumes_from_a_directory_others_find_it_emptied() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let c = dir.path().join("st/trial-00001");
+        let (a, b) = (r#"{"lr":0.1}"#, r#"{"lr":0.2}"#);
+        assert!(!claim(&c, a).expect("claims"), "nothing to resume yet");
+        std::fs::write(c.join(LATEST), b"x").expect("write");
+        assert!(claim(&c, a).expect("claims"), "the same trial resumes");
+        assert!(!claim(&c, b).expect("claims"), "another trial does not");
+        assert!(!c.join(LATEST).exists(), "and the stale checkpoint is gone");
+        assert_eq!(std::fs::read_to_string(c.join(OWNER)).expect("owner"), b);
+        std::fs::write(c.join(LATEST), b"x").expect("write");
+        clean(&c, Keep::None).expect("clean");
+        assert!(!c.exists(), "the owner file goes with the last checkpoint");
+    }
+}
