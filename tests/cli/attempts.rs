@@ -102,9 +102,8 @@ fn a_kill_9_mid_trial_reruns_it_as_attempt_2_from_its_checkpoint() {
     assert_eq!(first_shown["retry_of"], Value::Null, "{first_shown:#}");
     let out = sb.ok(&["show", &r.to_string(), file]);
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains(&format!(
-            "attempt 2 at these params: re-runs interrupted trial 0"
-        )),
+        String::from_utf8_lossy(&out.stdout)
+            .contains("attempt 2 at these params: re-runs interrupted trial 0"),
         "{}",
         text(&out)
     );
