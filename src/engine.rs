@@ -400,6 +400,19 @@ impl Engine {
         }
     }
 
+    /// Which attempt at its params trial `number` is, and the number of its first run.
+    pub fn attempt(&self, number: TrialNumber) -> Result<crate::storage::Attempt, StorageError> {
+        self.storage.attempt(&self.study, number)
+    }
+
+    /// The directory a trial's first run logged to (its stable run directory), where stored.
+    pub fn trial_dir_of(&self, number: TrialNumber) -> Result<Option<PathBuf>, StorageError> {
+        Ok(self
+            .storage
+            .trial(&self.study, number)?
+            .and_then(|t| t.trial_dir))
+    }
+
     /// Records where a running trial logs.
     pub fn set_trial_dir(&mut self, id: TrialId, dir: &Path) -> Result<(), StorageError> {
         self.storage.set_trial_dir(id, dir)?;

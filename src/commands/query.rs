@@ -508,6 +508,9 @@ pub fn show(args: &ShowArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode
         TrialState::Running | TrialState::Pruned => predicted_final(&*storage, &study, &reports)?,
         _ => None,
     };
+    // Which attempt at its params it is: an interrupted trial's params run again as the next.
+    let attempt = storage.attempt(&study, row.number)?;
+    let retry_of = storage.retry_of(&study, row.number)?;
     match args.format {
         Format::Csv => {
             // The learning curve: one row per report, every metric a column.
@@ -562,6 +565,9 @@ pub fn show(args: &ShowArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode
                 );
                 m.insert("logs".into(), serde_json::json!(row.logs));
                 m.insert("trial_dir".into(), serde_json::json!(row.trial_dir));
+                m.insert("attempt".into(), serde_json::json!(attempt.attempt));
+                m.insert("first_attempt".into(), serde_json::json!(attempt.first.0));
+                m.insert("retry_of".into(), serde_json::json!(retry_of.map(|n| n.0)));
                 let (log_tail, pruned_step) = match &row.status {
                     TrialStatus::Failed { log_tail, .. } => (log_tail.clone(), None),
                     TrialStatus::Pruned { step, .. } => (None, *step),
@@ -606,6 +612,12 @@ pub fn show(args: &ShowArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode
                     .map(|d| format!("{d:.1}s"))
                     .unwrap_or_else(|| "-".into())
             );
+            if let Some(earlier) = retry_of {
+                println!(
+                    "attempt {} at these params: re-runs interrupted trial {} (first attempt: trial {})",
+                    attempt.attempt, earlier.0, attempt.first.0
+                );
+            }
             if let Some(at) = row.status.placement() {
                 match (&at.host, &at.device) {
                     (Some(h), Some(d)) => println!("device: {d} on {h}"),

@@ -165,7 +165,7 @@ fn is_executable(path: &std::path::Path) -> bool {
 }
 
 /// Fills `{name}` placeholders: params (an inactive one leaves an empty string), `{trial}`,
-/// `{trial_dir}`, `{device}`.
+/// `{trial_dir}`, `{checkpoint_dir}`, `{device}`.
 pub fn fill_argv(argv: &[String], job: &TrialJob) -> Vec<String> {
     argv.iter()
         .map(|arg| {
@@ -176,6 +176,9 @@ pub fn fill_argv(argv: &[String], job: &TrialJob) -> Vec<String> {
                 match name {
                     "trial" => out.push_str(&job.number.to_string()),
                     "trial_dir" => out.push_str(&job.trial_dir.display().to_string()),
+                    "checkpoint_dir" => {
+                        out.push_str(&job.checkpoint_dir.display().to_string());
+                    }
                     "device" => out.push_str(&job.device),
                     _ => {
                         if let Some(v) = job.params.get(name) {
@@ -438,7 +441,9 @@ async fn run_command(
             "TUNE_PARAMS",
             serde_json::to_string(&job.params).unwrap_or_else(|_| "{}".into()),
         )
-        .env("TUNE_TRIAL_DIR", &job.trial_dir);
+        .env("TUNE_TRIAL_DIR", &job.trial_dir)
+        .env("TUNE_ATTEMPT", job.attempt.to_string())
+        .env("TUNE_CHECKPOINT_DIR", &job.checkpoint_dir);
     if let Some(idx) = job.device.strip_prefix("cuda:") {
         // The trial sees only its own GPU, which inside the process is cuda:0.
         cmd.env("CUDA_VISIBLE_DEVICES", idx)
@@ -469,6 +474,17 @@ async fn run_command(
             );
         }
     };
+    // Created before start, kept across attempts: the script resumes from what it finds.
+    if let Err(e) = std::fs::create_dir_all(&job.checkpoint_dir) {
+        return fail(
+            format!(
+                "cannot create the checkpoint directory {}: {e}",
+                job.checkpoint_dir.display()
+            ),
+            None,
+            logs,
+        );
+    }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => return fail(format!("cannot start `{}`: {e}", argv[0]), None, logs),
@@ -718,6 +734,8 @@ mod tests {
             slot: 0,
             device: "cpu".into(),
             trial_dir: dir.to_path_buf(),
+            attempt: 2,
+            checkpoint_dir: dir.join("checkpoints"),
             timeout: None,
             seed: 0,
         }
@@ -733,13 +751,22 @@ mod tests {
             "{missing}",
             "{trial}:{device}",
             "{trial_dir}/log",
+            "--resume={checkpoint_dir}",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
         assert_eq!(
             fill_argv(&argv, &j),
-            ["x", "--lr=0.001", "true", "", "7:cpu", "/tmp/t7/log"]
+            [
+                "x",
+                "--lr=0.001",
+                "true",
+                "",
+                "7:cpu",
+                "/tmp/t7/log",
+                "--resume=/tmp/t7/checkpoints"
+            ]
         );
     }
 

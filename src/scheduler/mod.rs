@@ -468,6 +468,16 @@ impl Scheduler {
             Err(_) => trial_dir_name(&self.study.runs_dir, trial.number, 1),
         };
         self.engine.set_trial_dir(trial.id, &trial_dir)?;
+        // Every attempt at the same params keeps its checkpoints in its first run's directory.
+        let attempt = self.engine.attempt(trial.number)?;
+        let first_run_dir = if attempt.first == trial.number {
+            trial_dir.clone()
+        } else {
+            self.engine
+                .trial_dir_of(attempt.first)?
+                .unwrap_or_else(|| trial_dir_name(&self.study.runs_dir, attempt.first, 1))
+        };
+        let checkpoint_dir = crate::runner::checkpoint_dir(&first_run_dir);
         let (stop_tx, stop_rx) = watch::channel(StopRequest::None);
         self.emit(Event::TrialStarted {
             number: trial.number,
@@ -482,6 +492,8 @@ impl Scheduler {
             slot,
             device,
             trial_dir: trial_dir.clone(),
+            attempt: attempt.attempt,
+            checkpoint_dir,
             timeout: self.study.trial.timeout(),
             seed: self.study.seed,
         };

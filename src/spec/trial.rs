@@ -143,7 +143,7 @@ pub(super) fn check_argument(arg: &str) -> Result<(), Mistake> {
     }
     if arg.contains("{}") {
         return fault(
-            "has an empty placeholder `{}` (a placeholder names a parameter, e.g. `{lr}`, or one of {trial}, {trial_dir}, {device})".into(),
+            "has an empty placeholder `{}` (a placeholder names a parameter, e.g. `{lr}`, or one of {trial}, {trial_dir}, {checkpoint_dir}, {device})".into(),
         );
     }
     if let Some(open) = arg.rfind('{') {
@@ -165,7 +165,7 @@ fn check_element(key: &str, i: usize, arg: &str) -> Result<(), Mistake> {
     check_argument(arg).map_err(|e| Mistake::at(e.kind, key, format!("element {i} ({arg:?}) {e}")))
 }
 
-const BUILTIN_PLACEHOLDERS: &[&str] = &["trial", "trial_dir", "device"];
+const BUILTIN_PLACEHOLDERS: &[&str] = &["trial", "trial_dir", "checkpoint_dir", "device"];
 
 fn command(raw: RawCommandTrial, space: &Space, dir: &Path) -> Result<CommandSpec, Mistake> {
     if raw.command.is_empty() {
@@ -201,7 +201,7 @@ fn command(raw: RawCommandTrial, space: &Space, dir: &Path) -> Result<CommandSpe
                     Value,
                     "trial.command",
                     format!(
-                        "placeholder {{{name}}} is neither a parameter of the space nor one of {{trial}}, {{trial_dir}}, {{device}}"
+                        "placeholder {{{name}}} is neither a parameter of the space nor one of {{trial}}, {{trial_dir}}, {{checkpoint_dir}}, {{device}}"
                     ),
                 ));
             }

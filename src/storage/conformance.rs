@@ -33,6 +33,7 @@
 //! | `study_file` | `the_stored_study_file_follows_the_file_it_runs_from`, `a_stored_study_file_keeps_no_database_password`, `a_missing_study_is_none_to_find_…` (none stored) |
 //! | `set_study_file` | `the_stored_study_file_follows_the_file_it_runs_from`, `a_stored_study_file_keeps_no_database_password` |
 //! | `delete_study` | `deleting_a_study_removes_it_whole_and_leaves_the_others`, `workers_get_distinct_ids_…` |
+//! | `retry_of`, `attempt` | `an_interrupted_trials_reruns_are_its_next_attempts` (declared by its worker and by recovery) |
 //! | `set_discarded` | `a_discarded_trial_is_kept_but_left_out_of_the_history_the_budget_and_the_best` (both ways) |
 //!
 //! A recovered trial's reason is worded once for every backend (`storage::Gone::reason`); the
@@ -495,6 +496,95 @@ fn a_late_result_for_a_trial_declared_interrupted_is_fenced_off() {
         assert_eq!(
             s.best(&study).expect("best").map(|b| b.0),
             Some(rerun.number),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn an_interrupted_trials_reruns_are_its_next_attempts() {
+    for (name, mut s, _dir) in backends() {
+        let study = study(s.as_mut(), Direction::Minimize, "loss");
+        let w = s.register_worker(&study, &["cpu".into()]).expect("worker");
+        let first = claim(s.as_mut(), &study, w, None, &params(0.2)).expect("a trial");
+        let other = claim(s.as_mut(), &study, w, None, &params(0.7)).expect("a trial");
+        let one = super::Attempt {
+            first: first.number,
+            attempt: 1,
+        };
+        assert_eq!(
+            s.attempt(&study, first.number).expect("attempt"),
+            one,
+            "{name}"
+        );
+        assert_eq!(
+            s.retry_of(&study, first.number).expect("retry of"),
+            None,
+            "{name}"
+        );
+        // Its worker declares it interrupted: the re-run is attempt 2 of the same params.
+        s.finish_trial(first.id, &failed("interrupted", true), &[])
+            .expect("interrupt");
+        let second = claim(s.as_mut(), &study, w, None, &params(0.9)).expect("the rerun");
+        assert_eq!(second.params, params(0.2), "{name}");
+        assert_eq!(
+            s.retry_of(&study, second.number).expect("retry of"),
+            Some(first.number),
+            "{name}"
+        );
+        assert_eq!(
+            s.attempt(&study, second.number).expect("attempt"),
+            super::Attempt {
+                first: first.number,
+                attempt: 2
+            },
+            "{name}"
+        );
+        // The recovery declares the re-run interrupted (silent past the grace); the other
+        // running trial with it. Their re-runs are attempts 3 and 2.
+        let recovered = s
+            .recover_interrupted(&study, std::time::Duration::ZERO)
+            .expect("recover");
+        assert_eq!(recovered.len(), 2, "{name}: {recovered:?}");
+        let a = claim(s.as_mut(), &study, w, None, &params(0.5)).expect("a rerun");
+        let b = claim(s.as_mut(), &study, w, None, &params(0.5)).expect("a rerun");
+        let (third, other2) = if a.params == params(0.2) {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        assert_eq!(third.params, params(0.2), "{name}");
+        assert_eq!(other2.params, params(0.7), "{name}");
+        assert_eq!(
+            s.attempt(&study, third.number).expect("attempt"),
+            super::Attempt {
+                first: first.number,
+                attempt: 3
+            },
+            "{name}"
+        );
+        assert_eq!(
+            s.attempt(&study, other2.number).expect("attempt"),
+            super::Attempt {
+                first: other.number,
+                attempt: 2
+            },
+            "{name}"
+        );
+        // A trial that ends on its own is nobody's re-run; a number that does not exist is a
+        // first attempt of itself.
+        let fresh = claim(s.as_mut(), &study, w, None, &params(0.4)).expect("a trial");
+        s.finish_trial(fresh.id, &complete(0.4), &[]).expect("ends");
+        assert_eq!(
+            s.retry_of(&study, fresh.number).expect("retry of"),
+            None,
+            "{name}"
+        );
+        assert_eq!(
+            s.attempt(&study, TrialNumber(999))
+                .expect("attempt")
+                .attempt,
+            1,
             "{name}"
         );
     }

@@ -33,6 +33,8 @@ struct Stored {
     fixed: bool,
     /// A running trial's last sign of life: its claim or its worker's last heartbeat.
     beat: Option<Instant>,
+    /// The interrupted trial whose params this one runs again.
+    retry_of: Option<TrialNumber>,
 }
 
 /// Every study and trial in plain collections.
@@ -111,8 +113,23 @@ impl Data {
                 reports: Vec::new(),
                 fixed: false,
                 beat: None,
+                retry_of: None,
             },
         );
+        Ok(id)
+    }
+
+    /// Queues the params of interrupted trial `number` again under a new number.
+    fn requeue(
+        &mut self,
+        study: i64,
+        params: Params,
+        number: TrialNumber,
+    ) -> Result<TrialId, StorageError> {
+        let id = self.insert(study, params, TrialStatus::Queued)?;
+        if let Some(s) = self.trials.get_mut(&id) {
+            s.retry_of = Some(number);
+        }
         Ok(id)
     }
 }
@@ -269,9 +286,9 @@ impl Storage for Data {
             };
             s.beat = None;
             recovered.push(s.trial.number);
-            let (study, params) = (s.study, s.trial.params.clone());
+            let (study, params, number) = (s.study, s.trial.params.clone(), s.trial.number);
             if !params.is_empty() {
-                self.insert(study, params, TrialStatus::Queued)?;
+                self.requeue(study, params, number)?;
             }
         }
         Ok(recovered)
@@ -407,9 +424,9 @@ impl Storage for Data {
         s.trial.logs = logs.to_vec();
         if status.interrupted() {
             // Run the same params again: the interruption was not the trial's fault.
-            let (study, params) = (s.study, s.trial.params.clone());
+            let (study, params, number) = (s.study, s.trial.params.clone(), s.trial.number);
             if !params.is_empty() {
-                self.insert(study, params, TrialStatus::Queued)?;
+                self.requeue(study, params, number)?;
             }
         }
         Ok(())
@@ -473,6 +490,17 @@ impl Storage for Data {
             .filter(|s| state.is_none_or(|st| s.trial.state() == st))
             .map(|s| s.trial.clone())
             .collect())
+    }
+
+    fn retry_of(
+        &self,
+        study: &StudyRow,
+        TrialNumber(number): TrialNumber,
+    ) -> Result<Option<TrialNumber>, StorageError> {
+        Ok(self
+            .of_study(study)
+            .find(|s| s.trial.number.0 == number)
+            .and_then(|s| s.retry_of))
     }
 
     fn trial(
@@ -677,6 +705,13 @@ impl Storage for MemoryStorage {
         TrialNumber(number): TrialNumber,
     ) -> Result<Option<Trial>, StorageError> {
         self.data().trial(study, TrialNumber(number))
+    }
+    fn retry_of(
+        &self,
+        study: &StudyRow,
+        number: TrialNumber,
+    ) -> Result<Option<TrialNumber>, StorageError> {
+        self.data().retry_of(study, number)
     }
     fn counted(&self, study: &StudyRow) -> Result<u64, StorageError> {
         self.data().counted(study)

@@ -294,6 +294,31 @@ pub trait Storage: Send {
     /// One trial by number.
     fn trial(&self, study: &StudyRow, number: TrialNumber) -> Result<Option<Trial>, StorageError>;
 
+    /// The number of the interrupted trial whose params trial `number` runs again (the
+    /// `retry_of` of an interrupted trial's re-run), `None` for a first run.
+    fn retry_of(
+        &self,
+        study: &StudyRow,
+        number: TrialNumber,
+    ) -> Result<Option<TrialNumber>, StorageError>;
+
+    /// Which attempt at its params trial `number` is: its first run's number and the attempt
+    /// (1-based), following the chain of re-runs of interrupted trials back to the first.
+    fn attempt(&self, study: &StudyRow, number: TrialNumber) -> Result<Attempt, StorageError> {
+        let mut first = number;
+        let mut attempt = 1u32;
+        while let Some(earlier) = self.retry_of(study, first)? {
+            // A re-run always has a higher number than the trial it retries; anything else is
+            // a damaged chain, which must not loop.
+            if earlier >= first {
+                break;
+            }
+            first = earlier;
+            attempt = attempt.saturating_add(1);
+        }
+        Ok(Attempt { first, attempt })
+    }
+
     /// How many trials ended on their own (the budget's count).
     fn counted(&self, study: &StudyRow) -> Result<u64, StorageError>;
 
@@ -425,6 +450,17 @@ impl Gone {
             ),
         }
     }
+}
+
+/// Which attempt at its params a trial is ([`Storage::attempt`]): a trial interrupted (its
+/// worker killed, its heartbeat lost, its machine preempted) is run again under a new number;
+/// every attempt shares the first run's checkpoint directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempt {
+    /// The number of the first run of these params.
+    pub first: TrialNumber,
+    /// 1 for a first run, n + 1 for the re-run of attempt n.
+    pub attempt: u32,
 }
 
 /// The study file as `tune_studies` keeps it.

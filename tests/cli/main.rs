@@ -2,6 +2,7 @@
 //! temp dir per test, against a real SQLite file, and reads back what it printed and stored.
 
 mod ask_tell;
+mod attempts;
 mod bad_input;
 mod bench;
 mod bounds;

@@ -142,6 +142,10 @@ async fn run_study(path: &Path, dir: &Path) -> (Vec<f64>, f64) {
                     slot,
                     device: "cpu".into(),
                     trial_dir: dir.join(format!("trial-{}", trial.number)),
+                    attempt: 1,
+                    checkpoint_dir: tune::runner::checkpoint_dir(
+                        &dir.join(format!("trial-{}", trial.number)),
+                    ),
                     timeout,
                     seed,
                 };

@@ -37,6 +37,8 @@ fn job(dir: &Path, number: u64, lr: f64, timeout: Option<Duration>) -> TrialJob 
         slot: 0,
         device: "cpu".into(),
         trial_dir: dir.join(format!("trial-{number}")),
+        attempt: 1,
+        checkpoint_dir: tune::runner::checkpoint_dir(&dir.join(format!("trial-{number}"))),
         timeout,
         seed: 42,
     }

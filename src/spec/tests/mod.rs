@@ -59,6 +59,22 @@ lr = 0.01
 opt = "adam"
 "#;
 
+#[test]
+fn the_checkpoint_dir_is_a_placeholder_of_tunes_own_and_no_parameter_name() {
+    let with = GOOD.replace(
+        "\"{trial_dir}\"]",
+        "\"{trial_dir}\", \"--ckpt={checkpoint_dir}\"]",
+    );
+    assert!(with.contains("{checkpoint_dir}"), "{with}");
+    check(&with).expect("{checkpoint_dir} is tune's own placeholder");
+    let shadowing = GOOD.replace(
+        "opt = {",
+        "checkpoint_dir = { type = \"int\", low = 1, high = 2 }\nopt = {",
+    );
+    let e = check(&shadowing).expect_err("a parameter named checkpoint_dir");
+    assert!(e.to_string().contains("space.checkpoint_dir"), "{e}");
+}
+
 pub(super) fn check(src: &str) -> Result<Study, SpecError> {
     parse(Path::new("studies/x.toml"), src, &Overrides::default())
 }

@@ -1364,6 +1364,25 @@ impl Storage for PostgresStorage {
             .next())
     }
 
+    fn retry_of(
+        &self,
+        study: &StudyRow,
+        TrialNumber(number): TrialNumber,
+    ) -> Result<Option<TrialNumber>, StorageError> {
+        let number = i64::try_from(number).unwrap_or(i64::MAX);
+        let row = self.run(|c| {
+            c.query_opt(
+                "SELECT x.retry_of FROM trials t JOIN tune_trials x ON x.trial_id = t.trial_id
+                 WHERE t.study_id = $1 AND t.number::bigint = $2",
+                &[&id32(study.id), &number],
+            )
+        })?;
+        Ok(row
+            .and_then(|r| r.get::<_, Option<i64>>(0))
+            .and_then(|n| u64::try_from(n).ok())
+            .map(TrialNumber))
+    }
+
     fn counted(&self, study: &StudyRow) -> Result<u64, StorageError> {
         let n: i64 = self
             .run(|c| c.query_one(sql::COUNTED, &[&id32(study.id)]))?

@@ -1270,6 +1270,26 @@ impl Storage for SqliteStorage {
             .next())
     }
 
+    fn retry_of(
+        &self,
+        study: &StudyRow,
+        TrialNumber(number): TrialNumber,
+    ) -> Result<Option<TrialNumber>, StorageError> {
+        let n: Option<Option<i64>> = self
+            .conn
+            .query_row(
+                "SELECT x.retry_of FROM trials t JOIN tune_trials x ON x.trial_id = t.trial_id
+                 WHERE t.study_id = ?1 AND t.number = ?2",
+                params![study.id, number as i64],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        Ok(n.flatten()
+            .and_then(|n| u64::try_from(n).ok())
+            .map(TrialNumber))
+    }
+
     /// How many trials ended on their own (the budget's count).
     fn counted(&self, study: &StudyRow) -> Result<u64, StorageError> {
         let n: i64 = self

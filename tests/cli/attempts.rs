@@ -1,0 +1,131 @@
+//! Attempts (issue 27): a command trial interrupted mid-run (`kill -9` of tune) runs its params
+//! again as attempt 2, with `TUNE_ATTEMPT=2` and the same `TUNE_CHECKPOINT_DIR`, so the shipped
+//! example script (`studies/resumable_curve.py`) goes on after its last saved epoch and the
+//! re-run's curve never repeats a step.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::{PATIENCE, Sandbox, counted, text, wait_until, wait_within};
+
+/// The epoch saved in a checkpoint directory's `state.json`, if there is one.
+fn saved_epoch(dir: &Path) -> Option<i64> {
+    let text = std::fs::read_to_string(dir.join("state.json")).ok()?;
+    let v: Value = serde_json::from_str(&text).ok()?;
+    v["epoch"].as_i64()
+}
+
+fn show(sb: &Sandbox, study: &str, n: u64) -> Value {
+    let out = sb.ok(&["show", &n.to_string(), study, "--format", "json"]);
+    serde_json::from_slice(&out.stdout).expect("`tune show` prints JSON")
+}
+
+#[test]
+fn a_kill_9_mid_trial_reruns_it_as_attempt_2_from_its_checkpoint() {
+    let sb = Sandbox::new();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("studies");
+    let script = std::fs::read_to_string(root.join("resumable_curve.py")).expect("the script");
+    sb.write("studies/resumable_curve.py", &script);
+    let study = std::fs::read_to_string(root.join("resumable-curve.toml")).expect("the study");
+    let study = study
+        .replace("trials = 8", "trials = 3")
+        .replace("count = 2", "count = 1")
+        .replace(
+            "\"--epochs\", \"6\"]",
+            "\"--epochs\", \"6\", \"--epoch-seconds\", \"0.3\"]",
+        );
+    assert!(
+        study.contains("0.3") && study.contains("trials = 3"),
+        "{study}"
+    );
+    let file = "studies/resumable-curve.toml";
+    sb.write(file, &study);
+
+    let mut child = sb
+        .tune(&["run", file, "--no-tui"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tune starts");
+    let ckpt: PathBuf = sb.join("studies/runs/resumable-curve/trial-00000/checkpoints");
+    wait_until(PATIENCE, "trial 0 saved epoch 1", || {
+        saved_epoch(&ckpt).is_some_and(|e| e >= 1)
+    });
+    child.kill().expect("SIGKILL the orchestrator");
+    wait_within(&mut child, PATIENCE);
+    // The keeper takes the trial's process down with tune; give it the moment it needs.
+    std::thread::sleep(Duration::from_millis(300));
+    let kept = saved_epoch(&ckpt).expect("a checkpoint survives the kill");
+    assert!(
+        (1..5).contains(&kept),
+        "killed mid-trial, not at its end: {kept}"
+    );
+
+    let out = sb.ok(&["run", file, "--no-tui"]);
+    let trials = sb.trials(file);
+    assert_eq!(
+        counted(&trials),
+        3,
+        "exactly the budget: {trials:#?}\n{}",
+        text(&out)
+    );
+    let first = trials.iter().find(|t| t["number"] == 0).expect("trial 0");
+    assert_eq!(first["state"], "failed", "{first:#}");
+    let rerun = trials
+        .iter()
+        .find(|t| t["number"] != 0 && t["params"] == first["params"])
+        .expect("trial 0's params ran again");
+    assert_eq!(rerun["state"], "complete", "{rerun:#}");
+    let r = rerun["number"].as_u64().expect("a number");
+
+    // Attempt 2 ran in trial 0's checkpoint directory and resumed after the kept epoch.
+    let log = std::fs::read_to_string(ckpt.join("attempts.log")).expect("attempts.log");
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "attempt=1 trial=0 resumed_from=-1".to_string(),
+            format!("attempt=2 trial={r} resumed_from={kept}"),
+        ],
+        "{log}"
+    );
+    // The re-run's curve: the epochs after the checkpoint, each once, in order.
+    let shown = show(&sb, file, r);
+    assert_eq!(shown["attempt"], 2, "{shown:#}");
+    assert_eq!(shown["retry_of"], 0, "{shown:#}");
+    assert_eq!(shown["first_attempt"], 0, "{shown:#}");
+    let first_shown = show(&sb, file, 0);
+    assert_eq!(first_shown["attempt"], 1, "{first_shown:#}");
+    assert_eq!(first_shown["retry_of"], Value::Null, "{first_shown:#}");
+    let out = sb.ok(&["show", &r.to_string(), file]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("attempt 2 at these params: re-runs interrupted trial 0"),
+        "{}",
+        text(&out)
+    );
+    let steps: Vec<i64> = shown["reports"]
+        .as_array()
+        .expect("reports")
+        .iter()
+        .map(|x| x["step"].as_i64().expect("a step"))
+        .collect();
+    let want: Vec<i64> = (kept + 1..6).collect();
+    assert_eq!(steps, want, "{shown:#}");
+    // Trials that were never interrupted are first attempts in checkpoint directories of
+    // their own.
+    for t in trials
+        .iter()
+        .filter(|t| t["number"] != 0 && t["number"] != r)
+    {
+        let n = t["number"].as_u64().expect("a number");
+        let own = sb.join(&format!(
+            "studies/runs/resumable-curve/trial-{n:05}/checkpoints/attempts.log"
+        ));
+        let log = std::fs::read_to_string(&own).expect("its own attempts.log");
+        assert_eq!(log, format!("attempt=1 trial={n} resumed_from=-1\n"));
+    }
+}
