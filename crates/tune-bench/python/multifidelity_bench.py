@@ -35,11 +35,16 @@ Methods (--methods, comma list; default all that import):
   optuna-gp-median       Optuna GPSampler + MedianPruner() (GPSampler needs torch)
   dehb                   DEHB (`dehb`), min fidelity 1, max fidelity epochs, eta 3, one worker
   smac-mf                SMAC3's MultiFidelityFacade (Hyperband intensifier, eta 3)
-  syne-*                 Syne Tune: not run, see below.
+  Syne Tune (ASHA, MOBSTER, Hyper-Tune on its simulated backend): not driven by this script yet.
 
-What did not install or run here (2026-11-26, Python 3.11, x86-64 Linux, pip from PyPI):
-  see the "Learning curves" section of BENCHMARKS.md, which names each one and the reason; a
-  method whose import fails is reported on standard error and left out of the table.
+What did not install or run in the first recording (2026-11-26, Python 3.11, x86-64 Linux, the
+shared 2-core EPYC, pip from PyPI; BENCHMARKS.md, "Learning curves", says the same):
+  - optuna-gp-median: Optuna's GPSampler imports torch, and torch from PyPI is the CUDA build
+    with several GB of NVIDIA wheels; not installed on the 2-core machine, so not run;
+  - smac-mf: `pip install smac` was still building its source-only dependencies (pynisher, pyrfr
+    needs SWIG and a C++ build) when the run started; not run;
+  - Syne Tune: not installed (`syne-tune` is in the requirements) and no driver here yet.
+A method whose import fails is named on standard error and left out of the table.
 """
 
 import argparse
@@ -154,7 +159,7 @@ def optuna_suggest(trial, space):
 def run_optuna(run, space, sampler_name, pruner_name):
     import optuna
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # not the Exhausted that ends a run
     seed = run.seed
     sampler = {
         "tpe": lambda: optuna.samplers.TPESampler(seed=seed),
