@@ -42,7 +42,7 @@ shared 2-core EPYC, pip from PyPI; BENCHMARKS.md, "Learning curves", says the sa
   - optuna-gp-median: Optuna's GPSampler imports torch, and torch from PyPI is the CUDA build
     with several GB of NVIDIA wheels; not installed on the 2-core machine, so not run;
   - smac-mf: `pip install smac` was still building its source-only dependencies (pynisher, pyrfr
-    needs SWIG and a C++ build) when the run started; not run;
+    needs SWIG and a C++ build) when the run started, then failed on a momentarily full disk; not run;
   - Syne Tune: not installed (`syne-tune` is in the requirements) and no driver here yet.
 A method whose import fails is named on standard error and left out of the table.
 """
