@@ -22,6 +22,10 @@
 #               CUDA build; the NVIDIA driver) and says what it would install and build, without
 #               installing or building anything: status 0 when the path is open, 2 with the reason.
 #   .venv/      (with --python-tests --postgres) psycopg2-binary too, for Optuna on PostgreSQL.
+#   .venv-mfbench (with --mfbench) the other optimizers of the side-by-side learning-curve
+#               benchmark (crates/tune-bench/python/requirements-mfbench.txt: Optuna, SMAC3, DEHB,
+#               Syne Tune), one package at a time: one that does not install is named and skipped.
+#               Never needed by the tests.
 #   tmux        (with --python-tests) for the end-to-end test of the live UI.
 #   ShellCheck  (with --python-tests) for the test that checks every shell script we ship.
 #   postgresql  (with --postgres) Debian's PostgreSQL 15 server binaries and iproute2 (`ip`), for
@@ -44,11 +48,11 @@ PY=${PYTHON:-python3}
 TCH_VERSION=0.26              # crates/tune-train/Cargo.toml pins tch and torch-sys to it
 
 usage() {
-  echo "usage: scripts/setup.sh [--libtorch] [--cuda [--torch-python PYTHON] [--check]] [--python-tests] [--postgres] [--slurm] [--bench]" >&2
+  echo "usage: scripts/setup.sh [--libtorch] [--cuda [--torch-python PYTHON] [--check]] [--python-tests] [--postgres] [--slurm] [--bench] [--mfbench]" >&2
   exit 2
 }
 
-WANT_LIBTORCH=no WANT_PYTHON_TESTS=no WANT_BENCH=no WANT_CUDA=no WANT_POSTGRES=no WANT_SLURM=no CHECK_ONLY=no
+WANT_LIBTORCH=no WANT_PYTHON_TESTS=no WANT_BENCH=no WANT_CUDA=no WANT_POSTGRES=no WANT_SLURM=no CHECK_ONLY=no WANT_MFBENCH=no
 TORCH_PYTHON=
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -57,6 +61,7 @@ while [ $# -gt 0 ]; do
     --postgres) WANT_POSTGRES=yes ;;
     --slurm) WANT_SLURM=yes ;;
     --bench) WANT_BENCH=yes WANT_LIBTORCH=yes ;;
+    --mfbench) WANT_MFBENCH=yes ;;
     --cuda) WANT_CUDA=yes ;;
     --check) CHECK_ONLY=yes ;;
     --torch-python) [ $# -ge 2 ] || usage; TORCH_PYTHON=$2; shift ;;
@@ -204,6 +209,16 @@ if [ "$WANT_PYTHON_TESTS" = yes ] && [ ! -f .venv/.stamp-optuna ]; then
   "$PY" -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check "optuna>=4,<6" numpy
   touch .venv/.stamp-optuna
+fi
+
+if [ "$WANT_MFBENCH" = yes ]; then
+  echo "setup: installing the side-by-side benchmark's optimizers into .venv-mfbench" >&2
+  [ -x .venv-mfbench/bin/python ] || "$PY" -m venv .venv-mfbench
+  grep -v '^ *#' crates/tune-bench/python/requirements-mfbench.txt | while read -r req; do
+    [ -n "$req" ] || continue
+    .venv-mfbench/bin/python -m pip install --quiet --disable-pip-version-check "$req" ||
+      echo "setup: $req did not install into .venv-mfbench; the benchmark leaves it out" >&2
+  done
 fi
 
 # Optuna's PostgreSQL driver, with a stamp of its own so that a .venv made before it gets it.

@@ -41,6 +41,7 @@ fn shell_scripts(dir: &Path, out: &mut Vec<PathBuf>) {
                 ".git"
                     | "target"
                     | ".venv"
+                    | ".venv-mfbench"
                     | ".libtorch"
                     | ".gpu"
                     | "gpu-bundle"

@@ -1,0 +1,417 @@
+#!/usr/bin/env python3
+"""Other optimizers on tune's learning-curve problems (issue 26), side by side in one run, with
+the accounting of `tune bench multifidelity`.
+
+    scripts/setup.sh --mfbench          # .venv-mfbench with crates/tune-bench/python/requirements-mfbench.txt
+    OMP_NUM_THREADS=1 .venv-mfbench/bin/python crates/tune-bench/python/multifidelity_bench.py \\
+        --tune-bench target/release/tune-bench --seeds 3 --budgets 10,30
+
+The problems have ONE source of truth: the `tune-bench` binary. This script asks it for the
+problems (`tune-bench multifidelity --list`: names, epochs, spaces, optima and random search's
+median final loss without pruning at each budget, over the same reference seeds as tune's own
+run) and evaluates every epoch through a pipe (`tune-bench multifidelity --serve`: the reported
+loss at that epoch, noise included, and the true final loss). No formula is ported here.
+
+Accounting, as tune's harness does it:
+  - every epoch trained costs 1; a run stops when it has spent its largest budget
+    (budgets in full-trial equivalents: budget x the problem's epochs);
+  - a trial that continues (Optuna's pruners) pays only for the epochs it trains; an optimizer
+    that evaluates a configuration at a fidelity from scratch (DEHB, SMAC) pays that many
+    epochs for each evaluation (neither resumes a run);
+  - at each budget, the measure is the TRUE final loss of the complete trial (one trained to
+    the last epoch) whose REPORTED final loss is the best so far; none complete: chance (the
+    `chance` value of the list, 2.3);
+  - score: 100 at the problem's optimum, 0 at random search's median at the same compute,
+    clipped to +-100; the table gives the mean over problems and seeds, and the worst seed
+    (the lowest, over seeds, of that seed's mean over problems);
+  - a loss that is not a number (a diverged run) fails the trial;
+  - seeds 0 .. S-1 seed each optimizer (and pick the recorded run of a recorded problem).
+
+Methods (--methods, comma list; default all that import):
+  optuna-tpe-hyperband   Optuna TPESampler + HyperbandPruner(min_resource=1, max_resource=epochs,
+                         reduction_factor=3)
+  optuna-tpe-sha         Optuna TPESampler + SuccessiveHalvingPruner(min_resource=1,
+                         reduction_factor=3)
+  optuna-gp-median       Optuna GPSampler + MedianPruner() (GPSampler needs torch)
+  dehb                   DEHB (`dehb`), min fidelity 1, max fidelity epochs, eta 3, one worker
+  smac-mf                SMAC3's MultiFidelityFacade (Hyperband intensifier, eta 3)
+  Syne Tune (ASHA, MOBSTER, Hyper-Tune on its simulated backend): not driven by this script yet.
+
+What did not install or run in the first recording (2026-11-26, Python 3.11, x86-64 Linux, the
+shared 2-core EPYC, pip from PyPI; BENCHMARKS.md, "Learning curves", says the same):
+  - optuna-gp-median: Optuna's GPSampler imports torch, and torch from PyPI is the CUDA build
+    with several GB of NVIDIA wheels; not installed on the 2-core machine, so not run;
+  - smac-mf: `pip install smac` was still building its source-only dependencies (pynisher, pyrfr
+    needs SWIG and a C++ build) when the run started, then failed on a momentarily full disk; not run;
+  - Syne Tune: not installed (`syne-tune` is in the requirements) and no driver here yet.
+A method whose import fails is named on standard error and left out of the table.
+"""
+
+import argparse
+import concurrent.futures
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+class Exhausted(Exception):
+    """The run has spent its largest budget."""
+
+
+class Server:
+    """`tune-bench multifidelity --serve` behind a pipe."""
+
+    def __init__(self, binary, problems):
+        self.p = subprocess.Popen(
+            [binary, "multifidelity", "--serve", "--problems", problems],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
+
+    def ask(self, problem, seed, params, epoch, trial):
+        req = {"problem": problem, "seed": seed, "params": params, "epoch": epoch, "trial": trial}
+        self.p.stdin.write(json.dumps(req) + "\n")
+        self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        if not line:
+            sys.exit("tune-bench --serve stopped answering")
+        a = json.loads(line)
+        if "error" in a:
+            raise RuntimeError(f"tune-bench --serve: {a['error']} (request {req})")
+        return a["value"], a["final"]
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait()
+
+
+class Run:
+    """One optimizer on one problem with one seed: the compute and the incumbent."""
+
+    def __init__(self, server, problem, seed, budgets, chance):
+        self.server, self.problem, self.seed = server, problem, seed
+        self.epochs = problem["epochs"]
+        self.budgets = budgets
+        self.cap = round(budgets[-1] * self.epochs)
+        self.spent = 0
+        self.incumbent = None  # (reported final, true final)
+        self.best = []
+        self.chance = chance
+        self.trials = 0
+
+    def new_trial(self):
+        self.trials += 1
+        return self.trials - 1
+
+    def epoch(self, params, epoch, trial):
+        """Trains `trial` one more epoch (to `epoch`); the reported loss, None when it is not a
+        number. Raises Exhausted once the largest budget is spent."""
+        if self.spent >= self.cap:
+            raise Exhausted()
+        self.spent += 1
+        value, final = self.server.ask(self.problem["name"], self.seed, params, epoch, trial)
+        if epoch == self.epochs and value is not None:
+            if self.incumbent is None or value < self.incumbent[0]:
+                self.incumbent = (value, final)
+        while len(self.best) < len(self.budgets) and self.spent >= self.budgets[len(self.best)] * self.epochs - 1e-9:
+            self.best.append(self.incumbent[1] if self.incumbent else self.chance)
+        return value
+
+    def train(self, params, epochs, trial):
+        """Trains a fresh run of `params` for `epochs` epochs; the last reported loss (None:
+        diverged)."""
+        value = None
+        for e in range(1, epochs + 1):
+            value = self.epoch(params, e, trial)
+            if value is None:
+                return None
+        return value
+
+    def finish(self):
+        while len(self.best) < len(self.budgets):
+            self.best.append(self.incumbent[1] if self.incumbent else self.chance)
+        return self.best
+
+
+# ---- Optuna ---------------------------------------------------------------------------------
+
+def optuna_suggest(trial, space):
+    params = {}
+    for name, d in space.items():
+        kind = d["type"]
+        if kind == "float":
+            params[name] = trial.suggest_float(name, d["low"], d["high"], log=d.get("log", False), step=d.get("step"))
+        elif kind == "int":
+            params[name] = trial.suggest_int(name, d["low"], d["high"], log=d.get("log", False), step=d.get("step", 1))
+        elif kind == "categorical":
+            params[name] = trial.suggest_categorical(name, d["choices"])
+        else:
+            raise ValueError(f"parameter {name}: type {kind!r} is not handled")
+    return params
+
+
+def run_optuna(run, space, sampler_name, pruner_name):
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # not the Exhausted that ends a run
+    seed = run.seed
+    sampler = {
+        "tpe": lambda: optuna.samplers.TPESampler(seed=seed),
+        "gp": lambda: optuna.samplers.GPSampler(seed=seed),
+    }[sampler_name]()
+    pruner = {
+        "hyperband": lambda: optuna.pruners.HyperbandPruner(min_resource=1, max_resource=run.epochs, reduction_factor=3),
+        "sha": lambda: optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3),
+        "median": lambda: optuna.pruners.MedianPruner(),
+    }[pruner_name]()
+    # A fixed name: HyperbandPruner picks brackets from a hash of the study name.
+    study = optuna.create_study(
+        study_name=f"{run.problem['name']}-{seed}", direction="minimize", sampler=sampler, pruner=pruner
+    )
+
+    def objective(trial):
+        params = optuna_suggest(trial, space)
+        number = run.new_trial()
+        value = None
+        for e in range(1, run.epochs + 1):
+            value = run.epoch(params, e, number)
+            if value is None:
+                return float("nan")  # Optuna records a NaN objective as a failed trial
+            trial.report(value, e)
+            if e < run.epochs and trial.should_prune():
+                raise optuna.TrialPruned()
+        return value
+
+    try:
+        study.optimize(objective, n_trials=10**9)
+    except Exhausted:
+        pass
+
+
+# ---- ConfigSpace (DEHB, SMAC) ----------------------------------------------------------------
+
+def config_space(space, seed):
+    """A ConfigSpace of `space`; categoricals by the index of their choice (as strings), so that
+    choices of any JSON type map back exactly."""
+    from ConfigSpace import Categorical, ConfigurationSpace, Float, Integer
+
+    cs = ConfigurationSpace(seed=seed)
+    for name, d in space.items():
+        kind = d["type"]
+        if kind == "float":
+            if d.get("step"):
+                raise ValueError(f"parameter {name}: a float step is not handled")
+            cs.add(Float(name, (d["low"], d["high"]), log=d.get("log", False)))
+        elif kind == "int":
+            cs.add(Integer(name, (d["low"], d["high"]), log=d.get("log", False)))
+        elif kind == "categorical":
+            cs.add(Categorical(name, [str(i) for i in range(len(d["choices"]))]))
+        else:
+            raise ValueError(f"parameter {name}: type {kind!r} is not handled")
+    return cs
+
+
+def from_config(config, space):
+    params = {}
+    for name, d in space.items():
+        v = config[name]
+        if d["type"] == "categorical":
+            params[name] = d["choices"][int(v)]
+        elif d["type"] == "int":
+            params[name] = int(v)
+        else:
+            params[name] = float(v)
+    return params
+
+
+def fidelity_epochs(fidelity, epochs):
+    return max(1, min(epochs, int(round(float(fidelity)))))
+
+
+def run_dehb(run, space, workdir):
+    from dehb import DEHB
+
+    cs = config_space(space, run.seed)
+    dehb = DEHB(
+        cs=cs,
+        min_fidelity=1,
+        max_fidelity=run.epochs,
+        eta=3,
+        n_workers=1,
+        seed=run.seed,
+        output_path=os.path.join(workdir, f"dehb-{run.problem['name']}-{run.seed}"),
+    )
+    try:
+        while True:
+            job = dehb.ask()
+            config = job["config"]
+            if not hasattr(config, "keys"):
+                config = dehb.vector_to_configspace(config)
+            params = from_config(config, space)
+            e = fidelity_epochs(job["fidelity"], run.epochs)
+            value = run.train(params, e, run.new_trial())
+            fitness = value if value is not None else 1e9
+            dehb.tell(job, {"fitness": fitness, "cost": e})
+    except Exhausted:
+        pass
+
+
+def run_smac(run, space, workdir):
+    from smac import MultiFidelityFacade, Scenario
+    from smac.runhistory.dataclasses import TrialValue
+
+    cs = config_space(space, run.seed)
+    scenario = Scenario(
+        cs,
+        deterministic=True,
+        n_trials=10**6,
+        min_budget=1,
+        max_budget=run.epochs,
+        seed=run.seed,
+        output_directory=os.path.join(workdir, f"smac-{run.problem['name']}-{run.seed}"),
+    )
+    intensifier = MultiFidelityFacade.get_intensifier(scenario, eta=3)
+    smac = MultiFidelityFacade(
+        scenario,
+        lambda config, seed=0, budget=1: 0.0,  # never called: ask/tell drives the runs
+        intensifier=intensifier,
+        overwrite=True,
+        logging_level=40,
+    )
+    try:
+        while True:
+            info = smac.ask()
+            params = from_config(info.config, space)
+            e = fidelity_epochs(info.budget if info.budget is not None else run.epochs, run.epochs)
+            value = run.train(params, e, run.new_trial())
+            smac.tell(info, TrialValue(cost=value if value is not None else 1e9))
+    except Exhausted:
+        pass
+
+
+METHODS = {
+    "optuna-tpe-hyperband": lambda run, space, wd: run_optuna(run, space, "tpe", "hyperband"),
+    "optuna-tpe-sha": lambda run, space, wd: run_optuna(run, space, "tpe", "sha"),
+    "optuna-gp-median": lambda run, space, wd: run_optuna(run, space, "gp", "median"),
+    "dehb": run_dehb,
+    "smac-mf": run_smac,
+}
+
+IMPORTS = {
+    "optuna-tpe-hyperband": "optuna",
+    "optuna-tpe-sha": "optuna",
+    "optuna-gp-median": "optuna,torch",
+    "dehb": "dehb",
+    "smac-mf": "smac",
+}
+
+
+_SERVER = None
+
+
+def run_task(task):
+    """One (method, problem, seed) run in a pool process with a server of its own."""
+    global _SERVER
+    m, p, seed, budgets, chance, tune_bench, problems, workdir = task
+    if _SERVER is None:
+        _SERVER = Server(tune_bench, problems)
+        try:
+            from loguru import logger  # DEHB logs every bracket through loguru
+
+            logger.disable("dehb")
+        except ImportError:
+            pass
+    run = Run(_SERVER, p, seed, budgets, chance)
+    start = time.time()
+    try:
+        METHODS[m](run, p["space"], workdir)
+    except Exception as e:  # noqa: BLE001 - a crashing method is reported, not fatal
+        print(f"{m} on {p['name']} seed {seed}: failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
+    return {"best": run.finish(), "trials": run.trials, "seconds": time.time() - start}
+
+
+def score(best, opt, ref):
+    den = ref - opt
+    if den <= 0:
+        return 100.0 if best <= opt else -100.0
+    return max(-100.0, min(100.0, 100.0 * (1.0 - (best - opt) / den)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description="other optimizers on tune's learning-curve problems")
+    ap.add_argument("--tune-bench", default="target/release/tune-bench")
+    ap.add_argument("--problems", default="all")
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--ref-seeds", type=int, default=50)
+    ap.add_argument("--budgets", default="10,30,100")
+    ap.add_argument("--jobs", type=int, default=1, help="runs side by side (processes)")
+    ap.add_argument("--workdir", default="/tmp/mfbench-python")
+    ap.add_argument("--json", help="also write every run's figures here")
+    args = ap.parse_args()
+
+    listing = json.loads(subprocess.check_output([
+        args.tune_bench, "multifidelity", "--list", "--problems", args.problems,
+        "--budgets", args.budgets, "--ref-seeds", str(args.ref_seeds),
+    ], text=True))
+    budgets = listing["budgets"]
+    problems = listing["problems"]
+    methods = []
+    for m in args.methods.split(","):
+        if m not in METHODS:
+            sys.exit(f"--methods: {m!r} is not one of {', '.join(METHODS)}")
+        try:
+            for mod in IMPORTS[m].split(","):
+                __import__(mod)
+            methods.append(m)
+        except Exception as e:  # noqa: BLE001 - any import failure leaves the method out
+            print(f"{m}: left out, `import {IMPORTS[m]}` failed: {e}", file=sys.stderr)
+    os.makedirs(args.workdir, exist_ok=True)
+    t0 = time.time()
+    tasks = [(m, p, seed, budgets, listing["chance"], args.tune_bench, args.problems, args.workdir)
+             for m in methods for p in problems for seed in range(args.seeds)]
+    with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        outcomes = list(pool.map(run_task, tasks))
+    results = {}
+    for (m, p, seed, *_), r in zip(tasks, outcomes):
+        results.setdefault(m, {}).setdefault(p["name"], {})[seed] = r
+
+    heads = "".join(f" mean @{b:g} | worst seed @{b:g} |" for b in budgets)
+    print(f"learning-curve problems: {len(problems)} ({', '.join(p['name'] for p in problems)}), "
+          f"{args.seeds} seeds; score: 100 = optimum, 0 = random search without pruning (median of "
+          f"{listing['ref_seeds']} seeds, tune-bench's) at the same compute")
+    print()
+    print(f"| method |{heads} trials | failed runs |")
+    print("|---|" + "---|---|" * len(budgets) + "---|---|")
+    for m in methods:
+        row = f"| {m} |"
+        failed = sum(1 for p in problems for s in range(args.seeds) if results[m][p["name"]][s] is None)
+        for b in range(len(budgets)):
+            per_seed = []
+            for s in range(args.seeds):
+                scores = [score(results[m][p["name"]][s]["best"][b], p["optimum"], p["reference"][b])
+                          for p in problems if results[m][p["name"]][s] is not None]
+                if scores:
+                    per_seed.append(scores)
+            all_scores = [x for sc in per_seed for x in sc]
+            mean = statistics.fmean(all_scores) if all_scores else math.nan
+            worst = min((statistics.fmean(sc) for sc in per_seed), default=math.nan)
+            row += f" {mean:.1f} | {worst:.1f} |"
+        trials = [r["trials"] for p in problems for r in results[m][p["name"]].values() if r]
+        row += f" {statistics.fmean(trials) if trials else math.nan:.0f} | {failed} |"
+        print(row)
+    print(f"\n{time.time() - t0:.0f} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"budgets": budgets, "problems": problems, "results": results}, f)
+
+
+if __name__ == "__main__":
+    main()
