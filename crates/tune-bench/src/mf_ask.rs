@@ -7,18 +7,17 @@
 //! study.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context;
 use rand::{SeedableRng, rngs::StdRng};
 
 use crate::curves::CurveProblem;
-use crate::multifidelity::PrunerArm;
+use crate::multifidelity::{PrunerArm, open_engine};
 use crate::optimizers::{median, thread_cpu_ms};
-use tune::engine::{Engine, EngineSpec, Finish};
+use tune::engine::Finish;
 use tune::sampler::{AskContext, RandomSampler, Sampler, SamplerKind};
 use tune::space::Params;
-use tune::storage::MemoryStorage;
 use tune::trial::{Direction, Report, TrialNumber};
 
 /// Epochs of a complete trial, and the reports of a pruned one.
@@ -66,27 +65,7 @@ pub fn measure(problem: &CurveProblem, sampler: SamplerKind, n: usize) -> anyhow
         .collect();
     let pruner = PrunerArm::Forecast.config(EPOCHS);
     let slots = vec!["cpu".to_string()];
-    let spec = EngineSpec {
-        others: &[],
-        name: &problem.name,
-        metric: "loss",
-        direction: Direction::Minimize,
-        space: &space,
-        seed: 1,
-        budget: None,
-        heartbeat_grace: Duration::from_secs(3600),
-        pruner: &pruner,
-        file: None,
-        source: None,
-        slots: &slots,
-        enqueue: &history,
-    };
-    let mut engine = Engine::open(
-        Box::new(MemoryStorage::new()),
-        &spec,
-        tune::sampler::build(sampler),
-        tune::pruner::build(&pruner),
-    )?;
+    let mut engine = open_engine(&problem, &space, sampler, &pruner, 1, &slots, &history)?;
     for k in 0..n {
         let trial = engine.ask(0, "cpu")?.context("the engine stopped asking")?;
         let curve = problem.curve(&trial.params);

@@ -159,27 +159,7 @@ pub fn run_one(
         .check()
         .with_context(|| format!("the {} pruner for {}", arm.pruner.name(), problem.name))?;
     let slots = vec!["cpu".to_string(); q.max(1)];
-    let spec = EngineSpec {
-        others: &[],
-        name: &problem.name,
-        metric: "loss",
-        direction: Direction::Minimize,
-        space: &space,
-        seed,
-        budget: None,
-        heartbeat_grace: Duration::from_secs(3600),
-        pruner: &pruner,
-        file: None,
-        source: None,
-        slots: &slots,
-        enqueue: &[],
-    };
-    let mut engine = Engine::open(
-        Box::new(MemoryStorage::new()),
-        &spec,
-        tune::sampler::build(arm.sampler),
-        tune::pruner::build(&pruner),
-    )?;
+    let mut engine = open_engine(problem, &space, arm.sampler, &pruner, seed, &slots, &[])?;
     let epochs = problem.epochs;
     let last_budget = budgets.last().copied().unwrap_or(0.0);
     let cap = (last_budget * epochs as f64).round() as u64;
@@ -268,6 +248,40 @@ pub fn run_one(
         result.best.push(incumbent.map_or(V0, |(_, truth)| truth));
     }
     Ok(result)
+}
+
+/// The engine of `tune run` on memory storage for a study of `problem` (minimising `loss`),
+/// with `enqueue`'s params run first.
+pub(crate) fn open_engine(
+    problem: &CurveProblem,
+    space: &tune::space::Space,
+    sampler: SamplerKind,
+    pruner: &PrunerConfig,
+    seed: u64,
+    slots: &[String],
+    enqueue: &[tune::space::Params],
+) -> anyhow::Result<Engine> {
+    let spec = EngineSpec {
+        others: &[],
+        name: &problem.name,
+        metric: "loss",
+        direction: Direction::Minimize,
+        space,
+        seed,
+        budget: None,
+        heartbeat_grace: Duration::from_secs(3600),
+        pruner,
+        file: None,
+        source: None,
+        slots,
+        enqueue,
+    };
+    Ok(Engine::open(
+        Box::new(MemoryStorage::new()),
+        &spec,
+        tune::sampler::build(sampler),
+        tune::pruner::build(pruner),
+    )?)
 }
 
 /// One cell of the table: an arm on one problem, over seeds.
