@@ -25,7 +25,7 @@ import zipfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "gpu-bundle"
-STEPS = ["env", "setup", "bench", "graphs", "throughput", "oom", "telemetry", "ui", "checkpointing", "stream", "bench1024"]
+STEPS = ["env", "setup", "bench", "graphs", "throughput", "oom", "telemetry", "ui", "checkpointing", "stream", "bench1024", "resume"]
 
 
 class Smi:
@@ -639,13 +639,113 @@ width = { type = "int", low = 64, high = 131072, log = true }
             lines.append(f"| {x['device_cache']} | {', '.join(map(str, x['samples_per_s']))} | {', '.join(map(str, x['data_wait']))} |")
         self.md.append("\n".join(lines) + "\n")
 
+    # ---- issue 27: trial checkpoints on the GPU ----
+    FIXED = 'lr = 0.001\nbatch_size = 128\noptimizer = "adam"\n'
+    ONE_PARAM = '[space]\ndropout = { type = "float", low = 0.0, high = 0.2 }\n'
+
+    def ck_study(self, name, model, epochs, trials, checkpoints, extra_study="", study_name=None):
+        """A builtin study of fixed params but the dropout, with or without trial checkpoints."""
+        text = self.builtin_study(study_name or name, "slots_per_device = 1", extra_study=f"trials = {trials}\n{extra_study}",
+                                  space=self.ONE_PARAM, epochs=epochs,
+                                  trial_extra=self.FIXED + f"checkpoints = {'true' if checkpoints else 'false'}\n")
+        model_table = 'kind = "mlp"\ndepth = 2\nwidth = 128' if model == "mlp" else f'kind = "{model}"'
+        text = text.replace('kind = "mlp"\ndepth = 2', model_table)
+        return self.study(name, text)
+
+    def s_resume(self, r):
+        """Issue 27 on CUDA: what a checkpoint per epoch costs (the trainer's own `checkpoint_s`
+        against the trial's time, and trials with checkpoints against trials without), and a
+        builtin trial killed (kill -9 of tune) mid-run and resumed from its checkpoint."""
+        epochs = 6
+        r["overhead"] = []
+        # The ResNet only where it trains in seconds (a CPU rehearsal would time out).
+        for model in ("mlp", "resnet") if self.device.startswith("cuda") else ("mlp",):
+            row = {"model": model}
+            for ck in (True, False, True, False):  # alternated: drift hits both sides
+                name = f"ck-{model}-{'on' if ck else 'off'}-{len(row.get('on', [])) + len(row.get('off', []))}"
+                d = self.ck_study(name, model, epochs, 2, ck)
+                rc, out, _, _ = self.run(name, [self.tune, "--db", str(d / "tune.db"), "run", str(d / "study.toml"), "--no-tui"], 150)
+                ts = [t for t in self.trials(d) if t["state"] == "complete"]
+                if rc != 0 or not ts:
+                    raise RuntimeError(f"{name}: exit {rc}, {len(ts)} complete: {out.strip()[-400:]}")
+                row.setdefault("on" if ck else "off", []).extend(t["duration_s"] for t in ts)
+                if ck:
+                    # checkpoint_s at the last report counts the saves of epochs 1..E-1 (the last
+                    # epoch's save comes after it): per save, times the E saves of a trial.
+                    for t in ts:
+                        m = t.get("metrics") or {}
+                        if m.get("checkpoint_s") is not None:
+                            row.setdefault("save_s", []).append(m["checkpoint_s"] / (epochs - 1))
+            mean = lambda xs: sum(xs) / len(xs)
+            row["trial_s_on"], row["trial_s_off"] = round(mean(row["on"]), 3), round(mean(row["off"]), 3)
+            row["ab_overhead_pct"] = round(100 * (row["trial_s_on"] / row["trial_s_off"] - 1), 2)
+            if row.get("save_s"):
+                row["save_ms"] = round(1000 * mean(row["save_s"]), 2)
+                row["metric_overhead_pct"] = round(100 * epochs * mean(row["save_s"]) / row["trial_s_on"], 2)
+            r["overhead"].append(row)
+
+        # Kill -9 of tune in epoch 3 of 6; the next `tune run` runs the trial again as its attempt 2,
+        # which resumes from the checkpoint; its final loss against an uninterrupted run's.
+        ref = self.ck_study("resume-ref", "mlp", epochs, 1, True, study_name="resume")  # same name: same seeds
+        rc, out, _, _ = self.run("resume-ref", [self.tune, "--db", str(ref / "tune.db"), "run", str(ref / "study.toml"), "--no-tui"], 120)
+        ref_t = [t for t in self.trials(ref) if t["state"] == "complete"]
+        d = self.ck_study("resume", "mlp", epochs, 1, True, extra_study="")
+        log = open(self.raw / "resume-run1.log", "w")
+        p = subprocess.Popen([self.tune, "--db", str(d / "tune.db"), "run", str(d / "study.toml"), "--no-tui"],
+                             cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        killed_at = None
+        deadline = time.time() + 90
+        while time.time() < deadline and p.poll() is None:
+            time.sleep(0.05)
+            try:
+                ts = self.trials(d)
+            except Exception:
+                continue
+            ep = [(t.get("metrics") or {}).get("epoch") for t in ts if t["state"] == "running"]
+            if ep and ep[0] is not None and ep[0] >= 3:
+                p.kill()  # SIGKILL: no goodbye, as a lost machine
+                killed_at = ep[0]
+                break
+        p.wait(timeout=30)
+        log.close()
+        r["killed_at_epoch"] = killed_at
+        time.sleep(0.5)
+        rc2, out2, _, _ = self.run("resume-run2", [self.tune, "--db", str(d / "tune.db"), "run", str(d / "study.toml"), "--no-tui"], 120)
+        ts = self.trials(d)
+        rerun = [t for t in ts if t["state"] == "complete"]
+        r["resume"] = {"ref_rc": rc, "run2_rc": rc2, "trials": [(t["number"], t["state"]) for t in ts]}
+        if rerun and ref_t:
+            n = rerun[0]["number"]
+            sp = subprocess.run([self.tune, "--db", str(d / "tune.db"), "show", str(n), str(d / "study.toml"), "--format", "json"],
+                                cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=30)
+            (self.raw / "resume-show.json").write_text(sp.stdout + sp.stderr)
+            shown = json.loads(sp.stdout)
+            steps = [x["step"] for x in shown.get("reports", [])]
+            r["resume"].update({
+                "attempt": shown.get("attempt"), "retry_of": shown.get("retry_of"), "report_steps": steps,
+                "first_report_epoch": (shown["reports"][0]["metrics"].get("epoch") if shown.get("reports") else None),
+                "val_loss": rerun[0]["value"], "ref_val_loss": ref_t[0]["value"],
+                "rel_diff": abs(rerun[0]["value"] - ref_t[0]["value"]) / abs(ref_t[0]["value"]),
+            })
+        lines = ["## Trial checkpoints (issue 27)\n",
+                 f"Builtin studies on {self.device}, {epochs} epochs, batch 128, Adam, 2 trials per run, a checkpoint at every "
+                 "epoch's end (`[trial] checkpoints = true`, the default) against `checkpoints = false`, runs alternated "
+                 "(on, off, on, off). `save ms`: the trainer's own `checkpoint_s` per save; `metric %`: the saves' share of "
+                 "the trial's time; `A/B %`: trial time with checkpoints over without, minus 1.\n",
+                 "| model | trial s (on) | trial s (off) | A/B % | save ms | metric % |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        for x in r["overhead"]:
+            lines.append(f"| {x['model']} | {x['trial_s_on']} | {x['trial_s_off']} | {x['ab_overhead_pct']} | "
+                         f"{x.get('save_ms', '-')} | {x.get('metric_overhead_pct', '-')} |")
+        lines.append(f"\nKill -9 of `tune run` at epoch {killed_at} of {epochs}, then `tune run` again: `{json.dumps(r['resume'])}`\n")
+        self.md.append("\n".join(lines) + "\n")
+
     # ---- the whole ----
     def main(self):
         self.find_binaries()
         plan = [("env", 5, self.s_env), ("setup", 20, self.s_setup), ("bench", 100, self.s_bench),
                 ("graphs", 50, self.s_graphs), ("throughput", 6 * (self.args.window + 15), self.s_throughput),
                 ("oom", 45, self.s_oom), ("telemetry", 35, self.s_telemetry), ("ui", 45, self.s_ui), ("checkpointing", 40, self.s_checkpointing),
-                ("stream", 70, self.s_stream), ("bench1024", 60, self.s_bench1024)]
+                ("stream", 70, self.s_stream), ("bench1024", 60, self.s_bench1024), ("resume", 120, self.s_resume)]
         for name, est, fn in plan:
             self.step(name, est, fn)
         self.smi.stop()

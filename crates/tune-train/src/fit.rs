@@ -527,6 +527,9 @@ fn train_inner(
     }
     drop(resume);
     let mut last_save = Instant::now();
+    // Seconds this attempt spent saving checkpoints (state to host, write, fsync, rename): the
+    // overhead a trial pays for being resumable, reported as `checkpoint_s`.
+    let mut checkpoint_time = Duration::ZERO;
     let mut lr = schedule.lr(if step == 0 {
         0.0
     } else {
@@ -605,6 +608,9 @@ fn train_inner(
             m.insert("data_wait".into(), wait.as_secs_f64() / secs.max(1e-9));
             m.insert("lr".into(), lr);
             m.insert("skipped_steps".into(), s.skipped_steps() as f64);
+            if checkpoints.is_some() {
+                m.insert("checkpoint_s".into(), checkpoint_time.as_secs_f64());
+            }
             let peak = if device.is_cuda() {
                 crate::cuda::peak_allocated_mb(device)
             } else {
@@ -635,6 +641,7 @@ fn train_inner(
                 || c.every.is_some_and(|d| last_save.elapsed() >= d)
                 || c.now.swap(false, Ordering::Relaxed);
             if due {
+                let save_started = Instant::now();
                 let value = reported_value.filter(|(at, _)| *at == step).map(|(_, v)| v);
                 if c.store.improves(value, best) {
                     best = value;
@@ -674,6 +681,7 @@ fn train_inner(
                     Err(e) => eprintln!("tune worker: checkpoint at step {step} not saved: {e}"),
                 }
                 last_save = Instant::now();
+                checkpoint_time += save_started.elapsed();
             }
         }
     }
@@ -702,6 +710,9 @@ fn train_inner(
         }
         m.insert("lr".into(), lr);
         m.insert("skipped_steps".into(), s.skipped_steps() as f64);
+        if checkpoints.is_some() {
+            m.insert("checkpoint_s".into(), checkpoint_time.as_secs_f64());
+        }
         on_event(TrainEvent::Report(Report { step, metrics: m }));
     }
     Ok(())
