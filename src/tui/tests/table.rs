@@ -174,3 +174,21 @@ fn a_pruned_trial_keeps_the_prediction_it_had_when_pruned() {
     assert_eq!(s.trials[3].predicted, Some(before));
     assert_eq!(s.references.len(), 3, "a pruned curve is no reference");
 }
+
+#[test]
+fn the_learning_curve_chart_draws_a_running_trials_prediction_at_the_full_resource() {
+    let mut s = predicted_state();
+    let mark = crate::tui::view::MARK_PREDICTED;
+    for (w, h) in [(80, 24), (160, 40)] {
+        let text = screen(&s, w, h);
+        // The mark itself (with its band) at the best curve's end; the legend where it fits.
+        let legend = format!("{mark}pred.");
+        let marks = text.matches(mark).count() - text.matches(&legend).count();
+        assert_eq!(marks, 1, "{w}×{h}:\n{text}");
+        assert_eq!(text.contains(&legend), w >= 160, "{w}×{h}:\n{text}");
+    }
+    // Complete, the trial has no prediction left to draw.
+    s.apply(&done(3, 1, TrialState::Complete, Some(0.25)));
+    let text = screen(&s, 160, 40);
+    assert!(!text.contains(mark), "{text}");
+}

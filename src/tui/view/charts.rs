@@ -14,7 +14,8 @@ use ratatui::widgets::{Axis, Block, Cell, Chart, Dataset, GraphType, Paragraph, 
 use super::fit_title;
 use super::scales::{axis_labels, robust_bounds, value_labels};
 use super::theme::{
-    MARK_ABOVE, MARK_BELOW, MARK_COMPLETE, MARK_FAILED, MARK_PRUNED, Theme, arrow_of, section,
+    MARK_ABOVE, MARK_BELOW, MARK_COMPLETE, MARK_FAILED, MARK_PREDICTED, MARK_PRUNED, Theme,
+    arrow_of, section,
 };
 use crate::fmt::Precision;
 use crate::trial::{Direction, TrialNumber, TrialState};
@@ -318,6 +319,10 @@ pub(super) fn render_curves_chart(frame: &mut Frame, area: Rect, state: &UiState
         ),
     ];
     let long = format!(" Learning curves by {unit} ");
+    let mut vs = vs;
+    if running.iter().any(|(_, t)| t.predicted.is_some()) {
+        vs.push(Span::styled(format!("{MARK_PREDICTED}pred. "), theme.dim()));
+    }
     let vs_w: usize = vs.iter().map(|s| s.width()).sum();
     let name = if long.chars().count() + vs_w <= area.width as usize {
         long
@@ -364,6 +369,7 @@ pub(super) fn render_curves(
         .iter()
         .flatten()
         .map(|p| p.1)
+        .chain(running.iter().filter_map(|(_, t)| Some(t.predicted?.value)))
         .filter(|v| v.is_finite())
         .collect();
     let yb = robust_bounds(&mut ys, dir);
@@ -389,6 +395,27 @@ pub(super) fn render_curves(
                 .collect()
         })
         .collect();
+    // Each trial's predicted final value (issue 26) sits at the full resource: where the best
+    // trial's curve ends, else the chart's right edge, its 80 % band a bar through it.
+    let full = if has_ref {
+        clipped.first().and_then(|c| c.last()).map_or(xmax, |p| p.0)
+    } else {
+        xmax
+    };
+    let forecasts: Vec<(usize, [Vec<(f64, f64)>; 2])> = running
+        .iter()
+        .enumerate()
+        .filter_map(|(k, (slot, t))| {
+            let p = t.predicted.as_ref()?;
+            let last = *clipped.get(k + usize::from(has_ref))?.last()?;
+            let clamp = |v: f64| v.clamp(yb[0], yb[1]);
+            (last.0 < full && [p.value, p.low, p.high].iter().all(|v| v.is_finite())).then(|| {
+                let at = (full, clamp(p.value));
+                let band = vec![(full, clamp(p.low)), (full, clamp(p.high))];
+                (*slot, [band, vec![at]])
+            })
+        })
+        .collect();
     let mut datasets = Vec::new();
     let mut rest = clipped.iter();
     if has_ref && let Some(c) = rest.next() {
@@ -397,6 +424,10 @@ pub(super) fn render_curves(
     for (k, c) in rest.enumerate() {
         let slot = running.get(k).map(|(i, _)| *i).unwrap_or(k);
         datasets.push(line(Marker::Braille, theme.slot(slot), c));
+    }
+    for (slot, [band, at]) in &forecasts {
+        datasets.push(line(Marker::Braille, theme.slot(*slot), band));
+        datasets.push(marks(MARK_PREDICTED, theme.slot(*slot), at));
     }
     // Steps are whole numbers; epochs may stop part way (a report every N steps).
     let x_integer = !by_epoch || (xb.iter().all(|x| x.fract() == 0.0) && xb[1] - xb[0] >= 2.0);

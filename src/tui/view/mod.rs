@@ -26,6 +26,8 @@ use ratatui::widgets::Paragraph;
 
 #[cfg(test)]
 pub(super) use table::cell_text;
+#[cfg(test)]
+pub(crate) use theme::MARK_PREDICTED;
 use theme::Theme;
 
 use super::state::{Mode, Screen, UiState};

@@ -10,6 +10,8 @@ use crate::trial::{Direction, TrialState};
 /// Marks of the objective chart, one shape per state.
 pub(super) const MARK_COMPLETE: char = '•';
 pub(super) const MARK_PRUNED: char = '+';
+/// A trial's predicted final value in the learning-curve chart (its 80 % band a bar through it).
+pub(crate) const MARK_PREDICTED: char = '◆';
 pub(super) const MARK_FAILED: char = '×';
 
 pub(super) struct Theme {
