@@ -122,6 +122,10 @@ pub struct RunResult {
     /// Trials started, and those that ran to their last epoch, by the largest budget.
     pub trials: usize,
     pub complete: usize,
+    /// Trials the pruner stopped, and of them those whose true final loss was below the
+    /// incumbent's when they were stopped: stops that cost the run its best trial.
+    pub pruned: usize,
+    pub false_stops: usize,
     /// Milliseconds of each ask (the sampler's proposal and the claim).
     pub ask_ms: Vec<f64>,
 }
@@ -172,6 +176,8 @@ pub fn run_one(
         best: Vec::with_capacity(budgets.len()),
         trials: 0,
         complete: 0,
+        pruned: 0,
+        false_stops: 0,
         ask_ms: Vec::new(),
     };
     while spent < cap {
@@ -225,6 +231,11 @@ pub fn run_one(
                 }
                 Some(Finish::Ended)
             } else if decision == Decision::Prune {
+                result.pruned += 1;
+                let would_reach = live.curve.losses.last().copied().unwrap_or(f64::NAN);
+                if incumbent.is_none_or(|(_, best)| would_reach < best) {
+                    result.false_stops += 1;
+                }
                 Some(Finish::Pruned {
                     value: None,
                     reason: None,
@@ -293,6 +304,8 @@ pub struct Cell {
     pub loss: Vec<f64>,
     pub trials: f64,
     pub complete: f64,
+    pub pruned: f64,
+    pub false_stops: f64,
     pub ask_ms: Vec<f64>,
 }
 
@@ -531,6 +544,8 @@ pub fn measure(opts: &Options) -> anyhow::Result<Measured> {
                 loss,
                 trials: mean(&mine.iter().map(|r| r.trials as f64).collect::<Vec<_>>()),
                 complete: mean(&mine.iter().map(|r| r.complete as f64).collect::<Vec<_>>()),
+                pruned: mean(&mine.iter().map(|r| r.pruned as f64).collect::<Vec<_>>()),
+                false_stops: mean(&mine.iter().map(|r| r.false_stops as f64).collect::<Vec<_>>()),
                 ask_ms: mine.iter().flat_map(|r| r.ask_ms.iter().copied()).collect(),
             });
         }
@@ -576,14 +591,14 @@ pub fn render(opts: &Options, m: &Measured) -> String {
     }
     let _ = writeln!(
         out,
-        " trials | complete | ask ms p50 / p99 | crossing: pruned − none {} |",
+        " trials | complete | pruned (would have led) | ask ms p50 / p99 | crossing: pruned − none {} |",
         budgets.last().map_or("", |s| s.as_str())
     );
     let _ = write!(out, "|---|");
     for _ in &budgets {
         let _ = write!(out, "---|---|");
     }
-    let _ = writeln!(out, "---|---|---|---|");
+    let _ = writeln!(out, "---|---|---|---|---|");
     let crossing: Vec<usize> = opts
         .problems
         .iter()
@@ -625,9 +640,11 @@ pub fn render(opts: &Options, m: &Measured) -> String {
         };
         let _ = writeln!(
             out,
-            " {:.0} | {:.1} | {:.2} / {:.2} | {cross} |",
+            " {:.0} | {:.1} | {:.1} ({:.2}) | {:.2} / {:.2} | {cross} |",
             mean(&cells.iter().map(|c| c.trials).collect::<Vec<_>>()),
             mean(&cells.iter().map(|c| c.complete).collect::<Vec<_>>()),
+            mean(&cells.iter().map(|c| c.pruned).collect::<Vec<_>>()),
+            mean(&cells.iter().map(|c| c.false_stops).collect::<Vec<_>>()),
             percentile(&asks, 0.5),
             percentile(&asks, 0.99),
         );
