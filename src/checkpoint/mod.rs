@@ -140,14 +140,30 @@ impl CheckpointSpec {
         Ok(spec)
     }
 
-    /// The checkpoint directory of trial `number` of study `study`, whose run directory (of
-    /// this attempt) is `trial_dir`: stable across the trial's attempts for a
-    /// `checkpoint_dir`, inside the run directory otherwise.
-    pub fn trial_dir(&self, study: &str, number: u64, trial_dir: &Path) -> PathBuf {
+    /// The checkpoint directory of the trial whose first attempt is trial `first` of study
+    /// `study`, run in `first_run_dir`: see [`trial_dir`].
+    pub fn trial_dir(&self, study: &str, first: u64, first_run_dir: &Path) -> PathBuf {
         match &self.dir {
-            Some(d) => d.join(sanitize(study)).join(format!("trial-{number:05}")),
-            None => trial_dir.join(IN_TRIAL_DIR),
+            Some(d) => d.join(sanitize(study)).join(format!("trial-{first:05}")),
+            None => first_run_dir.join(IN_TRIAL_DIR),
         }
+    }
+}
+
+/// The one place that decides where a trial keeps its checkpoints, for builtin and command
+/// trials alike: the same directory for every attempt at its params, on any machine that
+/// shares it. Keyed by the FIRST attempt (its number `first`, its run directory
+/// `first_run_dir`): `<checkpoint_dir>/<study>/trial-NNNNN` where a builtin study sets
+/// `checkpoint_dir` (`spec`), else `checkpoints/` inside the first attempt's run directory.
+pub fn trial_dir(
+    spec: Option<&CheckpointSpec>,
+    study: &str,
+    first: u64,
+    first_run_dir: &Path,
+) -> PathBuf {
+    match spec {
+        Some(s) => s.trial_dir(study, first, first_run_dir),
+        None => first_run_dir.join(IN_TRIAL_DIR),
     }
 }
 

@@ -702,8 +702,15 @@ fn checkpoint_line(storage: &dyn Storage, study: &StudyRow, row: &Trial) -> Opti
         stored.text.as_deref()?,
         stored.path.as_deref().map(Path::new),
     )?;
-    let run_dir = row.trial_dir.as_deref()?;
-    let dir = spec.trial_dir(&study.name, row.number.0, run_dir);
+    // Every attempt at the trial's params shares its first attempt's directory.
+    let first = storage.attempt(study, row.number).ok()?.first;
+    let first_row = if first == row.number {
+        None
+    } else {
+        storage.trial(study, first).ok()?
+    };
+    let run_dir = first_row.as_ref().unwrap_or(row).trial_dir.as_deref()?;
+    let dir = crate::checkpoint::trial_dir(Some(&spec), &study.name, first.0, run_dir);
     match crate::checkpoint::disk_use(&dir) {
         Ok(0) => None,
         Ok(n) => Some(format!(

@@ -735,6 +735,7 @@ mod tests {
             device: "cpu".into(),
             trial_dir: dir.to_path_buf(),
             attempt: 2,
+            first: TrialNumber(5),
             checkpoint_dir: dir.join("checkpoints"),
             timeout: None,
             seed: 0,

@@ -11,7 +11,7 @@ pub mod protocol;
 pub mod worker;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -89,20 +89,17 @@ pub struct TrialJob {
     /// Which attempt at these params this run is (1-based): an interrupted trial's params run
     /// again as attempt n + 1 (`TUNE_ATTEMPT`).
     pub attempt: u32,
+    /// The number of the first attempt at these params (`number` itself for a first run):
+    /// what the trial's checkpoints and its seed are keyed by, so that every attempt resumes
+    /// and draws as the first.
+    pub first: TrialNumber,
     /// Where the trial keeps its checkpoints, created before start and the same for every
-    /// attempt ([`checkpoint_dir`]; `TUNE_CHECKPOINT_DIR`, `{checkpoint_dir}`).
+    /// attempt ([`crate::checkpoint::trial_dir`]; `TUNE_CHECKPOINT_DIR`, `{checkpoint_dir}`).
     pub checkpoint_dir: PathBuf,
     /// Per-trial wall-clock limit.
     pub timeout: Option<Duration>,
     /// The study seed; with the trial number it seeds everything the trial draws.
     pub seed: u64,
-}
-
-/// The one place that decides where a trial keeps its checkpoints: `checkpoints` inside the
-/// run directory of its first attempt (`first_run_dir`), so every attempt at the same params,
-/// on any machine that shares the runs directory, finds the checkpoints of the one before.
-pub fn checkpoint_dir(first_run_dir: &Path) -> PathBuf {
-    first_run_dir.join("checkpoints")
 }
 
 /// Why the scheduler asks a running trial to stop.
@@ -272,6 +269,7 @@ mod tests {
             device: "cpu".into(),
             trial_dir: dir.path().to_path_buf(),
             attempt: 1,
+            first: TrialNumber(0),
             checkpoint_dir: dir.path().join("checkpoints"),
             timeout: None,
             seed: 0,

@@ -78,8 +78,14 @@ fn default_metric() -> String {
 pub enum ToWorker {
     Job {
         number: u64,
-        /// The study seed; the worker mixes in the trial number (`builtin::trial_seed`).
+        /// The study seed; the worker mixes in the trial number (`builtin::trial_seed`), or
+        /// `seed_number` where given.
         seed: u64,
+        /// The number whose seed the trial trains with: its first attempt's, so that every
+        /// attempt at the same params draws the same (`None`: `number`, what an older
+        /// orchestrator sends).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        seed_number: Option<u64>,
         params: Params,
         trial: Box<BuiltinTrial>,
         /// The trial's log file: the worker sends its stderr there while the trial runs.

@@ -358,7 +358,8 @@ enum Asked {
 fn checkpoint_job(trial: &BuiltinTrial, o: &Objective, job: &TrialJob) -> Option<CheckpointJob> {
     let spec = &trial.checkpoints;
     spec.enabled.then(|| CheckpointJob {
-        dir: spec.trial_dir(&o.study, job.number.0, &job.trial_dir),
+        // Chosen by the scheduler (`checkpoint::trial_dir`): the same for every attempt.
+        dir: job.checkpoint_dir.clone(),
         // Set by `checkpoint::claim`: whether the directory holds this trial's checkpoints.
         resume: false,
         every_s: spec.every.map(|d| d.as_secs_f64()),
@@ -418,9 +419,10 @@ async fn run_on(
     }
     let mut checkpoint = checkpoint_job(&trial, objective, &job);
     if let Some(c) = checkpoint.as_mut() {
+        // Keyed by the first attempt: a re-run of the same params resumes its checkpoints.
         let owner = serde_json::json!({
             "study": objective.study,
-            "trial": job.number.0,
+            "trial": job.first.0,
             "seed": job.seed,
             "params": job.params,
         })
@@ -444,6 +446,7 @@ async fn run_on(
     let msg = ToWorker::Job {
         number: job.number.0,
         seed: job.seed,
+        seed_number: (job.first != job.number).then_some(job.first.0),
         params: job.params.clone(),
         trial: Box::new(trial),
         log: log.clone(),

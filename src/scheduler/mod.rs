@@ -477,7 +477,12 @@ impl Scheduler {
                 .trial_dir_of(attempt.first)?
                 .unwrap_or_else(|| trial_dir_name(&self.study.runs_dir, attempt.first, 1))
         };
-        let checkpoint_dir = crate::runner::checkpoint_dir(&first_run_dir);
+        let spec = match &self.study.trial {
+            crate::study::TrialSpec::Builtin(b) => Some(&b.checkpoints),
+            crate::study::TrialSpec::Command(_) => None,
+        };
+        let checkpoint_dir =
+            crate::checkpoint::trial_dir(spec, &self.study.name, attempt.first.0, &first_run_dir);
         let (stop_tx, stop_rx) = watch::channel(StopRequest::None);
         self.emit(Event::TrialStarted {
             number: trial.number,
@@ -493,6 +498,7 @@ impl Scheduler {
             device,
             trial_dir: trial_dir.clone(),
             attempt: attempt.attempt,
+            first: attempt.first,
             checkpoint_dir,
             timeout: self.study.trial.timeout(),
             seed: self.study.seed,

@@ -545,7 +545,12 @@ pub fn measure(opts: &Options) -> anyhow::Result<Measured> {
                 trials: mean(&mine.iter().map(|r| r.trials as f64).collect::<Vec<_>>()),
                 complete: mean(&mine.iter().map(|r| r.complete as f64).collect::<Vec<_>>()),
                 pruned: mean(&mine.iter().map(|r| r.pruned as f64).collect::<Vec<_>>()),
-                false_stops: mean(&mine.iter().map(|r| r.false_stops as f64).collect::<Vec<_>>()),
+                false_stops: mean(
+                    &mine
+                        .iter()
+                        .map(|r| r.false_stops as f64)
+                        .collect::<Vec<_>>(),
+                ),
                 ask_ms: mine.iter().flat_map(|r| r.ask_ms.iter().copied()).collect(),
             });
         }

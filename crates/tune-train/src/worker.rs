@@ -101,6 +101,7 @@ pub fn worker_main(device: &str) -> ExitCode {
         let ToWorker::Job {
             number,
             seed,
+            seed_number,
             params,
             trial,
             log,
@@ -119,6 +120,7 @@ pub fn worker_main(device: &str) -> ExitCode {
         let job = Job {
             number,
             seed,
+            seed_number,
             params: &params,
             trial: &trial,
             checkpoint: checkpoint.as_ref(),
@@ -166,6 +168,8 @@ fn route(msg: ToWorker, stop: &AtomicBool, now: &AtomicBool) -> Option<ToWorker>
 struct Job<'a> {
     number: u64,
     seed: u64,
+    /// The number the trial's seed is drawn for (its first attempt's), where not `number`.
+    seed_number: Option<u64>,
     params: &'a Params,
     trial: &'a BuiltinTrial,
     checkpoint: Option<&'a CheckpointJob>,
@@ -226,7 +230,7 @@ fn run_job(
             }))
         }
         Some(d) => {
-            let seed = trial_seed(job.seed, number);
+            let seed = trial_seed(job.seed, job.seed_number.unwrap_or(number));
             match (&store, job.checkpoint) {
                 (Some(store), Some(c)) => {
                     let resume = if c.resume {

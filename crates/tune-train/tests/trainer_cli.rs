@@ -254,3 +254,187 @@ fn every_builtin_example_study_runs_when_copied_alone_to_another_directory() {
     }
     assert!(ran.len() >= 4, "the builtin examples: {ran:?}");
 }
+
+/// `tune --db DB ARGS…`, its standard output as JSON.
+fn tune_json(db: &Path, args: &[&str]) -> serde_json::Value {
+    let out = Command::new(tune_bin())
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .output()
+        .expect("tune runs");
+    assert!(
+        out.status.success(),
+        "tune {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// The epochs of a trial's reports, in order (`tune show N --format json`).
+fn report_epochs(db: &Path, study: &Path, n: u64) -> Vec<f64> {
+    let shown = tune_json(
+        db,
+        &[
+            "show",
+            &n.to_string(),
+            study.to_str().expect("utf-8 path"),
+            "--format",
+            "json",
+        ],
+    );
+    shown["reports"]
+        .as_array()
+        .expect("reports")
+        .iter()
+        .filter_map(|r| r["metrics"]["epoch"].as_f64())
+        .collect()
+}
+
+/// Issue 27: a builtin trial cut off by a `kill -9` of tune in epoch 3 of 6 runs again (the
+/// next `tune run`) as its attempt 2, which resumes from the checkpoint the trainer saved at an
+/// epoch's end, not from scratch, and ends exactly where an uninterrupted run ends.
+#[test]
+fn a_builtin_trial_cut_off_by_a_kill_9_resumes_from_its_checkpoint_and_ends_as_if_never_cut() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let text = r#"
+[study]
+name = "resume"
+metric = "val_loss"
+trials = 1
+seed = 3
+
+[space]
+lr = { type = "float", low = 1e-3, high = 2e-3, log = true }
+
+[workers]
+count = 1
+devices = ["cpu"]
+
+[trial]
+kind = "builtin"
+epochs = 6
+batch_size = 8
+
+[trial.model]
+kind = "mlp"
+width = 256
+depth = 2
+
+[trial.data]
+dataset = "digits"
+"#;
+    // The reference: the same study (same name and seed: the same params and draws), never cut.
+    let (ref_dir, cut_dir) = (dir.path().join("ref"), dir.path().join("cut"));
+    for d in [&ref_dir, &cut_dir] {
+        std::fs::create_dir_all(d).expect("mkdir");
+        std::fs::write(d.join("study.toml"), text).expect("write study");
+    }
+    let run = |d: &Path| {
+        Command::new(tune_bin())
+            .arg("--db")
+            .arg(d.join("t.db"))
+            .args(["run", "--no-tui"])
+            .arg(d.join("study.toml"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("tune runs")
+    };
+    assert!(run(&ref_dir).wait().expect("tune ends").success());
+    let (ref_db, cut_db) = (ref_dir.join("t.db"), cut_dir.join("t.db"));
+    let (ref_study, cut_study) = (ref_dir.join("study.toml"), cut_dir.join("study.toml"));
+    let reference = tune_json(
+        &ref_db,
+        &["trials", ref_study.to_str().unwrap(), "--format", "json"],
+    );
+    let ref_value = reference[0]["value"]
+        .as_f64()
+        .expect("the reference completed");
+    assert_eq!(
+        report_epochs(&ref_db, &ref_study, 0),
+        vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    );
+
+    let mut tune = run(&cut_dir);
+    let start = Instant::now();
+    let mut killed_at = None;
+    while start.elapsed() < Duration::from_secs(120) && killed_at.is_none() {
+        std::thread::sleep(Duration::from_millis(20));
+        let Ok(out) = Command::new(tune_bin())
+            .arg("--db")
+            .arg(&cut_db)
+            .args([
+                "trials",
+                cut_study.to_str().unwrap(),
+                "--state",
+                "running",
+                "--format",
+                "json",
+            ])
+            .output()
+        else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else {
+            continue;
+        };
+        if let Some(e) = v[0]["metrics"]["epoch"].as_f64().filter(|e| *e >= 3.0) {
+            tune.kill().expect("SIGKILL tune");
+            killed_at = Some(e);
+        }
+    }
+    let killed_at = killed_at.expect("trial 0 reached epoch 3 while tune ran");
+    tune.wait().expect("tune is gone");
+    assert!(
+        killed_at < 6.0,
+        "killed mid-trial, not at its end: {killed_at}"
+    );
+    // The keeper takes the worker down with tune.
+    std::thread::sleep(Duration::from_millis(500));
+
+    assert!(run(&cut_dir).wait().expect("tune ends").success());
+    let trials = tune_json(
+        &cut_db,
+        &["trials", cut_study.to_str().unwrap(), "--format", "json"],
+    );
+    let trials = trials.as_array().expect("trials");
+    let rerun = trials
+        .iter()
+        .find(|t| t["state"] == "complete")
+        .unwrap_or_else(|| panic!("the re-run completed: {trials:#?}"));
+    let n = rerun["number"].as_u64().expect("number");
+    assert_ne!(n, 0, "trial 0 was cut off: {trials:#?}");
+    assert_eq!(rerun["params"], reference[0]["params"], "the same params");
+    let shown = tune_json(
+        &cut_db,
+        &[
+            "show",
+            &n.to_string(),
+            cut_study.to_str().unwrap(),
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(
+        (shown["attempt"].as_u64(), shown["retry_of"].as_u64()),
+        (Some(2), Some(0))
+    );
+    let before = report_epochs(&cut_db, &cut_study, 0);
+    let after = report_epochs(&cut_db, &cut_study, n);
+    // Resumed at the last epoch saved: the one reported last before the kill, or the one
+    // before it when the kill came between its report and its save.
+    let first = *after.first().expect("the re-run reported");
+    let last_before = *before.last().expect("reports before the kill");
+    assert!(
+        first == last_before || first == last_before + 1.0,
+        "resumed from the checkpoint, not from scratch: before {before:?}, after {after:?}"
+    );
+    assert_eq!(*after.last().unwrap(), 6.0, "{after:?}");
+    assert!(after.windows(2).all(|w| w[1] == w[0] + 1.0), "{after:?}");
+    assert_eq!(
+        rerun["value"].as_f64(),
+        Some(ref_value),
+        "bit for bit on the CPU: the uninterrupted run ends at {ref_value}"
+    );
+}

@@ -143,7 +143,11 @@ async fn run_study(path: &Path, dir: &Path) -> (Vec<f64>, f64) {
                     device: "cpu".into(),
                     trial_dir: dir.join(format!("trial-{}", trial.number)),
                     attempt: 1,
-                    checkpoint_dir: tune::runner::checkpoint_dir(
+                    first: trial.number,
+                    checkpoint_dir: tune::checkpoint::trial_dir(
+                        None,
+                        "study",
+                        trial.number.0,
                         &dir.join(format!("trial-{}", trial.number)),
                     ),
                     timeout,

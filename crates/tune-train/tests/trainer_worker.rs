@@ -38,7 +38,13 @@ fn job(dir: &Path, number: u64, lr: f64, timeout: Option<Duration>) -> TrialJob 
         device: "cpu".into(),
         trial_dir: dir.join(format!("trial-{number}")),
         attempt: 1,
-        checkpoint_dir: tune::runner::checkpoint_dir(&dir.join(format!("trial-{number}"))),
+        first: TrialNumber(number),
+        checkpoint_dir: tune::checkpoint::trial_dir(
+            None,
+            "study",
+            number,
+            &dir.join(format!("trial-{number}")),
+        ),
         timeout,
         seed: 42,
     }
@@ -317,12 +323,14 @@ async fn checkpoints_are_removed_at_a_prune_and_the_best_stays_when_the_study_ke
     assert!(!dir.path().join("trial-0/checkpoints").exists());
 
     let shared = dir.path().join("shared");
-    let keep = runner(trial(&format!(
+    let t = trial(&format!(
         "epochs = 2\nkeep_checkpoints = \"best\"\ncheckpoint_dir = \"{}\"",
         shared.display()
-    )))
-    .with_objective("st", "val_acc", tune::trial::Direction::Maximize);
-    let (b, _) = run(&keep, job(dir.path(), 1, 1e-2, None), |_| StopRequest::None).await;
+    ));
+    let mut j = job(dir.path(), 1, 1e-2, None);
+    j.checkpoint_dir = tune::checkpoint::trial_dir(Some(&t.checkpoints), "st", 1, &j.trial_dir);
+    let keep = runner(t).with_objective("st", "val_acc", tune::trial::Direction::Maximize);
+    let (b, _) = run(&keep, j, |_| StopRequest::None).await;
     assert_eq!(b.end, RunEnd::Finished);
     let best = shared.join("st").join("trial-00001");
     assert!(best.join("best.snap").is_file(), "the best stays");

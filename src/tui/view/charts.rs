@@ -402,7 +402,7 @@ pub(super) fn render_curves(
     } else {
         xmax
     };
-    let forecasts: Vec<(usize, [Vec<(f64, f64)>; 2])> = running
+    let forecasts: Vec<(usize, Forecast)> = running
         .iter()
         .enumerate()
         .filter_map(|(k, (slot, t))| {
@@ -412,7 +412,7 @@ pub(super) fn render_curves(
             (last.0 < full && [p.value, p.low, p.high].iter().all(|v| v.is_finite())).then(|| {
                 let at = (full, clamp(p.value));
                 let band = vec![(full, clamp(p.low)), (full, clamp(p.high))];
-                (*slot, [band, vec![at]])
+                (*slot, Forecast { band, at: [at] })
             })
         })
         .collect();
@@ -425,9 +425,9 @@ pub(super) fn render_curves(
         let slot = running.get(k).map(|(i, _)| *i).unwrap_or(k);
         datasets.push(line(Marker::Braille, theme.slot(slot), c));
     }
-    for (slot, [band, at]) in &forecasts {
-        datasets.push(line(Marker::Braille, theme.slot(*slot), band));
-        datasets.push(marks(MARK_PREDICTED, theme.slot(*slot), at));
+    for (slot, f) in &forecasts {
+        datasets.push(line(Marker::Braille, theme.slot(*slot), &f.band));
+        datasets.push(marks(MARK_PREDICTED, theme.slot(*slot), &f.at));
     }
     // Steps are whole numbers; epochs may stop part way (a report every N steps).
     let x_integer = !by_epoch || (xb.iter().all(|x| x.fract() == 0.0) && xb[1] - xb[0] >= 2.0);
@@ -438,6 +438,12 @@ pub(super) fn render_curves(
 
 /// The front's own mark in the two-objective chart (a dominated trial keeps the plain one).
 const MARK_FRONT: char = '●';
+
+/// A trial's predicted final value as drawn: its band (a vertical bar) and its point.
+struct Forecast {
+    band: Vec<(f64, f64)>,
+    at: [(f64, f64); 1],
+}
 
 /// One axis of a chart: its range, its labels and, where the axis is an objective of its own
 /// (the Pareto chart), its name.
