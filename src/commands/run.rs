@@ -175,8 +175,10 @@ async fn run_async(
     let scheduler = Scheduler::open(study, storage, sampler, pruner, runner, etx)
         .map_err(|e| super::storage_error(&file, e))?;
 
-    // Ctrl-C (or SIGTERM) once: stop asking for trials and let the running ones finish;
-    // twice: stop them too. Every state is recorded either way.
+    // Ctrl-C once: stop asking for trials and let the running ones finish; twice: stop them
+    // too. SIGTERM (a preemption, a time limit, an eviction): every running trial checkpoints
+    // and stops as interrupted, queued again at once for any worker, and tune exits 75.
+    // Every state is recorded either way.
     let signals = ctx.clone();
     tokio::spawn(async move {
         let mut term =
@@ -185,7 +187,15 @@ async fn run_async(
         loop {
             tokio::select! {
                 r = tokio::signal::ctrl_c() => { if r.is_err() { return; } }
-                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {
+                    eprintln!(
+                        "tune: SIGTERM: preempted: no new trials; running ones checkpoint, stop and are queued again (exit {PREEMPTED})"
+                    );
+                    if signals.send(Control::Preempt).is_err() {
+                        return;
+                    }
+                    continue;
+                }
             }
             count += 1;
             let graceful = count == 1;
@@ -234,6 +244,12 @@ async fn run_async(
         summary
     };
     let summary = summary?;
+    if summary.preempted {
+        eprintln!(
+            "tune: preempted: the interrupted trials run again from their checkpoints on the next `tune run` or `tune worker` of this study (exit {PREEMPTED})"
+        );
+        return Ok(ExitCode::from(PREEMPTED));
+    }
     if let Some(why) = &summary.failing {
         eprintln!(
             "tune: stopped early: {why}\n  fix what makes them fail (`tune show N` has each one's stderr), then run the study again: it goes on with the budget that is left"
@@ -251,6 +267,12 @@ async fn run_async(
 
 /// What a run says at its end when the budget is what stops the user: queued trials that will
 /// not run, a study that had spent its budget before this run, and no complete trial at all
+/// The exit status of a `tune run` or `tune worker` preempted by SIGTERM: 75, sysexits.h's
+/// `EX_TEMPFAIL` ("temporary failure; the user is invited to retry"). Not 0, so Kubernetes
+/// restarts the pod and Slurm's `--requeue` runs the job again; not 1, which says the study
+/// failed.
+pub const PREEMPTED: u8 = 75;
+
 /// (with the failed trials that hold the budget). Each names the command that goes on.
 pub fn budget_notes(
     summary: &crate::scheduler::RunSummary,

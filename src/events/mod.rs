@@ -140,6 +140,10 @@ pub enum Control {
     Quit {
         graceful: bool,
     },
+    /// SIGTERM: the machine is going away. Start no trial; every running one checkpoints, stops
+    /// and is recorded as interrupted, so that its next attempt (on any worker, at once)
+    /// resumes it.
+    Preempt,
 }
 
 /// What changes a view of the study besides keys: events, and what only a replay of the

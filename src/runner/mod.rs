@@ -111,6 +111,10 @@ pub enum StopRequest {
     Prune,
     /// The user stopped it, to be recorded as failed.
     Cancel,
+    /// Not the trial's fault (tune preempted by SIGTERM, Ctrl-C twice, storage lost): it runs
+    /// again as its next attempt, so a builtin trial checkpoints first and keeps its
+    /// checkpoints; a command trial gets SIGTERM and the grace, as for any stop, to save its own.
+    Interrupt,
 }
 
 /// How a run ended, before the scheduler turns it into a trial state.

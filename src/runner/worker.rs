@@ -30,6 +30,9 @@ use crate::trial::{Direction, Report};
 
 /// How long a worker may take to stop a trial once asked, before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(20);
+/// How long an interrupted trial (preemption) may take to save its checkpoint before it is
+/// asked to stop anyway: the save comes at the next step boundary.
+const CHECKPOINT_WAIT: Duration = Duration::from_secs(10);
 /// Lines of the log kept as a failed trial's tail.
 const TAIL_LINES: usize = 20;
 
@@ -501,6 +504,9 @@ async fn run_on(
         Asked::Nothing => false,
     };
     let mut kill_at: Option<tokio::time::Instant> = None;
+    // An interrupted trial saves a checkpoint first: `Stop` goes once the worker says it
+    // saved one, or at this instant.
+    let mut stop_at: Option<tokio::time::Instant> = None;
     let far = || tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
     loop {
         tokio::select! {
@@ -515,8 +521,13 @@ async fn run_on(
                             // The receiver may be gone when the study is shutting down.
                             let _ = reports.send(Report { step, metrics });
                         }
-                        // On disk, where the next attempt of the trial finds it.
-                        Ok(FromWorker::Checkpoint { .. }) => {}
+                        // On disk, where the next attempt of the trial finds it; the one an
+                        // interrupted trial was asked for lets it stop now.
+                        Ok(FromWorker::Checkpoint { .. }) => {
+                            if stop_at.take().is_some() && send(w, &ToWorker::Stop).await.is_err() {
+                                kill_at = Some(tokio::time::Instant::now());
+                            }
+                        }
                         Ok(FromWorker::End { status, reason }) => {
                             let end = match (asked, status) {
                                 (Asked::Timeout, EndStatus::Stopped) => RunEnd::Failed {
@@ -569,8 +580,18 @@ async fn run_on(
                 if request != StopRequest::None {
                     asked = Asked::Stop;
                     requested = request;
-                    kill_at = Some(tokio::time::Instant::now() + STOP_GRACE);
-                    if send(w, &ToWorker::Stop).await.is_err() {
+                    let now = tokio::time::Instant::now();
+                    kill_at = Some(now + STOP_GRACE);
+                    // Interrupted with checkpoints on: save first (its next attempt resumes
+                    // from there), then stop.
+                    let first = if request == StopRequest::Interrupt && checkpoint.is_some() {
+                        stop_at = Some(now + CHECKPOINT_WAIT);
+                        kill_at = Some(now + CHECKPOINT_WAIT + STOP_GRACE);
+                        ToWorker::Checkpoint
+                    } else {
+                        ToWorker::Stop
+                    };
+                    if send(w, &first).await.is_err() {
                         kill_at = Some(tokio::time::Instant::now());
                     }
                 }
@@ -578,6 +599,13 @@ async fn run_on(
             _ = tokio::time::sleep_until(deadline.unwrap_or_else(far)), if deadline.is_some() && asked == Asked::Nothing => {
                 asked = Asked::Timeout;
                 kill_at = Some(tokio::time::Instant::now() + STOP_GRACE);
+                if send(w, &ToWorker::Stop).await.is_err() {
+                    kill_at = Some(tokio::time::Instant::now());
+                }
+            }
+            _ = tokio::time::sleep_until(stop_at.unwrap_or_else(far)), if stop_at.is_some() => {
+                // No checkpoint came in time: stop without it.
+                stop_at = None;
                 if send(w, &ToWorker::Stop).await.is_err() {
                     kill_at = Some(tokio::time::Instant::now());
                 }

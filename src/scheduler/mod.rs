@@ -30,7 +30,8 @@ enum StopKind {
     Prune,
     UserPruned,
     UserFailed,
-    /// Ctrl-C twice or a fatal error: not the trial's fault, so it is run again later.
+    /// Ctrl-C twice, SIGTERM (preemption) or a fatal error: not the trial's fault, so it is
+    /// run again (at once, by whichever process claims a trial next) from its checkpoint.
     Interrupt,
 }
 
@@ -47,7 +48,8 @@ impl Busy {
         self.stop_kind = Some(kind);
         let _ = self.stop.send(match kind {
             StopKind::Prune | StopKind::UserPruned => StopRequest::Prune,
-            StopKind::UserFailed | StopKind::Interrupt => StopRequest::Cancel,
+            StopKind::UserFailed => StopRequest::Cancel,
+            StopKind::Interrupt => StopRequest::Interrupt,
         });
     }
 }
@@ -68,6 +70,9 @@ enum Ending {
     BudgetSpent,
     Timeout,
     User,
+    /// SIGTERM: the machine is being taken away (Slurm preemption or time limit, Kubernetes
+    /// eviction, a spot instance reclaimed).
+    Preempted,
     Storage(StorageError),
     /// `max_consecutive_failures` trials in a row failed on their own: the last one's why.
     Failing(String),
@@ -93,6 +98,9 @@ pub struct RunSummary {
     pub best: Option<(TrialNumber, f64)>,
     /// Whether the user stopped the run before its budget was spent.
     pub interrupted: bool,
+    /// Whether SIGTERM preempted it: its running trials were checkpointed, recorded as
+    /// interrupted and queued again for any worker (`tune run` and `tune worker` exit 75).
+    pub preempted: bool,
     /// Why the run stopped early because its trials kept failing, if it did.
     pub failing: Option<String>,
     /// Whether it ended because the budget was spent.
@@ -363,7 +371,8 @@ impl Scheduler {
                 .filter(|t| t.state() == TrialState::Failed && !t.status.interrupted())
                 .count() as u64,
             best: storage.best(row)?,
-            interrupted: matches!(ending, Ending::User),
+            interrupted: matches!(ending, Ending::User | Ending::Preempted),
+            preempted: matches!(ending, Ending::Preempted),
             failing: match &ending {
                 Ending::Failing(why) => Some(why.clone()),
                 _ => None,
@@ -383,6 +392,9 @@ impl Scheduler {
         let reason = match &ending {
             Ending::Storage(e) => format!("storage failed: {e}"),
             Ending::User => "stopped by the user".to_string(),
+            Ending::Preempted => {
+                "preempted (SIGTERM): running trials checkpointed and queued again".to_string()
+            }
             Ending::Timeout => "the study timeout passed".to_string(),
             Ending::BudgetSpent => "the trial budget is spent".to_string(),
             Ending::Failing(why) => format!("stopped early: {why}"),
@@ -441,6 +453,19 @@ impl Scheduler {
                 self.emit(Event::Stopping { graceful });
                 if !graceful {
                     for b in slots.iter_mut().flatten() {
+                        self.engine.stopping(b.id);
+                        b.stop(StopKind::Interrupt);
+                    }
+                }
+            }
+            Some(Control::Preempt) => {
+                if !matches!(phase, Phase::Draining(Ending::Storage(_))) {
+                    *phase = Phase::Draining(Ending::Preempted);
+                }
+                self.emit(Event::Stopping { graceful: false });
+                for b in slots.iter_mut().flatten() {
+                    // A trial already being stopped (pruned, cancelled) ends as it was asked.
+                    if b.stop_kind.is_none() {
                         self.engine.stopping(b.id);
                         b.stop(StopKind::Interrupt);
                     }

@@ -256,8 +256,8 @@ fn the_slurm_script_refuses_at_once_what_a_task_lacks_and_names_the_fix(
     assert!(err.starts_with("tune-worker.sbatch: "), "{err}");
 }
 
-/// What a SIGTERM does. `tune run` and `tune worker` behave alike (the worker runs the study
-/// loop of `tune run`), with or without an earlier process on the study.
+/// What Ctrl-C (SIGINT) and SIGTERM do. `tune run` and `tune worker` behave alike (the worker
+/// runs the study loop of `tune run`), with or without an earlier process on the study.
 #[derive(Clone, Copy, Debug)]
 enum Who {
     Run,
@@ -297,20 +297,24 @@ fn running(sb: &Sandbox) -> usize {
     states(sb).iter().filter(|(_, s)| s == "RUNNING").count()
 }
 
-fn term(child: &std::process::Child) {
+fn signal(child: &std::process::Child, sig: Signal) {
     let pid = Pid::from_raw(i32::try_from(child.id()).expect("a pid"));
-    kill(pid, Signal::SIGTERM).expect("SIGTERM");
+    kill(pid, sig).expect("a signal");
+}
+
+fn interrupt(child: &std::process::Child) {
+    signal(child, Signal::SIGINT);
 }
 
 #[rstest]
 #[case::tune_run(Who::Run)]
 #[case::tune_worker(Who::Worker)]
-fn one_sigterm_starts_no_new_trial_lets_the_running_ones_finish_and_exits_0(#[case] who: Who) {
+fn one_ctrl_c_starts_no_new_trial_lets_the_running_ones_finish_and_exits_0(#[case] who: Who) {
     let sb = Sandbox::new();
     let child = start(&sb, who, 2.0);
     wait_until(PATIENCE, "two running trials", || running(&sb) == 2);
     let t0 = Instant::now();
-    term(&child);
+    interrupt(&child);
     let out: Output = wait_output(child, PATIENCE);
     let all = text(&out);
     assert_eq!(out.status.code(), Some(0), "{who:?}: {all}");
@@ -341,20 +345,18 @@ fn one_sigterm_starts_no_new_trial_lets_the_running_ones_finish_and_exits_0(#[ca
 #[rstest]
 #[case::tune_run(Who::Run)]
 #[case::tune_worker(Who::Worker)]
-fn a_second_sigterm_stops_the_running_trials_records_them_interrupted_and_exits_1(
-    #[case] who: Who,
-) {
+fn a_second_ctrl_c_stops_the_running_trials_records_them_interrupted_and_exits_1(#[case] who: Who) {
     let sb = Sandbox::new();
     let mut child = start(&sb, who, 30.0);
     wait_until(PATIENCE, "two running trials", || running(&sb) == 2);
-    term(&child);
+    interrupt(&child);
     std::thread::sleep(Duration::from_millis(300));
     assert!(
         child.try_wait().expect("wait").is_none(),
-        "{who:?}: one SIGTERM waits"
+        "{who:?}: one Ctrl-C waits"
     );
     let t0 = Instant::now();
-    term(&child);
+    interrupt(&child);
     let out = wait_output(child, PATIENCE);
     let all = text(&out);
     assert!(
@@ -380,6 +382,68 @@ fn a_second_sigterm_stops_the_running_trials_records_them_interrupted_and_exits_
         .count();
     assert_eq!(interrupted, 2, "{who:?}: {trials:#?}");
     assert_eq!(counted(&trials), 0, "{who:?}: {trials:#?}");
+}
+
+/// Issue 27: SIGTERM is a preemption (Slurm's preemption or time limit, a Kubernetes
+/// eviction). One is enough: no new trial starts, the running ones get SIGTERM and the grace
+/// to save their checkpoints, are recorded as interrupted (not failed, not counted) and queued
+/// again at once, and the process exits 75 so that Slurm's `--requeue` and Kubernetes run it
+/// again. The next process runs the queued attempts without waiting for any heartbeat grace and
+/// ends the study at its exact budget.
+#[rstest]
+#[case::tune_run(Who::Run)]
+#[case::tune_worker(Who::Worker)]
+fn one_sigterm_preempts_the_running_trials_requeues_them_at_once_and_exits_75(#[case] who: Who) {
+    let sb = Sandbox::new();
+    let child = start(&sb, who, 30.0);
+    wait_until(PATIENCE, "two running trials", || running(&sb) == 2);
+    let t0 = Instant::now();
+    signal(&child, Signal::SIGTERM);
+    let out = wait_output(child, PATIENCE);
+    let all = text(&out);
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "{who:?}: within the grace, not after the trials' 30 s: {all}"
+    );
+    assert_eq!(out.status.code(), Some(75), "{who:?}: {all}");
+    assert!(
+        stderr(&out).contains("tune: SIGTERM: preempted"),
+        "{who:?}: {all}"
+    );
+    let trials = sb.trials("s.toml");
+    let interrupted: Vec<&serde_json::Value> = trials
+        .iter()
+        .filter(|t| {
+            t["state"] == "failed"
+                && t["error"]
+                    .as_str()
+                    .is_some_and(|e| e.starts_with("interrupted"))
+        })
+        .collect();
+    assert_eq!(interrupted.len(), 2, "{who:?}: {trials:#?}");
+    assert_eq!(counted(&trials), 0, "{who:?}: not failures: {trials:#?}");
+    let queued = trials.iter().filter(|t| t["state"] == "queued").count();
+    assert!(queued >= 2, "{who:?}: queued again at once: {trials:#?}");
+
+    // The next process (a requeued task, a restarted pod) takes them at once.
+    sb.write("trial.sh", "echo \"tune: {\\\"loss\\\": $1}\"\n");
+    let t1 = Instant::now();
+    sb.ok(&["run", "s.toml", "--no-tui"]);
+    assert!(
+        t1.elapsed() < Duration::from_secs(30),
+        "{who:?}: no heartbeat grace waited for"
+    );
+    let after = sb.trials("s.toml");
+    assert_eq!(counted(&after), 6, "{who:?}: the exact budget: {after:#?}");
+    for t in interrupted {
+        assert!(
+            after
+                .iter()
+                .any(|u| u["state"] == "complete" && u["params"] == t["params"]),
+            "{who:?}: the params of interrupted trial {} ran again",
+            t["number"]
+        );
+    }
 }
 
 /// Floats whose shortest exact text has 16 or 17 significant digits.
@@ -735,11 +799,11 @@ fn a_lost_database_is_told_inside_the_live_ui_of_run_and_watch_and_sigterm_stops
         std::thread::sleep(Duration::from_millis(200));
     }
 
-    // SIGTERM to `tune run` with its live UI: the UI closes and the running trial is stopped
-    // at once, recorded as interrupted; with no trial complete, the exit status is 1.
+    // SIGTERM to `tune run` with its live UI: a preemption. The UI closes and the running
+    // trial is stopped at once, recorded as interrupted and queued again; exit status 75.
     kill(run.child_pid(), Signal::SIGTERM).expect("SIGTERM");
     let s = run.wait_for("tune run to exit", |s| s.contains("EXIT="));
-    assert!(s.contains("EXIT=1"), "{s}");
+    assert!(s.contains("EXIT=75"), "{s}");
     let trials = trials_on(&sb, &url, "lost");
     assert!(
         trials.iter().any(|t| t["state"] == "failed"

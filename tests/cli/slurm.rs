@@ -551,19 +551,16 @@ fn sbatch_of_the_repository_script_runs_two_array_tasks_that_end_a_study_tune_ru
     drop(server);
 }
 
-// What a preemption or a time limit sends a task. These pin `tune worker`'s SIGTERM behaviour
-// as issue 27 documents it (branch s37-preempt): the running trials are recorded as interrupted
-// and queued again at once (not after `heartbeat_grace`, here 60 s), and the worker exits
-// non-zero, so that Slurm's `scontrol requeue` / `--requeue` brings it back, and the study still
-// ends with its exact budget. Until that lands they are ignored: today a stopped worker lets its
-// trials run on and exits 0 (or 1 when none completed), and a trial that the time limit kills
-// is recorded as failed and counts toward the budget.
+// What a preemption or a time limit sends a task, and `tune worker`'s SIGTERM preemption (issue
+// 27): the running trials are recorded as interrupted and queued again at once (not after
+// `heartbeat_grace`, here 60 s), and the worker exits 75, so that Slurm's `scontrol requeue` /
+// `--requeue` brings it back, and the study still ends with its exact budget.
 
-/// A trial that runs long the first time (`slow` 0.5 s steps, touching `started-N`), and
-/// quickly when its params run again: an interruption costs the test no re-run time.
+/// A trial (touching `started-N`) that runs long (`$2` steps of 0.5 s) only as the first
+/// attempt of the enqueued params (`x = 0.5`), and quickly otherwise: its interruption is what
+/// the tests look at, and a re-run (`TUNE_ATTEMPT` 2) or another trial costs them no time.
 const INTERRUPTIBLE: &str = r#"touch "started-$TUNE_TRIAL"
-if [ ! -e "ran-$TUNE_TRIAL" ]; then
-  touch "ran-$TUNE_TRIAL"
+if [ "$1" = "0.5" ] && [ "${TUNE_ATTEMPT:-1}" = 1 ]; then
   i=0
   while [ "$i" -lt "$2" ]; do sleep 0.5; i=$((i + 1)); done
 fi
@@ -619,6 +616,9 @@ fn assert_stopped_and_requeued(
         "a stopped worker exits non-zero, so that Slurm may run it again:\n{}",
         out()
     );
+    if state == "FAILED" {
+        assert_eq!(exit, "75:0", "the preemption's exit status:\n{}", out());
+    }
     let trials = trials_on(sb, url, study);
     let first = trials
         .iter()
@@ -645,6 +645,16 @@ fn requeue_and_finish(cluster: &Cluster, sb: &Sandbox, url: &str, study: &str, j
         c.args(["requeue", &job.to_string()]);
         let out = output_within(c, Duration::from_secs(10));
         assert!(out.status.success(), "scontrol requeue: {}", text(&out));
+        // The requeue shows in the job's record a moment later.
+        let t0 = Instant::now();
+        while cluster.tasks(job)[0]["Restarts"] != "1" {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "{:#?}",
+                cluster.tasks(job)
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
     let tasks = cluster.wait_done(job, LIMIT);
     assert_eq!(
@@ -669,7 +679,6 @@ fn requeue_and_finish(cluster: &Cluster, sb: &Sandbox, url: &str, study: &str, j
 }
 
 #[test]
-#[ignore = "needs tune worker's SIGTERM preemption (issue 27, branch s37-preempt): today a stopped worker lets its trial run on (a time limit kills it: recorded failed, counted) and exits 0 or 1"]
 fn scancel_signal_term_stops_the_worker_its_trial_is_requeued_and_scontrol_requeue_ends_the_study()
 {
     let Some(cluster) = cluster_or_skip() else {
@@ -719,7 +728,6 @@ fn scancel_signal_term_stops_the_worker_its_trial_is_requeued_and_scontrol_reque
 #[rstest::rstest]
 #[case::signal_b_term_before_the_time_limit(&["--time=1", "--signal=B:TERM@50"])]
 #[case::the_time_limit_itself(&["--time=1"])]
-#[ignore = "needs tune worker's SIGTERM preemption (issue 27, branch s37-preempt): today a stopped worker lets its trial run on (a time limit kills it: recorded failed, counted) and exits 0 or 1"]
 fn a_time_limit_mid_trial_stops_the_worker_its_trial_is_requeued_and_scontrol_requeue_ends_the_study(
     #[case] options: &[&str],
 ) {
