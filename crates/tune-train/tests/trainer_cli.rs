@@ -296,6 +296,19 @@ fn report_epochs(db: &Path, study: &Path, n: u64) -> Vec<f64> {
 /// epoch's end, not from scratch, and ends exactly where an uninterrupted run ends.
 #[test]
 fn a_builtin_trial_cut_off_by_a_kill_9_resumes_from_its_checkpoint_and_ends_as_if_never_cut() {
+    cut_and_resume(nix::sys::signal::Signal::SIGKILL);
+}
+
+/// Issue 27: SIGTERM (a preemption) has the trial checkpoint where it stands (mid-epoch) before
+/// it stops; tune exits 75, and the next run loses nothing: its first report is the epoch that
+/// was in progress, and it ends exactly where an uninterrupted run ends.
+#[test]
+fn a_builtin_trial_preempted_by_sigterm_checkpoints_first_and_its_rerun_loses_nothing() {
+    cut_and_resume(nix::sys::signal::Signal::SIGTERM);
+}
+
+fn cut_and_resume(sig: nix::sys::signal::Signal) {
+    let preempt = sig == nix::sys::signal::Signal::SIGTERM;
     let dir = tempfile::tempdir().expect("temp dir");
     let text = r#"
 [study]
@@ -380,12 +393,18 @@ dataset = "digits"
             continue;
         };
         if let Some(e) = v[0]["metrics"]["epoch"].as_f64().filter(|e| *e >= 3.0) {
-            tune.kill().expect("SIGKILL tune");
+            // Into the next epoch, past its start.
+            std::thread::sleep(Duration::from_millis(150));
+            let pid = nix::unistd::Pid::from_raw(i32::try_from(tune.id()).expect("a pid"));
+            nix::sys::signal::kill(pid, sig).expect("signal tune");
             killed_at = Some(e);
         }
     }
     let killed_at = killed_at.expect("trial 0 reached epoch 3 while tune ran");
-    tune.wait().expect("tune is gone");
+    let status = tune.wait().expect("tune is gone");
+    if preempt {
+        assert_eq!(status.code(), Some(75), "a preemption's exit status");
+    }
     assert!(
         killed_at < 6.0,
         "killed mid-trial, not at its end: {killed_at}"
@@ -423,14 +442,31 @@ dataset = "digits"
     let before = report_epochs(&cut_db, &cut_study, 0);
     let after = report_epochs(&cut_db, &cut_study, n);
     // Resumed at the last epoch saved: the one reported last before the kill, or the one
-    // before it when the kill came between its report and its save.
+    // before it when the kill came between its report and its save. A preemption saves where
+    // the trial stands: the re-run reports the epoch that was in progress, nothing is repeated.
     let first = *after.first().expect("the re-run reported");
     let last_before = *before.last().expect("reports before the kill");
     assert!(
-        first == last_before || first == last_before + 1.0,
+        first == last_before + 1.0 || (!preempt && first == last_before),
         "resumed from the checkpoint, not from scratch: before {before:?}, after {after:?}"
     );
     assert_eq!(*after.last().unwrap(), 6.0, "{after:?}");
+    if preempt {
+        // The checkpoint was taken where the trial stood when preempted, inside an epoch.
+        let log = shown["logs"]
+            .as_array()
+            .and_then(|l| {
+                l.iter()
+                    .find_map(|p| p.as_str().filter(|p| p.ends_with("worker.log")))
+            })
+            .map(|p| std::fs::read_to_string(p).expect("the re-run's worker log"))
+            .expect("a worker log");
+        let line = log
+            .lines()
+            .find(|l| l.contains("resumed from the checkpoint at step"))
+            .unwrap_or_else(|| panic!("{log}"));
+        assert!(!line.contains(", step 0 of it)"), "mid-epoch: {line}");
+    }
     assert!(after.windows(2).all(|w| w[1] == w[0] + 1.0), "{after:?}");
     assert_eq!(
         rerun["value"].as_f64(),
