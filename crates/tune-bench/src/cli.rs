@@ -36,6 +36,11 @@ pub enum BenchCommand {
     /// trials (best val_loss and epoch-compute of each) and with the same epoch-compute (best
     /// val_loss of each), per seed and the mean.
     Pruning(PruningArgs),
+    /// Preemption (issue 27): a builtin study interrupted about once every N trial-epochs
+    /// (SIGKILL, or SIGTERM with `--signal term`) and run again until done, with trial
+    /// checkpoints and without: compute spent (wall time, epochs trained) over an uninterrupted
+    /// study's, and whether the trials end at the uninterrupted values.
+    Preemption(PreemptionArgs),
     /// The live UI (issue 6; goal: under 5 ms a frame): ms per frame with 10 000 trials at
     /// three terminal sizes, sorted by number and by value; the cost of one trial's events; and
     /// `tune watch`'s poll times on a database of as many trials.
@@ -110,6 +115,34 @@ pub struct StorageClientArgs {
     /// Unix time at which to start, so all processes start together.
     #[arg(long)]
     pub start_at: f64,
+}
+
+#[derive(Debug, Args)]
+pub struct PreemptionArgs {
+    /// Seeds; each runs every arm on its own params and interruption schedule.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    pub seeds: Vec<u64>,
+    /// Trials of each study (enqueued params, the same in every arm).
+    #[arg(long, default_value_t = 8)]
+    pub trials: u64,
+    /// Epochs of a trial.
+    #[arg(long, default_value_t = 6)]
+    pub epochs: u64,
+    /// Training images used (of Fashion-MNIST's 60 000).
+    #[arg(long, default_value_t = 5_000)]
+    pub limit: u64,
+    /// Worker slots.
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    /// The mean number of reported trial-epochs between two interruptions.
+    #[arg(long, default_value_t = 6.0)]
+    pub every: f64,
+    /// `kill` (SIGKILL: a lost machine) or `term` (SIGTERM: a preemption, with its grace).
+    #[arg(long, default_value = "kill")]
+    pub signal: String,
+    /// Keep the temp dir with the study files and databases (its path is printed).
+    #[arg(long)]
+    pub keep: bool,
 }
 
 #[derive(Debug, Args)]

@@ -18,6 +18,7 @@ pub mod multi;
 pub mod multifidelity;
 pub mod optimizers;
 pub mod overhead;
+pub mod preemption;
 pub mod problems;
 pub mod process;
 pub mod pruning;
@@ -41,6 +42,7 @@ pub fn run(cmd: &BenchCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         BenchCommand::Pruning(a) => pruning::run(a),
+        BenchCommand::Preemption(a) => preemption::run(a),
         BenchCommand::Multi(a) => multi::run_cli(a),
         BenchCommand::Multifidelity(a) => multifidelity::run(a),
         BenchCommand::Trainer(a) => trainer::run(a),

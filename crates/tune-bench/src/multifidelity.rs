@@ -857,6 +857,7 @@ mod tests {
         .unwrap();
         assert_eq!(r.trials, 5);
         assert_eq!(r.complete, 5);
+        assert_eq!((r.pruned, r.false_stops), (0, 0));
         assert_eq!(r.best.len(), 2);
         assert!(r.best[1] <= r.best[0]);
         assert!(r.best[1] >= curves::OPTIMUM);
@@ -875,6 +876,12 @@ mod tests {
             none.trials
         );
         assert!(asha.complete < asha.trials);
+        // Every trial started ran to its end, was stopped, or was still on one of the 2 workers
+        // when the compute ran out (none diverge here); a stop that cost the run its best trial
+        // is one of the stops.
+        let ended = asha.pruned + asha.complete;
+        assert!(ended <= asha.trials && ended + 2 >= asha.trials, "{asha:?}");
+        assert!(asha.false_stops <= asha.pruned, "{asha:?}");
     }
 
     #[test]
@@ -912,6 +919,8 @@ mod tests {
             loss: vec![0.0],
             trials: 0.0,
             complete: 0.0,
+            pruned: 0.0,
+            false_stops: 0.0,
             ask_ms: vec![],
         };
         let cells = [cell(vec![10.0, 50.0]), cell(vec![30.0, -10.0])];

@@ -20,8 +20,9 @@ pub fn tune_exe() -> anyhow::Result<PathBuf> {
 
 /// Makes a child of a benchmark end with it: when the benchmark is killed (a `kill PID`, a
 /// supervisor's SIGTERM), the child gets SIGTERM too instead of running on as an orphan. A
-/// `tune run` child takes it as its first Ctrl-C: no new trials, the running ones finish, every
-/// state recorded. Ctrl-C at a terminal already reaches the whole process group.
+/// `tune run` child takes it as a preemption: no new trials, the running ones checkpoint and
+/// stop as interrupted, every state recorded. Ctrl-C at a terminal already reaches the whole
+/// process group.
 ///
 /// Linux sends the signal when the *thread* that spawned the child ends, so only the main
 /// thread, which lives as long as the benchmark, may spawn through this.
