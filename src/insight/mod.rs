@@ -6,6 +6,7 @@
 //! I/O and reads no clock: trials and the space in, numbers out. Drawing the answers (the
 //! terminal, a file) belongs to `commands/`.
 
+pub mod fanova;
 pub mod ped_anova;
 
 use std::collections::BTreeMap;

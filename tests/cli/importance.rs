@@ -62,6 +62,34 @@ fn importance_ranks_the_parameter_the_loss_depends_on_first_in_every_format() {
 }
 
 #[test]
+fn importance_by_fanova_ranks_the_parameter_the_loss_depends_on_first() {
+    let sb = Sandbox::new();
+    x_study(&sb);
+    let out = sb.ok(&[
+        "importance",
+        "s.toml",
+        "--method",
+        "fanova",
+        "--format",
+        "json",
+    ]);
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["method"], "fanova");
+    let imp = v["objectives"][0]["importances"]
+        .as_array()
+        .expect("importances");
+    let names: Vec<&str> = imp.iter().filter_map(|p| p["param"].as_str()).collect();
+    assert_eq!(names.len(), 3, "{v}");
+    assert_eq!(names[0], "x", "{v}");
+    assert!(
+        imp[0]["importance"].as_f64().is_some_and(|x| x > 0.8),
+        "{v}"
+    );
+    let sum: f64 = imp.iter().filter_map(|p| p["importance"].as_f64()).sum();
+    assert!((sum - 1.0).abs() < 1e-9, "{v}");
+}
+
+#[test]
 fn importance_refuses_a_missing_objective_and_a_study_without_complete_trials() {
     let sb = Sandbox::new();
     x_study(&sb);
