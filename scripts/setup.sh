@@ -5,7 +5,8 @@
 #   .libtorch/  (with --libtorch) a CPU-only libtorch 2.13.0 (what tch 0.26 expects), from
 #               PyPI's torch wheel without its CUDA libraries except the two libtorch_cpu.so
 #               links against.
-#   .venv/      (with --python-tests) a Python with optuna, for the Optuna-compatibility test.
+#   .venv/      (with --python-tests) a Python with optuna (and scikit-learn, for its fANOVA), for
+#               the Optuna-compatibility tests.
 #   .venv/bench (with --bench, which implies --libtorch) what the .libtorch tree needs to be
 #               imported as the `torch` Python package for the trainer benchmark: torch's
 #               pure-Python dependencies, numpy, and the CUDA libraries that torch/_C links
@@ -219,6 +220,14 @@ if [ "$WANT_MFBENCH" = yes ]; then
     .venv-mfbench/bin/python -m pip install --quiet --disable-pip-version-check "$req" ||
       echo "setup: $req did not install into .venv-mfbench; the benchmark leaves it out" >&2
   done
+fi
+
+# scikit-learn, which Optuna's fANOVA evaluator fits its forest with (the fANOVA agreement test),
+# with a stamp of its own so that a .venv made before it gets it.
+if [ "$WANT_PYTHON_TESTS" = yes ] && [ ! -f .venv/.stamp-sklearn ]; then
+  echo "setup: installing scikit-learn into .venv for Optuna's fANOVA" >&2
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check scikit-learn
+  touch .venv/.stamp-sklearn
 fi
 
 # Optuna's PostgreSQL driver, with a stamp of its own so that a .venv made before it gets it.

@@ -270,7 +270,7 @@ pub struct TrialsArgs {
 pub struct ImportanceArgs {
     #[command(flatten)]
     pub study: StudyRef,
-    /// How importance is measured (`ped-anova`: Optuna's default, with its defaults).
+    /// How importance is measured (`ped-anova`: Optuna's default, with its defaults; `fanova`).
     #[arg(long, value_enum, default_value = "ped-anova")]
     pub method: ImportanceMethod,
     /// Output: `text` (bars) for people, `json` (shape in docs/cli.md) or `csv`.
@@ -285,6 +285,8 @@ pub struct ImportanceArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ImportanceMethod {
     PedAnova,
+    /// fANOVA on a random forest (Optuna's `FanovaImportanceEvaluator`).
+    Fanova,
 }
 
 /// How an insight command prints: text for people, JSON or CSV for scripts.

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use super::{bad, open_study, storage_fault};
 use crate::cli::{ImportanceArgs, ImportanceMethod, TextFormat};
+use crate::insight::fanova::Fanova;
 use crate::insight::ped_anova::PedAnova;
 use crate::insight::{self, Importance};
 use crate::space::Space;
@@ -31,6 +32,7 @@ pub fn importance(args: &ImportanceArgs, db: Option<&StorageUrl>) -> anyhow::Res
         })?;
     let method: Box<dyn Importance> = match args.method {
         ImportanceMethod::PedAnova => Box::new(PedAnova::default()),
+        ImportanceMethod::Fanova => Box::new(Fanova::default()),
     };
     let objectives = study.objectives();
     let directions: Vec<_> = objectives.iter().map(|o| o.direction).collect();

@@ -2,10 +2,11 @@
 //!
 //! This room turns a study's trials (read through the `Storage` trait by `commands/`, so a
 //! SQLite or PostgreSQL study, finished or still running) into answers a user asks after a
-//! study: which parameters mattered ([`Importance`], PED-ANOVA in [`ped_anova`]). It does no
-//! I/O and reads no clock: trials and the space in, numbers out. Drawing the answers (the
-//! terminal, a file) belongs to `commands/`.
+//! study: which parameters mattered ([`Importance`]: PED-ANOVA in [`ped_anova`], fANOVA in
+//! [`fanova`]). It does no I/O and reads no clock: trials and the space in, numbers out.
+//! Drawing the answers (the terminal, a file) belongs to `commands/`.
 
+pub mod fanova;
 pub mod ped_anova;
 
 use std::collections::BTreeMap;
