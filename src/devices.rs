@@ -50,9 +50,197 @@ pub enum DevicesError {
     WorkerCannotTrain(String),
 }
 
-/// The CUDA index of a slot's device (`cuda:N`), `None` for the CPU.
+/// The CUDA index of a slot's device (`cuda:N`; the first GPU of a group
+/// `cuda:0,cuda:1`), `None` for the CPU.
 pub fn cuda_index(device: &str) -> Option<usize> {
-    device.strip_prefix("cuda:")?.parse().ok()
+    cuda_indices(device).first().copied()
+}
+
+/// The CUDA indices of a slot's device: one for `cuda:N`, each GPU of a group
+/// (`cuda:0,cuda:1`, `[workers] gpus_per_trial`), none for the CPU.
+pub fn cuda_indices(device: &str) -> Vec<usize> {
+    device
+        .split(',')
+        .filter_map(|d| d.trim().strip_prefix("cuda:")?.parse().ok())
+        .collect()
+}
+
+/// The slot device of a group of GPUs: `cuda:0,cuda:1`.
+pub fn group_device(gpus: &[usize]) -> String {
+    gpus.iter()
+        .map(|i| format!("cuda:{i}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Splits `gpus` into groups of `n` (`[workers] gpus_per_trial`), the closest-connected GPUs
+/// together: `links[a][b]` says how closely `gpus[a]` and `gpus[b]` connect (higher is closer,
+/// see [`gpu_links`]). Each group starts from the closest pair left and grows by the GPU with
+/// the most link to the group's members; ties go to the lowest index, so that without any
+/// topology (all links equal) the groups are in index order. Returns the groups (each sorted,
+/// ordered by their first GPU) and the GPUs left over, which sit idle.
+pub fn group_gpus(gpus: &[usize], links: &[Vec<u32>], n: usize) -> (Vec<Vec<usize>>, Vec<usize>) {
+    let link = |a: usize, b: usize| -> u32 {
+        links
+            .get(a)
+            .and_then(|row| row.get(b))
+            .copied()
+            .unwrap_or(0)
+    };
+    let mut left: Vec<usize> = (0..gpus.len()).collect();
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    if n == 0 {
+        return (groups, gpus.to_vec());
+    }
+    while left.len() >= n {
+        let mut group: Vec<usize> = Vec::with_capacity(n);
+        if n == 1 {
+            group.push(left[0]);
+        } else {
+            // The closest pair left: the first (lowest positions) among equals.
+            let mut best: Option<(u32, usize, usize)> = None;
+            for (i, &a) in left.iter().enumerate() {
+                for &b in &left[i + 1..] {
+                    let l = link(a, b);
+                    if best.is_none_or(|(bl, _, _)| l > bl) {
+                        best = Some((l, a, b));
+                    }
+                }
+            }
+            if let Some((_, a, b)) = best {
+                group.push(a);
+                group.push(b);
+            }
+        }
+        left.retain(|p| !group.contains(p));
+        while group.len() < n {
+            let mut best: Option<(u32, usize)> = None;
+            for &c in &left {
+                let l: u32 = group.iter().map(|&g| link(g, c)).sum();
+                if best.is_none_or(|(bl, _)| l > bl) {
+                    best = Some((l, c));
+                }
+            }
+            let Some((_, c)) = best else { break };
+            group.push(c);
+            left.retain(|&p| p != c);
+        }
+        let mut members: Vec<usize> = group.iter().map(|&p| gpus[p]).collect();
+        members.sort_unstable();
+        groups.push(members);
+    }
+    groups.sort();
+    (groups, left.iter().map(|&p| gpus[p]).collect())
+}
+
+/// NVML's `NVML_NVLINK_MAX_LINKS`: the most NVLink links a GPU has.
+const NVLINK_MAX_LINKS: u32 = 18;
+
+/// How closely each pair of `count` GPUs connects, from NVML: NVLink links between them count
+/// most (10 each), then the PCIe path (6 on one board, 5 under one PCIe switch, 4 under several,
+/// 3 under one host bridge, 2 in one NUMA node, 1 across the system). `None` where NVML says
+/// nothing (no driver), where `CUDA_VISIBLE_DEVICES` renumbers the GPUs (NVML counts them all),
+/// or with the stand-in GPU count of the tests: the groups are then in index order.
+pub fn gpu_links(count: usize) -> Option<Vec<Vec<u32>>> {
+    use nvml_wrapper::enum_wrappers::device::TopologyLevel;
+    if std::env::var_os("CUDA_VISIBLE_DEVICES").is_some()
+        || std::env::var_os("TUNE_TEST_CUDA_DEVICES").is_some()
+    {
+        return None;
+    }
+    let nvml = nvml_wrapper::Nvml::builder()
+        .lib_path(std::ffi::OsStr::new("libnvidia-ml.so.1"))
+        .init()
+        .or_else(|_| nvml_wrapper::Nvml::init())
+        .ok()?;
+    let index = |i: usize| u32::try_from(i).ok();
+    let bus_ids: Vec<Option<String>> = (0..count)
+        .map(|i| {
+            let d = nvml.device_by_index(index(i)?).ok()?;
+            d.pci_info().ok().map(|p| p.bus_id.to_lowercase())
+        })
+        .collect();
+    let mut links = vec![vec![0u32; count]; count];
+    for (a, row) in links.iter_mut().enumerate() {
+        let Some(da) = index(a).and_then(|i| nvml.device_by_index(i).ok()) else {
+            continue;
+        };
+        // NVLink: each active link of `a` ends at some GPU's PCI bus id.
+        for l in 0..NVLINK_MAX_LINKS {
+            let link = da.link_wrapper_for(l);
+            if !link.is_active().unwrap_or(false) {
+                continue;
+            }
+            let Ok(remote) = link.remote_pci_info() else {
+                continue;
+            };
+            let remote = remote.bus_id.to_lowercase();
+            if let Some(b) = bus_ids
+                .iter()
+                .position(|id| id.as_deref() == Some(remote.as_str()))
+                && b != a
+            {
+                row[b] += 10;
+            }
+        }
+        for (b, cell) in row.iter_mut().enumerate() {
+            if b == a {
+                continue;
+            }
+            let Some(db) = index(b).and_then(|i| nvml.device_by_index(i).ok()) else {
+                continue;
+            };
+            *cell += match da.topology_common_ancestor(db) {
+                Ok(TopologyLevel::Internal) => 6,
+                Ok(TopologyLevel::Single) => 5,
+                Ok(TopologyLevel::Multiple) => 4,
+                Ok(TopologyLevel::HostBridge) => 3,
+                Ok(TopologyLevel::Node) => 2,
+                Ok(TopologyLevel::System) => 1,
+                _ => 0,
+            };
+        }
+    }
+    Some(links)
+}
+
+/// Refuses a study whose `[workers] gpus_per_trial` (`n` > 1) this machine cannot meet with
+/// the GPUs `"auto"` found (`visible` of them): the slots then are not groups of `n`. Checked
+/// before any trial starts, by `tune run` and by `tune worker` on each machine.
+pub fn check_groups(slots: &[String], n: usize, visible: usize) -> Result<(), DevicesError> {
+    if n <= 1 || slots.iter().all(|d| cuda_indices(d).len() == n) {
+        return Ok(());
+    }
+    let why = match visible {
+        0 => "\"auto\" found no visible CUDA device, only the CPU; remove `gpus_per_trial` to train on the CPU".to_string(),
+        v => format!("this machine shows {v} visible CUDA device(s); write at most {v}"),
+    };
+    Err(DevicesError::NotOnMachine(format!(
+        "key `workers.gpus_per_trial`: {n} GPUs per trial need {n} CUDA devices, but {why}, or run on a machine with {n} GPUs or more"
+    )))
+}
+
+/// The notice for GPUs that no slot uses when `[workers] gpus_per_trial` groups the GPUs
+/// `"auto"` found (6 GPUs in groups of 4: one slot, two idle); `None` when every one is used.
+pub fn idle_gpus_notice(slots: &[String], visible: usize) -> Option<String> {
+    let grouped = slots.iter().find(|d| d.contains(','))?;
+    let n = cuda_indices(grouped).len();
+    let used: std::collections::BTreeSet<usize> =
+        slots.iter().flat_map(|d| cuda_indices(d)).collect();
+    let idle: Vec<String> = (0..visible)
+        .filter(|i| !used.contains(i))
+        .map(|i| format!("cuda:{i}"))
+        .collect();
+    if idle.is_empty() {
+        return None;
+    }
+    let groups: std::collections::BTreeSet<&String> = slots.iter().collect();
+    Some(format!(
+        "gpus_per_trial = {n}: {visible} visible GPUs make {} group(s) of {n}; {} GPU(s) sit idle ({})",
+        groups.len(),
+        idle.len(),
+        idle.join(", ")
+    ))
 }
 
 /// Refuses slots on CUDA devices this machine does not have (`visible` of them), before any
@@ -63,10 +251,11 @@ pub fn check_slots(
     visible: usize,
     from: DevicesFrom,
 ) -> Result<(), DevicesError> {
-    let mut missing: Vec<&str> = slots
+    let mut missing: Vec<String> = slots
         .iter()
-        .filter(|d| cuda_index(d).is_some_and(|i| i >= visible))
-        .map(String::as_str)
+        .flat_map(|d| cuda_indices(d))
+        .filter(|&i| i >= visible)
+        .map(|i| format!("cuda:{i}"))
         .collect();
     missing.dedup();
     let Some(first) = missing.first() else {
@@ -312,5 +501,131 @@ mod tests {
         assert_eq!(visible("0,1", 4), 2);
         assert_eq!(visible("1,7,2", 4), 1);
         assert_eq!(visible("GPU-abc", 1), 1);
+    }
+
+    /// A symmetric connectivity matrix of `n` GPUs with `score` on each listed pair.
+    fn matrix(n: usize, pairs: &[(usize, usize, u32)]) -> Vec<Vec<u32>> {
+        let mut m = vec![vec![0; n]; n];
+        for &(a, b, s) in pairs {
+            m[a][b] = s;
+            m[b][a] = s;
+        }
+        m
+    }
+
+    #[test]
+    fn without_topology_the_groups_are_in_index_order_and_the_rest_sits_idle() {
+        let gpus: Vec<usize> = (0..6).collect();
+        assert_eq!(
+            group_gpus(&gpus, &[], 2),
+            (vec![vec![0, 1], vec![2, 3], vec![4, 5]], vec![])
+        );
+        assert_eq!(
+            group_gpus(&gpus, &matrix(6, &[]), 4),
+            (vec![vec![0, 1, 2, 3]], vec![4, 5])
+        );
+        assert_eq!(group_gpus(&gpus[..3], &[], 4), (vec![], vec![0, 1, 2]));
+        assert_eq!(
+            group_gpus(&gpus[..2], &[], 1),
+            (vec![vec![0], vec![1]], vec![])
+        );
+    }
+
+    #[test]
+    fn nvlink_pairs_are_grouped_first() {
+        // 0–2 and 1–3 joined by NVLink (10 per link), every pair under one host bridge (3).
+        let all: Vec<(usize, usize, u32)> = (0..4)
+            .flat_map(|a| (a + 1..4).map(move |b| (a, b, 3)))
+            .collect();
+        let mut m = matrix(4, &all);
+        for (a, b) in [(0, 2), (1, 3)] {
+            m[a][b] += 20;
+            m[b][a] += 20;
+        }
+        assert_eq!(
+            group_gpus(&[0, 1, 2, 3], &m, 2),
+            (vec![vec![0, 2], vec![1, 3]], vec![])
+        );
+        // The pair with the most links goes first, even past lower indices.
+        let m = matrix(4, &[(2, 3, 40), (0, 1, 10)]);
+        assert_eq!(
+            group_gpus(&[0, 1, 2, 3], &m, 2),
+            (vec![vec![0, 1], vec![2, 3]], vec![])
+        );
+        let m = matrix(3, &[(1, 2, 10)]);
+        assert_eq!(group_gpus(&[0, 1, 2], &m, 2), (vec![vec![1, 2]], vec![0]));
+    }
+
+    #[test]
+    fn groups_of_four_follow_the_nvlink_islands() {
+        // Two islands of four GPUs, fully linked inside, {0, 2, 4, 6} and {1, 3, 5, 7}.
+        let mut pairs = Vec::new();
+        for island in [[0, 2, 4, 6], [1, 3, 5, 7]] {
+            for (i, &a) in island.iter().enumerate() {
+                for &b in &island[i + 1..] {
+                    pairs.push((a, b, 20));
+                }
+            }
+        }
+        let m = matrix(8, &pairs);
+        let gpus: Vec<usize> = (0..8).collect();
+        assert_eq!(
+            group_gpus(&gpus, &m, 4),
+            (vec![vec![0, 2, 4, 6], vec![1, 3, 5, 7]], vec![])
+        );
+        // The matrix is by position: listed GPUs 4..8 keep their own numbers.
+        let m = matrix(4, &[(0, 3, 10), (1, 2, 10)]);
+        assert_eq!(
+            group_gpus(&[4, 5, 6, 7], &m, 2),
+            (vec![vec![4, 7], vec![5, 6]], vec![])
+        );
+    }
+
+    #[test]
+    fn a_group_is_one_slot_device_and_each_of_its_gpus_is_checked() {
+        assert_eq!(group_device(&[0, 1]), "cuda:0,cuda:1");
+        assert_eq!(cuda_indices("cuda:2,cuda:3"), [2, 3]);
+        assert_eq!(cuda_index("cuda:2,cuda:3"), Some(2));
+        assert_eq!(cuda_indices("cpu"), Vec::<usize>::new());
+        let e = check_slots(
+            &slots(&["cuda:0,cuda:1", "cuda:2,cuda:3"]),
+            3,
+            DevicesFrom::Flag,
+        )
+        .expect_err("cuda:3 is missing");
+        assert!(
+            e.to_string().contains("\"cuda:3\" is not on this machine"),
+            "{e}"
+        );
+        assert!(check_slots(&slots(&["cuda:0,cuda:1"]), 2, DevicesFrom::Flag).is_ok());
+    }
+
+    #[test]
+    fn groups_the_machine_cannot_make_are_refused_naming_the_key() {
+        assert!(check_groups(&slots(&["cuda:0,cuda:1"]), 2, 2).is_ok());
+        assert!(check_groups(&slots(&["cuda:0"]), 1, 1).is_ok());
+        let e = check_groups(&slots(&["cuda:0", "cuda:1"]), 4, 2).expect_err("2 < 4");
+        assert_eq!(
+            e.to_string(),
+            "key `workers.gpus_per_trial`: 4 GPUs per trial need 4 CUDA devices, but this machine shows 2 visible CUDA device(s); write at most 2, or run on a machine with 4 GPUs or more"
+        );
+        let e = check_groups(&slots(&["cpu"]), 2, 0).expect_err("no GPU");
+        assert!(e.to_string().contains("only the CPU"), "{e}");
+    }
+
+    #[test]
+    fn the_gpus_no_group_uses_are_named_as_idle() {
+        let notice =
+            idle_gpus_notice(&slots(&["cuda:0,cuda:1,cuda:2,cuda:3"]), 6).expect("two GPUs idle");
+        assert_eq!(
+            notice,
+            "gpus_per_trial = 4: 6 visible GPUs make 1 group(s) of 4; 2 GPU(s) sit idle (cuda:4, cuda:5)"
+        );
+        assert_eq!(
+            idle_gpus_notice(&slots(&["cuda:0,cuda:1", "cuda:2,cuda:3"]), 4),
+            None
+        );
+        // One GPU per slot: no groups, nothing to say.
+        assert_eq!(idle_gpus_notice(&slots(&["cuda:0"]), 4), None);
     }
 }

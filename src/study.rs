@@ -73,6 +73,9 @@ pub struct Study {
     pub slots: Vec<String>,
     /// The devices came from `"auto"` (or no `devices` key): every visible GPU, else the CPU.
     pub auto_devices: bool,
+    /// `workers.gpus_per_trial`: GPUs per slot (1 unless written); a slot's device is then a
+    /// group such as `cuda:0,cuda:1`.
+    pub gpus_per_trial: usize,
     /// `workers.gpu_memory_fraction`: the share of its GPU's memory one trial may hold (its
     /// caching allocator's cap), when set.
     pub gpu_memory_fraction: Option<f64>,

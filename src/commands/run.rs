@@ -364,6 +364,9 @@ pub(super) fn check_devices(
     whence: &str,
     from: crate::devices::DevicesFrom,
 ) -> anyhow::Result<()> {
+    let visible = crate::devices::cuda_device_count();
+    crate::devices::check_groups(&study.slots, study.gpus_per_trial, visible)
+        .map_err(|e| super::bad(format!("{whence}{e}")))?;
     let on_cuda = study
         .slots
         .iter()
@@ -387,8 +390,14 @@ pub(super) fn check_devices(
         crate::devices::check_worker(&study.slots, &caps, from)
             .map_err(|e| super::bad(format!("{whence}{e}")))?;
     }
-    crate::devices::check_slots(&study.slots, crate::devices::cuda_device_count(), from)
-        .map_err(|e| super::bad(format!("{whence}{e}")))
+    crate::devices::check_slots(&study.slots, visible, from)
+        .map_err(|e| super::bad(format!("{whence}{e}")))?;
+    if study.auto_devices
+        && let Some(notice) = crate::devices::idle_gpus_notice(&study.slots, visible)
+    {
+        eprintln!("tune: {notice}");
+    }
+    Ok(())
 }
 
 /// The `tune-worker` binary that hosts libtorch: installed beside `tune`. It is built only with

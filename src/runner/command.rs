@@ -165,7 +165,8 @@ fn is_executable(path: &std::path::Path) -> bool {
 }
 
 /// Fills `{name}` placeholders: params (an inactive one leaves an empty string), `{trial}`,
-/// `{trial_dir}`, `{checkpoint_dir}`, `{device}`.
+/// `{trial_dir}`, `{checkpoint_dir}`, `{device}`, `{devices}` (the slot's device or group,
+/// `cuda:0,cuda:1`), `{gpus}` (its CUDA indices, `0,1`; empty on the CPU).
 pub fn fill_argv(argv: &[String], job: &TrialJob) -> Vec<String> {
     argv.iter()
         .map(|arg| {
@@ -180,6 +181,10 @@ pub fn fill_argv(argv: &[String], job: &TrialJob) -> Vec<String> {
                         out.push_str(&job.checkpoint_dir.display().to_string());
                     }
                     "device" => out.push_str(&job.device),
+                    "devices" if !job.params.contains_key(name) => out.push_str(&job.device),
+                    "gpus" if !job.params.contains_key(name) => {
+                        out.push_str(&gpus(&job.device));
+                    }
                     _ => {
                         if let Some(v) = job.params.get(name) {
                             out.push_str(&v.to_string());
@@ -192,6 +197,16 @@ pub fn fill_argv(argv: &[String], job: &TrialJob) -> Vec<String> {
             out
         })
         .collect()
+}
+
+/// The CUDA indices of a slot's device as `CUDA_VISIBLE_DEVICES` writes them ("0,1"; empty
+/// for the CPU).
+fn gpus(device: &str) -> String {
+    crate::devices::cuda_indices(device)
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The next line of `r` without its line ending, as bytes (any bytes: output need not be
@@ -444,9 +459,12 @@ async fn run_command(
         .env("TUNE_TRIAL_DIR", &job.trial_dir)
         .env("TUNE_ATTEMPT", job.attempt.to_string())
         .env("TUNE_CHECKPOINT_DIR", &job.checkpoint_dir);
-    if let Some(idx) = job.device.strip_prefix("cuda:") {
-        // The trial sees only its own GPU, which inside the process is cuda:0.
-        cmd.env("CUDA_VISIBLE_DEVICES", idx)
+    let group = crate::devices::cuda_indices(&job.device);
+    cmd.env("TUNE_NPROC", group.len().max(1).to_string());
+    if !group.is_empty() {
+        // The trial sees only its own GPUs (a group: `[workers] gpus_per_trial`), which inside
+        // the process are cuda:0, cuda:1, ….
+        cmd.env("CUDA_VISIBLE_DEVICES", gpus(&job.device))
             .env("TUNE_DEVICE", "cuda:0")
             .env("TUNE_PHYSICAL_DEVICE", &job.device);
     } else {

@@ -59,7 +59,7 @@ k = 2
 c = "b"
 "#;
 
-const BUILTIN: &str = r#"
+pub(super) const BUILTIN: &str = r#"
 [study]
 name = "fuzz-builtin"
 metric = "val_loss"
@@ -157,6 +157,7 @@ const KEYS: &[(&str, &[(&str, Kind)])] = &[
             ("devices", O),
             ("slots_per_device", I),
             ("gpu_memory_fraction", N),
+            ("gpus_per_trial", I),
             ("zz", O),
         ],
     ),

@@ -157,6 +157,16 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
     let workers = workers::check(raw.workers.as_ref()).map_err(at_file)?;
     let trial =
         trial::check(&raw.trial, &space, &dir, workers.gpu_memory_fraction).map_err(at_file)?;
+    if workers.gpus_per_trial > 1 && matches!(trial, TrialSpec::Builtin(_)) {
+        return Err(at_file(Mistake::at(
+            SpecErrorKind::Conflict,
+            "workers.gpus_per_trial",
+            format!(
+                "{} GPUs per trial need a command trial (`[trial] command`): the builtin trainer trains each trial on one device, and data-parallel training in it is a later step; write 1 or leave the key out",
+                workers.gpus_per_trial
+            ),
+        )));
+    }
     // Builtin studies train for a known number of epochs: stopping by prediction over epochs
     // (ASHA for several objectives) is their default pruner, and an epoch-based pruner's full
     // resource is that number unless the table says.
@@ -189,6 +199,7 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
         pruner,
         slots: workers.slots,
         auto_devices: workers.auto_devices,
+        gpus_per_trial: workers.gpus_per_trial,
         gpu_memory_fraction: workers.gpu_memory_fraction,
         trial,
         enqueue,

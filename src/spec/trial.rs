@@ -143,7 +143,7 @@ pub(super) fn check_argument(arg: &str) -> Result<(), Mistake> {
     }
     if arg.contains("{}") {
         return fault(
-            "has an empty placeholder `{}` (a placeholder names a parameter, e.g. `{lr}`, or one of {trial}, {trial_dir}, {checkpoint_dir}, {device})".into(),
+            "has an empty placeholder `{}` (a placeholder names a parameter, e.g. `{lr}`, or one of {trial}, {trial_dir}, {checkpoint_dir}, {device}, {devices}, {gpus})".into(),
         );
     }
     if let Some(open) = arg.rfind('{') {
@@ -166,6 +166,9 @@ fn check_element(key: &str, i: usize, arg: &str) -> Result<(), Mistake> {
 }
 
 const BUILTIN_PLACEHOLDERS: &[&str] = &["trial", "trial_dir", "checkpoint_dir", "device"];
+/// Placeholders added later (GPU groups): a parameter of the same name, which studies written
+/// before them may have, is not refused and fills them instead.
+pub(crate) const GROUP_PLACEHOLDERS: &[&str] = &["devices", "gpus"];
 
 fn command(raw: RawCommandTrial, space: &Space, dir: &Path) -> Result<CommandSpec, Mistake> {
     if raw.command.is_empty() {
@@ -196,12 +199,15 @@ fn command(raw: RawCommandTrial, space: &Space, dir: &Path) -> Result<CommandSpe
     for (i, arg) in raw.command.iter().enumerate() {
         check_element("trial.command", i, arg)?;
         for (_, _, name) in placeholders(arg) {
-            if space.get(name).is_none() && !BUILTIN_PLACEHOLDERS.contains(&name) {
+            if space.get(name).is_none()
+                && !BUILTIN_PLACEHOLDERS.contains(&name)
+                && !GROUP_PLACEHOLDERS.contains(&name)
+            {
                 return Err(Mistake::at(
                     Value,
                     "trial.command",
                     format!(
-                        "placeholder {{{name}}} is neither a parameter of the space nor one of {{trial}}, {{trial_dir}}, {{checkpoint_dir}}, {{device}}"
+                        "placeholder {{{name}}} is neither a parameter of the space nor one of {{trial}}, {{trial_dir}}, {{checkpoint_dir}}, {{device}}, {{devices}}, {{gpus}}"
                     ),
                 ));
             }

@@ -19,6 +19,8 @@ pub(super) struct RawWorkers {
     slots_per_device: Option<i64>,
     #[serde(default)]
     gpu_memory_fraction: Option<f64>,
+    #[serde(default)]
+    gpus_per_trial: Option<toml::Value>,
 }
 
 /// `[workers]` checked.
@@ -28,11 +30,15 @@ pub(super) struct WorkersSection {
     /// The devices came from `"auto"` (or no `devices` key).
     pub auto_devices: bool,
     pub gpu_memory_fraction: Option<f64>,
+    /// GPUs per slot (`gpus_per_trial`, 1 when not written): a slot's device is then a group
+    /// such as `cuda:0,cuda:1`.
+    pub gpus_per_trial: usize,
 }
 
 /// Checks `[workers]` (absent: one slot on each device "auto" finds).
 pub(super) fn check(raw: Option<&RawWorkers>) -> Result<WorkersSection, Mistake> {
-    let slots = slots(raw)?;
+    let gpus_per_trial = gpus_per_trial(raw.and_then(|w| w.gpus_per_trial.as_ref()))?;
+    let slots = slots(raw, gpus_per_trial)?;
     let auto_devices = match raw.and_then(|w| w.devices.as_ref()) {
         None => true,
         Some(toml::Value::String(s)) => s == "auto",
@@ -43,12 +49,122 @@ pub(super) fn check(raw: Option<&RawWorkers>) -> Result<WorkersSection, Mistake>
         slots,
         auto_devices,
         gpu_memory_fraction,
+        gpus_per_trial,
     })
+}
+
+/// `workers.gpus_per_trial`: a number of GPUs from 1 to 64. A searched one (a table or list,
+/// one degree per trial) is not supported yet.
+fn gpus_per_trial(raw: Option<&toml::Value>) -> Result<usize, Mistake> {
+    const KEY: &str = "workers.gpus_per_trial";
+    match raw {
+        None => Ok(1),
+        Some(toml::Value::Integer(n)) if (1..=64).contains(n) => Ok(*n as usize),
+        Some(toml::Value::Integer(n)) => Err(Mistake::at(
+            Value,
+            KEY,
+            format!("must be between 1 and 64 (GPUs per trial), not {n}"),
+        )),
+        Some(v @ (toml::Value::Table(_) | toml::Value::Array(_))) => Err(Mistake::at(
+            Value,
+            KEY,
+            format!(
+                "a searched number of GPUs per trial ({v}) may come later; for now write one number for every trial"
+            ),
+        )),
+        Some(v) => Err(Mistake::at(
+            Type,
+            KEY,
+            format!("must be a whole number of GPUs, not {}", v.type_str()),
+        )),
+    }
+}
+
+/// The devices as slots of `n` GPUs each (`n` > 1): groups of the GPUs listed, or of those
+/// `"auto"` finds, closest-connected together (NVLink pairs first, [`crate::devices::gpu_links`]),
+/// else in index order. Listed GPUs must all be used; `"auto"` leaves the GPUs over a multiple
+/// of `n` idle (the run says so).
+fn groups(devices: &[String], n: usize, listed: bool) -> Result<Vec<String>, Mistake> {
+    const KEY: &str = "workers.gpus_per_trial";
+    if !listed
+        && (devices.len() < n
+            || devices
+                .iter()
+                .any(|d| crate::devices::cuda_index(d).is_none()))
+    {
+        // Too few GPUs found here: the slots stay as found, so that queries of the study read
+        // anywhere; running it is refused before any trial starts
+        // ([`crate::devices::check_groups`]).
+        return Ok(devices.to_vec());
+    }
+    if let Some(cpu) = devices
+        .iter()
+        .find(|d| crate::devices::cuda_index(d).is_none())
+    {
+        return Err(Mistake::at(
+            Conflict,
+            KEY,
+            format!(
+                "{n} GPUs per trial need CUDA devices, but `workers.devices` lists \"{cpu}\"; list GPUs only (e.g. devices = [\"cuda:0\", \"cuda:1\"]), or remove `gpus_per_trial` to train on the CPU"
+            ),
+        ));
+    }
+    let gpus: Vec<usize> = devices
+        .iter()
+        .filter_map(|d| crate::devices::cuda_index(d))
+        .collect();
+    for (i, g) in gpus.iter().enumerate() {
+        if gpus[..i].contains(g) {
+            return Err(Mistake::at(
+                Conflict,
+                KEY,
+                format!("groups each GPU once, but `workers.devices` lists cuda:{g} twice"),
+            ));
+        }
+    }
+    if gpus.len() < n {
+        return Err(Mistake::at(
+            Value,
+            KEY,
+            format!(
+                "{n} GPUs per trial, but `workers.devices` lists {}; write at most {} or list {n} GPUs or more",
+                gpus.len(),
+                gpus.len()
+            ),
+        ));
+    }
+    let links = if listed {
+        crate::devices::gpu_links(gpus.iter().max().map_or(0, |m| m + 1)).map(|all| {
+            gpus.iter()
+                .map(|&a| gpus.iter().map(|&b| all[a][b]).collect())
+                .collect::<Vec<Vec<u32>>>()
+        })
+    } else {
+        crate::devices::gpu_links(gpus.len())
+    };
+    let (grouped, idle) = crate::devices::group_gpus(&gpus, &links.unwrap_or_default(), n);
+    if listed && !idle.is_empty() {
+        let idle: Vec<String> = idle.iter().map(|i| format!("cuda:{i}")).collect();
+        return Err(Mistake::at(
+            Conflict,
+            KEY,
+            format!(
+                "the {} GPUs listed in `workers.devices` make {} group(s) of {n} and would leave {} unused; list a multiple of {n} GPUs",
+                gpus.len(),
+                grouped.len(),
+                idle.join(", ")
+            ),
+        ));
+    }
+    Ok(grouped
+        .iter()
+        .map(|g| crate::devices::group_device(g))
+        .collect())
 }
 
 /// The devices of the worker slots: `count` slots over `devices` ("auto", "cpu", "cuda:N" or a
 /// list), round-robin; or `slots_per_device` slots on each device.
-fn slots(raw: Option<&RawWorkers>) -> Result<Vec<String>, Mistake> {
+fn slots(raw: Option<&RawWorkers>, gpus_per_trial: usize) -> Result<Vec<String>, Mistake> {
     let count = match raw.and_then(|w| w.count) {
         None => None,
         Some(n) if (1..=1024).contains(&n) => Some(n as usize),
@@ -112,6 +228,11 @@ fn slots(raw: Option<&RawWorkers>) -> Result<Vec<String>, Mistake> {
                 ),
             ));
         }
+    };
+    let devices = if gpus_per_trial > 1 {
+        groups(&devices, gpus_per_trial, listed)?
+    } else {
+        devices
     };
     if let Some(k) = per_device {
         // Slot order: each device's slots side by side, so the UI's worker rows group by GPU.

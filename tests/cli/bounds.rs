@@ -120,6 +120,7 @@ const KEYS: &[(&str, &str, Class)] = &[
     ("workers", "devices", O),
     ("workers", "slots_per_device", I),
     ("workers", "gpu_memory_fraction", N),
+    ("workers", "gpus_per_trial", I),
     ("trial@command", "kind", O),
     ("trial@command", "command", O),
     ("trial@command", "timeout", D),

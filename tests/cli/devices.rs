@@ -317,3 +317,151 @@ fn the_tune_binary_loads_neither_libtorch_nor_a_cuda_library() {
         );
     }
 }
+
+/// A command study of two trials on `gpus_per_trial = 2` over `"auto"` on a machine that stands
+/// for one with `gpus` GPUs; each trial writes what it was given to `env-<trial>.txt`.
+fn run_grouped(sb: &Sandbox, gpus: usize, per_trial: usize) -> Output {
+    sb.write(
+        "trial.sh",
+        "printf '%s|%s|%s|%s|%s|%s\\n' \"$CUDA_VISIBLE_DEVICES\" \"$TUNE_NPROC\" \"$TUNE_DEVICE\" \"$TUNE_PHYSICAL_DEVICE\" \"$1\" \"$2\" > \"env-$TUNE_TRIAL.txt\"\necho 'tune: {\"loss\": 1}'\n",
+    );
+    let study = sh_study("groups", 2, 1, "", &["{devices}", "{gpus}"])
+        .replace("count = 1\n", "")
+        .replace(
+            "devices = [\"cpu\"]",
+            &format!("devices = \"auto\"\ngpus_per_trial = {per_trial}"),
+        );
+    sb.write("s.toml", &study);
+    output_within(
+        with_gpus(
+            sb.tune(&["--db", "t.db", "run", "s.toml", "--no-tui"]),
+            gpus,
+        ),
+        PATIENCE,
+    )
+}
+
+#[test]
+fn a_group_of_gpus_reaches_a_command_trial_as_its_visible_devices_and_placeholders() {
+    let sb = Sandbox::new();
+    let out = run_grouped(&sb, 4, 2);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(!stderr(&out).contains("sit idle"), "{}", text(&out));
+    let mut seen: Vec<String> = (0..2)
+        .map(|t| {
+            std::fs::read_to_string(sb.join(&format!("env-{t}.txt")))
+                .expect("each trial wrote its environment")
+                .trim()
+                .to_string()
+        })
+        .collect();
+    seen.sort();
+    // Two slots, one per group of two; each trial sees its own group only.
+    for line in &seen {
+        assert!(
+            [
+                "0,1|2|cuda:0|cuda:0,cuda:1|cuda:0,cuda:1|0,1",
+                "2,3|2|cuda:0|cuda:2,cuda:3|cuda:2,cuda:3|2,3",
+            ]
+            .contains(&line.as_str()),
+            "{line}"
+        );
+    }
+    // `tune show` names the group as the trial's device, read on a machine without GPUs.
+    let mut devices: Vec<String> = (0..2)
+        .map(|n| {
+            let n = n.to_string();
+            let out = sb.ok(&[
+                "show", &n, "--db", "t.db", "--study", "groups", "--format", "json",
+            ]);
+            let shown: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+            shown["device"].as_str().unwrap_or_default().to_string()
+        })
+        .collect();
+    devices.sort();
+    assert_eq!(devices, ["cuda:0,cuda:1", "cuda:2,cuda:3"]);
+}
+
+#[test]
+fn six_gpus_in_groups_of_four_make_one_slot_and_say_two_sit_idle() {
+    let sb = Sandbox::new();
+    let out = run_grouped(&sb, 6, 4);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("6 visible GPUs make 1 group(s) of 4; 2 GPU(s) sit idle (cuda:4, cuda:5)"),
+        "{err}"
+    );
+    let line = std::fs::read_to_string(sb.join("env-0.txt")).expect("the trial ran");
+    assert_eq!(
+        line.trim(),
+        "0,1,2,3|4|cuda:0|cuda:0,cuda:1,cuda:2,cuda:3|cuda:0,cuda:1,cuda:2,cuda:3|0,1,2,3"
+    );
+}
+
+#[test]
+fn more_gpus_per_trial_than_the_machine_has_is_refused_before_any_trial() {
+    let sb = Sandbox::new();
+    let out = run_grouped(&sb, 2, 4);
+    refused(
+        &sb,
+        &out,
+        &[
+            "s.toml",
+            "key `workers.gpus_per_trial`",
+            "4 GPUs per trial need 4 CUDA devices, but this machine shows 2 visible CUDA device(s)",
+        ],
+    );
+    let out = run_grouped(&sb, 0, 2);
+    refused(
+        &sb,
+        &out,
+        &["\"auto\" found no visible CUDA device, only the CPU"],
+    );
+}
+
+#[test]
+fn tune_worker_groups_the_gpus_of_its_own_machine() {
+    let sb = Sandbox::new();
+    // Created on a machine with four GPUs, in groups of two...
+    let out = run_grouped(&sb, 4, 2);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // ...joined from one with a single GPU: no group of two fits there.
+    let out = output_within(
+        with_gpus(
+            sb.tune(&["--db", "t.db", "worker", "--study", "groups", "--no-tui"]),
+            1,
+        ),
+        PATIENCE,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(err.contains("key `workers.gpus_per_trial`"), "{err}");
+    assert!(
+        err.contains("this machine shows 1 visible CUDA device(s)"),
+        "{err}"
+    );
+    // `--devices` lists this machine's GPUs to group.
+    let out = output_within(
+        with_gpus(
+            sb.tune(&[
+                "--db",
+                "t.db",
+                "worker",
+                "--study",
+                "groups",
+                "--devices",
+                "cuda:0,cuda:1,cuda:2",
+                "--no-tui",
+            ]),
+            3,
+        ),
+        PATIENCE,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("would leave cuda:2 unused"),
+        "{}",
+        text(&out)
+    );
+}

@@ -347,3 +347,109 @@ fn arguments_that_would_not_do_what_they_seem_are_found() {
 }
 
 mod keys;
+
+#[test]
+fn gpus_per_trial_makes_each_slot_a_group_of_the_listed_gpus() {
+    let four = "devices = [\"cuda:0\", \"cuda:1\", \"cuda:2\", \"cuda:3\"]";
+    let s = workers_of(&format!("[workers]\ngpus_per_trial = 2\n{four}")).expect("valid");
+    assert_eq!(s.slots, ["cuda:0,cuda:1", "cuda:2,cuda:3"]);
+    let s = workers_of(&format!("[workers]\ngpus_per_trial = 4\n{four}")).expect("valid");
+    assert_eq!(s.slots, ["cuda:0,cuda:1,cuda:2,cuda:3"]);
+    // slots_per_device puts that many slots on each group; count goes round-robin over them.
+    let s = workers_of(&format!(
+        "[workers]\ngpus_per_trial = 2\nslots_per_device = 2\n{four}"
+    ))
+    .expect("valid");
+    assert_eq!(
+        s.slots,
+        [
+            "cuda:0,cuda:1",
+            "cuda:0,cuda:1",
+            "cuda:2,cuda:3",
+            "cuda:2,cuda:3"
+        ]
+    );
+    let s =
+        workers_of(&format!("[workers]\ngpus_per_trial = 2\ncount = 3\n{four}")).expect("valid");
+    assert_eq!(s.slots, ["cuda:0,cuda:1", "cuda:2,cuda:3", "cuda:0,cuda:1"]);
+    // One GPU per trial is what a study without the key gets.
+    let s = workers_of("[workers]\ngpus_per_trial = 1\ndevices = [\"cuda:0\", \"cuda:1\"]")
+        .expect("valid");
+    assert_eq!(s.slots, ["cuda:0", "cuda:1"]);
+}
+
+#[test]
+fn a_gpus_per_trial_that_cannot_be_met_is_refused_saying_why() {
+    let cases = [
+        (
+            "gpus_per_trial = 2\ndevices = [\"cpu\", \"cuda:0\"]",
+            "`workers.devices` lists \"cpu\"",
+        ),
+        ("gpus_per_trial = 2\ndevices = \"cpu\"", "need CUDA devices"),
+        (
+            "gpus_per_trial = 4\ndevices = [\"cuda:0\", \"cuda:1\"]",
+            "4 GPUs per trial, but `workers.devices` lists 2; write at most 2",
+        ),
+        (
+            "gpus_per_trial = 2\ndevices = [\"cuda:0\", \"cuda:1\", \"cuda:2\"]",
+            "make 1 group(s) of 2 and would leave cuda:2 unused",
+        ),
+        (
+            "gpus_per_trial = 2\ndevices = [\"cuda:0\", \"cuda:0\"]",
+            "lists cuda:0 twice",
+        ),
+        (
+            "gpus_per_trial = 0\ndevices = [\"cuda:0\"]",
+            "must be between 1 and 64",
+        ),
+        (
+            "gpus_per_trial = [1, 2, 4]\ndevices = [\"cuda:0\"]",
+            "may come later",
+        ),
+        (
+            "gpus_per_trial = { type = \"categorical\", choices = [1, 2] }\ndevices = [\"cuda:0\"]",
+            "may come later",
+        ),
+        (
+            "gpus_per_trial = \"2\"\ndevices = [\"cuda:0\"]",
+            "must be a whole number of GPUs",
+        ),
+    ];
+    for (table, want) in cases {
+        let e = workers_of(&format!("[workers]\n{table}")).expect_err(table);
+        let text = e.to_string();
+        assert!(text.contains("key `workers.gpus_per_trial`"), "{text}");
+        assert!(
+            text.contains(want),
+            "for {table:?}: `{text}` lacks `{want}`"
+        );
+    }
+}
+
+#[test]
+fn a_builtin_study_with_several_gpus_per_trial_is_refused_naming_the_later_step() {
+    let builtin = super::fuzz::BUILTIN.replace(
+        "[workers]\ndevices = \"cpu\"\nslots_per_device = 2\ngpu_memory_fraction = 0.5",
+        "[workers]\ndevices = [\"cuda:0\", \"cuda:1\"]\ngpus_per_trial = 2",
+    );
+    assert!(builtin.contains("gpus_per_trial"), "the fixture changed");
+    let e = check(&builtin)
+        .expect_err("builtin on two GPUs")
+        .to_string();
+    assert!(e.contains("key `workers.gpus_per_trial`"), "{e}");
+    assert!(
+        e.contains("data-parallel training in it is a later step"),
+        "{e}"
+    );
+}
+
+#[test]
+fn devices_and_gpus_are_placeholders_unless_a_parameter_has_the_name() {
+    let src = GOOD.replacen(
+        "\"{trial_dir}\"]",
+        "\"{trial_dir}\", \"{devices}\", \"{gpus}\"]",
+        1,
+    );
+    assert_ne!(src, GOOD, "the fixture changed");
+    check(&src).expect("{devices} and {gpus} are tune's own");
+}
