@@ -46,6 +46,16 @@ pub struct CommandSpec {
     /// A command run once before any trial (`[trial] check`, empty: none): when it fails, the
     /// study does not start and its standard error says why.
     pub check: Vec<String>,
+    /// `[trial] launcher = "torchrun"`: `argv` is a Python script and its arguments, run on
+    /// every GPU of the slot by `python -m torch.distributed.run`.
+    pub launcher: Option<Launcher>,
+}
+
+/// How a command trial of several processes is launched (`[trial] launcher`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launcher {
+    /// The Python that runs `torch.distributed.run` (`[trial] python`, default `python3`).
+    pub python: String,
 }
 
 #[derive(Debug, Clone)]

@@ -54,7 +54,21 @@ impl CommandRunner {
 /// the same way: its program (a path, taken from the working directory, or a name found on
 /// `PATH`) and each file of `[trial] requires`. The message names the key and where it looked.
 pub fn check_ready(spec: &CommandSpec) -> Result<(), RunnerError> {
-    let program = &spec.argv[0];
+    // Under a launcher the program is its Python; the command's script must be there.
+    let program = match &spec.launcher {
+        Some(l) => {
+            let script = &spec.argv[0];
+            let path = spec.workdir.join(script);
+            if placeholders(script).is_empty() && !path.is_file() {
+                return Err(RunnerError::NotReady(format!(
+                    "key `trial.command`: the script {script:?} that torchrun runs on each GPU is not there ({} does not exist)",
+                    path.display()
+                )));
+            }
+            &l.python
+        }
+        None => &spec.argv[0],
+    };
     if placeholders(program).is_empty() {
         if program.contains('/') {
             let path = spec.workdir.join(program);
@@ -197,6 +211,88 @@ pub fn fill_argv(argv: &[String], job: &TrialJob) -> Vec<String> {
             out
         })
         .collect()
+}
+
+/// What torchrun puts before each line of rank 0 that it shows (`--tee 3 --local-ranks-filter 0`).
+const RANK0_PREFIX: &str = "[default0]:";
+
+/// The directory in a trial's directory where torchrun writes each rank's output
+/// (`ranks/<run>/attempt_0/<rank>/stdout.log`, `stderr.log`).
+const RANK_LOGS: &str = "ranks";
+
+/// The command line of a torchrun trial: `python -m torch.distributed.run` on one machine
+/// (`--standalone`: a rendezvous of its own on a free port, so slots never collide) with one
+/// process per GPU of the slot (`TUNE_NPROC`); every rank's output to the trial's `ranks/`
+/// directory, and only rank 0's shown (so only its `tune:` lines are reports).
+fn torchrun_argv(l: &crate::study::Launcher, job: &TrialJob, script: Vec<String>) -> Vec<String> {
+    let nproc = crate::devices::cuda_indices(&job.device).len().max(1);
+    let mut argv: Vec<String> = [
+        l.python.as_str(),
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    argv.push(nproc.to_string());
+    argv.push("--log-dir".into());
+    argv.push(job.trial_dir.join(RANK_LOGS).display().to_string());
+    argv.extend(["--tee", "3", "--local-ranks-filter", "0"].map(String::from));
+    argv.extend(script);
+    argv
+}
+
+/// A failed torchrun trial's log tail: torchrun's own (which names the first rank that failed,
+/// `rank : 1 (local_rank: 1)`), then the last lines that rank wrote on its standard error
+/// (every rank's, where torchrun named none).
+fn failed_rank_tail(rank_logs: &std::path::Path, tail: &str) -> String {
+    let named: Option<usize> = tail
+        .split("Root Cause")
+        .nth(1)
+        .and_then(|after| {
+            after
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("rank")?.trim().strip_prefix(':'))
+        })
+        .and_then(|r| r.split_whitespace().next()?.parse().ok());
+    let mut files: Vec<(usize, PathBuf)> = Vec::new();
+    for run in std::fs::read_dir(rank_logs).into_iter().flatten().flatten() {
+        for attempt in std::fs::read_dir(run.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            for rank in std::fs::read_dir(attempt.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                if let Some(r) = rank.file_name().to_str().and_then(|n| n.parse().ok())
+                    && named.is_none_or(|n| n == r)
+                {
+                    files.push((r, rank.path().join("stderr.log")));
+                }
+            }
+        }
+    }
+    files.sort();
+    let mut out = tail.to_string();
+    for (r, file) in files {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        if lines.is_empty() {
+            continue;
+        }
+        let last = &lines[lines.len().saturating_sub(20)..];
+        out.push_str(&format!(
+            "\n--- rank {r}, the last lines of its stderr ---\n"
+        ));
+        out.push_str(&last.join("\n"));
+        out.push('\n');
+    }
+    out
 }
 
 /// The CUDA indices of a slot's device as `CUDA_VISIBLE_DEVICES` writes them ("0,1"; empty
@@ -429,7 +525,11 @@ async fn run_command(
         logs,
         notes: None,
     };
-    let argv = fill_argv(&spec.argv, &job);
+    let argv = match &spec.launcher {
+        Some(l) => torchrun_argv(l, &job, fill_argv(&spec.argv, &job)),
+        None => fill_argv(&spec.argv, &job),
+    };
+    let ranks = spec.launcher.is_some();
     let (mut cmd, lifeline) = match &keeper {
         Some(k) => match k.command(&argv[0], &argv[1..]) {
             Ok((cmd, lifeline)) => (cmd, Some(lifeline)),
@@ -533,6 +633,13 @@ async fn run_command(
         // never a reason to stop reading (which would kill the command with SIGPIPE).
         while let Some(bytes) = next_line(&mut reader, &mut raw).await {
             let line = String::from_utf8_lossy(bytes);
+            // torchrun shows rank 0's lines only, each behind its `[default0]:` prefix.
+            let line = match ranks {
+                true => line
+                    .strip_prefix(RANK0_PREFIX)
+                    .map_or(line.clone(), |l| std::borrow::Cow::Owned(l.to_string())),
+                false => line,
+            };
             if let Some(json) = line.strip_prefix("tune:") {
                 match parse_report(&lenient_json(json.trim()), prev_step) {
                     Ok(r) => {
@@ -701,6 +808,14 @@ async fn run_command(
                 log_tail: None,
             }
         }
+        RunEnd::Failed { reason, .. } if ranks => RunEnd::Failed {
+            log_tail: Some(failed_rank_tail(
+                &job.trial_dir.join(RANK_LOGS),
+                tail.as_deref().unwrap_or_default(),
+            ))
+            .filter(|t| !t.is_empty()),
+            reason,
+        },
         RunEnd::Failed { reason, .. } => RunEnd::Failed {
             reason,
             log_tail: tail,
@@ -805,5 +920,62 @@ mod tests {
         assert!(r.is_err(), "a string metric is still an error");
         let r = parse_report(&lenient_json(r#"{"loss": NaN}"#), None).expect("ok");
         assert!(r.metrics["loss"].is_nan());
+    }
+
+    #[test]
+    fn torchrun_runs_one_rank_per_gpu_of_the_group_and_shows_rank_0_only() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut j = job(dir.path());
+        j.device = "cuda:2,cuda:3".into();
+        let l = crate::study::Launcher {
+            python: "py".into(),
+        };
+        let argv = torchrun_argv(&l, &j, vec!["train.py".into(), "--lr".into()]);
+        let ranks = dir.path().join("ranks").display().to_string();
+        assert_eq!(
+            argv,
+            [
+                "py",
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node",
+                "2",
+                "--log-dir",
+                ranks.as_str(),
+                "--tee",
+                "3",
+                "--local-ranks-filter",
+                "0",
+                "train.py",
+                "--lr"
+            ]
+        );
+        j.device = "cpu".into();
+        assert!(torchrun_argv(&l, &j, vec![]).contains(&"1".to_string()));
+    }
+
+    #[test]
+    fn a_failed_torchrun_trials_tail_ends_with_the_failed_ranks_stderr() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for (rank, text) in [("0", "rank 0 warning\n"), ("1", "\nTraceback\nboom\n")] {
+            let d = dir.path().join("run_x/attempt_0").join(rank);
+            std::fs::create_dir_all(&d).expect("mkdir");
+            std::fs::write(d.join("stderr.log"), text).expect("write");
+        }
+        let named = "Root Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n";
+        let tail = failed_rank_tail(dir.path(), named);
+        assert!(tail.starts_with(named), "{tail}");
+        assert!(
+            tail.ends_with("--- rank 1, the last lines of its stderr ---\nTraceback\nboom\n"),
+            "{tail}"
+        );
+        assert!(!tail.contains("rank 0 warning"), "{tail}");
+        // No rank named: every rank's stderr.
+        let tail = failed_rank_tail(dir.path(), "");
+        assert!(
+            tail.contains("--- rank 0,") && tail.contains("--- rank 1,"),
+            "{tail}"
+        );
     }
 }

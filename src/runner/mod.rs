@@ -264,6 +264,7 @@ mod tests {
             workdir: dir.path().to_path_buf(),
             requires: vec![],
             check: vec![],
+            launcher: None,
         };
         let runner = command::CommandRunner::new(spec);
         let job = TrialJob {

@@ -171,6 +171,8 @@ const KEYS: &[(&str, &[(&str, Kind)])] = &[
             ("env", O),
             ("requires", O),
             ("check", O),
+            ("launcher", O),
+            ("python", O),
             ("time_budget", D),
             ("report_every", I),
             ("epochs", I),

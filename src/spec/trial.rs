@@ -12,7 +12,7 @@ use super::SpecErrorKind::{Conflict, Missing, Type, Value};
 use super::{Mistake, SpecErrorKind, duration_at, leading_key, table_into};
 use crate::builtin::KnobError;
 use crate::space::Space;
-use crate::study::{CommandSpec, TrialSpec};
+use crate::study::{CommandSpec, Launcher, TrialSpec};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -30,6 +30,10 @@ struct RawCommandTrial {
     requires: Vec<String>,
     #[serde(default)]
     check: Vec<String>,
+    #[serde(default)]
+    launcher: Option<String>,
+    #[serde(default)]
+    python: Option<String>,
 }
 
 /// `[trial]`: a command or a builtin trial. `gpu_memory_fraction` (of `[workers]`) goes to a
@@ -253,7 +257,36 @@ fn command(raw: RawCommandTrial, space: &Space, dir: &Path) -> Result<CommandSpe
             "the program (first element) is empty",
         ));
     }
+    let launcher = match raw.launcher.as_deref() {
+        None if raw.python.is_some() => {
+            return Err(Mistake::written(
+                Conflict,
+                Some("trial.python".to_string()),
+                "key `trial.python`: names the Python of `launcher = \"torchrun\"`, but there is no `trial.launcher`; add it or remove `python`",
+            ));
+        }
+        None => None,
+        Some("torchrun") => {
+            let python = raw.python.unwrap_or_else(|| "python3".to_string());
+            if python.trim().is_empty() || python.contains('\0') {
+                return Err(Mistake::at(
+                    Value,
+                    "trial.python",
+                    format!("{python:?} is not a program"),
+                ));
+            }
+            Some(Launcher { python })
+        }
+        Some(other) => {
+            return Err(Mistake::at(
+                Value,
+                "trial.launcher",
+                format!("must be \"torchrun\" (the only launcher so far), not {other:?}"),
+            ));
+        }
+    };
     Ok(CommandSpec {
+        launcher,
         check: raw.check,
         argv: raw.command,
         env: raw.env.into_iter().collect(),

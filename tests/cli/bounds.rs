@@ -128,6 +128,8 @@ const KEYS: &[(&str, &str, Class)] = &[
     ("trial@command", "env", O),
     ("trial@command", "requires", O),
     ("trial@command", "check", O),
+    ("trial@command", "launcher", O),
+    ("trial@command", "python", O),
     ("pruner@median", "warmup_steps", N),
     ("pruner@median", "min_trials", I),
     ("pruner@median", "interval", N),

@@ -28,5 +28,6 @@ mod setup_script;
 mod shared_db;
 mod slurm;
 mod studies;
+mod torchrun;
 mod ui_text;
 mod without_worker;

@@ -453,3 +453,42 @@ fn devices_and_gpus_are_placeholders_unless_a_parameter_has_the_name() {
     assert_ne!(src, GOOD, "the fixture changed");
     check(&src).expect("{devices} and {gpus} are tune's own");
 }
+
+#[test]
+fn the_torchrun_launcher_is_read_and_its_mistakes_named() {
+    let src = GOOD.replacen(
+        "kind = \"command\"",
+        "kind = \"command\"\nlauncher = \"torchrun\"",
+        1,
+    );
+    assert_ne!(src, GOOD, "the fixture changed");
+    match check(&src).expect("valid").trial {
+        TrialSpec::Command(c) => assert_eq!(
+            c.launcher,
+            Some(crate::study::Launcher {
+                python: "python3".into()
+            })
+        ),
+        TrialSpec::Builtin(_) => panic!("a command study"),
+    }
+    let cases = [
+        (
+            "launcher = \"mpirun\"",
+            "key `trial.launcher`: must be \"torchrun\"",
+        ),
+        ("python = \"python3.11\"", "there is no `trial.launcher`"),
+        (
+            "launcher = \"torchrun\"\npython = \"\"",
+            "key `trial.python`",
+        ),
+    ];
+    for (line, want) in cases {
+        let src = GOOD.replacen(
+            "kind = \"command\"",
+            &format!("kind = \"command\"\n{line}"),
+            1,
+        );
+        let e = check(&src).expect_err(line).to_string();
+        assert!(e.contains(want), "for {line:?}: `{e}` lacks `{want}`");
+    }
+}
