@@ -14,7 +14,9 @@
 #   ./scripts/test.sh space::    # extra arguments go to both `cargo test` runs (a filter)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh --python-tests --postgres --slurm
+# --bench: the torch of .libtorch made importable (.venv/bench), for the tests that run real
+# torch processes (`torchrun` trials, DDP on gloo); the orchestrator still builds without it.
+./scripts/setup.sh --python-tests --postgres --slurm --bench
 # Formatting is checked before anything is built: it fails in a second, not after the tests.
 cargo fmt --all -- --check
 # The PostgreSQL tests must run here, never say "skipped": the set-up above installed the server.

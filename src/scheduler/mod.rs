@@ -126,6 +126,8 @@ pub struct Scheduler {
     failures_in_a_row: (u64, String),
     /// Trials this run started.
     started: u64,
+    /// SIGTERM came: the trials stopped now are preempted (their reason says so).
+    preempted: bool,
 }
 
 impl Scheduler {
@@ -169,6 +171,7 @@ impl Scheduler {
             gpus,
             failures_in_a_row: (0, String::new()),
             started: 0,
+            preempted: false,
         })
     }
 
@@ -459,6 +462,7 @@ impl Scheduler {
                 }
             }
             Some(Control::Preempt) => {
+                self.preempted = true;
                 if !matches!(phase, Phase::Draining(Ending::Storage(_))) {
                     *phase = Phase::Draining(Ending::Preempted);
                 }
@@ -638,8 +642,12 @@ impl Scheduler {
     fn on_done(&mut self, slot: usize, b: Busy, result: RunResult) -> Result<(), StorageError> {
         let finish = match (result.end, b.stop_kind) {
             (_, Some(StopKind::Interrupt)) => Finish::Interrupted {
-                reason: "interrupted: stopped when the study was stopped; its params run again"
-                    .to_string(),
+                reason: if self.preempted {
+                    "interrupted: preempted (SIGTERM to tune); its params run again from its checkpoint"
+                } else {
+                    "interrupted: stopped when the study was stopped; its params run again"
+                }
+                .to_string(),
             },
             (RunEnd::Finished, _) => Finish::Ended,
             (_, Some(StopKind::Prune)) => Finish::Pruned {

@@ -231,7 +231,9 @@ pub async fn run_updates(
             _ = tick.tick() => dirty = true,
             _ = tokio::time::sleep_until(redraw_at), if dirty => {}
             _ = sigterm.recv() => {
-                send(Control::Quit { graceful: false }, opts.mode);
+                // A preemption (docs/cli.md, "Exit status"): the running trials checkpoint,
+                // stop and are queued again; `tune run`'s own handler hears it too.
+                send(Control::Preempt, opts.mode);
                 break Ok(());
             }
             _ = sighup.recv() => {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{PATIENCE, Sandbox, counted, text, wait_until, wait_within};
+use crate::common::{PATIENCE, Sandbox, counted, text, wait_output, wait_until, wait_within};
 
 /// The epoch saved in a checkpoint directory's `state.json`, if there is one.
 fn saved_epoch(dir: &Path) -> Option<i64> {
@@ -128,4 +128,100 @@ fn a_kill_9_mid_trial_reruns_it_as_attempt_2_from_its_checkpoint() {
         let log = std::fs::read_to_string(&own).expect("its own attempts.log");
         assert_eq!(log, format!("attempt=1 trial={n} resumed_from=-1\n"));
     }
+}
+
+/// Preemption (SIGTERM to `tune run`, issue 27): the trial stops mid-run, recorded interrupted
+/// and queued again at once, `tune` exits 75; the next run takes it from the queue as attempt 2
+/// in the same checkpoint directory and resumes after its last saved epoch.
+#[test]
+fn a_sigterm_mid_trial_exits_75_and_the_rerun_is_attempt_2_from_its_checkpoint() {
+    let sb = Sandbox::new();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("studies");
+    let script = std::fs::read_to_string(root.join("resumable_curve.py")).expect("the script");
+    sb.write("studies/resumable_curve.py", &script);
+    let study = std::fs::read_to_string(root.join("resumable-curve.toml")).expect("the study");
+    let study = study
+        .replace("trials = 8", "trials = 2")
+        .replace("count = 2", "count = 1")
+        .replace(
+            "\"--epochs\", \"6\"]",
+            "\"--epochs\", \"6\", \"--epoch-seconds\", \"0.3\"]",
+        );
+    assert!(
+        study.contains("0.3") && study.contains("trials = 2"),
+        "{study}"
+    );
+    let file = "studies/resumable-curve.toml";
+    sb.write(file, &study);
+
+    let child = sb
+        .tune(&["run", file, "--no-tui"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tune starts");
+    let ckpt: PathBuf = sb.join("studies/runs/resumable-curve/trial-00000/checkpoints");
+    wait_until(PATIENCE, "trial 0 saved epoch 1", || {
+        saved_epoch(&ckpt).is_some_and(|e| e >= 1)
+    });
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("a pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    let out = wait_output(child, PATIENCE);
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
+    let kept = saved_epoch(&ckpt).expect("the checkpoint stays");
+    assert!(
+        (1..5).contains(&kept),
+        "stopped mid-trial, not at its end: {kept}"
+    );
+    let stopped = sb.trials(file);
+    let first = stopped.iter().find(|t| t["number"] == 0).expect("trial 0");
+    assert_eq!(first["state"], "failed", "{first:#}");
+    assert!(
+        first["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("interrupted: preempted")),
+        "{first:#}"
+    );
+    assert_eq!(counted(&stopped), 0, "{stopped:#?}");
+    assert!(
+        stopped
+            .iter()
+            .any(|t| t["state"] == "queued" && t["params"] == first["params"]),
+        "queued again at once: {stopped:#?}"
+    );
+
+    let out = sb.ok(&["run", file, "--no-tui"]);
+    let trials = sb.trials(file);
+    assert_eq!(
+        counted(&trials),
+        2,
+        "exactly the budget: {trials:#?}\n{}",
+        text(&out)
+    );
+    let rerun = trials
+        .iter()
+        .find(|t| t["number"] != 0 && t["params"] == first["params"])
+        .expect("trial 0's params ran again");
+    assert_eq!(rerun["state"], "complete", "{rerun:#}");
+    let r = rerun["number"].as_u64().expect("a number");
+    let log = std::fs::read_to_string(ckpt.join("attempts.log")).expect("attempts.log");
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "attempt=1 trial=0 resumed_from=-1".to_string(),
+            format!("attempt=2 trial={r} resumed_from={kept}"),
+        ],
+        "{log}"
+    );
+    let shown = show(&sb, file, r);
+    assert_eq!(shown["attempt"], 2, "{shown:#}");
+    let steps: Vec<i64> = shown["reports"]
+        .as_array()
+        .expect("reports")
+        .iter()
+        .map(|x| x["step"].as_i64().expect("a step"))
+        .collect();
+    let want: Vec<i64> = (kept + 1..6).collect();
+    assert_eq!(steps, want, "no epoch twice: {shown:#}");
 }
