@@ -23,26 +23,33 @@ fn show(sb: &Sandbox, study: &str, n: u64) -> Value {
     serde_json::from_slice(&out.stdout).expect("`tune show` prints JSON")
 }
 
-#[test]
-fn a_kill_9_mid_trial_reruns_it_as_attempt_2_from_its_checkpoint() {
-    let sb = Sandbox::new();
+/// The shipped example (`studies/resumable-curve.toml` and its script) in `sb`, with `trials`
+/// trials on one slot, epochs of 0.3 s; its path there.
+fn resumable_study(sb: &Sandbox, trials: u32) -> &'static str {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("studies");
     let script = std::fs::read_to_string(root.join("resumable_curve.py")).expect("the script");
     sb.write("studies/resumable_curve.py", &script);
     let study = std::fs::read_to_string(root.join("resumable-curve.toml")).expect("the study");
     let study = study
-        .replace("trials = 8", "trials = 3")
+        .replace("trials = 8", &format!("trials = {trials}"))
         .replace("count = 2", "count = 1")
         .replace(
             "\"--epochs\", \"6\"]",
             "\"--epochs\", \"6\", \"--epoch-seconds\", \"0.3\"]",
         );
     assert!(
-        study.contains("0.3") && study.contains("trials = 3"),
+        study.contains("0.3") && study.contains(&format!("trials = {trials}")),
         "{study}"
     );
     let file = "studies/resumable-curve.toml";
     sb.write(file, &study);
+    file
+}
+
+#[test]
+fn a_kill_9_mid_trial_reruns_it_as_attempt_2_from_its_checkpoint() {
+    let sb = Sandbox::new();
+    let file = resumable_study(&sb, 3);
 
     let mut child = sb
         .tune(&["run", file, "--no-tui"])
@@ -136,23 +143,7 @@ fn a_kill_9_mid_trial_reruns_it_as_attempt_2_from_its_checkpoint() {
 #[test]
 fn a_sigterm_mid_trial_exits_75_and_the_rerun_is_attempt_2_from_its_checkpoint() {
     let sb = Sandbox::new();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("studies");
-    let script = std::fs::read_to_string(root.join("resumable_curve.py")).expect("the script");
-    sb.write("studies/resumable_curve.py", &script);
-    let study = std::fs::read_to_string(root.join("resumable-curve.toml")).expect("the study");
-    let study = study
-        .replace("trials = 8", "trials = 2")
-        .replace("count = 2", "count = 1")
-        .replace(
-            "\"--epochs\", \"6\"]",
-            "\"--epochs\", \"6\", \"--epoch-seconds\", \"0.3\"]",
-        );
-    assert!(
-        study.contains("0.3") && study.contains("trials = 2"),
-        "{study}"
-    );
-    let file = "studies/resumable-curve.toml";
-    sb.write(file, &study);
+    let file = resumable_study(&sb, 2);
 
     let child = sb
         .tune(&["run", file, "--no-tui"])

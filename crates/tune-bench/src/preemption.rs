@@ -278,14 +278,7 @@ fn run_arm(
 }
 
 pub fn run(a: &PreemptionArgs) -> anyhow::Result<ExitCode> {
-    anyhow::ensure!(
-        Path::new(tune::builtin::FASHION_MNIST_DIR)
-            .join("train-images-idx3-ubyte.gz")
-            .is_file(),
-        "Fashion-MNIST is not installed in {} (run scripts/setup.sh, which installs the Debian \
-         package dataset-fashion-mnist); the preemption benchmark trains on it",
-        tune::builtin::FASHION_MNIST_DIR
-    );
+    crate::process::require_fashion_mnist("preemption")?;
     anyhow::ensure!(!a.seeds.is_empty(), "--seeds: give at least one seed");
     anyhow::ensure!(a.trials >= 1, "--trials must be at least 1");
     anyhow::ensure!(a.epochs >= 2, "--epochs must be at least 2");

@@ -18,6 +18,19 @@ pub fn tune_exe() -> anyhow::Result<PathBuf> {
     Ok(exe)
 }
 
+/// Refuses to run the benchmark `what` where Fashion-MNIST, which it trains on, is missing.
+pub fn require_fashion_mnist(what: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        std::path::Path::new(tune::builtin::FASHION_MNIST_DIR)
+            .join("train-images-idx3-ubyte.gz")
+            .is_file(),
+        "Fashion-MNIST is not installed in {} (run scripts/setup.sh, which installs the Debian \
+         package dataset-fashion-mnist); the {what} benchmark trains on it",
+        tune::builtin::FASHION_MNIST_DIR
+    );
+    Ok(())
+}
+
 /// Makes a child of a benchmark end with it: when the benchmark is killed (a `kill PID`, a
 /// supervisor's SIGTERM), the child gets SIGTERM too instead of running on as an orphan. A
 /// `tune run` child takes it as a preemption: no new trials, the running ones checkpoint and

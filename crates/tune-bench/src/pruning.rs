@@ -331,14 +331,7 @@ fn mean(v: impl Iterator<Item = f64>) -> f64 {
 }
 
 pub fn run(a: &PruningArgs) -> anyhow::Result<ExitCode> {
-    anyhow::ensure!(
-        Path::new(tune::builtin::FASHION_MNIST_DIR)
-            .join("train-images-idx3-ubyte.gz")
-            .is_file(),
-        "Fashion-MNIST is not installed in {} (run scripts/setup.sh, which installs the Debian \
-         package dataset-fashion-mnist); the pruning benchmark trains on it",
-        tune::builtin::FASHION_MNIST_DIR
-    );
+    crate::process::require_fashion_mnist("pruning")?;
     anyhow::ensure!(!a.seeds.is_empty(), "--seeds: give at least one seed");
     anyhow::ensure!(a.trials >= 1, "--trials must be at least 1");
     anyhow::ensure!(
