@@ -541,6 +541,7 @@ mod tests {
                 timeout: None,
                 slots: vec!["cpu".into()],
                 storage: "t.db".into(),
+                space: None,
             },
             existing: vec![
                 trial(
@@ -600,6 +601,7 @@ mod tests {
                 timeout: None,
                 slots: vec!["cpu".into()],
                 storage: "t.db".into(),
+                space: None,
             },
             existing: vec![complete(0, 1.0), discarded],
             at: SystemTime::UNIX_EPOCH,

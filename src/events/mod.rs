@@ -45,6 +45,11 @@ pub struct StudyInfo {
     pub slots: Vec<String>,
     /// Where the study is stored.
     pub storage: String,
+    /// The search space as the study file declares it (log scales, steps, choices), for the
+    /// UI's insight views; `None` where the source has no study file that checks (an
+    /// ask-tell study, a watched study whose stored file no longer parses): readers then infer
+    /// one from the trials (`crate::insight::infer_space`).
+    pub space: Option<crate::space::Space>,
 }
 
 /// What the line output and the UI say when the sampler is past its initial design and still

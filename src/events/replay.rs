@@ -35,6 +35,7 @@ struct Settings {
     timeout: Option<Duration>,
     /// After this long without a heartbeat, a worker process counts as gone.
     grace: Duration,
+    space: Option<crate::space::Space>,
 }
 
 /// The process(es) running the study now, as the poller last saw them.
@@ -170,6 +171,7 @@ impl Poller {
             timeout: self.settings.timeout,
             slots,
             storage: self.storage.storage().location(),
+            space: self.settings.space.clone(),
         }
     }
 
@@ -379,6 +381,7 @@ fn settings_of(stored: &StoredStudyFile) -> Settings {
         budget: None,
         timeout: None,
         grace: Duration::from_secs(30),
+        space: None,
     };
     let Some(text) = &stored.text else {
         return unknown;
@@ -399,6 +402,7 @@ fn settings_of(stored: &StoredStudyFile) -> Settings {
             budget: s.trials,
             timeout: s.timeout,
             grace: s.heartbeat_grace.max(s.heartbeat * 3),
+            space: Some(s.space),
         },
         Err(_) => unknown,
     }

@@ -232,6 +232,7 @@ impl Scheduler {
                 timeout: self.study.timeout,
                 slots: self.study.slots.clone(),
                 storage: self.study.storage.to_string(),
+                space: Some(self.study.space.clone()),
             },
             existing,
             at: SystemTime::now(),
