@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use super::state::{Mode, UiState};
 use crate::events::{Event, StudyInfo};
-use crate::space::{ParamValue, Params};
+use crate::space::{Param, ParamKind, ParamValue, Params, Space};
 use crate::trial::{
     Direction, Placement, Ran, Report, Trial, TrialNumber, TrialState, TrialStatus,
 };
@@ -52,7 +52,54 @@ pub fn info(budget: Option<u64>, slots: usize) -> StudyInfo {
             })
             .collect(),
         storage: "tune.db".into(),
+        space: Some(space()),
     }
+}
+
+/// The space [`params`] samples from, as a study file would declare it.
+pub fn space() -> Space {
+    let p = |name: &str, kind| Param {
+        name: name.into(),
+        kind,
+        when: Vec::new(),
+    };
+    let choices = ["adam", "sgd", "adamw"].map(|c| ParamValue::Str(c.into()));
+    Space::new(vec![
+        p(
+            "lr",
+            ParamKind::Float {
+                low: 1e-4,
+                high: 1e-1,
+                log: true,
+                step: None,
+            },
+        ),
+        p(
+            "batch_size",
+            ParamKind::Int {
+                low: 32,
+                high: 256,
+                log: true,
+                step: 1,
+            },
+        ),
+        p(
+            "optimizer",
+            ParamKind::Categorical {
+                choices: choices.to_vec(),
+            },
+        ),
+        p(
+            "dropout",
+            ParamKind::Float {
+                low: 0.0,
+                high: 0.5,
+                log: false,
+                step: Some(0.01),
+            },
+        ),
+    ])
+    .expect("the fixtures' space is valid")
 }
 
 pub fn params(n: u64) -> Params {

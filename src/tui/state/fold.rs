@@ -206,6 +206,9 @@ impl UiState {
     fn upsert_trial(&mut self, t: &Trial, at: Option<SystemTime>) {
         let state = t.state();
         let i = self.row_index(t.number, state);
+        if state == TrialState::Complete || self.trials[i].state == TrialState::Complete {
+            self.complete_version += 1;
+        }
         self.set_state(i, state);
         self.recount(i, |row| {
             row.status = t.status.clone();

@@ -13,6 +13,9 @@ impl UiState {
         if key.kind == KeyEventKind::Release {
             return None;
         }
+        // The notice says what the last key did: a new key makes it old news (and gives the
+        // footer's hints their room back).
+        self.notice = None;
         let ctrl_c =
             key.modifiers.contains(KeyModifiers::CONTROL) && matches!(key.code, KeyCode::Char('c'));
         if let Some(o) = self.overlay {
@@ -24,6 +27,7 @@ impl UiState {
         match self.screen {
             Screen::Main => self.main_key(key.code),
             Screen::Trial(n) => self.trial_key(n, key.code),
+            Screen::Insight => self.insight_key(key.code),
         }
     }
 
@@ -182,6 +186,32 @@ impl UiState {
             KeyCode::Char('p') | KeyCode::Char(' ') => return self.toggle_pause(),
             KeyCode::Char('x') => return self.ask_stop(self.selected_row().map(|t| t.number)),
             KeyCode::Char('l') => self.toggle_log_scale(),
+            KeyCode::Char('i') => self.open_insight(),
+            _ => {}
+        }
+        None
+    }
+
+    /// The insight screen: `Tab` (or `←` `→`) goes through its views, `n` `N` through the
+    /// parameters, `m` `M` through the pair's second one, `o` through the objectives.
+    fn insight_key(&mut self, code: KeyCode) -> Option<Action> {
+        match code {
+            KeyCode::Esc | KeyCode::Backspace | KeyCode::Char('q') | KeyCode::Char('i') => {
+                self.screen = Screen::Main
+            }
+            KeyCode::Char('?') | KeyCode::Char('h') => self.overlay = Some(Overlay::Help),
+            KeyCode::Tab | KeyCode::Right | KeyCode::Char('>') => {
+                self.insight.tab = self.insight.tab.next()
+            }
+            KeyCode::BackTab | KeyCode::Left | KeyCode::Char('<') => {
+                self.insight.tab = self.insight.tab.prev()
+            }
+            KeyCode::Char('n') | KeyCode::Down | KeyCode::Char('j') => self.cycle_param(1, false),
+            KeyCode::Char('N') | KeyCode::Up | KeyCode::Char('k') => self.cycle_param(-1, false),
+            KeyCode::Char('m') => self.cycle_param(1, true),
+            KeyCode::Char('M') => self.cycle_param(-1, true),
+            KeyCode::Char('o') => self.cycle_objective(),
+            KeyCode::Char('p') | KeyCode::Char(' ') => return self.toggle_pause(),
             _ => {}
         }
         None

@@ -20,9 +20,14 @@ use crate::trial::{Direction, Objective, TrialNumber, TrialState};
 
 mod fold;
 mod input;
+mod insight;
 mod row;
 mod table;
 
+pub use insight::{
+    ImportanceCache, InsightTab, InsightView, MIN_TRIALS, RECOMPUTE_AFTER, RECOMPUTE_GROWTH,
+    Ranking,
+};
 pub use row::{Counts, Slot, TrialRow};
 pub use table::{Column, Filter, TableView};
 
@@ -61,6 +66,8 @@ pub enum Mode {
 pub enum Screen {
     Main,
     Trial(TrialNumber),
+    /// Importance, slices, pairs, parallel coordinates and the slots' timeline (`i`).
+    Insight,
 }
 
 /// A dialog or help drawn over the screen; it takes the keys while open.
@@ -141,6 +148,11 @@ pub struct UiState {
     pub disconnected: bool,
     /// The objective chart's y axis is logarithmic (`l` toggles it).
     pub log_scale: bool,
+    /// The insight screen: its view, picks and cached importances.
+    pub insight: InsightView,
+    /// Counts every change to a complete trial (one arriving, leaving, changing value or
+    /// being discarded): the importances are stale when it moved since they were computed.
+    pub complete_version: u64,
 }
 
 impl UiState {
@@ -183,12 +195,17 @@ impl UiState {
             notice: None,
             disconnected: false,
             log_scale: false,
+            insight: InsightView::default(),
+            complete_version: 0,
         }
     }
 
-    /// Moves the injected clock.
+    /// Moves the injected clock, and brings what is computed on a timer up to date (the
+    /// insight screen's importances): the terminal loop calls this before each frame, so the
+    /// work is done here and never in `render`.
     pub fn tick(&mut self, now: SystemTime) {
         self.now = now;
+        self.refresh_insight();
     }
 
     pub fn trial(&self, n: TrialNumber) -> Option<&TrialRow> {

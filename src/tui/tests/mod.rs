@@ -24,6 +24,7 @@ mod budget;
 mod epochs;
 mod events;
 mod exploring;
+mod insight;
 mod keys;
 mod multi;
 mod objective;

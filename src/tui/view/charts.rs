@@ -447,14 +447,14 @@ struct Forecast {
 
 /// One axis of a chart: its range, its labels and, where the axis is an objective of its own
 /// (the Pareto chart), its name.
-struct Scale {
+pub(super) struct Scale {
     bounds: [f64; 2],
     labels: Vec<Span<'static>>,
     name: Option<Span<'static>>,
 }
 
 impl Scale {
-    fn new(bounds: [f64; 2], labels: Vec<Span<'static>>) -> Scale {
+    pub(super) fn new(bounds: [f64; 2], labels: Vec<Span<'static>>) -> Scale {
         Scale {
             bounds,
             labels,
@@ -462,7 +462,7 @@ impl Scale {
         }
     }
 
-    fn named(self, name: Span<'static>) -> Scale {
+    pub(super) fn named(self, name: Span<'static>) -> Scale {
         Scale {
             name: Some(name),
             ..self
@@ -483,7 +483,7 @@ impl Scale {
 
 /// The one chart builder: the datasets in drawing order (each draws over the ones before it),
 /// no legend (the block's title says what each mark is), dim axes.
-fn chart<'a>(
+pub(super) fn chart<'a>(
     datasets: Vec<Dataset<'a>>,
     block: Block<'a>,
     x: Scale,
@@ -498,7 +498,7 @@ fn chart<'a>(
 }
 
 /// Points drawn as `mark`, one per trial.
-fn marks(mark: char, style: Style, data: &[(f64, f64)]) -> Dataset<'_> {
+pub(super) fn marks(mark: char, style: Style, data: &[(f64, f64)]) -> Dataset<'_> {
     Dataset::default()
         .marker(Marker::Custom(mark))
         .style(style)
@@ -506,7 +506,7 @@ fn marks(mark: char, style: Style, data: &[(f64, f64)]) -> Dataset<'_> {
 }
 
 /// Points joined by a line drawn in `marker`'s dots.
-fn line(marker: Marker, style: Style, data: &[(f64, f64)]) -> Dataset<'_> {
+pub(super) fn line(marker: Marker, style: Style, data: &[(f64, f64)]) -> Dataset<'_> {
     Dataset::default()
         .marker(marker)
         .graph_type(GraphType::Line)
@@ -515,9 +515,11 @@ fn line(marker: Marker, style: Style, data: &[(f64, f64)]) -> Dataset<'_> {
 }
 
 /// A chart (or the front's table) with nothing to draw yet: its block and why.
-fn render_empty(frame: &mut Frame, area: Rect, block: Block, why: &'static str, theme: &Theme) {
+pub(super) fn render_empty(frame: &mut Frame, area: Rect, block: Block, why: &str, theme: &Theme) {
     frame.render_widget(
-        Paragraph::new(Span::styled(why, theme.dim())).block(block),
+        Paragraph::new(Span::styled(why.to_string(), theme.dim()))
+            .wrap(ratatui::widgets::Wrap { trim: false })
+            .block(block),
         area,
     );
 }

@@ -11,10 +11,13 @@
 
 mod charts;
 mod header;
+mod insight;
 mod overlay;
+mod parallel;
 mod scales;
 mod table;
 mod theme;
+mod timeline;
 mod trial;
 mod workers;
 
@@ -41,6 +44,7 @@ pub fn render(frame: &mut Frame, state: &UiState) {
     match state.screen {
         Screen::Main => render_main(frame, area, state, &theme),
         Screen::Trial(n) => trial::render_trial(frame, area, state, n, &theme),
+        Screen::Insight => insight::render_insight(frame, area, state, &theme),
     }
     if let Some(o) = state.overlay {
         overlay::render_overlay(frame, area, state, o, &theme);
@@ -125,6 +129,21 @@ fn render_footer(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) 
             ("?", "help"),
         ],
         (Screen::Trial(_), Mode::Watch) => &[("esc", "back"), ("↑↓", "trial"), ("?", "help")],
+        (Screen::Insight, _) if state.others().is_empty() => &[
+            ("esc", "back"),
+            ("tab", "view"),
+            ("n", "param"),
+            ("m", "pair"),
+            ("?", "help"),
+        ],
+        (Screen::Insight, _) => &[
+            ("esc", "back"),
+            ("tab", "view"),
+            ("n", "param"),
+            ("m", "pair"),
+            ("o", "objective"),
+            ("?", "help"),
+        ],
         (Screen::Main, Mode::Live) => &[
             ("q", "quit"),
             ("p", "pause"),
@@ -132,6 +151,7 @@ fn render_footer(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) 
             ("s", "sort"),
             ("f", "filter"),
             ("l", "log"),
+            ("i", "insight"),
             ("⏎", "open"),
             ("?", "help"),
         ],
@@ -140,16 +160,35 @@ fn render_footer(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) 
             ("s", "sort"),
             ("f", "filter"),
             ("l", "log"),
+            ("i", "insight"),
             ("⏎", "open"),
             ("?", "help"),
         ],
     };
     // The scale key names what it would switch to.
     let scale = if state.log_scale { "linear" } else { "log" };
-    let hints: Vec<(&str, &str)> = hints
+    let mut hints: Vec<(&str, &str)> = hints
         .iter()
         .map(|&(k, w)| if k == "l" { (k, scale) } else { (k, w) })
         .collect();
+    // What the last key did matters more than the list of keys (which `?` shows whole): hints
+    // give way, the least needed first, until the notice has room to be read.
+    const NOTICE_ROOM: usize = 28;
+    const GIVE_WAY: [&str; 9] = ["i", "⏎", "tab", "m", "f", "s", "x", "p", "↑↓"];
+    let hints_width = |h: &[(&str, &str)]| -> usize {
+        h.iter()
+            .map(|(k, w)| k.chars().count() + w.chars().count() + 2)
+            .sum()
+    };
+    if let Some(n) = &state.notice {
+        let want = n.chars().count().min(NOTICE_ROOM) + 3;
+        for key in GIVE_WAY {
+            if hints_width(&hints) + want <= area.width as usize {
+                break;
+            }
+            hints.retain(|(k, _)| *k != key);
+        }
+    }
     let mut spans = Vec::new();
     for (k, what) in &hints {
         spans.push(Span::styled(format!(" {k}"), theme.header()));
@@ -157,10 +196,7 @@ fn render_footer(frame: &mut Frame, area: Rect, state: &UiState, theme: &Theme) 
     }
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
     if let Some(n) = &state.notice {
-        let hints_w: usize = hints
-            .iter()
-            .map(|(k, w)| k.chars().count() + w.chars().count() + 2)
-            .sum();
+        let hints_w = hints_width(&hints);
         let room = (area.width as usize).saturating_sub(hints_w + 2);
         if room > 8 {
             let text = truncate(n, room);

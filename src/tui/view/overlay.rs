@@ -6,7 +6,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Clear, Paragraph};
 
 use super::theme::{MARK_ABOVE, MARK_BELOW, MARK_COMPLETE, MARK_FAILED, MARK_PRUNED, Theme};
-use crate::tui::state::{Mode, Overlay, UiState};
+use crate::tui::state::{Mode, Overlay, Screen, UiState};
 
 pub(super) fn render_overlay(
     frame: &mut Frame,
@@ -16,6 +16,49 @@ pub(super) fn render_overlay(
     theme: &Theme,
 ) {
     let (title, lines): (String, Vec<Line>) = match o {
+        Overlay::Help if state.screen == Screen::Insight => {
+            let mut keys: Vec<(&str, &str)> = vec![
+                ("Tab / ← →", "next / previous view: importance and slice,"),
+                ("", "pair, parallel coordinates, slots' timeline"),
+                ("n N / ↓ ↑", "next / previous parameter (▸)"),
+                ("m M", "next / previous second parameter of the pair (▹)"),
+            ];
+            if !state.others().is_empty() {
+                keys.push(("o", "next objective (importance, slice, pair, parallel)"));
+            }
+            if state.mode == Mode::Live {
+                keys.push(("p / space", "pause or resume starting new trials"));
+            }
+            keys.extend([
+                ("Esc / i / q", "back to the study"),
+                ("?", "this help; any key closes it"),
+            ]);
+            let lines = keys
+                .into_iter()
+                .map(|(k, w)| {
+                    Line::from(vec![
+                        Span::styled(format!(" {k:<14}"), theme.header()),
+                        Span::raw(w),
+                    ])
+                })
+                .chain([
+                    Line::raw(""),
+                    Line::from(Span::styled(
+                        format!(" marks: {MARK_COMPLETE} complete  {MARK_PRUNED} pruned  {MARK_FAILED} failed (at their last value)"),
+                        theme.dim(),
+                    )),
+                    Line::from(Span::styled(
+                        " importance: PED-ANOVA, as `tune importance`; recomputed as trials",
+                        theme.dim(),
+                    )),
+                    Line::from(Span::styled(
+                        " complete (every 5% more on a large study, or 10 s)",
+                        theme.dim(),
+                    )),
+                ])
+                .collect();
+            (" Insight keys ".into(), lines)
+        }
         Overlay::Help => {
             let mut keys: Vec<(&str, &str)> = vec![
                 ("↑↓ j k", "move in the trials table"),
@@ -28,6 +71,7 @@ pub(super) fn render_overlay(
                     "filter by state: all, running, complete, pruned, failed",
                 ),
                 ("l", "objective chart: log or linear scale"),
+                ("i", "insight: importance, slice, pair, parallel, timeline"),
                 ("Enter", "open the trial: params, curve, error, logs"),
                 ("Esc", "back to the study"),
             ];
