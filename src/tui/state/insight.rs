@@ -296,27 +296,40 @@ impl UiState {
     }
 
     fn compute_importances(&self) -> ImportanceCache {
-        // The finished trials as `insight` takes them: the same filter as `tune importance`
-        // (complete, not discarded, a finite value of the objective) is applied there.
-        let trials: Vec<Trial> = self
-            .trials
-            .iter()
-            .filter(|t| t.state.is_finished() && !t.params.is_empty())
-            .map(|t| {
-                let mut trial = Trial::unstored(t.number, t.params.clone(), t.status.clone());
-                trial.discarded = t.discarded;
-                trial
-            })
-            .collect();
-        let space = match self.info.as_ref().and_then(|i| i.space.clone()) {
-            Some(s) => Some(s),
-            None => insight::infer_space(&trials),
+        // The trials as `insight` takes them: the same filter as `tune importance` (complete,
+        // not discarded, a finite value of the objective) is applied there. Only an inferred
+        // space needs the other finished trials too.
+        let declared = self.info.as_ref().and_then(|i| i.space.clone());
+        let as_trial = |t: &super::TrialRow| {
+            let mut trial = Trial::unstored(t.number, t.params.clone(), t.status.clone());
+            trial.discarded = t.discarded;
+            trial
+        };
+        let (complete, space): (Vec<Trial>, Option<Space>) = match declared {
+            Some(space) => (
+                self.trials
+                    .iter()
+                    .filter(|t| t.state == TrialState::Complete)
+                    .map(as_trial)
+                    .collect(),
+                Some(space),
+            ),
+            None => {
+                let finished: Vec<Trial> = self
+                    .trials
+                    .iter()
+                    .filter(|t| t.state.is_finished() && !t.params.is_empty())
+                    .map(as_trial)
+                    .collect();
+                let space = insight::infer_space(&finished);
+                let complete = finished
+                    .into_iter()
+                    .filter(|t| t.state() == TrialState::Complete)
+                    .collect();
+                (complete, space)
+            }
         };
         let directions: Vec<Direction> = self.objectives().iter().map(|o| o.1).collect();
-        let complete: Vec<Trial> = trials
-            .into_iter()
-            .filter(|t| t.state() == TrialState::Complete)
-            .collect();
         let method = PedAnova::default();
         let rankings = (0..directions.len())
             .map(|i| {

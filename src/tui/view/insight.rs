@@ -326,7 +326,7 @@ fn bar(share: f64, max: f64, width: usize) -> String {
     };
     let eighths = (cells * 8.0).round() as usize;
     let mut s = "█".repeat(eighths / 8);
-    if eighths % 8 != 0 {
+    if !eighths.is_multiple_of(8) {
         s.push(PARTS[eighths % 8]);
     }
     s

@@ -72,7 +72,7 @@ pub(super) fn render_timeline(frame: &mut Frame, area: Rect, state: &UiState, th
         .iter()
         .filter(|t| t.state != TrialState::Queued)
         .count()
-        - placed.len();
+        .saturating_sub(placed.len());
     let legend = format!(
         "{}complete {}pruned {}failed {}running {IDLE}idle ",
         fill(TrialState::Complete),
