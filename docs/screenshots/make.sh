@@ -33,6 +33,14 @@ shot tui-80x24 80 24
 keys '?'
 sleep 1
 shot tui-help 80 24
-keys '?' q s
+# The insight screen (i): the importances beside the slice of the most important parameter,
+# then (three Tabs on) the slots' timeline. The first key closes the help.
+keys '?' i
+sleep 1
+shot tui-insight 80 24
+keys Tab Tab Tab
+sleep 1
+shot tui-timeline 80 24
+keys Escape q s
 sleep 3
 echo "screenshots in $out"
