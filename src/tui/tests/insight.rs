@@ -29,10 +29,11 @@ fn all_tabs(s: &mut UiState, w: u16, h: u16) -> String {
     out
 }
 
-/// The running fixture with its CUDA slots' trials (slots 0 and 1) sampled by NVML.
+/// A running study (28 trials done: each slot's last one ended before the running ones
+/// started) with its CUDA slots' trials (slots 0 and 1) sampled by NVML.
 fn running_with_gpu() -> UiState {
-    let mut s = state_with(30, 4, 4, Some(100));
-    for n in 0..34u64 {
+    let mut s = state_with(28, 4, 4, Some(100));
+    for n in 0..32u64 {
         let slot = s.trial(TrialNumber(n)).and_then(|t| t.slot).unwrap_or(9);
         if slot < 2 {
             s.apply(&Event::GpuSampled {
@@ -498,6 +499,18 @@ fn snapshot_timeline_running_with_gpus_80x24() {
 fn snapshot_timeline_running_with_gpus_160x48() {
     let s = on(running_with_gpu(), InsightTab::Timeline);
     insta::assert_snapshot!(screen(&s, 160, 48));
+}
+
+#[test]
+fn a_timeline_with_more_slots_than_rows_says_how_many_it_left_out() {
+    let s = on(state_with(60, 24, 24, None), InsightTab::Timeline);
+    let text = screen(&s, 80, 24);
+    assert!(
+        text.contains("(7 more slots on a taller terminal)"),
+        "{text}"
+    );
+    assert!(text.contains("16 cpu"), "{text}");
+    assert!(!text.contains("17 cpu"), "{text}");
 }
 
 #[test]
