@@ -609,6 +609,33 @@ fn without_a_declared_space_the_views_infer_one_from_the_trials() {
 }
 
 #[test]
+fn without_colour_no_insight_view_has_a_coloured_cell() {
+    let mut s = on(running_with_gpu(), InsightTab::Importance);
+    for tab in InsightTab::ALL {
+        s.insight.tab = tab;
+        s.color = false;
+        let coloured = terminal(&s, 160, 48)
+            .backend()
+            .buffer()
+            .content()
+            .iter()
+            .filter(|c| c.fg != Color::Reset || c.bg != Color::Reset)
+            .count();
+        assert_eq!(coloured, 0, "{tab:?}");
+        s.color = true;
+        let t = terminal(&s, 160, 48);
+        assert!(
+            t.backend()
+                .buffer()
+                .content()
+                .iter()
+                .any(|c| c.fg != Color::Reset),
+            "{tab:?}"
+        );
+    }
+}
+
+#[test]
 fn every_insight_view_draws_at_tiny_sizes_without_panicking() {
     let mut cases = vec![
         running_with_gpu(),
