@@ -163,10 +163,15 @@ pub struct PruningArgs {
     /// an epoch.
     #[arg(long, default_value_t = 13)]
     pub report_every: u64,
-    /// ASHA's first rung, in epochs.
-    #[arg(long, default_value_t = 1.0 / 3.0)]
-    pub min_resource: f64,
-    /// ASHA's reduction factor η.
+    /// The pruner set against `none`: `asha`, `hyperband`, `median`, `forecast`, or `default`
+    /// (a builtin study without a `[pruner]` table: what a user gets).
+    #[arg(long, default_value = "asha")]
+    pub pruner: String,
+    /// The pruner's first rung (`asha`, `hyperband`) or first judged report (`median`,
+    /// `forecast`), in epochs [default: 1/3 for `asha`, the pruner's own default otherwise].
+    #[arg(long)]
+    pub min_resource: Option<f64>,
+    /// The reduction factor η of `asha` and `hyperband`.
     #[arg(long, default_value_t = 3.0)]
     pub reduction_factor: f64,
     /// The sampler of every study (`random` gives both pruners the very same configurations).

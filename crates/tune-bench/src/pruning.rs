@@ -1,20 +1,21 @@
-//! The pruning benchmark (`tune bench pruning`, issue 5): what ASHA buys on a study of the
-//! quickstart's shape (Fashion-MNIST, the MLP, the quickstart's space), measured by running the
-//! real binary on generated study files in a temp dir and reading the SQLite databases.
+//! The pruning benchmark (`tune bench pruning`, issues 5 and 26): what a pruner (ASHA by
+//! default; `--pruner` picks any, or the builtin default) buys on a study of the quickstart's
+//! shape (Fashion-MNIST, the MLP, the quickstart's space), measured by running the real binary
+//! on generated study files in a temp dir and reading the SQLite databases.
 //!
 //! Per seed:
-//! 1. Same trials: `none` and `asha` with the same number of trials, the same seed and the
+//! 1. Same trials: `none` and the pruner with the same number of trials, the same seed and the
 //!    same sampler: the best validation loss of each, their relative difference, and the
 //!    epoch-compute of each (the sum over trials of the epochs actually trained: the `epoch`
 //!    of a trial's last report).
-//! 2. Same compute: `asha` with a larger trial budget, cut after the last trial (by number)
+//! 2. Same compute: the pruner with a larger trial budget, cut after the last trial (by number)
 //!    at which its cumulative epoch-compute is still within what `none` spent in 1; the best
 //!    validation loss of those trials against `none`'s.
 //!
-//! The goals (the issue's): in 1, ASHA's best within 2 % of `none`'s at no more than 40 % of
-//! its compute; in 2, a better best than `none`'s. What belongs here: the study files, the
-//! accounting ([`compute`], [`best`], [`cut_at_compute`], [`Goals`]) and the table; the
-//! pruning rule itself lives in `pruner::asha`.
+//! The goals (issue 5's): in 1, the pruned study's best within 2 % of `none`'s at no more than
+//! 40 % of its compute; in 2, a better best than `none`'s (issue 26's, for the builtin
+//! default). What belongs here: the study files, the accounting ([`compute`], [`best`],
+//! [`cut_at_compute`], [`Goals`]) and the table; the pruning rules live in `pruner`.
 
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
@@ -23,14 +24,13 @@ use std::time::Instant;
 use anyhow::Context;
 
 use crate::cli::PruningArgs;
-use tune::pruner::{AshaConfig, PrunerConfig};
 use tune::sampler::SamplerKind;
 use tune::storage::SqliteStorage;
 use tune::trial::TrialState;
 
-/// Same trials: ASHA's best may be at most this much worse than `none`'s, relatively.
+/// Same trials: the pruned study's best may be at most this much worse than `none`'s, relatively.
 pub const MAX_LOSS_GAP: f64 = 0.02;
-/// Same trials: ASHA may spend at most this fraction of `none`'s epoch-compute.
+/// Same trials: the pruned study may spend at most this fraction of `none`'s epoch-compute.
 pub const MAX_COMPUTE_RATIO: f64 = 0.40;
 
 /// One trial of a finished benchmark study, as the accounting sees it.
@@ -61,7 +61,7 @@ pub fn best(trials: &[TrialRecord]) -> Option<f64> {
 }
 
 /// The longest prefix of `trials` (ordered by number) whose epoch-compute stays within
-/// `budget`: what ASHA had found when it had spent as much as the baseline. Trials later by
+/// `budget`: what the pruned study had found when it had spent as much as the baseline. Trials later by
 /// number are left out even when short, since a study cannot know in advance which trials
 /// will be pruned. Hazard: the sums are of fractions such as 1/3 epoch, so the comparison
 /// allows a relative hair of slack, or a prefix that spent exactly the budget would be cut.
@@ -79,24 +79,24 @@ pub fn cut_at_compute(trials: &[TrialRecord], budget: f64) -> Vec<TrialRecord> {
         .collect()
 }
 
-/// How many trials the same-compute ASHA study is given: enough to exceed `none`'s compute
-/// at the per-trial compute ASHA showed with the same trials, with a wide margin (the cut then
-/// decides), and never more than `cap`. The margin is wide because ASHA prunes harder as its
-/// rungs fill: with more trials, each spends less (12 trials spent 1.9 epochs each, 74 of
+/// How many trials the same-compute pruned study is given: enough to exceed `none`'s compute
+/// at the per-trial compute the pruner showed with the same trials, with a wide margin (the cut
+/// then decides), and never more than `cap`. The margin is wide because pruners stop more as
+/// the study fills (ASHA's rungs: with more trials, each spends less (12 trials spent 1.9 epochs each, 74 of
 /// them 0.8 in a first run).
 pub fn trials_for_equal_compute(
     none_compute: f64,
-    asha_compute: f64,
-    asha_trials: u64,
+    pruned_compute: f64,
+    pruned_trials: u64,
     cap: u64,
 ) -> u64 {
-    if asha_trials == 0 || asha_compute.is_nan() || asha_compute <= 0.0 {
+    if pruned_trials == 0 || pruned_compute.is_nan() || pruned_compute <= 0.0 {
         return cap;
     }
-    let per_trial = asha_compute / asha_trials as f64;
+    let per_trial = pruned_compute / pruned_trials as f64;
     let fit = (none_compute / per_trial * 2.5).ceil() + 2.0;
     if fit.is_finite() && fit < cap as f64 {
-        (fit as u64).max(asha_trials)
+        (fit as u64).max(pruned_trials)
     } else {
         cap
     }
@@ -105,34 +105,34 @@ pub fn trials_for_equal_compute(
 /// The issue's goals for one seed (or for the means over seeds).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Goals {
-    /// `(asha − none) / none` of the best values with the same trials (NaN without a best).
+    /// `(pruned − none) / none` of the best values with the same trials (NaN without a best).
     pub loss_gap: f64,
-    /// ASHA's epoch-compute over `none`'s, with the same trials.
+    /// The pruned study's epoch-compute over `none`'s, with the same trials.
     pub compute_ratio: f64,
-    /// `(asha − none) / none` at the same compute; negative is better.
+    /// `(pruned − none) / none` at the same compute; negative is better.
     pub equal_compute_gap: f64,
 }
 
 impl Goals {
     pub fn new(
         none_best: Option<f64>,
-        asha_best: Option<f64>,
+        pruned_best: Option<f64>,
         none_compute: f64,
-        asha_compute: f64,
-        asha_equal_best: Option<f64>,
+        pruned_compute: f64,
+        pruned_equal_best: Option<f64>,
     ) -> Goals {
         let gap = |a: Option<f64>, b: Option<f64>| match (a, b) {
             (Some(a), Some(b)) if b != 0.0 => (a - b) / b.abs(),
             _ => f64::NAN,
         };
         Goals {
-            loss_gap: gap(asha_best, none_best),
+            loss_gap: gap(pruned_best, none_best),
             compute_ratio: if none_compute > 0.0 {
-                asha_compute / none_compute
+                pruned_compute / none_compute
             } else {
                 f64::NAN
             },
-            equal_compute_gap: gap(asha_equal_best, none_best),
+            equal_compute_gap: gap(pruned_equal_best, none_best),
         }
     }
 
@@ -167,21 +167,43 @@ impl StudyRun {
 #[derive(Clone, Copy, PartialEq)]
 enum Arm {
     None,
-    Asha,
+    Pruned,
+}
+
+/// The pruners `--pruner` takes.
+pub const PRUNERS: [&str; 5] = ["asha", "hyperband", "median", "forecast", "default"];
+
+/// The `[pruner]` table of the pruned arm (its `max_resource` is filled from `epochs` by the
+/// study check), or `None` for `default`: no table, the builtin default.
+fn pruner_table(a: &PruningArgs) -> anyhow::Result<Option<String>> {
+    let min = |default: Option<f64>| {
+        a.min_resource
+            .or(default)
+            .map_or(String::new(), |m| format!("\nmin_resource = {m}"))
+    };
+    let eta = format!("\nreduction_factor = {}", a.reduction_factor);
+    let body = |kind: &str, rest: String| format!("kind = \"{kind}\"\nresource = \"epoch\"{rest}");
+    Ok(match a.pruner.as_str() {
+        "asha" => Some(body("asha", min(Some(1.0 / 3.0)) + &eta)),
+        "hyperband" => Some(body("hyperband", min(None) + &eta)),
+        "median" | "forecast" => Some(body(&a.pruner, min(None))),
+        "default" => None,
+        other => anyhow::bail!(
+            "--pruner: unknown pruner `{other}` (one of {})",
+            PRUNERS.join(", ")
+        ),
+    })
 }
 
 /// The study file: the quickstart's space, model and trainer settings, on a subset of the
 /// training images, with several epochs and reports inside each.
-fn study_toml(a: &PruningArgs, arm: Arm, seed: u64, trials: u64) -> String {
+fn study_toml(a: &PruningArgs, arm: Arm, seed: u64, trials: u64) -> anyhow::Result<String> {
     let pruner = match arm {
-        Arm::None => "kind = \"none\"".to_string(),
-        // max_resource is filled from `epochs` by the study check.
-        Arm::Asha => format!(
-            "kind = \"asha\"\nresource = \"epoch\"\nmin_resource = {}\nreduction_factor = {}",
-            a.min_resource, a.reduction_factor
-        ),
-    };
-    format!(
+        Arm::None => Some("kind = \"none\"".to_string()),
+        Arm::Pruned => pruner_table(a)?,
+    }
+    .map_or(String::new(), |t| format!("[pruner]\n{t}\n"));
+    Ok(format!(
         r#"[study]
 name = "pruning"
 metric = "val_loss"
@@ -201,9 +223,7 @@ dropout = {{ type = "float", low = 0.0, high = 0.3 }}
 [sampler]
 kind = "{sampler}"
 
-[pruner]
 {pruner}
-
 [workers]
 count = {workers}
 devices = ["cpu"]
@@ -230,7 +250,7 @@ limit = {limit}
         epochs = a.epochs,
         report_every = a.report_every,
         limit = a.limit,
-    )
+    ))
 }
 
 /// Runs one study with the real binary in a fresh directory under `root`.
@@ -310,9 +330,9 @@ fn read_trials(db: &Path) -> anyhow::Result<Vec<TrialRecord>> {
 struct SeedResult {
     seed: u64,
     none: StudyRun,
-    asha: StudyRun,
+    pruned: StudyRun,
     /// The same-compute ASHA study, whole; `equal` is its cut.
-    asha_long: StudyRun,
+    pruned_long: StudyRun,
     equal: Vec<TrialRecord>,
     goals: Goals,
 }
@@ -345,15 +365,18 @@ pub fn run(a: &PruningArgs) -> anyhow::Result<ExitCode> {
         a.sampler,
         SamplerKind::NAMES.join(", ")
     );
-    PrunerConfig::Asha(AshaConfig {
-        min_resource: a.min_resource,
-        max_resource: Some(a.epochs as f64),
-        reduction_factor: a.reduction_factor,
-        resource: "epoch".to_string(),
-        ..AshaConfig::default()
-    })
-    .check()
-    .map_err(|e| anyhow::anyhow!("{e} (from --min-resource, --reduction-factor, --epochs)"))?;
+    // The pruned arm's study file, checked as `tune run` checks it, so that a bad flag is said
+    // before any training.
+    let pruner = tune::spec::parse(
+        Path::new("study.toml"),
+        &study_toml(a, Arm::Pruned, 0, a.trials)?,
+        &Default::default(),
+    )
+    .map_err(|e| {
+        anyhow::anyhow!("{e} (from --pruner, --min-resource, --reduction-factor, --epochs)")
+    })?
+    .pruner;
+    let name = a.pruner.as_str();
 
     let exe = crate::process::tune_exe()?;
     tune::commands::run::worker_exe()?;
@@ -366,16 +389,8 @@ pub fn run(a: &PruningArgs) -> anyhow::Result<ExitCode> {
     println!(
         "tune bench pruning: Fashion-MNIST ({} training images, 10 000 validation), MLP depth 2, \
          the quickstart's space, {} epochs, a report every {} steps, sampler {}, {} workers; \
-         ASHA over epochs, min_resource {:.4}, reduction_factor {}; {} trials; seeds {:?}",
-        a.limit,
-        a.epochs,
-        a.report_every,
-        a.sampler,
-        a.workers,
-        a.min_resource,
-        a.reduction_factor,
-        a.trials,
-        a.seeds
+         {name}: {pruner:?}; {} trials; seeds {:?}",
+        a.limit, a.epochs, a.report_every, a.sampler, a.workers, a.trials, a.seeds
     );
     let t_all = Instant::now();
     let mut results = Vec::new();
@@ -384,7 +399,7 @@ pub fn run(a: &PruningArgs) -> anyhow::Result<ExitCode> {
             &exe,
             root.path(),
             &format!("s{seed}-none"),
-            &study_toml(a, Arm::None, seed, a.trials),
+            &study_toml(a, Arm::None, seed, a.trials)?,
         )?;
         eprintln!(
             "  seed {seed}: none, {} trials: best {}, {:.2} epochs, {:.0} s",
@@ -393,68 +408,68 @@ pub fn run(a: &PruningArgs) -> anyhow::Result<ExitCode> {
             compute(&none.trials),
             none.wall_s
         );
-        let asha = run_study(
+        let pruned = run_study(
             &exe,
             root.path(),
-            &format!("s{seed}-asha"),
-            &study_toml(a, Arm::Asha, seed, a.trials),
+            &format!("s{seed}-{}", a.pruner),
+            &study_toml(a, Arm::Pruned, seed, a.trials)?,
         )?;
         eprintln!(
-            "  seed {seed}: asha, {} trials: best {}, {:.2} epochs, {:.0} s",
-            asha.trials.len(),
-            fmt_opt(best(&asha.trials)),
-            compute(&asha.trials),
-            asha.wall_s
+            "  seed {seed}: {name}, {} trials: best {}, {:.2} epochs, {:.0} s",
+            pruned.trials.len(),
+            fmt_opt(best(&pruned.trials)),
+            compute(&pruned.trials),
+            pruned.wall_s
         );
         let long_trials = trials_for_equal_compute(
             compute(&none.trials),
-            compute(&asha.trials),
+            compute(&pruned.trials),
             a.trials,
             a.trials * 20,
         );
-        let asha_long = run_study(
+        let pruned_long = run_study(
             &exe,
             root.path(),
-            &format!("s{seed}-asha-long"),
-            &study_toml(a, Arm::Asha, seed, long_trials),
+            &format!("s{seed}-{}-long", a.pruner),
+            &study_toml(a, Arm::Pruned, seed, long_trials)?,
         )?;
-        let equal = cut_at_compute(&asha_long.trials, compute(&none.trials));
+        let equal = cut_at_compute(&pruned_long.trials, compute(&none.trials));
         eprintln!(
-            "  seed {seed}: asha, {} trials: {} within none's compute, best {}, {:.0} s",
-            asha_long.trials.len(),
+            "  seed {seed}: {name}, {} trials: {} within none's compute, best {}, {:.0} s",
+            pruned_long.trials.len(),
             equal.len(),
             fmt_opt(best(&equal)),
-            asha_long.wall_s
+            pruned_long.wall_s
         );
         let goals = Goals::new(
             best(&none.trials),
-            best(&asha.trials),
+            best(&pruned.trials),
             compute(&none.trials),
-            compute(&asha.trials),
+            compute(&pruned.trials),
             best(&equal),
         );
         results.push(SeedResult {
             seed,
             none,
-            asha,
-            asha_long,
+            pruned,
+            pruned_long,
             equal,
             goals,
         });
     }
-    print_tables(a, &results, t_all.elapsed().as_secs_f64());
+    print_tables(a, name, &results, t_all.elapsed().as_secs_f64());
     if a.keep {
         let _ = root.keep();
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_tables(a: &PruningArgs, results: &[SeedResult], total_s: f64) {
+fn print_tables(a: &PruningArgs, name: &str, results: &[SeedResult], total_s: f64) {
     println!();
     println!("Same trials ({} each, same seed and sampler):", a.trials);
     println!();
     println!(
-        "| seed | none best val_loss | asha best val_loss | asha vs none | none epochs | asha epochs | asha/none compute | asha pruned | wall s none / asha |"
+        "| seed | none best val_loss | {name} best val_loss | {name} vs none | none epochs | {name} epochs | {name}/none compute | {name} pruned | wall s none / {name} |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     for r in results {
@@ -462,15 +477,15 @@ fn print_tables(a: &PruningArgs, results: &[SeedResult], total_s: f64) {
             "| {} | {} | {} | {:+.2} % | {:.2} | {:.2} | {:.1} % | {}/{} | {:.0} / {:.0} |",
             r.seed,
             fmt_opt(best(&r.none.trials)),
-            fmt_opt(best(&r.asha.trials)),
+            fmt_opt(best(&r.pruned.trials)),
             r.goals.loss_gap * 100.0,
             compute(&r.none.trials),
-            compute(&r.asha.trials),
+            compute(&r.pruned.trials),
             r.goals.compute_ratio * 100.0,
-            r.asha.count(TrialState::Pruned),
-            r.asha.trials.len(),
+            r.pruned.count(TrialState::Pruned),
+            r.pruned.trials.len(),
             r.none.wall_s,
-            r.asha.wall_s
+            r.pruned.wall_s
         );
     }
     let mean_gap = mean(results.iter().map(|r| r.goals.loss_gap));
@@ -483,12 +498,12 @@ fn print_tables(a: &PruningArgs, results: &[SeedResult], total_s: f64) {
     );
     println!();
     println!(
-        "Same epoch-compute (asha given more trials, cut after the last trial by number whose \
+        "Same epoch-compute ({name} given more trials, cut after the last trial by number whose \
          cumulative epochs stay within none's):"
     );
     println!();
     println!(
-        "| seed | none best val_loss ({} trials) | asha best val_loss | asha trials within the compute | asha epochs | asha vs none |",
+        "| seed | none best val_loss ({} trials) | {name} best val_loss | {name} trials within the compute | {name} epochs | {name} vs none |",
         a.trials
     );
     println!("|---|---|---|---|---|---|");
@@ -499,7 +514,7 @@ fn print_tables(a: &PruningArgs, results: &[SeedResult], total_s: f64) {
             fmt_opt(best(&r.none.trials)),
             fmt_opt(best(&r.equal)),
             r.equal.len(),
-            r.asha_long.trials.len(),
+            r.pruned_long.trials.len(),
             compute(&r.equal),
             r.goals.equal_compute_gap * 100.0
         );
@@ -519,21 +534,21 @@ fn print_tables(a: &PruningArgs, results: &[SeedResult], total_s: f64) {
             .join(", ")
     };
     println!(
-        "Goal: same trials, asha's best within {:.0} % of none's: {} (mean {:+.2} %; {})",
+        "Goal: same trials, {name}'s best within {:.0} % of none's: {} (mean {:+.2} %; {})",
         MAX_LOSS_GAP * 100.0,
         pass(mean_goals.close_enough()),
         mean_gap * 100.0,
         per_seed(Goals::close_enough)
     );
     println!(
-        "Goal: same trials, asha spends at most {:.0} % of none's epoch-compute: {} (mean {:.1} %; {})",
+        "Goal: same trials, {name} spends at most {:.0} % of none's epoch-compute: {} (mean {:.1} %; {})",
         MAX_COMPUTE_RATIO * 100.0,
         pass(mean_goals.cheap_enough()),
         mean_ratio * 100.0,
         per_seed(Goals::cheap_enough)
     );
     println!(
-        "Goal: same compute, asha finds a better best: {} (mean {:+.2} %; {})",
+        "Goal: same compute, {name} finds a better best: {} (mean {:+.2} %; {})",
         pass(mean_goals.better_at_equal_compute()),
         mean_eq * 100.0,
         per_seed(Goals::better_at_equal_compute)
@@ -544,6 +559,7 @@ fn print_tables(a: &PruningArgs, results: &[SeedResult], total_s: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tune::pruner::{AshaConfig, PrunerConfig};
 
     fn t(number: u64, state: TrialState, value: Option<f64>, epochs: f64) -> TrialRecord {
         TrialRecord {
@@ -650,22 +666,24 @@ mod tests {
             epochs: 9,
             limit: 1000,
             report_every: 13,
-            min_resource: 1.0 / 3.0,
+            pruner: "asha".into(),
+            min_resource: None,
             reduction_factor: 3.0,
             sampler: "random".into(),
             workers: 2,
             keep: false,
         };
-        for arm in [Arm::None, Arm::Asha] {
+        for arm in [Arm::None, Arm::Pruned] {
             let path = dir.path().join("study.toml");
-            match tune::spec::parse(&path, &study_toml(&a, arm, 1, 4), &Default::default()) {
+            let text = study_toml(&a, arm, 1, 4).unwrap();
+            match tune::spec::parse(&path, &text, &Default::default()) {
                 Ok(study) => {
                     assert_eq!(study.trials, Some(4));
                     assert_eq!(study.sampler, SamplerKind::Random);
                     match arm {
                         Arm::None => assert_eq!(study.pruner, PrunerConfig::None),
                         // The full trial's epochs become ASHA's max_resource.
-                        Arm::Asha => assert_eq!(
+                        Arm::Pruned => assert_eq!(
                             study.pruner,
                             PrunerConfig::Asha(AshaConfig {
                                 min_resource: 1.0 / 3.0,
@@ -682,5 +700,58 @@ mod tests {
                 Err(e) => panic!("{e}"),
             }
         }
+    }
+
+    #[test]
+    fn every_pruner_gets_its_table_and_default_none_at_all() {
+        let mut a = PruningArgs {
+            seeds: vec![1],
+            trials: 4,
+            epochs: 9,
+            limit: 1000,
+            report_every: 13,
+            pruner: "asha".into(),
+            min_resource: None,
+            reduction_factor: 3.0,
+            sampler: "gp".into(),
+            workers: 2,
+            keep: false,
+        };
+        let table = |a: &PruningArgs| pruner_table(a).map_err(|e| e.to_string());
+        assert_eq!(
+            table(&a).unwrap().unwrap(),
+            format!(
+                "kind = \"asha\"\nresource = \"epoch\"\nmin_resource = {}\nreduction_factor = 3",
+                1.0 / 3.0
+            )
+        );
+        a.pruner = "forecast".into();
+        assert_eq!(
+            table(&a).unwrap().unwrap(),
+            "kind = \"forecast\"\nresource = \"epoch\""
+        );
+        a.min_resource = Some(2.0);
+        assert_eq!(
+            table(&a).unwrap().unwrap(),
+            "kind = \"forecast\"\nresource = \"epoch\"\nmin_resource = 2"
+        );
+        a.pruner = "default".into();
+        assert_eq!(table(&a).unwrap(), None);
+        assert!(
+            !study_toml(&a, Arm::Pruned, 1, 4)
+                .unwrap()
+                .contains("[pruner]")
+        );
+        assert!(
+            study_toml(&a, Arm::None, 1, 4)
+                .unwrap()
+                .contains("[pruner]\nkind = \"none\"")
+        );
+        a.pruner = "sha".into();
+        let e = table(&a).unwrap_err();
+        assert!(
+            e.contains("--pruner") && e.contains("`sha`") && e.contains("forecast"),
+            "{e}"
+        );
     }
 }
