@@ -62,6 +62,20 @@ fn run_ddp(
     args: &str,
     trial: &str,
 ) -> Output {
+    run_ddp_study(sb, python, env, 1, args, trial)
+}
+
+/// Runs a torchrun study of `trials` trials of ddp_regression.py with `args` on two stand-in
+/// GPUs (one slot: the trials run one after the other); `tail` ends the `[trial]` table and may
+/// add tables of its own.
+fn run_ddp_study(
+    sb: &Sandbox,
+    python: &str,
+    env: &[(String, String)],
+    trials: u32,
+    args: &str,
+    tail: &str,
+) -> Output {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("studies/ddp_regression.py");
     std::fs::copy(&script, sb.join("ddp_regression.py")).expect("copy the DDP script");
     let env_table: Vec<String> = env
@@ -75,7 +89,7 @@ fn run_ddp(
             r#"[study]
 name = "ddp"
 metric = "val_loss"
-trials = 1
+trials = {trials}
 seed = 1
 
 [space]
@@ -91,7 +105,7 @@ launcher = "torchrun"
 python = {python:?}
 command = ["ddp_regression.py", "--lr", "{{lr}}", {args}]
 env = {{ {} }}
-{trial}
+{tail}
 "#,
             env_table.join(", ")
         ),
@@ -103,19 +117,39 @@ env = {{ {} }}
 }
 
 fn show(sb: &Sandbox) -> serde_json::Value {
+    show_trial(sb, 0)
+}
+
+fn show_trial(sb: &Sandbox, n: u64) -> serde_json::Value {
+    let n = n.to_string();
     let out = sb.ok(&[
-        "show", "0", "--db", "t.db", "--study", "ddp", "--format", "json",
+        "show", &n, "--db", "t.db", "--study", "ddp", "--format", "json",
     ]);
     serde_json::from_slice(&out.stdout).expect("JSON")
 }
 
-fn rank_pids(sb: &Sandbox, trial: &serde_json::Value) -> Vec<i32> {
+/// Waits (up to 10 s, for the kernel to reap them) until none of `pids` runs; the ones left.
+fn still_running(pids: &[i32]) -> Vec<i32> {
+    let gone = |pid: &i32| !Path::new(&format!("/proc/{pid}")).exists();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !pids.iter().all(gone) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    pids.iter().copied().filter(|p| !gone(p)).collect()
+}
+
+/// The trial's directory (`trial_dir` of `tune show`), absolute.
+fn trial_dir(sb: &Sandbox, trial: &serde_json::Value) -> PathBuf {
     let dir = PathBuf::from(trial["trial_dir"].as_str().expect("a trial directory"));
-    let dir = if dir.is_absolute() {
+    if dir.is_absolute() {
         dir
     } else {
         sb.join(&dir.display().to_string())
-    };
+    }
+}
+
+fn rank_pids(sb: &Sandbox, trial: &serde_json::Value) -> Vec<i32> {
+    let dir = trial_dir(sb, trial);
     (0..2)
         .filter_map(|r| std::fs::read_to_string(dir.join(format!("rank-{r}.pid"))).ok())
         .filter_map(|p| p.trim().parse().ok())
@@ -153,12 +187,7 @@ fn two_ranks_train_with_ddp_and_only_rank_0_reports() {
         assert!(v < 1000.0, "rank 1's line was taken for a report: {trial}");
     }
     // Rank 1's output is logged, not lost.
-    let dir = PathBuf::from(trial["trial_dir"].as_str().expect("dir"));
-    let dir = if dir.is_absolute() {
-        dir
-    } else {
-        sb.join(&dir.display().to_string())
-    };
+    let dir = trial_dir(&sb, &trial);
     let logged = walk(&dir.join("ranks"))
         .into_iter()
         .filter(|p| p.ends_with("1/stdout.log"))
@@ -209,14 +238,62 @@ fn a_trial_stopped_by_its_timeout_leaves_no_rank_running() {
     assert_eq!(trial["state"], "failed", "{trial}");
     let pids = rank_pids(&sb, &trial);
     assert_eq!(pids.len(), 2, "both ranks had started: {trial}");
-    // A rank ends as the trial is stopped; give the kernel a moment to reap it.
-    let gone = |pid: &i32| !Path::new(&format!("/proc/{pid}")).exists();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !pids.iter().all(gone) && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let left: Vec<&i32> = pids.iter().filter(|p| !gone(p)).collect();
+    let left = still_running(&pids);
     assert!(left.is_empty(), "ranks still running: {left:?}");
+}
+
+/// A prune (not a timeout, not a crash) stops the whole group: both ranks end at once, and the
+/// trial is recorded pruned at the step it was judged. Trial 0 (lr 0.1) sets the median; trial
+/// 1 (lr 0.05, slower on the same data) is behind it after its first epoch.
+#[test]
+fn a_pruned_trial_stops_every_rank_at_once() {
+    let (python, env) = torch_or_skip!();
+    let sb = Sandbox::new();
+    let out = run_ddp_study(
+        &sb,
+        &python,
+        &env,
+        2,
+        // Six epochs of at least 2 s each: 12 s and more if nothing stops the ranks.
+        "\"--epochs\", \"6\", \"--sleep\", \"2\"",
+        "grace = \"3s\"\n\n[pruner]\nkind = \"median\"\nmin_trials = 1\n\n\
+         [[enqueue]]\nlr = 0.1\n\n[[enqueue]]\nlr = 0.05\n",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let first = show_trial(&sb, 0);
+    assert_eq!(first["state"], "complete", "{first}");
+    assert_eq!(
+        first["reports"].as_array().map(Vec::len),
+        Some(6),
+        "{first}"
+    );
+    let pruned = show_trial(&sb, 1);
+    assert_eq!(pruned["state"], "pruned", "{pruned}");
+    let reports = pruned["reports"].as_array().expect("reports").len();
+    assert!(
+        (1..=2).contains(&reports),
+        "judged at its first report, so at most one more came: {pruned}"
+    );
+    let pids = rank_pids(&sb, &pruned);
+    assert_eq!(pids.len(), 2, "both ranks had started: {pruned}");
+    let left = still_running(&pids);
+    assert!(left.is_empty(), "ranks still running: {left:?}");
+    // Rank 1 stopped with rank 0: its log holds no more epochs than rank 0 reported.
+    let rank1: usize = walk(&trial_dir(&sb, &pruned).join("ranks"))
+        .into_iter()
+        .filter(|p| p.ends_with("1/stdout.log"))
+        .map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.starts_with("tune:"))
+                .count()
+        })
+        .sum();
+    assert!(
+        (1..=reports).contains(&rank1),
+        "rank 1 logged {rank1} epochs, rank 0 reported {reports}: {pruned}"
+    );
 }
 
 fn walk(dir: &Path) -> Vec<PathBuf> {
