@@ -12,6 +12,10 @@
 //! in the same run with seeds of its own), clipped to ±100. A run that has completed no trial
 //! at a budget scores as chance ([`curves::V0`]).
 //!
+//! With `TUNE_BENCH_TRACE` set, every finished trial is also traced on standard error (problem,
+//! arm, seed, number, outcome, epochs trained, last reported and true final loss, the
+//! incumbent's true final, params): what a run did, when a score needs explaining.
+//!
 //! What belongs here: the run loop, the accounting and the table. The problems and their truth
 //! live in `curves`; the rules under test in `tune::sampler` and `tune::pruner`.
 
@@ -136,6 +140,7 @@ struct Live {
     number: u64,
     curve: curves::Curve,
     epoch: u64,
+    params: tune::space::Params,
 }
 
 /// The reported loss of `truth` at `epoch` of trial `number`: the truth plus the problem's
@@ -197,6 +202,7 @@ pub fn run_one(
                     number: trial.number.0,
                     curve: problem.run_curve(&trial.params, seed)?,
                     epoch: 0,
+                    params: trial.params.clone(),
                 });
             }
         }
@@ -244,6 +250,24 @@ pub fn run_one(
                 None
             };
             if let Some(how) = ended {
+                if std::env::var_os("TUNE_BENCH_TRACE").is_some() {
+                    eprintln!(
+                        "TRACE {} {} seed {seed} #{} {:?} epochs {} seen {:.4} final {:.4} inc {:?} {:?}",
+                        problem.name,
+                        arm.label(),
+                        live.number,
+                        match &how {
+                            Finish::Ended => "complete",
+                            Finish::Pruned { .. } => "pruned",
+                            _ => "failed",
+                        },
+                        live.epoch,
+                        seen,
+                        live.curve.losses.last().copied().unwrap_or(f64::NAN),
+                        incumbent.map(|i| (i.1 * 1e4).round() / 1e4),
+                        live.params,
+                    );
+                }
                 engine.finish(live.id, how, &[])?;
                 *w = None;
             }
