@@ -657,10 +657,9 @@ mod tests {
         assert!(!g.close_enough() && !g.cheap_enough() && !g.better_at_equal_compute());
     }
 
-    #[test]
-    fn study_files_of_both_arms_pass_the_study_check() {
-        let dir = tempfile::tempdir().unwrap();
-        let a = PruningArgs {
+    /// ASHA's arguments at their defaults, on a small study.
+    fn args(sampler: &str) -> PruningArgs {
+        PruningArgs {
             seeds: vec![1],
             trials: 4,
             epochs: 9,
@@ -669,10 +668,16 @@ mod tests {
             pruner: "asha".into(),
             min_resource: None,
             reduction_factor: 3.0,
-            sampler: "random".into(),
+            sampler: sampler.into(),
             workers: 2,
             keep: false,
-        };
+        }
+    }
+
+    #[test]
+    fn study_files_of_both_arms_pass_the_study_check() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = args("random");
         for arm in [Arm::None, Arm::Pruned] {
             let path = dir.path().join("study.toml");
             let text = study_toml(&a, arm, 1, 4).unwrap();
@@ -704,19 +709,7 @@ mod tests {
 
     #[test]
     fn every_pruner_gets_its_table_and_default_none_at_all() {
-        let mut a = PruningArgs {
-            seeds: vec![1],
-            trials: 4,
-            epochs: 9,
-            limit: 1000,
-            report_every: 13,
-            pruner: "asha".into(),
-            min_resource: None,
-            reduction_factor: 3.0,
-            sampler: "gp".into(),
-            workers: 2,
-            keep: false,
-        };
+        let mut a = args("gp");
         let table = |a: &PruningArgs| pruner_table(a).map_err(|e| e.to_string());
         assert_eq!(
             table(&a).unwrap().unwrap(),

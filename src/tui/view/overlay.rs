@@ -33,14 +33,7 @@ pub(super) fn render_overlay(
                 ("Esc / i / q", "back to the study"),
                 ("?", "this help; any key closes it"),
             ]);
-            let lines = keys
-                .into_iter()
-                .map(|(k, w)| {
-                    Line::from(vec![
-                        Span::styled(format!(" {k:<14}"), theme.header()),
-                        Span::raw(w),
-                    ])
-                })
+            let lines = key_lines(keys, theme)
                 .chain([
                     Line::raw(""),
                     Line::from(Span::styled(
@@ -85,14 +78,7 @@ pub(super) fn render_overlay(
                 keys.push(("q", "leave (watch only reads: the study goes on)"));
             }
             keys.push(("?", "this help; any key closes it"));
-            let lines = keys
-                .into_iter()
-                .map(|(k, w)| {
-                    Line::from(vec![
-                        Span::styled(format!(" {k:<14}"), theme.header()),
-                        Span::raw(w),
-                    ])
-                })
+            let lines = key_lines(keys, theme)
                 .chain([
                     Line::raw(""),
                     Line::from(Span::styled(
@@ -168,4 +154,14 @@ pub(super) fn render_overlay(
         Paragraph::new(lines).block(Block::bordered().title(Span::styled(title, theme.title()))),
         r,
     );
+}
+
+/// The help overlay's lines for `keys` (the key, then what it does).
+fn key_lines<'a>(
+    keys: Vec<(&'a str, &'a str)>,
+    theme: &Theme,
+) -> impl Iterator<Item = Line<'a>> + use<'a> {
+    let style = theme.header();
+    keys.into_iter()
+        .map(move |(k, w)| Line::from(vec![Span::styled(format!(" {k:<14}"), style), Span::raw(w)]))
 }
