@@ -105,6 +105,9 @@ struct Live {
     pruned: Option<String>,
     /// What it used of its GPU, as its driver last summarised it (the scheduler's samples).
     gpu: Option<GpuTelemetry>,
+    /// Whether its first report was seen: an attempt that resumed from a checkpoint takes the
+    /// earlier attempts' reports up to it then ([`Engine::report`]).
+    started: bool,
 }
 
 impl Live {
@@ -379,9 +382,118 @@ impl Engine {
                 notes: None,
                 pruned: None,
                 gpu: None,
+                started: false,
             },
         );
         Ok(Some(trial))
+    }
+
+    /// Records that a running trial saved a checkpoint holding everything up to `step`: its
+    /// next attempt, if it is interrupted, resumes there and keeps its reports up to it. A
+    /// value the database refuses is left out (the next attempt then keeps less of the curve).
+    pub fn checkpoint(&mut self, id: TrialId, step: u64) -> Result<(), StorageError> {
+        if !self.running.contains_key(&id) {
+            return Ok(());
+        }
+        match self.storage.set_checkpoint_step(id, step) {
+            Ok(()) | Err(StorageError::Rejected { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// At the first report (step `first`) of a running trial that re-runs interrupted ones:
+    /// when the attempts before it checkpoint (one of them recorded a checkpoint), it resumed
+    /// from one, so its curve starts with the reports of the latest attempt that made any,
+    /// those before `first`, copied into its own. The lost attempt's reports at `first` and
+    /// later are not: the trial reports those steps again, and its curve never repeats a step
+    /// or goes back. Reports between the recorded checkpoint and `first` are kept: they come
+    /// from a checkpoint saved whose line was cut off (killed between the save and the line),
+    /// and the trial goes on from their state. A script that starts over (its first step at
+    /// the start) keeps nothing; a script that never checkpoints keeps nothing, as before.
+    fn resume_curve(&mut self, id: TrialId, first: u64) -> Result<(), StorageError> {
+        let Some(live) = self.running.get_mut(&id) else {
+            return Ok(());
+        };
+        live.started = true;
+        let number = live.trial.number;
+        let mut from = number;
+        let mut checkpointed = false;
+        let mut source: Option<Vec<crate::storage::StoredReport>> = None;
+        // Each step back goes to a lower number (a damaged chain must not loop).
+        while let Some(earlier) = self
+            .storage
+            .retry_of(&self.study, from)?
+            .filter(|e| *e < from)
+        {
+            from = earlier;
+            let Some(t) = self.storage.trial(&self.study, earlier)? else {
+                break;
+            };
+            checkpointed |= self.storage.checkpoint_step(t.id)?.is_some();
+            if source.is_none() {
+                let reports = self.storage.trial_reports(t.id)?;
+                if !reports.is_empty() {
+                    source = Some(reports);
+                }
+            }
+            if checkpointed && source.is_some() {
+                break;
+            }
+        }
+        let (true, Some(source)) = (checkpointed, source) else {
+            return Ok(());
+        };
+        let keep: Vec<Report> = source
+            .into_iter()
+            .filter(|r| !r.is_final && r.report.step < first)
+            .map(|r| r.report)
+            .collect();
+        let metric = self.study.metric.clone();
+        for report in keep {
+            let Some(live) = self.running.get_mut(&id) else {
+                return Ok(());
+            };
+            match self
+                .storage
+                .add_report(id, live.seq, &report, false, &metric)
+            {
+                Ok(()) => {}
+                Err(StorageError::Rejected { .. }) => continue,
+                Err(e) => return Err(e),
+            }
+            live.seq += 1;
+            live.note(&report.metrics, false);
+            live.last_step = Some(report.step);
+            let value = report.metrics.get(&metric).copied();
+            if value.is_some() {
+                live.last_value = value;
+            }
+            if value.is_some() && self.pruner.judges() {
+                self.running_curve(number).reports.push(report);
+            }
+        }
+        Ok(())
+    }
+
+    /// The pruner's view of running trial `number`'s curve, made on its first report.
+    fn running_curve(&mut self, number: TrialNumber) -> &mut TrialCurve {
+        let at = match self.curves.binary_search_by_key(&number, |c| c.number) {
+            Ok(i) => i,
+            Err(i) => {
+                self.curves.insert(
+                    i,
+                    TrialCurve {
+                        number,
+                        state: TrialState::Running,
+                        reports: Vec::new(),
+                    },
+                );
+                i
+            }
+        };
+        let curve = &mut self.curves[at];
+        curve.state = TrialState::Running;
+        curve
     }
 
     /// Records what a running trial's runner noticed in its output besides the reports, for
@@ -425,6 +537,9 @@ impl Engine {
     /// Stores a report of a running trial and asks the pruner about it. A report marked
     /// final (`"final": true`) is stored as such and never judged.
     pub fn report(&mut self, id: TrialId, mut report: Report) -> Result<Decision, StorageError> {
+        if self.running.get(&id).is_some_and(|l| !l.started) {
+            self.resume_curve(id, report.step)?;
+        }
         let Some(live) = self.running.get_mut(&id) else {
             return Ok(Decision::Continue);
         };
@@ -463,23 +578,7 @@ impl Engine {
             return Ok(Decision::Continue);
         }
         let number = live.trial.number;
-        let at = match self.curves.binary_search_by_key(&number, |c| c.number) {
-            Ok(i) => i,
-            Err(i) => {
-                self.curves.insert(
-                    i,
-                    TrialCurve {
-                        number,
-                        state: TrialState::Running,
-                        reports: Vec::new(),
-                    },
-                );
-                i
-            }
-        };
-        let curve = &mut self.curves[at];
-        curve.state = TrialState::Running;
-        curve.reports.push(report);
+        self.running_curve(number).reports.push(report);
         let Some(prune) = self.verdict(number) else {
             return Ok(Decision::Continue);
         };
@@ -570,6 +669,7 @@ impl Engine {
             notes: None,
             pruned: None,
             gpu: None,
+            started: !stored.is_empty(),
         };
         for r in stored {
             live.note(&r.report.metrics, r.is_final);
@@ -866,6 +966,81 @@ mod tests {
             assert_eq!(rerun.number.0, 2);
             e.finish(rerun.id, Finish::Value(1.0), &[]).expect("finish");
             assert!(e.ask(0, "cpu").expect("ask").is_none(), "budget of 2 spent");
+        }
+    }
+
+    /// Issue 27: an attempt that resumed from a checkpoint keeps the lost attempt's reports
+    /// before its own first step and none after, so its curve has every step once; through a
+    /// second interruption before any report too; a re-run that starts over keeps none, and so
+    /// does the re-run of a trial that never checkpointed.
+    #[test]
+    fn a_resumed_attempt_keeps_the_earlier_reports_up_to_the_checkpoint_and_none_after() {
+        let steps = |e: &Engine, id: TrialId| -> Vec<(u64, f64)> {
+            e.storage
+                .trial_reports(id)
+                .expect("reports")
+                .iter()
+                .map(|r| (r.report.step, r.report.metrics["loss"]))
+                .collect()
+        };
+        let interrupt = |e: &mut Engine, id: TrialId| {
+            e.finish(
+                id,
+                Finish::Interrupted {
+                    reason: "interrupted: test".into(),
+                },
+                &[],
+            )
+            .expect("finish");
+        };
+        for (storage, _dir) in backends() {
+            let mut e = engine(storage, Some(2), &PrunerConfig::None);
+            // Attempt 1: reports 1..=5, checkpoints after 2 and 4, lost in step 5.
+            let a1 = e.ask(0, "cpu").expect("ask").expect("a trial");
+            for step in 1..=5 {
+                e.report(a1.id, report(step, 1.0 / step as f64)).expect("r");
+                if step % 2 == 0 {
+                    e.checkpoint(a1.id, step).expect("checkpoint");
+                }
+            }
+            interrupt(&mut e, a1.id);
+            // Attempt 2: cut off before it reported or saved anything.
+            let a2 = e.ask(0, "cpu").expect("ask").expect("attempt 2");
+            assert_eq!(a2.params, a1.params);
+            interrupt(&mut e, a2.id);
+            // Attempt 3 resumes from attempt 1's checkpoint at step 4: its first report is 5.
+            let a3 = e.ask(0, "cpu").expect("ask").expect("attempt 3");
+            e.report(a3.id, report(5, 0.19)).expect("r");
+            e.report(a3.id, report(6, 0.15)).expect("r");
+            assert_eq!(
+                steps(&e, a3.id),
+                vec![
+                    (1, 1.0),
+                    (2, 0.5),
+                    (3, 1.0 / 3.0),
+                    (4, 0.25),
+                    (5, 0.19),
+                    (6, 0.15)
+                ],
+                "steps 1-4 from attempt 1, none of its lost step 5"
+            );
+            e.checkpoint(a3.id, 6).expect("checkpoint");
+            interrupt(&mut e, a3.id);
+            // Attempt 4 starts over (its script ignored the checkpoint): nothing is kept.
+            let a4 = e.ask(0, "cpu").expect("ask").expect("attempt 4");
+            e.report(a4.id, report(1, 0.9)).expect("r");
+            assert_eq!(steps(&e, a4.id), vec![(1, 0.9)]);
+            let done = e.finish(a4.id, Finish::Ended, &[]).expect("finish");
+            assert_eq!(done.value(), Some(0.9));
+            // A first run keeps nothing of anyone; the re-run of one that never checkpointed
+            // keeps nothing of it, even where its steps go on.
+            let other = e.ask(0, "cpu").expect("ask").expect("a second trial");
+            e.report(other.id, report(3, 0.7)).expect("r");
+            assert_eq!(steps(&e, other.id), vec![(3, 0.7)]);
+            interrupt(&mut e, other.id);
+            let again = e.ask(0, "cpu").expect("ask").expect("its re-run");
+            e.report(again.id, report(4, 0.6)).expect("r");
+            assert_eq!(steps(&e, again.id), vec![(4, 0.6)]);
         }
     }
 

@@ -8,7 +8,9 @@ the running loss and its random generator's state) to `$TUNE_CHECKPOINT_DIR/stat
 atomically: a temporary file, fsync, then a rename, so a kill at any instant leaves the old
 checkpoint or the new one, never half of one. When tune runs an interrupted trial again
 (`TUNE_ATTEMPT` > 1) the checkpoint directory is the same, so the script finds the state and
-goes on after the saved epoch: the steps it reports never repeat.
+goes on after the saved epoch: the steps it reports never repeat. After each save it prints
+`tune: {"checkpoint": true, "step": E}`, so that the resumed trial's curve starts with the
+reports of the attempt it resumed from, up to its first own step: every epoch once.
 
 Each attempt appends one line to `$TUNE_CHECKPOINT_DIR/attempts.log`
 (`attempt=A trial=N resumed_from=E`, E = -1 for a start from scratch), so what happened across
@@ -78,6 +80,9 @@ def main():
         loss = floor + (loss - floor) * 0.6 + rng.uniform(0.0, 0.01)
         print(f'tune: {{"step": {epoch}, "val_loss": {loss:.6f}}}', flush=True)
         save(path, {"epoch": epoch, "loss": loss, "rng": rng.getstate()})
+        # Tells tune the checkpoint holds everything up to this step: an attempt that resumes
+        # from it keeps this attempt's reports up to here in its curve.
+        print(f'tune: {{"checkpoint": true, "step": {epoch}}}', flush=True)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,8 @@ use tokio::sync::watch;
 
 use super::keeper::{CANNOT_START, CANNOT_START_PREFIX, Keeper, Lifeline};
 use super::{
-    Exit, ReportSender, RunEnd, RunFuture, RunResult, RunnerError, SlotProcesses, StopRequest,
-    TrialJob, TrialRunner,
+    Exit, Progress, ReportSender, RunEnd, RunFuture, RunResult, RunnerError, SlotProcesses,
+    StopRequest, TrialJob, TrialRunner,
 };
 use crate::limits::MAX_STEP;
 use crate::spec::placeholders;
@@ -324,6 +324,40 @@ async fn next_line<'a, R: tokio::io::AsyncBufRead + Unpin>(
             }
             Some(line)
         }
+    }
+}
+
+/// Reads a checkpoint line, `{"checkpoint": true, "step": N}` (the command saved a checkpoint
+/// that holds everything up to step `N`): `Ok(Some(N))`. `Ok(None)` for a line that is no
+/// checkpoint line (no `"checkpoint": true`: a report, or not JSON at all, which
+/// [`parse_report`] words). A checkpoint line carries nothing else, and its step is required.
+pub fn parse_checkpoint(json: &str) -> Result<Option<u64>, RunnerError> {
+    let Ok(serde_json::Value::Object(map)) = serde_json::from_str::<serde_json::Value>(json) else {
+        return Ok(None);
+    };
+    // Only `true` makes a checkpoint line: a number under `checkpoint` stays a metric, as it
+    // was before checkpoint lines existed.
+    if map.get("checkpoint") != Some(&serde_json::Value::Bool(true)) {
+        return Ok(None);
+    }
+    if let Some(k) = map.keys().find(|k| *k != "checkpoint" && *k != "step") {
+        return Err(RunnerError::BadReport(format!(
+            "a checkpoint line carries only `checkpoint` and `step`, not `{k}` (report metrics on a line of their own)"
+        )));
+    }
+    match map.get("step") {
+        Some(serde_json::Value::Number(n)) => match n.as_u64() {
+            Some(s) if s <= MAX_STEP => Ok(Some(s)),
+            _ => Err(RunnerError::BadReport(format!(
+                "`step` must be an integer from 0 to {MAX_STEP}, not {n}"
+            ))),
+        },
+        Some(other) => Err(RunnerError::BadReport(format!(
+            "`step` must be an integer from 0 to {MAX_STEP}, not {other}"
+        ))),
+        None => Err(RunnerError::BadReport(
+            "a checkpoint line needs the `step` its checkpoint holds".into(),
+        )),
     }
 }
 
@@ -641,7 +675,19 @@ async fn run_command(
                 false => line,
             };
             if let Some(json) = line.strip_prefix("tune:") {
-                match parse_report(&lenient_json(json.trim()), prev_step) {
+                let json = lenient_json(json.trim());
+                let parsed = match parse_checkpoint(&json) {
+                    Ok(Some(step)) => {
+                        // Also kept in the log, where the user looks for what the trial said.
+                        let _ = out_file.write_all(line.as_bytes()).await;
+                        let _ = out_file.write_all(b"\n").await;
+                        let _ = reports.send(Progress::Checkpoint { step });
+                        continue;
+                    }
+                    Ok(None) => parse_report(&json, prev_step),
+                    Err(why) => Err(why),
+                };
+                match parsed {
                     Ok(r) => {
                         if let Some(p) = prev_step
                             && r.step < p
@@ -666,7 +712,7 @@ async fn run_command(
                                 )
                                 .await;
                         }
-                        let _ = reports.send(r);
+                        let _ = reports.send(Progress::Report(r));
                         continue;
                     }
                     Err(why) => {
@@ -856,6 +902,49 @@ mod tests {
     use super::*;
     use crate::space::{ParamValue, Params};
     use crate::trial::TrialNumber;
+
+    #[test]
+    fn a_checkpoint_line_is_read_apart_from_reports_and_a_numeric_checkpoint_stays_a_metric() {
+        assert_eq!(
+            parse_checkpoint(r#"{"checkpoint": true, "step": 12}"#).unwrap(),
+            Some(12)
+        );
+        assert_eq!(
+            parse_checkpoint(r#"{"step": 0, "checkpoint": true}"#).unwrap(),
+            Some(0)
+        );
+        // Reports, and lines that are no JSON object, are not checkpoint lines.
+        for line in [
+            r#"{"step": 3, "val_loss": 0.4}"#,
+            r#"{"step": 3, "checkpoint": 2.0, "val_loss": 0.4}"#,
+            r#"{"checkpoint": false, "step": 3}"#,
+            "not json",
+            "[1, 2]",
+        ] {
+            assert_eq!(parse_checkpoint(line).unwrap(), None, "{line}");
+        }
+        // A metric named `checkpoint` still reports.
+        let r = parse_report(r#"{"step": 3, "checkpoint": 2.0}"#, None).unwrap();
+        assert_eq!(r.metrics["checkpoint"], 2.0);
+        // Checkpoint lines that are wrong say what is wrong.
+        for (line, says) in [
+            (r#"{"checkpoint": true}"#, "needs the `step`"),
+            (r#"{"checkpoint": true, "step": -1}"#, "integer from 0"),
+            (r#"{"checkpoint": true, "step": 1.5}"#, "integer from 0"),
+            (r#"{"checkpoint": true, "step": "3"}"#, "integer from 0"),
+            (
+                r#"{"checkpoint": true, "step": 9223372036854775808}"#,
+                "integer from 0",
+            ),
+            (
+                r#"{"checkpoint": true, "step": 3, "val_loss": 0.4}"#,
+                "not `val_loss`",
+            ),
+        ] {
+            let e = parse_checkpoint(line).unwrap_err().to_string();
+            assert!(e.contains(says), "{line}: {e}");
+        }
+    }
 
     fn job(dir: &std::path::Path) -> TrialJob {
         let mut params = Params::new();

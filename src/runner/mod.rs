@@ -143,7 +143,18 @@ pub struct RunResult {
 }
 
 /// What a runner hands the scheduler while a trial runs.
-pub type ReportSender = mpsc::UnboundedSender<Report>;
+#[derive(Debug, Clone, PartialEq)]
+pub enum Progress {
+    /// A report, stored in the trial's curve.
+    Report(Report),
+    /// The trial saved a checkpoint that holds everything up to `step` (a builtin worker's
+    /// `checkpoint` message, a command's `tune: {"checkpoint": true, "step": N}` line): its
+    /// next attempt resumes there, and keeps this attempt's reports up to it.
+    Checkpoint { step: u64 },
+}
+
+/// Where a runner sends [`Progress`] while a trial runs.
+pub type ReportSender = mpsc::UnboundedSender<Progress>;
 
 /// A boxed future of a trial run.
 pub type RunFuture = Pin<Box<dyn Future<Output = RunResult> + Send>>;

@@ -20,8 +20,8 @@ use tokio::sync::watch;
 use super::keeper::{Keeper, Lifeline};
 use super::protocol::{Capabilities, EndStatus, FromWorker, ToWorker};
 use super::{
-    Exit, ReportSender, RunEnd, RunFuture, RunResult, RunnerError, SlotProcesses, StopRequest,
-    TrialJob, TrialRunner,
+    Exit, Progress, ReportSender, RunEnd, RunFuture, RunResult, RunnerError, SlotProcesses,
+    StopRequest, TrialJob, TrialRunner,
 };
 use crate::builtin::BuiltinTrial;
 use crate::checkpoint::Keep;
@@ -519,11 +519,12 @@ async fn run_on(
                                 .map(|(k, v)| (k, v.unwrap_or(f64::NAN)))
                                 .collect();
                             // The receiver may be gone when the study is shutting down.
-                            let _ = reports.send(Report { step, metrics });
+                            let _ = reports.send(Progress::Report(Report { step, metrics }));
                         }
                         // On disk, where the next attempt of the trial finds it; the one an
                         // interrupted trial was asked for lets it stop now.
-                        Ok(FromWorker::Checkpoint { .. }) => {
+                        Ok(FromWorker::Checkpoint { step, .. }) => {
+                            let _ = reports.send(Progress::Checkpoint { step });
                             if stop_at.take().is_some() && send(w, &ToWorker::Stop).await.is_err() {
                                 kill_at = Some(tokio::time::Instant::now());
                             }

@@ -17,12 +17,12 @@ pub use crate::events::{Control, Event, NO_SLOT, StudyInfo};
 use crate::engine::{Decision, Engine, EngineSpec, Finish};
 use crate::pruner::Pruner;
 use crate::runner::keeper::descends_from;
-use crate::runner::{RunEnd, RunResult, StopRequest, TrialJob, TrialRunner};
+use crate::runner::{Progress, RunEnd, RunResult, StopRequest, TrialJob, TrialRunner};
 use crate::sampler::Sampler;
 use crate::storage::{Storage, StorageError, StudyRow};
 use crate::study::Study;
 use crate::telemetry::{GpuSource, GpuUsage, Gpus};
-use crate::trial::{FINAL_KEY, Report, Trial, TrialId, TrialNumber, TrialState};
+use crate::trial::{FINAL_KEY, Trial, TrialId, TrialNumber, TrialState};
 
 /// Why a running trial is being stopped by us.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,7 +55,7 @@ impl Busy {
 }
 
 enum SlotMsg {
-    Report(usize, Report),
+    Report(usize, Progress),
     Gpu(usize, TrialNumber, GpuUsage),
     Done(usize, RunResult),
 }
@@ -607,10 +607,14 @@ impl Scheduler {
         &mut self,
         slot: usize,
         slots: &mut [Option<Busy>],
-        report: Report,
+        progress: Progress,
     ) -> Result<(), StorageError> {
         let Some(b) = slots[slot].as_mut() else {
             return Ok(());
+        };
+        let report = match progress {
+            Progress::Report(r) => r,
+            Progress::Checkpoint { step } => return self.engine.checkpoint(b.id, step),
         };
         let mut shown = report.clone();
         shown.metrics.remove(FINAL_KEY);
@@ -766,6 +770,7 @@ mod tests {
     use crate::runner::{ReportSender, RunFuture};
     use crate::storage::SqliteStorage;
     use crate::telemetry::GpuReading;
+    use crate::trial::Report;
     use crate::trial::{GpuMemScope, GpuTelemetry};
 
     /// A trial that runs a few sample periods and reports `loss`; its processes are this test's
@@ -782,7 +787,7 @@ mod tests {
             Box::pin(async move {
                 tokio::time::sleep(GPU_SAMPLE_EVERY * 5 / 2).await;
                 let metrics = BTreeMap::from([("loss".to_string(), 0.5)]);
-                let _ = reports.send(Report { step: 1, metrics });
+                let _ = reports.send(Progress::Report(Report { step: 1, metrics }));
                 RunResult {
                     end: RunEnd::Finished,
                     logs: vec![],

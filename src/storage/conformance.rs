@@ -18,6 +18,7 @@
 //! | `recover_interrupted` | `a_worker_that_heartbeats_keeps_its_trials_…`, `recovery_takes_every_silent_trial_once_and_finds_nothing_where_none_runs`, `a_late_result_for_a_trial_declared_interrupted_is_fenced_off` |
 //! | `claim` | `claims_give_numbers_once_and_respect_the_budget`, `the_proposer_sees_finished_trials_and_pending_params`, `enqueued_params_run_first_…`, `a_discarded_trial_is_kept_…` |
 //! | `set_trial_dir` | `workers_get_distinct_ids_and_a_trial_its_directory` |
+//! | `set_checkpoint_step`, `checkpoint_step` | `workers_get_distinct_ids_and_a_trial_its_directory` (the last step recorded wins, kept after the trial ends) |
 //! | `enqueue` | `enqueued_params_run_first_and_are_known_as_fixed`, `trials_are_read_in_number_order_…`, `studies_are_listed_…` |
 //! | `has_fixed_params` | `enqueued_params_run_first_and_are_known_as_fixed` |
 //! | `add_report` | `reports_come_back_in_order_with_their_steps_and_the_final_one_apart`, `reports_values_and_failures_round_trip`, `nul_bytes_in_what_a_trial_wrote_…`, `a_late_result_…_is_fenced_off` |
@@ -1404,7 +1405,16 @@ fn workers_get_distinct_ids_and_a_trial_its_directory() {
         s.set_trial_dir(t.id, dir).expect("dir");
         let back = s.trial(&x, TrialNumber(0)).expect("read").expect("0");
         assert_eq!(back.trial_dir.as_deref(), Some(dir), "{name}");
+        assert_eq!(s.checkpoint_step(t.id).expect("read"), None, "{name}");
+        s.set_checkpoint_step(t.id, 7).expect("checkpoint");
+        s.set_checkpoint_step(t.id, 12).expect("checkpoint");
+        assert_eq!(s.checkpoint_step(t.id).expect("read"), Some(12), "{name}");
         s.finish_trial(t.id, &complete(0.2), &[]).expect("finish");
+        assert_eq!(
+            s.checkpoint_step(t.id).expect("read"),
+            Some(12),
+            "{name}: kept after the end, for the next attempt"
+        );
         let rows = s.trials(&x, None).expect("rows");
         assert_eq!(rows[0].trial_dir.as_deref(), Some(dir), "{name}: kept");
         assert_eq!(

@@ -35,6 +35,8 @@ struct Stored {
     beat: Option<Instant>,
     /// The interrupted trial whose params this one runs again.
     retry_of: Option<TrialNumber>,
+    /// The step of its last checkpoint.
+    checkpoint: Option<u64>,
 }
 
 /// Every study and trial in plain collections.
@@ -114,6 +116,7 @@ impl Data {
                 fixed: false,
                 beat: None,
                 retry_of: None,
+                checkpoint: None,
             },
         );
         Ok(id)
@@ -344,6 +347,15 @@ impl Storage for Data {
     fn set_trial_dir(&mut self, trial: TrialId, dir: &Path) -> Result<(), StorageError> {
         self.stored_mut(trial)?.trial.trial_dir = Some(dir.to_path_buf());
         Ok(())
+    }
+
+    fn set_checkpoint_step(&mut self, trial: TrialId, step: u64) -> Result<(), StorageError> {
+        self.stored_mut(trial)?.checkpoint = Some(step);
+        Ok(())
+    }
+
+    fn checkpoint_step(&self, trial: TrialId) -> Result<Option<u64>, StorageError> {
+        Ok(self.stored(trial)?.checkpoint)
     }
 
     fn enqueue(
@@ -650,6 +662,12 @@ impl Storage for MemoryStorage {
     }
     fn set_trial_dir(&mut self, trial: TrialId, dir: &Path) -> Result<(), StorageError> {
         self.data().set_trial_dir(trial, dir)
+    }
+    fn set_checkpoint_step(&mut self, trial: TrialId, step: u64) -> Result<(), StorageError> {
+        self.data().set_checkpoint_step(trial, step)
+    }
+    fn checkpoint_step(&self, trial: TrialId) -> Result<Option<u64>, StorageError> {
+        self.data().checkpoint_step(trial)
     }
     fn enqueue(
         &mut self,

@@ -186,6 +186,10 @@ pub struct StoredReport {
     pub at: Option<SystemTime>,
 }
 
+/// The `trial_system_attributes` key of a trial's last checkpoint step (its value a JSON
+/// integer).
+pub const CHECKPOINT_STEP_KEY: &str = "tune:checkpoint_step";
+
 /// The seam between the engine (and the query commands) and a database. Every method is one
 /// transaction; several processes, on one machine or several, may share one study, so each
 /// write that hands something out (a trial number, a queued trial) hands it out exactly once.
@@ -241,6 +245,14 @@ pub trait Storage: Send {
 
     /// Records the directory a running trial logs to.
     fn set_trial_dir(&mut self, trial: TrialId, dir: &Path) -> Result<(), StorageError>;
+
+    /// Records that a running trial saved a checkpoint holding everything up to `step` (the
+    /// last one recorded counts): where its next attempt resumes, and which of its reports that
+    /// attempt keeps (kept in Optuna's `trial_system_attributes` as [`CHECKPOINT_STEP_KEY`]).
+    fn set_checkpoint_step(&mut self, trial: TrialId, step: u64) -> Result<(), StorageError>;
+
+    /// The step of the last checkpoint the trial recorded ([`Storage::set_checkpoint_step`]).
+    fn checkpoint_step(&self, trial: TrialId) -> Result<Option<u64>, StorageError>;
 
     /// Queues a trial with fixed params (`tune enqueue`, `[[enqueue]]`).
     fn enqueue(

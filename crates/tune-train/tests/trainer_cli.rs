@@ -441,30 +441,28 @@ dataset = "digits"
     );
     let before = report_epochs(&cut_db, &cut_study, 0);
     let after = report_epochs(&cut_db, &cut_study, n);
-    // Resumed at the last epoch saved: the one reported last before the kill, or the one
-    // before it when the kill came between its report and its save. A preemption saves where
-    // the trial stands: the re-run reports the epoch that was in progress, nothing is repeated.
-    let first = *after.first().expect("the re-run reported");
-    let last_before = *before.last().expect("reports before the kill");
-    assert!(
-        first == last_before + 1.0 || (!preempt && first == last_before),
-        "resumed from the checkpoint, not from scratch: before {before:?}, after {after:?}"
+    // The re-run's curve is whole: attempt 1's reports before the re-run's own first one (the
+    // worker's checkpoint messages said the trial checkpoints), then its own, every epoch once.
+    assert_eq!(
+        after,
+        (1..=6).map(f64::from).collect::<Vec<_>>(),
+        "before the cut {before:?}"
     );
-    assert_eq!(*after.last().unwrap(), 6.0, "{after:?}");
+    // It resumed from the checkpoint, not from scratch: the re-run's worker says where.
+    let log = shown["logs"]
+        .as_array()
+        .and_then(|l| {
+            l.iter()
+                .find_map(|p| p.as_str().filter(|p| p.ends_with("worker.log")))
+        })
+        .map(|p| std::fs::read_to_string(p).expect("the re-run's worker log"))
+        .expect("a worker log");
+    let line = log
+        .lines()
+        .find(|l| l.contains("resumed from the checkpoint at step"))
+        .unwrap_or_else(|| panic!("resumed, not restarted: {log}"));
     if preempt {
         // The checkpoint was taken where the trial stood when preempted, inside an epoch.
-        let log = shown["logs"]
-            .as_array()
-            .and_then(|l| {
-                l.iter()
-                    .find_map(|p| p.as_str().filter(|p| p.ends_with("worker.log")))
-            })
-            .map(|p| std::fs::read_to_string(p).expect("the re-run's worker log"))
-            .expect("a worker log");
-        let line = log
-            .lines()
-            .find(|l| l.contains("resumed from the checkpoint at step"))
-            .unwrap_or_else(|| panic!("{log}"));
         assert!(!line.contains(", step 0 of it)"), "mid-epoch: {line}");
     }
     assert!(after.windows(2).all(|w| w[1] == w[0] + 1.0), "{after:?}");

@@ -1117,6 +1117,31 @@ impl Storage for PostgresStorage {
         })
     }
 
+    fn set_checkpoint_step(&mut self, trial: TrialId, step: u64) -> Result<(), StorageError> {
+        let id = id32(trial.0);
+        let v = step.to_string();
+        self.run(|c| {
+            c.execute(
+                "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES ($1, $2, $3)
+                 ON CONFLICT (trial_id, key) DO UPDATE SET value_json = excluded.value_json",
+                &[&id, &super::CHECKPOINT_STEP_KEY, &v],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn checkpoint_step(&self, trial: TrialId) -> Result<Option<u64>, StorageError> {
+        let row = self.run(|c| {
+            c.query_opt(
+                "SELECT value_json FROM trial_system_attributes WHERE trial_id = $1 AND key = $2",
+                &[&id32(trial.0), &super::CHECKPOINT_STEP_KEY],
+            )
+        })?;
+        Ok(row
+            .and_then(|r| r.get::<_, Option<String>>(0))
+            .and_then(|v| v.trim().parse().ok()))
+    }
+
     fn enqueue(
         &mut self,
         study: &StudyRow,

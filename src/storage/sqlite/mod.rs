@@ -929,6 +929,30 @@ impl Storage for SqliteStorage {
         })
     }
 
+    fn set_checkpoint_step(&mut self, trial_id: TrialId, step: u64) -> Result<(), StorageError> {
+        self.write(|tx| {
+            tx.execute(
+                "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (trial_id, key) DO UPDATE SET value_json = excluded.value_json",
+                params![trial_id.0, super::CHECKPOINT_STEP_KEY, step.to_string()],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn checkpoint_step(&self, trial_id: TrialId) -> Result<Option<u64>, StorageError> {
+        let v: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT value_json FROM trial_system_attributes WHERE trial_id = ?1 AND key = ?2",
+                params![trial_id.0, super::CHECKPOINT_STEP_KEY],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        Ok(v.and_then(|v| v.trim().parse().ok()))
+    }
+
     /// Adds a trial to the queue with fixed params (`tune enqueue`, `[[enqueue]]`, ask/tell).
     fn enqueue(
         &mut self,
