@@ -24,6 +24,7 @@ mod postgres;
 mod processes_files;
 mod queries;
 mod recovery;
+mod report;
 mod setup_script;
 mod shared_db;
 mod slurm;
