@@ -65,7 +65,8 @@ const STYLE: &str = "body{font-family:sans-serif;margin:0 auto;max-width:960px;p
 h1{margin-top:24px}h2{border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:40px}\
 nav a{margin-right:12px}svg{max-width:100%;height:auto;display:block;margin:12px 0}\
 table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}\
-pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:13px}p.why{color:#555}";
+pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:12px;margin:8px 0}p.why{color:#555}\
+.cols{display:flex;flex-wrap:wrap;gap:24px;align-items:flex-start}.cols>div{flex:1 1 300px;min-width:0}h3{margin:8px 0}";
 
 /// The whole page.
 pub fn html(view: &StudyView, ctx: &ReportContext<'_>) -> Result<String, PlotError> {
@@ -99,7 +100,9 @@ pub fn html(view: &StudyView, ctx: &ReportContext<'_>) -> Result<String, PlotErr
                     &mut page,
                     "Each parameter's share of the importance for the first objective, by PED-ANOVA over the complete trials (as `tune importance`).",
                 );
-                figure(&mut page, view, &Figure::Importance, plot::SIZE)?;
+                // About 44 pixels a bar: a three-parameter study's bars are not a wall of blue.
+                let h = (140 + 44 * view.importances.len() as u32).clamp(260, 620);
+                figure(&mut page, view, &Figure::Importance, (900, h))?;
             }
             "slice" => {
                 why(
@@ -203,7 +206,9 @@ fn row(page: &mut String, key: &str, value: &str) {
 }
 
 fn summary(page: &mut String, view: &StudyView, ctx: &ReportContext<'_>) {
-    page.push_str("<table>\n");
+    // The summary and the space beside the study file: the figures start within the first
+    // screen.
+    page.push_str("<div class=\"cols\"><div>\n<table>\n");
     row(page, "study", &view.name);
     row(page, "database", ctx.location);
     let objectives: Vec<String> = view
@@ -278,6 +283,7 @@ fn summary(page: &mut String, view: &StudyView, ctx: &ReportContext<'_>) {
     if let Some(space) = &view.space {
         space_table(page, space);
     }
+    page.push_str("</div><div>\n");
     match ctx.study_file {
         Some(text) => {
             let _ = writeln!(
@@ -291,9 +297,10 @@ fn summary(page: &mut String, view: &StudyView, ctx: &ReportContext<'_>) {
         }
         None => why(
             page,
-            "No study file is stored with this study (an ask-tell study): its space above is read from its trials.",
+            "No study file is stored with this study (an ask-tell study): its space is read from its trials.",
         ),
     }
+    page.push_str("</div></div>\n");
 }
 
 fn space_table(page: &mut String, space: &Space) {

@@ -414,6 +414,38 @@ fn bad_names_and_outputs_are_refused_with_a_message_and_write_nothing() {
     assert_eq!(stored(&sb, &["s.toml"]), before);
 }
 
+#[test]
+fn extreme_figure_sizes_are_refused_by_their_flag() {
+    let sb = Sandbox::new();
+    curve_study(&sb, "sizes", 2);
+    for (flag, v) in [
+        ("--width", "0"),
+        ("--width", "-1"),
+        ("--width", "8001"),
+        ("--height", "18446744073709551616"),
+        ("--height", "1e9"),
+    ] {
+        let arg = format!("{flag}={v}");
+        let out = sb.run(&["plot", "history", "s.toml", &arg, "-o", "h.png"]);
+        assert_eq!(out.status.code(), Some(2), "{flag} {v}: {}", text(&out));
+        assert!(text(&out).contains(flag), "{}", text(&out));
+        assert!(!text(&out).contains("panicked"), "{}", text(&out));
+    }
+    assert!(!sb.join("h.png").exists());
+    sb.ok(&[
+        "plot",
+        "history",
+        "s.toml",
+        "--width",
+        "200",
+        "--height",
+        "150",
+        "-o",
+        "small.png",
+    ]);
+    assert!(is_png(&sb.join("small.png")));
+}
+
 /// A study that is still running: the report shows what is there, its running trials on the
 /// timeline, and the run goes on undisturbed.
 #[test]
