@@ -85,7 +85,7 @@ pub fn html(view: &StudyView, ctx: &ReportContext<'_>) -> Result<String, PlotErr
     }
     page.push_str("</nav>\n");
     for (id, heading) in SECTIONS {
-        let _ = write!(page, "<section id=\"{id}\"><h2>{}</h2>\n", escape(heading));
+        let _ = writeln!(page, "<section id=\"{id}\"><h2>{}</h2>", escape(heading));
         match id {
             "summary" => summary(&mut page, view, ctx),
             "history" => {
@@ -371,4 +371,47 @@ fn failed_table(page: &mut String, view: &StudyView) {
         );
     }
     page.push_str("</table>\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::trial::{Direction, Objective};
+
+    #[test]
+    fn escape_makes_markup_text() {
+        assert_eq!(
+            escape(r#"<script>alert("x") & 'y'</script>"#),
+            "&lt;script&gt;alert(&quot;x&quot;) &amp; &#39;y&#39;&lt;/script&gt;"
+        );
+    }
+
+    #[test]
+    fn a_page_has_every_section_and_no_markup_from_the_study() {
+        let view = StudyView::new(
+            "<b>bold</b>",
+            vec![Objective {
+                metric: "loss".into(),
+                direction: Direction::Minimize,
+            }],
+            None,
+            Vec::new(),
+            BTreeMap::new(),
+            SystemTime::UNIX_EPOCH,
+        );
+        let ctx = ReportContext {
+            study_file: Some("[study]\nname = \"<img src=x onerror=alert(1)>\"\n"),
+            study_path: Some("s.toml"),
+            location: "tune.db",
+            generated: "now",
+        };
+        let page = html(&view, &ctx).expect("a page");
+        for (id, _) in SECTIONS {
+            assert!(page.contains(&format!("<section id=\"{id}\">")), "{id}");
+        }
+        assert!(!page.contains("<b>bold</b>") && !page.contains("<img"));
+        assert!(!page.contains("<script"));
+    }
 }

@@ -108,7 +108,7 @@ pub fn write_study(db: &Path, n: u64, steps: u64) -> anyhow::Result<()> {
         }
         let status = if failed {
             TrialStatus::Failed {
-                reason: if k % 2 == 0 {
+                reason: if k.is_multiple_of(2) {
                     "exited with status 1".into()
                 } else {
                     "the value of `loss` is NaN, not a finite number".into()

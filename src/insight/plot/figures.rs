@@ -716,12 +716,15 @@ pub fn parallel<DB: DrawingBackend>(
     Ok(())
 }
 
-/// Step → value lines on one chart; `lines` are (label, colour, points).
+/// One line of a curve chart: its legend label (none for context lines), colour and points.
+type Line = (Option<String>, RGBAColor, Vec<(f64, f64)>);
+
+/// Step → value lines on one chart.
 fn curve_chart<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     title: &str,
     metric: &str,
-    lines: &[(Option<String>, RGBAColor, Vec<(f64, f64)>)],
+    lines: &[Line],
     note_text: &str,
 ) -> Result<(), PlotError> {
     let (xlo, xhi) = span_of(lines.iter().flat_map(|l| l.2.iter().map(|p| p.0)));
@@ -860,7 +863,7 @@ pub fn curves_pruned<DB: DrawingBackend>(
     rungs.dedup();
     let mut complete = view.complete();
     complete.sort_by(|a, b| d.loss(a.1).total_cmp(&d.loss(b.1)));
-    let mut lines: Vec<(Option<String>, RGBAColor, Vec<(f64, f64)>)> = complete
+    let mut lines: Vec<Line> = complete
         .iter()
         .map(|(t, _)| curve_of(view, t))
         .filter(|c| !c.is_empty())

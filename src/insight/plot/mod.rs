@@ -231,7 +231,7 @@ pub fn stride<T: Clone>(items: &[T], max: usize) -> Vec<T> {
     }
     let step = (items.len() - 1).div_ceil(max - 1);
     let mut out: Vec<T> = items.iter().step_by(step).cloned().collect();
-    if (items.len() - 1) % step != 0
+    if !(items.len() - 1).is_multiple_of(step)
         && let Some(last) = items.last()
     {
         out.push(last.clone());

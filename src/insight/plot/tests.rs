@@ -43,7 +43,7 @@ fn trial(n: u64) -> Trial {
         ("lr".to_string(), ParamValue::Float(lr)),
         (
             "opt".to_string(),
-            ParamValue::Str(if n % 2 == 0 { "adam" } else { "sgd" }.into()),
+            ParamValue::Str(if n.is_multiple_of(2) { "adam" } else { "sgd" }.into()),
         ),
     ]);
     let at = Placement {
@@ -58,14 +58,14 @@ fn trial(n: u64) -> Trial {
         Duration::from_secs(1),
     );
     let value = (lr.log10() + 2.5).powi(2);
-    let status = if n % 11 == 0 {
+    let status = if n.is_multiple_of(11) {
         TrialStatus::Failed {
             reason: "exited with status 1".into(),
             log_tail: Some("RuntimeError: CUDA out of memory".into()),
             interrupted: false,
             ran,
         }
-    } else if n % 7 == 0 {
+    } else if n.is_multiple_of(7) {
         TrialStatus::Pruned {
             value: Some(value + 1.0),
             step: Some(3),
