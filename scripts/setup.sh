@@ -29,6 +29,9 @@
 #               Never needed by the tests.
 #   tmux        (with --python-tests) for the end-to-end test of the live UI.
 #   ShellCheck  (with --python-tests) for the test that checks every shell script we ship.
+#   chromium    (with --python-tests) Debian's Chromium, for the test that opens `tune report`'s
+#               page in a headless browser (tests/cli/report_browser.rs) and for
+#               scripts/screenshots-report.sh.
 #   postgresql  (with --postgres) Debian's PostgreSQL 15 server binaries and iproute2 (`ip`), for
 #               the tests that start their own throwaway server, alone and in network namespaces.
 #               No cluster is left running: the package's default one is stopped.
@@ -293,6 +296,10 @@ if [ "$WANT_PYTHON_TESTS" = yes ]; then
     "the UI's end-to-end test will say it was skipped"
   optional_tool shellcheck "the test of the shipped shell scripts" \
     "the scripts' test will check them with bash -n only"
+  # scripts/test.sh sets TUNE_REQUIRE_CHROMIUM=1, so there a missing browser fails the report's
+  # browser test instead of letting it skip.
+  optional_tool chromium "the test that opens tune report's page in a headless browser" \
+    "the report's browser test will say it was skipped (or fail where TUNE_REQUIRE_CHROMIUM=1)"
 fi
 
 # The quickstart's data: the full Fashion-MNIST from Debian (MIT licence, 31 MB). Not fatal

@@ -23,6 +23,8 @@ cargo fmt --all -- --check
 export TUNE_REQUIRE_PG=1
 # Likewise the Slurm tests: the set-up above installed Slurm and MUNGE.
 export TUNE_REQUIRE_SLURM=1
+# And the report's browser test: the set-up above installed Chromium (--python-tests).
+export TUNE_REQUIRE_CHROMIUM=1
 
 # .cargo/config.toml points LIBTORCH at .libtorch for the trainer's build, but cargo's [env]
 # never overrides a variable that is already set: with this one, anything in `tune` that

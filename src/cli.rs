@@ -107,6 +107,18 @@ pub enum Command {
         tune importance --study my-study --format json\n  \
         tune importance study.toml --objective 1 --format csv")]
     Importance(ImportanceArgs),
+    /// Draw one figure of a study into an SVG or PNG file (docs/report.md).
+    #[command(after_help = "Examples:\n  \
+        tune plot history study.toml -o history.svg\n  \
+        tune plot slice study.toml --params lr,batch -o slice.png\n  \
+        tune plot timeline --study my-study --db tune.db -o slots.svg")]
+    Plot(PlotArgs),
+    /// One self-contained HTML page of a study: its definition, summary, every figure and its
+    /// failures (docs/report.md).
+    #[command(after_help = "Examples:\n  \
+        tune report study.toml -o report.html\n  \
+        tune report --study my-study --db postgresql://tune@db.example/tune -o report.html")]
+    Report(ReportArgs),
     /// Copy studies between databases (SQLite ⇄ PostgreSQL), trials, reports and all.
     #[command(after_help = "Examples:\n  \
         tune copy --from tune.db --to postgresql://tune@db.example/tune --study my-study\n  \
@@ -287,6 +299,62 @@ pub enum ImportanceMethod {
     PedAnova,
     /// fANOVA on a random forest (Optuna's `FanovaImportanceEvaluator`).
     Fanova,
+}
+
+#[derive(Debug, Args)]
+pub struct PlotArgs {
+    /// The figure (docs/report.md says what each shows).
+    #[arg(value_enum, value_name = "KIND")]
+    pub kind: PlotKind,
+    #[command(flatten)]
+    pub study: StudyRef,
+    /// The file to write: `.svg` or `.png` (its directory must exist).
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// The parameters of `slice` (any number) or `contour` (two), comma-separated (default: the
+    /// most important).
+    #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+    pub params: Vec<String>,
+    /// The figure's width in pixels.
+    #[arg(long, default_value_t = 900, value_parser = clap::value_parser!(u32).range(200..=8000))]
+    pub width: u32,
+    /// The figure's height in pixels.
+    #[arg(long, default_value_t = 520, value_parser = clap::value_parser!(u32).range(150..=8000))]
+    pub height: u32,
+}
+
+/// A figure of `tune plot`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PlotKind {
+    /// Each trial's value by number, and the best so far.
+    History,
+    /// Each parameter's share of the importance (PED-ANOVA).
+    Importance,
+    /// The objective against each of the most important parameters (or `--params`).
+    Slice,
+    /// The best value over a grid of the two most important parameters (or `--params A,B`).
+    Contour,
+    /// The best 50 complete trials across the parameters and the objective.
+    Parallel,
+    /// The learning curves of the best 10 complete trials.
+    Curves,
+    /// The learning curves of pruned trials, by the step they stopped at.
+    PrunedCurves,
+    /// A multi-objective study's Pareto front on its first two objectives.
+    Pareto,
+    /// Which trial ran on which slot and when.
+    Timeline,
+    /// How many trials failed for each reason.
+    Failures,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    #[command(flatten)]
+    pub study: StudyRef,
+    /// The HTML file to write (`.html` or `.htm`; its directory must exist).
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: PathBuf,
 }
 
 /// How an insight command prints: text for people, JSON or CSV for scripts.

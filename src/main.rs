@@ -167,6 +167,8 @@ fn main() -> ExitCode {
         Command::Delete(a) => commands::delete::delete(&a, db.as_ref()),
         Command::Discard(a) => commands::discard::discard(&a, db.as_ref()),
         Command::Importance(a) => commands::importance::importance(&a, db.as_ref()),
+        Command::Plot(a) => commands::plot::plot(&a, db.as_ref()),
+        Command::Report(a) => commands::report::report(&a, db.as_ref()),
     };
     match result {
         Ok(code) => code,

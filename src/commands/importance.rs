@@ -92,7 +92,10 @@ pub fn importance(args: &ImportanceArgs, db: Option<&StorageUrl>) -> anyhow::Res
 
 /// The space the study was run with, from its stored study file (`None` where it has none:
 /// an ask-tell study, whose space is then read from its trials).
-fn study_space(storage: &dyn Storage, study: &StudyRow) -> anyhow::Result<Option<Space>> {
+pub(crate) fn study_space(
+    storage: &dyn Storage,
+    study: &StudyRow,
+) -> anyhow::Result<Option<Space>> {
     let stored = storage.study_file(study).map_err(storage_fault)?;
     let Some(text) = stored.text else {
         return Ok(None);

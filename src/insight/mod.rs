@@ -8,6 +8,8 @@
 
 pub mod fanova;
 pub mod ped_anova;
+pub mod plot;
+pub mod report;
 
 use std::collections::BTreeMap;
 

@@ -564,6 +564,16 @@ const ARGUMENTS: &[(&str, Class)] = &[
     ("importance method", O),
     ("importance format", O),
     ("importance objective", I),
+    ("plot kind", O),
+    ("plot study_file", O),
+    ("plot name", O),
+    ("plot output", O),
+    ("plot params", O),
+    ("plot width", I),
+    ("plot height", I),
+    ("report study_file", O),
+    ("report name", O),
+    ("report output", O),
 ];
 
 #[test]

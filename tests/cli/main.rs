@@ -24,6 +24,8 @@ mod postgres;
 mod processes_files;
 mod queries;
 mod recovery;
+mod report;
+mod report_browser;
 mod setup_script;
 mod shared_db;
 mod slurm;

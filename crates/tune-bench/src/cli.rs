@@ -45,6 +45,10 @@ pub enum BenchCommand {
     /// three terminal sizes, sorted by number and by value; the cost of one trial's events; and
     /// `tune watch`'s poll times on a database of as many trials.
     Tui(TuiArgs),
+    /// Insight (issue 28; goal: `tune report` under 5 s at 10 000 trials): `tune report` and
+    /// `tune importance` (PED-ANOVA, fANOVA) on a study of 10 000 trials with learning curves,
+    /// and Optuna's `get_param_importances` with the same evaluators on the same file.
+    Report(ReportBenchArgs),
     /// One study on one PostgreSQL server shared by 1, 8, 32 and 64 processes × 4 slots (what
     /// `tune worker` does to the database), against Optuna's RDBStorage on the same server with
     /// as many processes and tune on one SQLite file: trials/s, p50/p95 ask-and-claim latency,
@@ -328,4 +332,26 @@ pub struct TuiArgs {
     /// Finished trials in the study that is drawn and in the database that is polled.
     #[arg(long, default_value_t = 10_000)]
     pub trials: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportBenchArgs {
+    /// Trials in the study.
+    #[arg(long, default_value_t = 10_000)]
+    pub trials: u64,
+    /// Reports (learning-curve points) of a trial that runs to its end.
+    #[arg(long, default_value_t = 20)]
+    pub steps: u64,
+    /// Runs of each `tune` command (the median is printed).
+    #[arg(long, default_value_t = 3)]
+    pub repeat: u32,
+    /// Runs of each Optuna evaluator (the median is printed).
+    #[arg(long, default_value_t = 1)]
+    pub optuna_repeat: u32,
+    /// The Python with optuna and scikit-learn (`scripts/setup.sh --python-tests` makes .venv).
+    #[arg(long, default_value = ".venv/bin/python")]
+    pub python: String,
+    /// Skip Optuna's side.
+    #[arg(long)]
+    pub no_optuna: bool,
 }

@@ -22,6 +22,7 @@ pub mod preemption;
 pub mod problems;
 pub mod process;
 pub mod pruning;
+pub mod report;
 pub mod scaling;
 pub mod storage;
 pub mod trainer;
@@ -47,6 +48,7 @@ pub fn run(cmd: &BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Multifidelity(a) => multifidelity::run(a),
         BenchCommand::Trainer(a) => trainer::run(a),
         BenchCommand::Tui(a) => tui::run(a),
+        BenchCommand::Report(a) => report::run(a),
         BenchCommand::Scaling(a) => scaling::run(a),
         BenchCommand::Storage(a) => storage::run(a),
         BenchCommand::StorageClient(a) => storage::client(a),
