@@ -120,10 +120,12 @@ fn main() -> ExitCode {
             };
         }
     };
-    if !matches!(cli.command, Command::Run(_)) {
+    if !matches!(cli.command, Command::Run(_) | Command::Worker(_)) {
         // Queries piped into `head` must end quietly, as other command-line tools do, instead
-        // of panicking on a closed standard output. `run` keeps the default: it must record
-        // its trials' states whatever happens to its output.
+        // of panicking on a closed standard output. `run` and `worker` keep the default (a
+        // write to a closed pipe fails, and they write with `tune::say!`, which shrugs it off):
+        // they must record their trials' states, answer SIGTERM and exit with their status
+        // whatever happens to their output.
         // SAFETY: setting a signal disposition to SIG_DFL before any thread starts.
         unsafe {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
@@ -139,7 +141,7 @@ fn main() -> ExitCode {
                 && !parent.as_os_str().is_empty()
                 && !parent.is_dir()
             {
-                eprintln!(
+                tune::say!(
                     "error: --db (or TUNE_DB): the directory {} does not exist (create it, or name a database in an existing directory)",
                     tune::storage::url::redact(&parent.display().to_string())
                 );
@@ -148,7 +150,7 @@ fn main() -> ExitCode {
             Some(url)
         }
         Some(Err(e)) => {
-            eprintln!("error: --db (or TUNE_DB): {e}");
+            tune::say!("error: --db (or TUNE_DB): {e}");
             return ExitCode::from(2);
         }
     };
@@ -177,10 +179,10 @@ fn main() -> ExitCode {
             // mistyped URL): no password is printed, however malformed its URL.
             let hide = tune::storage::url::redact;
             if let Some(bad) = e.downcast_ref::<BadInput>() {
-                eprintln!("error: {}", hide(&bad.to_string()));
+                tune::say!("error: {}", hide(&bad.to_string()));
                 ExitCode::from(2)
             } else {
-                eprintln!("error: {}", hide(&format!("{e:#}")));
+                tune::say!("error: {}", hide(&format!("{e:#}")));
                 ExitCode::from(1)
             }
         }

@@ -9,6 +9,27 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+/// `eprintln!` that never panics: where standard error is a pipe whose reader is gone (a parent
+/// killed, `tune run … 2>&1 | head`), a line is lost, and nothing else changes. A long-running
+/// command (`run`, `worker`) must still record every trial's state, answer SIGTERM and exit
+/// with its documented status; `eprintln!` would panic instead, in whichever task wrote.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// [`say!`] for standard output.
+#[macro_export]
+macro_rules! say_out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 type Sink = Arc<dyn Fn(String) + Send + Sync>;
 
 /// Where messages go; `None`: standard error.
@@ -22,7 +43,7 @@ pub fn tell(message: impl Into<String>) {
     let sink = SINK.lock().unwrap_or_else(PoisonError::into_inner).clone();
     match sink {
         Some(sink) => sink(message),
-        None => eprintln!("tune: {message}"),
+        None => crate::say!("tune: {message}"),
     }
 }
 

@@ -188,7 +188,7 @@ async fn run_async(
             tokio::select! {
                 r = tokio::signal::ctrl_c() => { if r.is_err() { return; } }
                 _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {
-                    eprintln!(
+                    crate::say!(
                         "tune: SIGTERM: preempted: no new trials; running ones checkpoint, stop and are queued again (exit {PREEMPTED})"
                     );
                     if signals.send(Control::Preempt).is_err() {
@@ -200,11 +200,11 @@ async fn run_async(
             count += 1;
             let graceful = count == 1;
             if graceful {
-                eprintln!(
+                crate::say!(
                     "tune: stopping: no new trials; running ones finish (Ctrl-C again to stop them)"
                 );
             } else {
-                eprintln!("tune: stopping the running trials");
+                crate::say!("tune: stopping the running trials");
             }
             if signals.send(Control::Quit { graceful }).is_err() {
                 return;
@@ -231,9 +231,9 @@ async fn run_async(
         drop(ctx);
         let summary = scheduler.run(crx).await;
         match ui.await {
-            Ok(Ok(state)) => println!("{}", crate::tui::summary_line(&state)),
-            Ok(Err(e)) => eprintln!("tune: the terminal UI failed: {e}"),
-            Err(e) => eprintln!("tune: the terminal UI failed: {e}"),
+            Ok(Ok(state)) => crate::say_out!("{}", crate::tui::summary_line(&state)),
+            Ok(Err(e)) => crate::say!("tune: the terminal UI failed: {e}"),
+            Err(e) => crate::say!("tune: the terminal UI failed: {e}"),
         }
         summary
     } else {
@@ -245,19 +245,19 @@ async fn run_async(
     };
     let summary = summary?;
     if summary.preempted {
-        eprintln!(
+        crate::say!(
             "tune: preempted: the interrupted trials run again from their checkpoints on the next `tune run` or `tune worker` of this study (exit {PREEMPTED})"
         );
         return Ok(ExitCode::from(PREEMPTED));
     }
     if let Some(why) = &summary.failing {
-        eprintln!(
+        crate::say!(
             "tune: stopped early: {why}\n  fix what makes them fail (`tune show N` has each one's stderr), then run the study again: it goes on with the budget that is left"
         );
         return Ok(ExitCode::from(1));
     }
     for note in budget_notes(&summary, &name, budget, ways) {
-        eprintln!("tune: {note}");
+        crate::say!("tune: {note}");
     }
     if summary.complete == 0 {
         return Ok(ExitCode::from(1));
@@ -380,7 +380,7 @@ pub(super) fn check_devices(
         if let Some(cpu) =
             crate::devices::auto_on_cpu_worker(&study.slots, study.auto_devices, &caps)
         {
-            eprintln!(
+            crate::say!(
                 "tune: devices = \"auto\" found GPUs, but this tune-worker is built for the CPU only: the {} slot(s) train on the CPU (./scripts/setup.sh --cuda builds it with CUDA)",
                 cpu.len()
             );
@@ -395,7 +395,7 @@ pub(super) fn check_devices(
     if study.auto_devices
         && let Some(notice) = crate::devices::idle_gpus_notice(&study.slots, visible)
     {
-        eprintln!("tune: {notice}");
+        crate::say!("tune: {notice}");
     }
     Ok(())
 }

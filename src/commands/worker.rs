@@ -72,7 +72,7 @@ pub fn worker(args: &WorkerArgs, db: Option<&StorageUrl>) -> anyhow::Result<Exit
     if let Some(r) = &args.runs_dir {
         study.runs_dir = std::env::current_dir()?.join(r);
     }
-    eprintln!(
+    crate::say!(
         "tune worker: joining study `{}` in {url} with {} slot(s) on {}",
         study.name,
         study.slots.len(),
@@ -109,7 +109,7 @@ fn wait_for_study(
             )));
         }
         if !told {
-            eprintln!(
+            crate::say!(
                 "tune worker: waiting for study `{name}` to appear in {url} (up to {})",
                 humantime::format_duration(wait)
             );

@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::common::{
     PATIENCE, Sandbox, counted, output_within, sh_study, states, stderr, text, tune_bin,
-    wait_output, wait_until,
+    wait_output, wait_until, wait_within,
 };
 use crate::postgres::test_server;
 
@@ -444,6 +444,66 @@ fn one_sigterm_preempts_the_running_trials_requeues_them_at_once_and_exits_75(#[
             t["number"]
         );
     }
+}
+
+/// The same preemption when whoever read tune's output is gone (a parent killed, `2>&1 | head`
+/// ended): writes to its standard output and error fail, and must change nothing. Before, the
+/// SIGTERM handler's message panicked on the closed pipe, the preemption was lost, and the
+/// study ran on, starting new trials (`tune worker` was even killed by SIGPIPE on its first
+/// line). It still exits 75 within the grace with the trials interrupted, and a study whose
+/// output is gone from the start still runs to its end.
+#[rstest]
+#[case::tune_run(Who::Run)]
+#[case::tune_worker(Who::Worker)]
+fn with_its_output_pipes_closed_sigterm_still_preempts_and_exits_75(#[case] who: Who) {
+    let sb = Sandbox::new();
+    let mut child = start(&sb, who, 30.0);
+    // Close the read ends: every later write of tune's fails with EPIPE.
+    drop(child.stdout.take());
+    drop(child.stderr.take());
+    wait_until(PATIENCE, "two running trials", || running(&sb) == 2);
+    let t0 = Instant::now();
+    signal(&child, Signal::SIGTERM);
+    let status = wait_within(&mut child, PATIENCE);
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "{who:?}: within the grace, not after the trials' 30 s"
+    );
+    assert_eq!(status.code(), Some(75), "{who:?}: {status:?}");
+    let trials = sb.trials("s.toml");
+    let interrupted = trials
+        .iter()
+        .filter(|t| {
+            t["state"] == "failed"
+                && t["error"]
+                    .as_str()
+                    .is_some_and(|e| e.starts_with("interrupted: preempted"))
+        })
+        .count();
+    assert_eq!(interrupted, 2, "{who:?}: {trials:#?}");
+    assert_eq!(
+        trials.iter().filter(|t| t["state"] == "running").count(),
+        0,
+        "{who:?}: no new trial after SIGTERM: {trials:#?}"
+    );
+
+    // The rest of the study with its output gone from the start: it ends, exit 0, every trial.
+    sb.write("trial.sh", "echo \"tune: {\\\"loss\\\": $1}\"\n");
+    let mut rest = sb
+        .tune(&["run", "s.toml", "--no-tui"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tune starts");
+    drop(rest.stdout.take());
+    drop(rest.stderr.take());
+    let status = wait_within(&mut rest, PATIENCE);
+    assert_eq!(status.code(), Some(0), "{who:?}: {status:?}");
+    assert_eq!(
+        counted(&sb.trials("s.toml")),
+        6,
+        "{who:?}: the exact budget"
+    );
 }
 
 /// Floats whose shortest exact text has 16 or 17 significant digits.
