@@ -295,12 +295,110 @@ def run_smac(run, space, workdir):
         pass
 
 
+# ---- Syne Tune ---------------------------------------------------------------------------------
+
+def syne_config_space(space):
+    """Syne Tune's config space of `space`; categoricals by the index of their choice (as
+    strings), as for ConfigSpace."""
+    from syne_tune.config_space import choice, loguniform, lograndint, randint, uniform
+
+    cs = {}
+    for name, d in space.items():
+        kind = d["type"]
+        if kind == "float":
+            if d.get("step"):
+                raise ValueError(f"parameter {name}: a float step is not handled")
+            cs[name] = (loguniform if d.get("log") else uniform)(d["low"], d["high"])
+        elif kind == "int":
+            if d.get("step", 1) != 1:
+                raise ValueError(f"parameter {name}: an int step is not handled")
+            cs[name] = (lograndint if d.get("log") else randint)(d["low"], d["high"])
+        elif kind == "categorical":
+            cs[name] = choice([str(i) for i in range(len(d["choices"]))])
+        else:
+            raise ValueError(f"parameter {name}: type {kind!r} is not handled")
+    return cs
+
+
+def run_syne(run, space, scheduler_name):
+    """A Syne Tune scheduler driven in an ask/tell loop (what its Tuner does with one worker,
+    without the backend's processes): `suggest` a trial, `on_trial_add`, then one
+    `on_trial_result` per epoch until the scheduler says STOP (`on_trial_remove`) or the trial
+    reaches the last epoch (`on_trial_complete`); a diverged run is `on_trial_error`.
+    type="stopping": a trial that continues trains on, one epoch at a time, and pays only for
+    those epochs; nothing is paused and resumed."""
+    from datetime import datetime
+
+    from syne_tune.backend.trial_status import Trial
+    from syne_tune.optimizer import baselines
+    from syne_tune.optimizer.scheduler import SchedulerDecision
+
+    eta = 3
+    rungs = 1
+    while eta**rungs <= run.epochs:
+        rungs += 1
+    kwargs = dict(
+        metric="loss",
+        mode="min",
+        resource_attr="epoch",
+        max_t=run.epochs,
+        grace_period=1,
+        reduction_factor=eta,
+        type="stopping",
+        random_seed=run.seed,
+    )
+    if scheduler_name == "asha":
+        sched = baselines.ASHA(syne_config_space(space), **kwargs)
+    elif scheduler_name == "mobster":
+        sched = baselines.MOBSTER(syne_config_space(space), search_options={"debug_log": False}, **kwargs)
+    elif scheduler_name == "hypertune":
+        # Hyper-Tune samples a bracket per trial: all of them (grace periods 1, 3, 9, ...).
+        sched = baselines.HyperTune(syne_config_space(space), search_options={"debug_log": False},
+                                    brackets=rungs, **kwargs)
+    else:
+        raise ValueError(scheduler_name)
+    trial_id = 0
+    try:
+        while True:
+            suggestion = sched.suggest(trial_id)
+            if suggestion is None:
+                break  # the space is exhausted
+            if not suggestion.spawn_new_trial_id:
+                raise RuntimeError("a resume suggestion with type='stopping'")
+            config = suggestion.config
+            trial = Trial(trial_id=trial_id, config=config, creation_time=datetime.now())
+            sched.on_trial_add(trial)
+            params = from_config(config, space)
+            number = run.new_trial()
+            for e in range(1, run.epochs + 1):
+                value = run.epoch(params, e, number)
+                if value is None:
+                    sched.on_trial_error(trial)
+                    break
+                result = {"loss": value, "epoch": e}
+                decision = sched.on_trial_result(trial, result)
+                if e == run.epochs:
+                    sched.on_trial_complete(trial, result)
+                    break
+                if decision == SchedulerDecision.STOP:
+                    sched.on_trial_remove(trial)
+                    break
+                if decision == SchedulerDecision.PAUSE:
+                    raise RuntimeError("a PAUSE decision with type='stopping'")
+            trial_id += 1
+    except Exhausted:
+        pass
+
+
 METHODS = {
     "optuna-tpe-hyperband": lambda run, space, wd: run_optuna(run, space, "tpe", "hyperband"),
     "optuna-tpe-sha": lambda run, space, wd: run_optuna(run, space, "tpe", "sha"),
     "optuna-gp-median": lambda run, space, wd: run_optuna(run, space, "gp", "median"),
     "dehb": run_dehb,
     "smac-mf": run_smac,
+    "syne-asha": lambda run, space, wd: run_syne(run, space, "asha"),
+    "syne-mobster": lambda run, space, wd: run_syne(run, space, "mobster"),
+    "syne-hypertune": lambda run, space, wd: run_syne(run, space, "hypertune"),
 }
 
 IMPORTS = {
@@ -309,7 +407,41 @@ IMPORTS = {
     "optuna-gp-median": "optuna,torch",
     "dehb": "dehb",
     "smac-mf": "smac",
+    "syne-asha": "syne_tune.optimizer.baselines",
+    "syne-mobster": "syne_tune.optimizer.baselines,autograd",
+    "syne-hypertune": "syne_tune.optimizer.baselines,autograd",
 }
+
+
+def torch_env(root):
+    """The environment that makes the repository's CPU-usable torch importable: `.libtorch`
+    (scripts/setup.sh --libtorch, the torch 2.13.0 wheel unpacked) and `.venv/bench`
+    (scripts/setup.sh --bench: torch's pure-Python dependencies and the CUDA libraries that
+    torch/_C links against, never used on a CPU). Both go at the END of sys.path; the dynamic
+    loader finds the CUDA libraries only through LD_LIBRARY_PATH, which must be set before the
+    process starts (hence a re-exec). None when the trees are missing or LD_LIBRARY_PATH
+    already names them."""
+    nvidia = os.path.join(root, ".venv", "bench", "nvidia")
+    if not os.path.isdir(os.path.join(root, ".libtorch", "torch")) or not os.path.isdir(nvidia):
+        return None
+    libs = [os.path.join(nvidia, d, "lib") for d in sorted(os.listdir(nvidia))
+            if os.path.isdir(os.path.join(nvidia, d, "lib"))]
+    have = os.environ.get("LD_LIBRARY_PATH", "")
+    if all(lib in have.split(":") for lib in libs):
+        return None
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = ":".join(libs + ([have] if have else []))
+    paths = [os.path.join(root, ".libtorch"), os.path.join(root, ".venv", "bench")]
+    # After site-packages (as the .pth file puts them), not before: .venv/bench has a numpy of
+    # its own, and the venv's must win.
+    env["TUNE_MFBENCH_TORCH_PATHS"] = os.pathsep.join(paths)
+    return env
+
+
+def add_torch_paths():
+    for p in os.environ.get("TUNE_MFBENCH_TORCH_PATHS", "").split(os.pathsep):
+        if p and p not in sys.path:
+            sys.path.append(p)
 
 
 _SERVER = None
@@ -327,6 +459,9 @@ def run_task(task):
             logger.disable("dehb")
         except ImportError:
             pass
+        import logging
+
+        logging.getLogger("syne_tune").setLevel(logging.WARNING)  # an INFO line per suggestion
     run = Run(_SERVER, p, seed, budgets, chance)
     start = time.time()
     try:
@@ -355,7 +490,20 @@ def main():
     ap.add_argument("--jobs", type=int, default=1, help="runs side by side (processes)")
     ap.add_argument("--workdir", default="/tmp/mfbench-python")
     ap.add_argument("--json", help="also write every run's figures here")
+    ap.add_argument("--torch-root", default=os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")),
+                    help="the checkout whose .libtorch and .venv/bench (scripts/setup.sh --bench) give "
+                         "torch, for Optuna's GPSampler, when the venv has none (default: this script's)")
     args = ap.parse_args()
+
+    # Optuna's GPSampler imports torch. When it does not import, and this checkout has the
+    # torch of `setup.sh --bench`, start again with the loader path that torch needs.
+    add_torch_paths()
+    try:
+        import torch  # noqa: F401
+    except Exception:  # noqa: BLE001 - ImportError, or OSError from the loader
+        env = torch_env(args.torch_root)
+        if env is not None:
+            os.execve(sys.executable, [sys.executable] + sys.argv, env)
 
     listing = json.loads(subprocess.check_output([
         args.tune_bench, "multifidelity", "--list", "--problems", args.problems,
