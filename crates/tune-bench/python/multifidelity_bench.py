@@ -15,7 +15,8 @@ loss at that epoch, noise included, and the true final loss). No formula is port
 Accounting, as tune's harness does it:
   - every epoch trained costs 1; a run stops when it has spent its largest budget
     (budgets in full-trial equivalents: budget x the problem's epochs);
-  - a trial that continues (Optuna's pruners) pays only for the epochs it trains; an optimizer
+  - a trial that continues (Optuna's pruners, Syne Tune's stopping schedulers) pays only for
+    the epochs it trains; an optimizer
     that evaluates a configuration at a fidelity from scratch (DEHB, SMAC) pays that many
     epochs for each evaluation (neither resumes a run);
   - at each budget, the measure is the TRUE final loss of the complete trial (one trained to
@@ -32,18 +33,30 @@ Methods (--methods, comma list; default all that import):
                          reduction_factor=3)
   optuna-tpe-sha         Optuna TPESampler + SuccessiveHalvingPruner(min_resource=1,
                          reduction_factor=3)
-  optuna-gp-median       Optuna GPSampler + MedianPruner() (GPSampler needs torch)
+  optuna-gp-median       Optuna GPSampler + MedianPruner() (GPSampler needs torch: the venv's, else
+                         the checkout's .libtorch + .venv/bench of `scripts/setup.sh --bench`,
+                         through a re-exec with LD_LIBRARY_PATH; see --torch-root)
   dehb                   DEHB (`dehb`), min fidelity 1, max fidelity epochs, eta 3, one worker
   smac-mf                SMAC3's MultiFidelityFacade (Hyperband intensifier, eta 3)
-  Syne Tune (ASHA, MOBSTER, Hyper-Tune on its simulated backend): not driven by this script yet.
+  syne-asha              Syne Tune 0.13 ASHA        } HyperbandScheduler, type="stopping",
+  syne-mobster           Syne Tune 0.13 MOBSTER     } grace period 1, reduction factor 3,
+  syne-hypertune         Syne Tune 0.13 Hyper-Tune  } max_t = epochs (Hyper-Tune: every bracket)
+                         driven ask/tell (suggest, on_trial_add, on_trial_result per epoch,
+                         on_trial_complete / on_trial_remove / on_trial_error), one worker, no
+                         backend processes; a trial continues until the scheduler stops it.
 
-What did not install or run in the first recording (2026-11-26, Python 3.11, x86-64 Linux, the
-shared 2-core EPYC, pip from PyPI; BENCHMARKS.md, "Learning curves", says the same):
-  - optuna-gp-median: Optuna's GPSampler imports torch, and torch from PyPI is the CUDA build
-    with several GB of NVIDIA wheels; not installed on the 2-core machine, so not run;
-  - smac-mf: `pip install smac` was still building its source-only dependencies (pynisher, pyrfr
-    needs SWIG and a C++ build) when the run started, then failed on a momentarily full disk; not run;
-  - Syne Tune: not installed (`syne-tune` is in the requirements) and no driver here yet.
+Seconds per run vary by far more than the methods' figures: on the shared 2-core machine one run
+at budget 10 took about 1 s (Optuna GP, TPE, DEHB, ASHA), 15 s (SMAC) and 90-140 s (MOBSTER,
+Hyper-Tune); Optuna GP + MedianPruner at budget 30 took 719 s for one run (525 trials, most
+pruned at their first epoch, each ask refitting the GP). --progress keeps the runs of a long call
+that is cut short; --from-progress prints their table.
+
+What installs (2026-11-27, Python 3.11, x86-64 Linux, pip from PyPI, `scripts/setup.sh
+--mfbench`): Optuna 5.0.0, DEHB 0.1.2, SMAC 2.4.1 (its random forest is scikit-learn's since
+2.4: no pyrfr, SWIG or C++ build), Syne Tune 0.13.0 with autograd (0.14 and later have no
+MOBSTER or Hyper-Tune), numpy 1.26 (DEHB and Syne Tune 0.13 require numpy < 2). Not from PyPI:
+torch, whose Linux wheel there is the CUDA build with several GB of NVIDIA wheels and which has
+no CPU-only build on PyPI; the checkout's torch 2.13.0 of `setup.sh --bench` serves instead.
 A method whose import fails is named on standard error and left out of the table.
 """
 
@@ -479,6 +492,36 @@ def score(best, opt, ref):
     return max(-100.0, min(100.0, 100.0 * (1.0 - (best - opt) / den)))
 
 
+def print_table(methods, problems, budgets, results, ref_seeds):
+    """The table of `results[method][problem][seed]` (a run's figures, None: failed); a seed
+    whose runs are not all there (a cut --progress file) counts with the problems it has."""
+    seeds = sorted({s for m in methods for runs in results.get(m, {}).values() for s in runs})
+    heads = "".join(f" mean @{b:g} | worst seed @{b:g} |" for b in budgets)
+    print(f"learning-curve problems: {len(problems)} ({', '.join(p['name'] for p in problems)}), "
+          f"seeds {', '.join(map(str, seeds))}; score: 100 = optimum, 0 = random search without pruning "
+          f"(median of {ref_seeds} seeds, tune-bench's) at the same compute")
+    print()
+    print(f"| method |{heads} trials | runs | failed runs |")
+    print("|---|" + "---|---|" * len(budgets) + "---|---|---|")
+    for m in methods:
+        runs = [(p, s, results.get(m, {}).get(p["name"], {}).get(s, "missing")) for s in seeds for p in problems]
+        runs = [(p, s, r) for p, s, r in runs if r != "missing"]
+        row = f"| {m} |"
+        failed = sum(1 for *_, r in runs if r is None)
+        for b in range(len(budgets)):
+            per_seed = {}
+            for p, s, r in runs:
+                if r is not None:
+                    per_seed.setdefault(s, []).append(score(r["best"][b], p["optimum"], p["reference"][b]))
+            all_scores = [x for sc in per_seed.values() for x in sc]
+            mean = statistics.fmean(all_scores) if all_scores else math.nan
+            worst = min((statistics.fmean(sc) for sc in per_seed.values()), default=math.nan)
+            row += f" {mean:.1f} | {worst:.1f} |"
+        trials = [r["trials"] for *_, r in runs if r]
+        row += f" {statistics.fmean(trials) if trials else math.nan:.0f} | {len(runs)} | {failed} |"
+        print(row)
+
+
 def main():
     ap = argparse.ArgumentParser(description="other optimizers on tune's learning-curve problems")
     ap.add_argument("--tune-bench", default="target/release/tune-bench")
@@ -490,9 +533,12 @@ def main():
     ap.add_argument("--jobs", type=int, default=1, help="runs side by side (processes)")
     ap.add_argument("--workdir", default="/tmp/mfbench-python")
     ap.add_argument("--json", help="also write every run's figures here")
+    ap.add_argument("--progress", help="append a JSON line per finished run here as it finishes")
     ap.add_argument("--torch-root", default=os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")),
                     help="the checkout whose .libtorch and .venv/bench (scripts/setup.sh --bench) give "
                          "torch, for Optuna's GPSampler, when the venv has none (default: this script's)")
+    ap.add_argument("--from-progress", help="run nothing: the table of these --progress files (comma "
+                    "list; the budgets must be those of the runs, or a prefix of them)")
     args = ap.parse_args()
 
     # Optuna's GPSampler imports torch. When it does not import, and this checkout has the
@@ -511,6 +557,17 @@ def main():
     ], text=True))
     budgets = listing["budgets"]
     problems = listing["problems"]
+    if args.from_progress:
+        results, methods = {}, []
+        for path in args.from_progress.split(","):
+            with open(path) as f:
+                for line in f:
+                    x = json.loads(line)
+                    if x["method"] not in methods:
+                        methods.append(x["method"])
+                    results.setdefault(x["method"], {}).setdefault(x["problem"], {})[x["seed"]] = x["run"]
+        print_table(methods, problems, budgets, results, listing["ref_seeds"])
+        return
     methods = []
     for m in args.methods.split(","):
         if m not in METHODS:
@@ -525,36 +582,20 @@ def main():
     t0 = time.time()
     tasks = [(m, p, seed, budgets, listing["chance"], args.tune_bench, args.problems, args.workdir)
              for m in methods for p in problems for seed in range(args.seeds)]
+    progress = open(args.progress, "a") if args.progress else None
+    outcomes = []
     with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        outcomes = list(pool.map(run_task, tasks))
+        for (m, p, seed, *_), r in zip(tasks, pool.map(run_task, tasks)):
+            outcomes.append(r)
+            if progress:
+                # One line per finished run: a long run that is cut short keeps what it did.
+                progress.write(json.dumps({"method": m, "problem": p["name"], "seed": seed, "run": r}) + "\n")
+                progress.flush()
     results = {}
     for (m, p, seed, *_), r in zip(tasks, outcomes):
         results.setdefault(m, {}).setdefault(p["name"], {})[seed] = r
 
-    heads = "".join(f" mean @{b:g} | worst seed @{b:g} |" for b in budgets)
-    print(f"learning-curve problems: {len(problems)} ({', '.join(p['name'] for p in problems)}), "
-          f"{args.seeds} seeds; score: 100 = optimum, 0 = random search without pruning (median of "
-          f"{listing['ref_seeds']} seeds, tune-bench's) at the same compute")
-    print()
-    print(f"| method |{heads} trials | failed runs |")
-    print("|---|" + "---|---|" * len(budgets) + "---|---|")
-    for m in methods:
-        row = f"| {m} |"
-        failed = sum(1 for p in problems for s in range(args.seeds) if results[m][p["name"]][s] is None)
-        for b in range(len(budgets)):
-            per_seed = []
-            for s in range(args.seeds):
-                scores = [score(results[m][p["name"]][s]["best"][b], p["optimum"], p["reference"][b])
-                          for p in problems if results[m][p["name"]][s] is not None]
-                if scores:
-                    per_seed.append(scores)
-            all_scores = [x for sc in per_seed for x in sc]
-            mean = statistics.fmean(all_scores) if all_scores else math.nan
-            worst = min((statistics.fmean(sc) for sc in per_seed), default=math.nan)
-            row += f" {mean:.1f} | {worst:.1f} |"
-        trials = [r["trials"] for p in problems for r in results[m][p["name"]].values() if r]
-        row += f" {statistics.fmean(trials) if trials else math.nan:.0f} | {failed} |"
-        print(row)
+    print_table(methods, problems, budgets, results, listing["ref_seeds"])
     print(f"\n{time.time() - t0:.0f} s")
     if args.json:
         with open(args.json, "w") as f:
