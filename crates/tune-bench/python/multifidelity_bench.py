@@ -46,7 +46,7 @@ Methods (--methods, comma list; default all that import):
                          backend processes; a trial continues until the scheduler stops it.
 
 Seconds per run vary by far more than the methods' figures: on the shared 2-core machine one run
-at budget 10 took about 1 s (Optuna GP, TPE, DEHB, ASHA), 15 s (SMAC) and 90-140 s (MOBSTER,
+at budget 10 took about 1 s (Optuna GP, TPE, DEHB, ASHA), 15 s (SMAC) and 30-420 s (MOBSTER,
 Hyper-Tune); Optuna GP + MedianPruner at budget 30 took 719 s for one run (525 trials, most
 pruned at their first epoch, each ask refitting the GP). --progress keeps the runs of a long call
 that is cut short; --from-progress prints their table.
