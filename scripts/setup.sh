@@ -25,8 +25,9 @@
 #   .venv/      (with --python-tests --postgres) psycopg2-binary too, for Optuna on PostgreSQL.
 #   .venv-mfbench (with --mfbench) the other optimizers of the side-by-side learning-curve
 #               benchmark (crates/tune-bench/python/requirements-mfbench.txt: Optuna, SMAC3, DEHB,
-#               Syne Tune), one package at a time: one that does not install is named and skipped.
-#               Never needed by the tests.
+#               Syne Tune 0.13), one package at a time: one that does not install is named and
+#               skipped. Optuna's GPSampler uses the torch of --bench when it is there. Never
+#               needed by the tests.
 #   tmux        (with --python-tests) for the end-to-end test of the live UI.
 #   ShellCheck  (with --python-tests) for the test that checks every shell script we ship.
 #   chromium    (with --python-tests) Debian's Chromium, for the test that opens `tune report`'s
@@ -218,11 +219,23 @@ fi
 if [ "$WANT_MFBENCH" = yes ]; then
   echo "setup: installing the side-by-side benchmark's optimizers into .venv-mfbench" >&2
   [ -x .venv-mfbench/bin/python ] || "$PY" -m venv .venv-mfbench
-  grep -v '^ *#' crates/tune-bench/python/requirements-mfbench.txt | while read -r req; do
-    [ -n "$req" ] || continue
-    .venv-mfbench/bin/python -m pip install --quiet --disable-pip-version-check "$req" ||
+  mf_failed=
+  while read -r req; do
+    case "$req" in '' | '#'*) continue ;; esac
+    if ! .venv-mfbench/bin/python -m pip install --quiet --disable-pip-version-check "$req"; then
       echo "setup: $req did not install into .venv-mfbench; the benchmark leaves it out" >&2
-  done
+      mf_failed="$mf_failed $req"
+    fi
+  done < crates/tune-bench/python/requirements-mfbench.txt
+  # Optuna's GPSampler (the GP + MedianPruner row) needs torch, which PyPI has only as the CUDA
+  # build (several GB): the harness uses this checkout's .libtorch and .venv/bench instead.
+  if .venv-mfbench/bin/python -c 'import torch' >/dev/null 2>&1; then :
+  elif [ -d .libtorch/torch ] && [ -d .venv/bench/nvidia ]; then
+    echo "setup: Optuna's GPSampler will import the torch of .libtorch and .venv/bench" >&2
+  else
+    echo "setup: no torch for Optuna's GPSampler (optuna-gp-median is left out): run scripts/setup.sh --bench (about 3 GB) for it" >&2
+  fi
+  [ -z "$mf_failed" ] || echo "setup: not installed into .venv-mfbench:$mf_failed" >&2
 fi
 
 # scikit-learn, which Optuna's fANOVA evaluator fits its forest with (the fANOVA agreement test),
