@@ -247,12 +247,11 @@ fn a_complete_trial_with_a_nan_value_is_left_out_and_counted() {
     }
 }
 
-/// 10 000 trials with 20-step curves: every figure stays small (downsampled) and draws fast, and
-/// says what it left out.
+/// 10 000 trials with 20-step curves: every figure stays small (downsampled) and says what it
+/// left out. (How fast: `tune bench report`, BENCHMARKS.md, not a timed test.)
 #[test]
-fn ten_thousand_trials_draw_every_figure_small_and_fast() {
+fn ten_thousand_trials_draw_every_figure_small() {
     let v = view(10_000, true);
-    let t = std::time::Instant::now();
     for f in ALL {
         let s = svg(&v, &f, SIZE).expect("draws");
         assert!(s.len() < 1_500_000, "{f:?}: {} bytes", s.len());
@@ -261,8 +260,6 @@ fn ten_thousand_trials_draw_every_figure_small_and_fast() {
     assert!(history.contains("drawn: the best half"), "{history}");
     let timeline = svg(&v, &Figure::Timeline, SIZE).expect("draws");
     assert!(timeline.contains("merged"), "{timeline}");
-    // Generous for a debug build on a loaded machine; the release figure is in BENCHMARKS.md.
-    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
 }
 
 #[test]
