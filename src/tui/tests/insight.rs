@@ -10,14 +10,14 @@ use crate::space::{Param, ParamKind, ParamValue, Params, Space};
 use crate::tui::state::InsightTab;
 
 /// `s` with the insight screen open on `tab`.
-fn on(mut s: UiState, tab: InsightTab) -> UiState {
+pub(super) fn on(mut s: UiState, tab: InsightTab) -> UiState {
     s.handle_key(key('i'));
     s.insight.tab = tab;
     s
 }
 
 /// Every view of the insight screen, one after the other, each under its name.
-fn all_tabs(s: &mut UiState, w: u16, h: u16) -> String {
+pub(super) fn all_tabs(s: &mut UiState, w: u16, h: u16) -> String {
     if s.screen != Screen::Insight {
         s.handle_key(key('i'));
     }
@@ -31,7 +31,7 @@ fn all_tabs(s: &mut UiState, w: u16, h: u16) -> String {
 
 /// A running study (28 trials done: each slot's last one ended before the running ones
 /// started) with its CUDA slots' trials (slots 0 and 1) sampled by NVML.
-fn running_with_gpu() -> UiState {
+pub(super) fn running_with_gpu() -> UiState {
     let mut s = state_with(28, 4, 4, Some(100));
     for n in 0..32u64 {
         let slot = s.trial(TrialNumber(n)).and_then(|t| t.slot).unwrap_or(9);
@@ -50,14 +50,14 @@ fn running_with_gpu() -> UiState {
     s
 }
 
-fn finished_study() -> UiState {
+pub(super) fn finished_study() -> UiState {
     let mut s = state_with(60, 0, 4, Some(60));
     finished(&mut s, "budget spent");
     s
 }
 
 /// A two-objective study: val_loss (min) and samples_per_s (max), 30 complete trials.
-fn two_objectives() -> UiState {
+pub(super) fn two_objectives() -> UiState {
     let mut s = UiState::new(Mode::Live, false, t0());
     let mut i = info(Some(40), 2);
     i.others = vec![crate::trial::Objective {
@@ -95,7 +95,7 @@ fn two_objectives() -> UiState {
 
 /// A study whose space is `space` and whose trials `0..n` have `params(k)`, report `val_loss`
 /// for as many epochs as `outcome(k)` says, and end in its state with its value.
-fn study_of(
+pub(super) fn study_of(
     space: Option<Space>,
     n: u64,
     params: impl Fn(u64) -> Params,
@@ -140,7 +140,7 @@ fn study_of(
     s
 }
 
-fn one_param_space() -> Space {
+pub(super) fn one_param_space() -> Space {
     Space::new(vec![Param {
         name: "lr".into(),
         kind: ParamKind::Float {
@@ -154,7 +154,7 @@ fn one_param_space() -> Space {
     .expect("a valid space")
 }
 
-fn categorical_space() -> Space {
+pub(super) fn categorical_space() -> Space {
     let choices = |cs: &[&str]| ParamKind::Categorical {
         choices: cs.iter().map(|c| ParamValue::Str(c.to_string())).collect(),
     };
@@ -173,11 +173,11 @@ fn categorical_space() -> Space {
     .expect("a valid space")
 }
 
-fn only(name: &str, p: Params) -> Params {
+pub(super) fn only(name: &str, p: Params) -> Params {
     p.into_iter().filter(|(k, _)| k == name).collect()
 }
 
-fn categorical_params(k: u64) -> Params {
+pub(super) fn categorical_params(k: u64) -> Params {
     let mut p = only("optimizer", params(k));
     let act = ["relu", "gelu"][(k % 2) as usize];
     p.insert("activation".into(), ParamValue::Str(act.into()));
@@ -440,215 +440,4 @@ fn ten_thousand_trials_recompute_by_growth_or_timer_not_per_trial() {
     s.tick(s.now + crate::tui::state::RECOMPUTE_AFTER);
     assert_eq!(s.insight.cache.rankings[0].trials, 10_000);
     assert_eq!(s.insight.cache.complete(), 10_000);
-}
-
-// ----- snapshots ------------------------------------------------------------------------------
-
-#[test]
-fn snapshot_importance_and_slice_running_80x24() {
-    let s = on(state_with(30, 4, 4, Some(100)), InsightTab::Importance);
-    insta::assert_snapshot!(screen(&s, 80, 24));
-}
-
-#[test]
-fn snapshot_importance_and_slice_finished_160x48() {
-    let s = on(finished_study(), InsightTab::Importance);
-    insta::assert_snapshot!(screen(&s, 160, 48));
-}
-
-#[test]
-fn snapshot_slice_of_a_categorical_parameter_80x24() {
-    let mut s = on(finished_study(), InsightTab::Importance);
-    s.insight.param = Some("optimizer".into());
-    insta::assert_snapshot!(screen(&s, 80, 24));
-}
-
-#[test]
-fn snapshot_pair_running_80x24() {
-    let s = on(state_with(30, 4, 4, Some(100)), InsightTab::Pair);
-    insta::assert_snapshot!(screen(&s, 80, 24));
-}
-
-#[test]
-fn snapshot_pair_with_a_categorical_axis_160x48() {
-    let mut s = on(finished_study(), InsightTab::Pair);
-    s.insight.param = Some("lr".into());
-    s.insight.pair = Some("optimizer".into());
-    insta::assert_snapshot!(screen(&s, 160, 48));
-}
-
-#[test]
-fn snapshot_parallel_running_80x24() {
-    let s = on(state_with(30, 4, 4, Some(100)), InsightTab::Parallel);
-    insta::assert_snapshot!(screen(&s, 80, 24));
-}
-
-#[test]
-fn snapshot_parallel_finished_160x48() {
-    let s = on(finished_study(), InsightTab::Parallel);
-    insta::assert_snapshot!(screen(&s, 160, 48));
-}
-
-#[test]
-fn snapshot_timeline_running_with_gpus_80x24() {
-    let s = on(running_with_gpu(), InsightTab::Timeline);
-    insta::assert_snapshot!(screen(&s, 80, 24));
-}
-
-#[test]
-fn snapshot_timeline_running_with_gpus_160x48() {
-    let s = on(running_with_gpu(), InsightTab::Timeline);
-    insta::assert_snapshot!(screen(&s, 160, 48));
-}
-
-#[test]
-fn a_timeline_with_more_slots_than_rows_says_how_many_it_left_out() {
-    let s = on(state_with(60, 24, 24, None), InsightTab::Timeline);
-    let text = screen(&s, 80, 24);
-    assert!(
-        text.contains("(7 more slots on a taller terminal)"),
-        "{text}"
-    );
-    assert!(text.contains("16 cpu"), "{text}");
-    assert!(!text.contains("17 cpu"), "{text}");
-}
-
-#[test]
-fn snapshot_timeline_finished_without_telemetry_80x24() {
-    let s = on(finished_study(), InsightTab::Timeline);
-    insta::assert_snapshot!(screen(&s, 80, 24));
-}
-
-#[test]
-fn snapshot_two_objectives_second_picked_80x24() {
-    let mut s = on(two_objectives(), InsightTab::Importance);
-    s.handle_key(key('o'));
-    insta::assert_snapshot!(all_tabs(&mut s, 80, 24));
-}
-
-#[test]
-fn snapshot_insight_help_80x24() {
-    let mut s = on(state_with(30, 4, 4, Some(100)), InsightTab::Importance);
-    s.handle_key(key('?'));
-    insta::assert_snapshot!(screen(&s, 80, 24));
-}
-
-// ----- bad data: an honest empty view, never a panic ------------------------------------------
-
-#[test]
-fn snapshot_no_trials_80x24() {
-    let mut s = fresh(Direction::Minimize, Some(10));
-    let text = all_tabs(&mut s, 80, 24);
-    assert!(text.contains("needs 2 complete trials"), "{text}");
-    insta::assert_snapshot!(text);
-}
-
-#[test]
-fn snapshot_only_failed_trials_80x24() {
-    let mut s = study_of(Some(fixtures::space()), 6, params, |k| {
-        // Half reported a value before failing; half did not.
-        (TrialState::Failed, None, if k % 2 == 0 { 2 } else { 0 })
-    });
-    let text = all_tabs(&mut s, 80, 24);
-    assert!(text.contains("needs 2 complete trials"), "{text}");
-    insta::assert_snapshot!(text);
-}
-
-#[test]
-fn snapshot_one_parameter_80x24() {
-    let mut s = study_of(
-        Some(one_param_space()),
-        12,
-        |k| only("lr", params(k)),
-        |k| (TrialState::Complete, Some(fixtures::val_loss(k, 10)), 0),
-    );
-    let text = all_tabs(&mut s, 80, 24);
-    assert!(text.contains("this space has one"), "{text}");
-    insta::assert_snapshot!(text);
-}
-
-#[test]
-fn snapshot_categorical_only_space_80x24() {
-    let mut s = study_of(Some(categorical_space()), 16, categorical_params, |k| {
-        let v = 0.2 + 0.1 * (k % 3) as f64 + 0.05 * (k % 2) as f64;
-        if k % 7 == 6 {
-            (TrialState::Pruned, Some(v + 0.3), 3)
-        } else {
-            (TrialState::Complete, Some(v), 0)
-        }
-    });
-    insta::assert_snapshot!(all_tabs(&mut s, 80, 24));
-}
-
-#[test]
-fn snapshot_nan_values_80x24() {
-    let mut s = study_of(Some(fixtures::space()), 12, params, |k| {
-        let v = if k % 3 == 0 {
-            f64::NAN
-        } else {
-            fixtures::val_loss(k, 10)
-        };
-        (TrialState::Complete, Some(v), 0)
-    });
-    let text = all_tabs(&mut s, 80, 24);
-    // NaN trials leave the importance (8 of 12 count) and sit on the slice's bad edge.
-    assert!(text.contains("8 trials"), "{text}");
-    insta::assert_snapshot!(text);
-}
-
-#[test]
-fn without_a_declared_space_the_views_infer_one_from_the_trials() {
-    let mut s = study_of(None, 12, params, |k| {
-        (TrialState::Complete, Some(fixtures::val_loss(k, 10)), 0)
-    });
-    let text = all_tabs(&mut s, 160, 48);
-    let space = s.insight_space().expect("inferred from the trials");
-    assert_eq!(space.len(), 4);
-    assert!(space.get("optimizer").is_some_and(|p| p.is_categorical()));
-    assert!(text.contains("Importance"), "{text}");
-}
-
-#[test]
-fn without_colour_no_insight_view_has_a_coloured_cell() {
-    let mut s = on(running_with_gpu(), InsightTab::Importance);
-    for tab in InsightTab::ALL {
-        s.insight.tab = tab;
-        s.color = false;
-        let coloured = terminal(&s, 160, 48)
-            .backend()
-            .buffer()
-            .content()
-            .iter()
-            .filter(|c| c.fg != Color::Reset || c.bg != Color::Reset)
-            .count();
-        assert_eq!(coloured, 0, "{tab:?}");
-        s.color = true;
-        let t = terminal(&s, 160, 48);
-        assert!(
-            t.backend()
-                .buffer()
-                .content()
-                .iter()
-                .any(|c| c.fg != Color::Reset),
-            "{tab:?}"
-        );
-    }
-}
-
-#[test]
-fn every_insight_view_draws_at_tiny_sizes_without_panicking() {
-    let mut cases = vec![
-        running_with_gpu(),
-        finished_study(),
-        two_objectives(),
-        UiState::new(Mode::Live, false, t0()),
-    ];
-    for s in &mut cases {
-        for (w, h) in [(1, 1), (10, 5), (20, 8), (40, 12), (300, 100)] {
-            all_tabs(s, w, h);
-            s.handle_key(key('?'));
-            screen(s, w, h);
-            s.handle_key(key('?'));
-        }
-    }
 }

@@ -25,6 +25,7 @@ mod epochs;
 mod events;
 mod exploring;
 mod insight;
+mod insight_views;
 mod keys;
 mod multi;
 mod objective;
