@@ -15,7 +15,7 @@ use tune::builtin::{BuiltinTrial, parse_builtin};
 use tune::engine::{Engine, EngineSpec, Finish};
 use tune::pruner::PrunerConfig;
 use tune::runner::worker::WorkerRunner;
-use tune::runner::{RunEnd, StopRequest, TrialJob, TrialRunner};
+use tune::runner::{Progress, RunEnd, StopRequest, TrialJob, TrialRunner};
 use tune::sampler::{self, SamplerKind};
 use tune::space::Space;
 use tune::storage::MemoryStorage;
@@ -155,8 +155,15 @@ async fn run_study(path: &Path, dir: &Path) -> (Vec<f64>, f64) {
                 };
                 let res = runner.run(job, tx, stop_rx).await;
                 let mut e = engine.lock().expect("engine lock");
-                while let Ok(r) = rx.try_recv() {
-                    e.report(trial.id, r).expect("report");
+                while let Ok(p) = rx.try_recv() {
+                    match p {
+                        Progress::Report(r) => {
+                            e.report(trial.id, r).expect("report");
+                        }
+                        Progress::Checkpoint { step } => {
+                            e.checkpoint(trial.id, step).expect("checkpoint");
+                        }
+                    }
                 }
                 let finish = match res.end {
                     RunEnd::Finished => Finish::Ended,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tune::builtin::{BuiltinTrial, parse_builtin};
 use tune::runner::worker::WorkerRunner;
-use tune::runner::{RunEnd, RunResult, StopRequest, TrialJob, TrialRunner};
+use tune::runner::{Progress, RunEnd, RunResult, StopRequest, TrialJob, TrialRunner};
 use tune::space::{ParamValue, Params, Space};
 use tune::trial::{Report, TrialNumber};
 
@@ -64,12 +64,16 @@ async fn run(
     loop {
         tokio::select! {
             res = &mut fut => {
-                while let Ok(rep) = rx.try_recv() {
-                    reports.push(rep);
+                while let Ok(p) = rx.try_recv() {
+                    if let Progress::Report(rep) = p {
+                        reports.push(rep);
+                    }
                 }
                 return (res, reports);
             }
-            Some(rep) = rx.recv() => {
+            Some(p) = rx.recv() => {
+                // Checkpoints are the engine's business; these tests look at the reports.
+                let Progress::Report(rep) = p else { continue };
                 let s = on_report(&rep);
                 reports.push(rep);
                 if s != StopRequest::None {
