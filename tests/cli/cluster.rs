@@ -293,6 +293,16 @@ fn start(sb: &Sandbox, who: Who, secs: f64) -> std::process::Child {
         .expect("tune starts")
 }
 
+/// The failed trials of `trials` whose reason starts with `why`.
+fn failed_as<'a>(trials: &'a [Value], why: &str) -> Vec<&'a Value> {
+    trials
+        .iter()
+        .filter(|t| {
+            t["state"] == "failed" && t["error"].as_str().is_some_and(|e| e.starts_with(why))
+        })
+        .collect()
+}
+
 fn running(sb: &Sandbox) -> usize {
     states(sb).iter().filter(|(_, s)| s == "RUNNING").count()
 }
@@ -371,15 +381,7 @@ fn a_second_ctrl_c_stops_the_running_trials_records_them_interrupted_and_exits_1
         "{who:?}: {all}"
     );
     let trials = sb.trials("s.toml");
-    let interrupted = trials
-        .iter()
-        .filter(|t| {
-            t["state"] == "failed"
-                && t["error"]
-                    .as_str()
-                    .is_some_and(|e| e.starts_with("interrupted"))
-        })
-        .count();
+    let interrupted = failed_as(&trials, "interrupted").len();
     assert_eq!(interrupted, 2, "{who:?}: {trials:#?}");
     assert_eq!(counted(&trials), 0, "{who:?}: {trials:#?}");
 }
@@ -411,15 +413,7 @@ fn one_sigterm_preempts_the_running_trials_requeues_them_at_once_and_exits_75(#[
         "{who:?}: {all}"
     );
     let trials = sb.trials("s.toml");
-    let interrupted: Vec<&serde_json::Value> = trials
-        .iter()
-        .filter(|t| {
-            t["state"] == "failed"
-                && t["error"]
-                    .as_str()
-                    .is_some_and(|e| e.starts_with("interrupted"))
-        })
-        .collect();
+    let interrupted = failed_as(&trials, "interrupted");
     assert_eq!(interrupted.len(), 2, "{who:?}: {trials:#?}");
     assert_eq!(counted(&trials), 0, "{who:?}: not failures: {trials:#?}");
     let queued = trials.iter().filter(|t| t["state"] == "queued").count();
@@ -471,15 +465,7 @@ fn with_its_output_pipes_closed_sigterm_still_preempts_and_exits_75(#[case] who:
     );
     assert_eq!(status.code(), Some(75), "{who:?}: {status:?}");
     let trials = sb.trials("s.toml");
-    let interrupted = trials
-        .iter()
-        .filter(|t| {
-            t["state"] == "failed"
-                && t["error"]
-                    .as_str()
-                    .is_some_and(|e| e.starts_with("interrupted: preempted"))
-        })
-        .count();
+    let interrupted = failed_as(&trials, "interrupted: preempted").len();
     assert_eq!(interrupted, 2, "{who:?}: {trials:#?}");
     assert_eq!(
         trials.iter().filter(|t| t["state"] == "running").count(),
