@@ -315,6 +315,10 @@ pub struct PlotArgs {
     /// most important).
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     pub params: Vec<String>,
+    /// The objective the figures show, by number (0 is the first) or metric name; the first
+    /// when not given. Its Pareto front pairs it with the study's first objective.
+    #[arg(long, value_name = "N|METRIC")]
+    pub objective: Option<String>,
     /// The figure's width in pixels.
     #[arg(long, default_value_t = 900, value_parser = clap::value_parser!(u32).range(200..=8000))]
     pub width: u32,
@@ -355,6 +359,10 @@ pub struct ReportArgs {
     /// The HTML file to write (`.html` or `.htm`; its directory must exist).
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: PathBuf,
+    /// The objective the report is about, by number (0 is the first) or metric name; the
+    /// first when not given.
+    #[arg(long, value_name = "N|METRIC")]
+    pub objective: Option<String>,
 }
 
 /// How an insight command prints: text for people, JSON or CSV for scripts.

@@ -481,6 +481,29 @@ impl TrialStatus {
         }
     }
 
+    /// Makes objective `k` (≥ 1) the first, as a view of one objective reads it: a complete
+    /// trial's value trades places with its `k`-th objective's; a pruned trial's value (the
+    /// first objective's last report) becomes the last report of objective `k` on its `curve`
+    /// (that objective's, by step), or none.
+    pub fn promote_objective(&mut self, k: usize, curve: Option<&Vec<(u64, f64)>>) {
+        match self {
+            TrialStatus::Complete { value, others, .. } => {
+                match others.get_mut(k - 1) {
+                    Some(o) => std::mem::swap(value, o),
+                    // Not measured (a trial stored before the objective was added): no value,
+                    // not the first objective's under another name.
+                    None => *value = f64::NAN,
+                }
+            }
+            TrialStatus::Pruned { value, .. } => {
+                *value = curve
+                    .and_then(|c| c.iter().max_by_key(|p| p.0))
+                    .map(|p| p.1);
+            }
+            _ => {}
+        }
+    }
+
     /// A complete trial's values of the further objectives (empty otherwise).
     pub fn others(&self) -> &[f64] {
         match self {

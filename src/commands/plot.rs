@@ -13,7 +13,7 @@ use super::{bad, open_study, storage_fault};
 use crate::cli::{PlotArgs, PlotKind};
 use crate::insight::plot::{self, Figure, PlotError, StudyView};
 use crate::storage::{Storage, StorageUrl, StudyRow};
-use crate::trial::TrialNumber;
+use crate::trial::{Objective, TrialNumber};
 
 /// The file formats `tune plot` writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,7 +28,7 @@ pub fn plot(args: &PlotArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode
         _ => Format::Svg,
     };
     let figure = figure(args)?;
-    let (view, _, _) = load_view(&args.study, db)?;
+    let (view, _, _) = load_view(&args.study, db, args.objective.as_deref())?;
     let size = (args.width, args.height);
     let bytes = match format {
         Format::Svg => plot::svg(&view, &figure, size).map(String::into_bytes),
@@ -164,32 +164,72 @@ pub(crate) fn write_output(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 }
 
 /// Reads the study `r` names into a view of its trials and learning curves, read-only, as it
-/// is now (a running study too).
+/// is now (a running study too). `objective` (`--objective`: a number from 0 or a metric name)
+/// picks the objective the figures show; checked before the trials are read.
 pub(crate) fn load_view(
     r: &crate::cli::StudyRef,
     db: Option<&StorageUrl>,
+    objective: Option<&str>,
 ) -> anyhow::Result<(StudyView, Box<dyn Storage>, StudyRow)> {
     let (storage, study, _) = open_study(r, db)?;
-    let trials = storage.trials(&study, None).map_err(storage_fault)?;
+    let objectives = study.objectives();
+    let k = match objective {
+        Some(o) => pick_objective(&study.name, &objectives, o)?,
+        None => 0,
+    };
+    let metric = objectives[k].metric.clone();
+    let mut trials = storage.trials(&study, None).map_err(storage_fault)?;
     let reports = storage.reports(&study).map_err(storage_fault)?;
     let curves: BTreeMap<TrialNumber, Vec<(u64, f64)>> = reports
         .into_iter()
         .map(|(n, rs)| {
             let curve = rs
                 .iter()
-                .filter_map(|r| r.metrics.get(&study.metric).map(|v| (r.step, *v)))
+                .filter_map(|r| r.metrics.get(&metric).map(|v| (r.step, *v)))
                 .collect();
             (n, curve)
         })
         .collect();
+    let mut order = objectives;
+    if k > 0 {
+        order.swap(0, k);
+        for t in &mut trials {
+            t.status.promote_objective(k, curves.get(&t.number));
+        }
+    }
     let space = study_space(storage.as_ref(), &study)?;
-    let view = StudyView::new(
-        &study.name,
-        study.objectives(),
-        space,
-        trials,
-        curves,
-        SystemTime::now(),
-    );
+    let view = StudyView::new(&study.name, order, space, trials, curves, SystemTime::now());
     Ok((view, storage, study))
+}
+
+/// The objective `--objective` names: a number (0 is the first) or a metric's name.
+fn pick_objective(study: &str, objectives: &[Objective], o: &str) -> anyhow::Result<usize> {
+    let names = || {
+        objectives
+            .iter()
+            .enumerate()
+            .map(|(i, o)| format!("{i} `{}`", o.metric))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if let Ok(i) = o.trim().parse::<usize>() {
+        if i < objectives.len() {
+            return Ok(i);
+        }
+        return Err(bad(format!(
+            "--objective {i}: study `{study}` has {} objective{} (numbered from 0: {})",
+            objectives.len(),
+            if objectives.len() == 1 { "" } else { "s" },
+            names()
+        )));
+    }
+    objectives
+        .iter()
+        .position(|x| x.metric == o)
+        .ok_or_else(|| {
+            bad(format!(
+                "--objective {o:?}: study `{study}` has no objective of that name (its objectives: {})",
+                names()
+            ))
+        })
 }

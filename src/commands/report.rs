@@ -10,7 +10,7 @@ use crate::storage::StorageUrl;
 
 pub fn report(args: &ReportArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> {
     check_output(&args.output, &["html", "htm"])?;
-    let (view, storage, study) = load_view(&args.study, db)?;
+    let (view, storage, study) = load_view(&args.study, db, args.objective.as_deref())?;
     let stored = storage.study_file(&study).map_err(storage_fault)?;
     let path = stored.path.clone();
     let generated = chrono::Utc::now()

@@ -211,10 +211,16 @@ fn summary(page: &mut String, view: &StudyView, ctx: &ReportContext<'_>) {
     page.push_str("<div class=\"cols\"><div>\n<table>\n");
     row(page, "study", &view.name);
     row(page, "database", ctx.location);
+    // The objective the figures show comes first (`--objective` picks it).
+    let many = view.objectives.len() > 1;
     let objectives: Vec<String> = view
         .objectives
         .iter()
-        .map(|o| format!("{} ({})", o.metric, o.direction.as_str()))
+        .enumerate()
+        .map(|(i, o)| {
+            let shown = if i == 0 && many { ", shown" } else { "" };
+            format!("{} ({}{shown})", o.metric, o.direction.as_str())
+        })
         .collect();
     row(page, "objectives", &objectives.join(", "));
     let count = |s| view.count(s);
@@ -244,10 +250,10 @@ fn summary(page: &mut String, view: &StudyView, ctx: &ReportContext<'_>) {
     match best {
         Some((t, v)) => row(
             page,
-            if view.objectives.len() > 1 {
-                "best of the first objective"
+            &if view.objectives.len() > 1 {
+                format!("best of `{}` ({})", o.metric, o.direction.as_str())
             } else {
-                "best"
+                "best".to_string()
             },
             &format!(
                 "{} = {} (trial {}: {})",

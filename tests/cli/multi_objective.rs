@@ -211,3 +211,85 @@ print(json.dumps({
     }
     assert_eq!(seen["front"], serde_json::json!(front));
 }
+
+#[test]
+fn plot_and_report_show_the_objective_named_by_number_or_metric() {
+    let sb = Sandbox::new();
+    sb.write("trial.sh", TRIAL);
+    sb.write("s.toml", &mo_study("mo_plot", 10, "random"));
+    sb.ok(&["run", "s.toml", "--no-tui"]);
+    let all = sb.trials("s.toml");
+    let best = |i: usize| {
+        all.iter()
+            .map(|t| t["values"][i].as_f64().expect("a value"))
+            .fold(f64::INFINITY, f64::min)
+    };
+    let (best_loss, best_cost) = (best(0), best(1));
+    assert!(
+        best_loss != best_cost,
+        "the two objectives must differ for this test"
+    );
+    let summary = |args: &[&str]| {
+        let mut a = vec!["report", "s.toml", "-o", "r.html"];
+        a.extend_from_slice(args);
+        sb.ok(&a);
+        let page = std::fs::read_to_string(sb.join("r.html")).expect("the report");
+        crate::report::section(&page, "summary").to_string()
+    };
+    // The first objective by default; the second by number and by name, the same page.
+    let first = summary(&[]);
+    assert!(first.contains("best of `loss`"), "{first}");
+    let by_number = summary(&["--objective", "1"]);
+    assert!(by_number.contains("best of `cost`"), "{by_number}");
+    let by_name = summary(&["--objective", "cost"]);
+    assert_eq!(by_number, by_name);
+    // The best cost is its own trial's value, not the best loss's trial's.
+    let shown = |s: &str, metric: &str| -> f64 {
+        let at = s.find(&format!("{metric} = ")).expect("the best row") + metric.len() + 3;
+        s[at..]
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .expect("a number")
+    };
+    // (Six significant digits on the page.)
+    let near = |a: f64, b: f64| (a - b).abs() <= 1e-5 * b.abs().max(1e-3);
+    assert!(near(shown(&by_name, "cost"), best_cost), "{by_name}");
+    assert!(near(shown(&first, "loss"), best_loss), "{first}");
+    assert!(
+        by_name.contains("cost (minimize, shown), loss (minimize)"),
+        "{by_name}"
+    );
+    // Figures name the objective they draw.
+    sb.ok(&[
+        "plot",
+        "history",
+        "s.toml",
+        "--objective",
+        "cost",
+        "-o",
+        "h.svg",
+    ]);
+    let svg = std::fs::read_to_string(sb.join("h.svg")).expect("the figure");
+    assert!(svg.contains("history of `cost`"), "the history of cost");
+    // An objective the study lacks: exit 2, naming what it has, and nothing written.
+    for bad in ["2", "latency", "1.5"] {
+        let out = sb
+            .tune(&[
+                "plot",
+                "history",
+                "s.toml",
+                "--objective",
+                bad,
+                "-o",
+                "x.svg",
+            ])
+            .output()
+            .expect("tune");
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", text(&out));
+        let err = stderr(&out);
+        assert!(err.contains("--objective"), "{bad}: {err}");
+        assert!(err.contains("0 `loss`, 1 `cost`"), "{bad}: {err}");
+        assert!(!sb.join("x.svg").exists(), "{bad}: wrote a figure");
+    }
+}
