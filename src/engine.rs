@@ -228,6 +228,9 @@ pub struct Engine {
     /// every report made a long study's reports quadratic.
     curves: Vec<TrialCurve>,
     running: BTreeMap<TrialId, Live>,
+    /// The reports a re-run's first report copied from its earlier attempt (`resume_curve`),
+    /// until the caller takes them ([`Engine::take_resumed`]) to show them.
+    resumed: Vec<Report>,
 }
 
 impl Engine {
@@ -269,6 +272,7 @@ impl Engine {
                 .collect(),
             resource: spec.pruner.resource().to_string(),
             curves: Vec::new(),
+            resumed: Vec::new(),
             running: BTreeMap::new(),
         };
         engine.refresh_curves()?;
@@ -468,6 +472,7 @@ impl Engine {
             if value.is_some() {
                 live.last_value = value;
             }
+            self.resumed.push(report.clone());
             if value.is_some() && self.pruner.judges() {
                 self.running_curve(number).reports.push(report);
             }
@@ -534,9 +539,18 @@ impl Engine {
         Ok(())
     }
 
+    /// The reports that the last [`Engine::report`] copied into a resumed trial's curve from
+    /// its earlier attempt (those before the checkpoint it resumed from), in step order; empty
+    /// otherwise. Whoever shows a running trial's curve (the live UI, the predictions) emits
+    /// them before the report itself, so the curve is whole there too, not only in storage.
+    pub fn take_resumed(&mut self) -> Vec<Report> {
+        std::mem::take(&mut self.resumed)
+    }
+
     /// Stores a report of a running trial and asks the pruner about it. A report marked
     /// final (`"final": true`) is stored as such and never judged.
     pub fn report(&mut self, id: TrialId, mut report: Report) -> Result<Decision, StorageError> {
+        self.resumed.clear();
         if self.running.get(&id).is_some_and(|l| !l.started) {
             self.resume_curve(id, report.step)?;
         }
@@ -1011,7 +1025,12 @@ mod tests {
             // Attempt 3 resumes from attempt 1's checkpoint at step 4: its first report is 5.
             let a3 = e.ask(0, "cpu").expect("ask").expect("attempt 3");
             e.report(a3.id, report(5, 0.19)).expect("r");
+            // The copied reports are handed over once, to be shown (the live UI's curve).
+            let shown: Vec<u64> = e.take_resumed().iter().map(|r| r.step).collect();
+            assert_eq!(shown, vec![1, 2, 3, 4]);
+            assert!(e.take_resumed().is_empty(), "taken once");
             e.report(a3.id, report(6, 0.15)).expect("r");
+            assert!(e.take_resumed().is_empty(), "only the first report copies");
             assert_eq!(
                 steps(&e, a3.id),
                 vec![
@@ -1029,6 +1048,10 @@ mod tests {
             // Attempt 4 starts over (its script ignored the checkpoint): nothing is kept.
             let a4 = e.ask(0, "cpu").expect("ask").expect("attempt 4");
             e.report(a4.id, report(1, 0.9)).expect("r");
+            assert!(
+                e.take_resumed().is_empty(),
+                "a restart from scratch copies nothing"
+            );
             assert_eq!(steps(&e, a4.id), vec![(1, 0.9)]);
             let done = e.finish(a4.id, Finish::Ended, &[]).expect("finish");
             assert_eq!(done.value(), Some(0.9));

@@ -633,6 +633,14 @@ impl Scheduler {
             }
             other => other?,
         };
+        // A resumed trial's curve up to its checkpoint, copied from its earlier attempt.
+        for report in self.engine.take_resumed() {
+            self.emit(Event::TrialReported {
+                number: b.number,
+                slot,
+                report,
+            });
+        }
         self.emit(Event::TrialReported {
             number: b.number,
             slot,
