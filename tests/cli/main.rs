@@ -18,6 +18,7 @@ mod gpu_telemetry;
 mod hardening;
 mod importance;
 mod multi_host;
+mod multi_host_preempt;
 mod multi_objective;
 mod optuna_compat;
 mod postgres;

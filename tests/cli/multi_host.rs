@@ -30,7 +30,7 @@ const CUT: Duration = Duration::from_secs(15);
 /// The whole study never takes this long; past it the test fails instead of hanging.
 const LIMIT: Duration = Duration::from_secs(120);
 
-fn required() -> bool {
+pub(crate) fn required() -> bool {
     std::env::var("TUNE_REQUIRE_PG").as_deref() == Ok("1")
 }
 
@@ -53,14 +53,14 @@ fn sh(args: &[&str]) -> Result<(), String> {
 
 /// Machines as network namespaces on one bridge, named after this test process so that runs
 /// side by side never meet; all removed on drop, panic or not.
-struct Net {
+pub(crate) struct Net {
     pid: u32,
-    machines: Vec<String>,
+    pub(crate) machines: Vec<String>,
     subnet: (u32, u32),
 }
 
 impl Net {
-    fn new(machines: &[&str]) -> Result<Net, String> {
+    pub(crate) fn new(machines: &[&str]) -> Result<Net, String> {
         remove_leftovers();
         let pid = std::process::id();
         // 10.X.Y.0/24 from the pid; the bridge has no address here, so it never meets this
@@ -104,11 +104,11 @@ impl Net {
         format!("{PREFIX}{}h{i}", self.pid)
     }
 
-    fn addr(&self, i: usize) -> String {
+    pub(crate) fn addr(&self, i: usize) -> String {
         format!("10.{}.{}.{}", self.subnet.0, self.subnet.1, i + 1)
     }
 
-    fn cidr(&self) -> String {
+    pub(crate) fn cidr(&self) -> String {
         format!("10.{}.{}.0/24", self.subnet.0, self.subnet.1)
     }
 
@@ -125,7 +125,7 @@ impl Net {
 
     /// A command on machine `i`, with host name `host`, in a PID namespace of its own (so that
     /// killing its first process kills every process it started).
-    fn command(&self, i: usize, host: &str, program: &str) -> Command {
+    pub(crate) fn command(&self, i: usize, host: &str, program: &str) -> Command {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.machines[i]])
             .args([
@@ -188,14 +188,14 @@ fn remove_leftovers() {
 }
 
 /// A process on a machine, its output in files; killed with its whole PID namespace on drop.
-struct Proc {
+pub(crate) struct Proc {
     child: Option<Child>,
     out: std::path::PathBuf,
     err: std::path::PathBuf,
 }
 
 impl Proc {
-    fn spawn(mut cmd: Command, dir: &Path, name: &str) -> Proc {
+    pub(crate) fn spawn(mut cmd: Command, dir: &Path, name: &str) -> Proc {
         let out = dir.join(format!("{name}.out"));
         let err = dir.join(format!("{name}.err"));
         let child = cmd
@@ -212,7 +212,7 @@ impl Proc {
 
     /// SIGKILL to the first process of the PID namespace (`unshare`'s child): the kernel
     /// then kills every process in it, trials included.
-    fn kill_machine(&mut self) {
+    pub(crate) fn kill_machine(&mut self) {
         let Some(child) = self.child.as_mut() else {
             return;
         };
@@ -226,8 +226,28 @@ impl Proc {
         let _ = child.wait();
     }
 
+    /// `sig` to the machine's own process (`unshare`'s child, the first of its PID namespace:
+    /// `unshare` passes no signal on, and the kernel delivers one from outside the namespace
+    /// to its first process only when that installed a handler, as tune does for SIGTERM).
+    pub(crate) fn signal(&self, sig: &str) {
+        let Some(child) = self.child.as_ref() else {
+            return;
+        };
+        let pid = child.id();
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        for init in children.split_whitespace() {
+            sh(&["kill", &format!("-{sig}"), init]).expect("a signal");
+        }
+    }
+
+    /// The process's exit status if it has ended, without waiting.
+    pub(crate) fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut()?.try_wait().ok().flatten()
+    }
+
     /// Waits for the process to end (failing the test past `limit`) and returns its output.
-    fn wait(&mut self, limit: Duration) -> Output {
+    pub(crate) fn wait(&mut self, limit: Duration) -> Output {
         let child = self.child.as_mut().expect("still held");
         let status = crate::common::wait_within(child, limit);
         self.child = None;
@@ -238,7 +258,7 @@ impl Proc {
         }
     }
 
-    fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         std::fs::read_to_string(&self.err).unwrap_or_default()
     }
 }
@@ -280,10 +300,15 @@ command = ["sh", "trial.sh", "{{x}}"]
 const TRIAL: &str =
     "sleep 0.4\necho \"$TUNE_TRIAL\" >> done.txt\necho \"tune: {\\\"loss\\\": $1}\"\n";
 
-/// One number from `psql`.
+/// One number from `psql` in this test's database.
 fn count(server: &PgServer, sql: &str) -> u64 {
+    count_in(server, "many", sql)
+}
+
+/// One number from `psql` in database `db` (0 when there is none yet).
+pub(crate) fn count_in(server: &PgServer, db: &str, sql: &str) -> u64 {
     server
-        .psql("many", sql)
+        .psql(db, sql)
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(0)
@@ -301,7 +326,12 @@ fn on_host(server: &PgServer, state: &str, host: &str) -> u64 {
     )
 }
 
-fn poll(what: &str, deadline: Instant, procs: &mut [&mut Proc], mut cond: impl FnMut() -> bool) {
+pub(crate) fn poll(
+    what: &str,
+    deadline: Instant,
+    procs: &mut [&mut Proc],
+    mut cond: impl FnMut() -> bool,
+) {
     while !cond() {
         for p in procs.iter_mut() {
             if let Some(c) = p.child.as_mut()
