@@ -6,6 +6,7 @@ mod attempts;
 mod bad_input;
 mod bench;
 mod bounds;
+mod checkpoint_faults;
 mod cluster;
 mod command_trials;
 mod common;
