@@ -51,23 +51,31 @@ fn sh(args: &[&str]) -> Result<(), String> {
     }
 }
 
-/// Machines as network namespaces on one bridge, named after this test process so that runs
-/// side by side never meet; all removed on drop, panic or not.
+/// Machines as network namespaces on one bridge, named after this test process and a letter
+/// of its own (tests of one process run side by side: two `Net`s of the same names would
+/// take each other's bridge, and one that failed to start would remove the other's), so that
+/// runs side by side never meet; all removed on drop, panic or not.
 pub(crate) struct Net {
-    pid: u32,
+    /// `tmh<pid><letter>`: the start of every name (the pid first, for `remove_leftovers`).
+    tag: String,
     pub(crate) machines: Vec<String>,
     subnet: (u32, u32),
 }
+
+/// The `Net`s this process made, for their letters.
+static NETS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
 impl Net {
     pub(crate) fn new(machines: &[&str]) -> Result<Net, String> {
         remove_leftovers();
         let pid = std::process::id();
+        let k = NETS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tag = format!("{PREFIX}{pid}{}", char::from(b'a' + k % 26));
         // 10.X.Y.0/24 from the pid; the bridge has no address here, so it never meets this
-        // machine's own routes.
+        // machine's own routes (and each `Net` is a network of its own, so two may share it).
         let subnet = (100 + (pid / 256) % 150, pid % 256);
         let net = Net {
-            pid,
+            tag,
             machines: Vec::new(),
             subnet,
         };
@@ -76,11 +84,11 @@ impl Net {
         let mut net = net;
         sh(&["ip", "link", "set", &br, "up"])?;
         for (i, m) in machines.iter().enumerate() {
-            let ns = format!("{PREFIX}{pid}{m}");
+            let ns = format!("{}{m}", net.tag);
             sh(&["ip", "netns", "add", &ns])?;
             net.machines.push(ns.clone());
             let host = net.host_end(i);
-            let inner = format!("{PREFIX}{pid}n{i}");
+            let inner = format!("{}n{i}", net.tag);
             sh(&[
                 "ip", "link", "add", &host, "type", "veth", "peer", "name", &inner,
             ])?;
@@ -96,12 +104,12 @@ impl Net {
     }
 
     fn bridge(&self) -> String {
-        format!("{PREFIX}{}br", self.pid)
+        format!("{}br", self.tag)
     }
 
     /// The root-namespace end of machine `i`'s cable: pulling it cuts the machine off.
     fn host_end(&self, i: usize) -> String {
-        format!("{PREFIX}{}h{i}", self.pid)
+        format!("{}h{i}", self.tag)
     }
 
     pub(crate) fn addr(&self, i: usize) -> String {
