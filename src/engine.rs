@@ -22,6 +22,17 @@ use crate::trial::{
     TrialId, TrialNumber, TrialState, TrialStatus, WorkerId,
 };
 
+/// A checkpoint an earlier attempt at a trial's params recorded ([`Engine::recorded_checkpoint`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedCheckpoint {
+    /// The attempt that recorded it.
+    pub trial: TrialNumber,
+    /// The step it holds everything up to.
+    pub step: u64,
+    /// The machine it ran on, where stored.
+    pub host: Option<String>,
+}
+
 /// What the engine needs of a study.
 #[derive(Debug, Clone)]
 pub struct EngineSpec<'a> {
@@ -402,6 +413,48 @@ impl Engine {
         match self.storage.set_checkpoint_step(id, step) {
             Ok(()) | Err(StorageError::Rejected { .. }) => Ok(()),
             Err(e) => Err(e),
+        }
+    }
+
+    /// The last checkpoint an earlier attempt at running trial `number`'s params recorded
+    /// (following its re-runs back, the latest first): which trial, at what step, on which
+    /// host. `None` when none of them recorded one (a first attempt, a script that never
+    /// prints a checkpoint line, `checkpoints = false`).
+    pub fn recorded_checkpoint(
+        &self,
+        number: TrialNumber,
+    ) -> Result<Option<RecordedCheckpoint>, StorageError> {
+        let mut from = number;
+        // Each step back goes to a lower number (a damaged chain must not loop).
+        while let Some(earlier) = self
+            .storage
+            .retry_of(&self.study, from)?
+            .filter(|e| *e < from)
+        {
+            from = earlier;
+            let Some(t) = self.storage.trial(&self.study, earlier)? else {
+                break;
+            };
+            if let Some(step) = self.storage.checkpoint_step(t.id)? {
+                let host = t.status.placement().and_then(|p| p.host.clone());
+                return Ok(Some(RecordedCheckpoint {
+                    trial: earlier,
+                    step,
+                    host,
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Running trial `id` starts from scratch although an earlier attempt recorded a
+    /// checkpoint (this machine does not see it): none of the earlier attempts' reports is
+    /// copied into its curve, whatever step it reports first. Without this, a re-run whose
+    /// first report comes late (a script that reports every few steps) would keep the lost
+    /// attempt's reports before it, from a run it did not continue.
+    pub fn from_scratch(&mut self, id: TrialId) {
+        if let Some(live) = self.running.get_mut(&id) {
+            live.started = true;
         }
     }
 
@@ -1064,6 +1117,45 @@ mod tests {
             let again = e.ask(0, "cpu").expect("ask").expect("its re-run");
             e.report(again.id, report(4, 0.6)).expect("r");
             assert_eq!(steps(&e, again.id), vec![(4, 0.6)]);
+        }
+    }
+
+    /// Issue 27, a checkpoint directory not shared by every machine: the re-run learns which
+    /// earlier attempt recorded a checkpoint (through attempts that recorded none), and one
+    /// marked as starting from scratch keeps none of the lost reports, even where its first
+    /// report comes after them (a script that reports every few steps).
+    #[test]
+    fn a_rerun_that_restarts_from_scratch_keeps_no_earlier_report_whatever_its_first_step() {
+        for (storage, _dir) in backends() {
+            let mut e = engine(storage, Some(1), &PrunerConfig::None);
+            let a1 = e.ask(0, "cpu").expect("ask").expect("a trial");
+            assert_eq!(e.recorded_checkpoint(a1.number).expect("read"), None);
+            for step in 1..=4 {
+                e.report(a1.id, report(step, 1.0 / step as f64)).expect("r");
+            }
+            e.checkpoint(a1.id, 3).expect("checkpoint");
+            let lost = Finish::Interrupted {
+                reason: "interrupted: test".into(),
+            };
+            e.finish(a1.id, lost.clone(), &[]).expect("finish");
+            let a2 = e.ask(0, "cpu").expect("ask").expect("attempt 2");
+            e.finish(a2.id, lost, &[]).expect("finish");
+            let a3 = e.ask(0, "cpu").expect("ask").expect("attempt 3");
+            let c = e
+                .recorded_checkpoint(a3.number)
+                .expect("read")
+                .expect("attempt 1's");
+            assert_eq!((c.trial, c.step), (a1.number, 3));
+            e.from_scratch(a3.id);
+            e.report(a3.id, report(4, 0.3)).expect("r");
+            let steps: Vec<u64> = e
+                .storage
+                .trial_reports(a3.id)
+                .expect("reports")
+                .iter()
+                .map(|r| r.report.step)
+                .collect();
+            assert_eq!(steps, [4], "its own report only");
         }
     }
 

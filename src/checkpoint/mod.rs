@@ -218,6 +218,31 @@ pub fn has_snapshot(dir: &Path) -> bool {
     dir.join(LATEST).is_file() || dir.join(BEST).is_file()
 }
 
+/// Checks, before any trial runs, that this machine can write checkpoints under `dir` (a
+/// `checkpoint_dir`): creates it if need be, then creates and removes a file in it. A
+/// directory that is read-only, a path under a regular file, a parent that cannot be created
+/// are each refused here with the OS's reason, rather than found by every trial in turn.
+pub fn probe_writable(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let probe = dir.join(format!(".tune-probe.{}", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&probe)?;
+    std::fs::remove_file(&probe)
+}
+
+/// Whether `dir` holds anything a re-run could resume from on this machine: the trainer's
+/// snapshots for a builtin trial; for a command trial anything at all (what is in it is the
+/// script's own).
+pub fn holds_checkpoint(dir: &Path, builtin: bool) -> bool {
+    if builtin {
+        return has_snapshot(dir);
+    }
+    std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some())
+}
+
 /// The file in a trial's checkpoint directory that says whose checkpoints they are.
 pub const OWNER: &str = "trial.json";
 

@@ -18,11 +18,12 @@ use crate::study::TrialSpec;
 pub fn run(args: &RunArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> {
     let mut study = load_study(&args.study, db)?;
     let ui = !args.no_tui && crate::tui::stdout_is_terminal();
+    let whence = format!("{}: ", study.file.display());
     // A study that cannot run here is refused before its database is touched.
+    check_checkpoint_dir(&study, &whence)?;
     if matches!(study.trial, TrialSpec::Builtin(_)) {
         worker_exe()?;
     }
-    let whence = format!("{}: ", study.file.display());
     check_devices(&mut study, &whence, crate::devices::DevicesFrom::StudyFile)?;
     check_command(&study, &whence)?;
     let file = study.file.clone();
@@ -348,6 +349,29 @@ pub(super) fn check_command(study: &crate::study::Study, whence: &str) -> anyhow
         crate::runner::command::check_ready(c).map_err(|m| super::bad(format!("{whence}{m}")))?;
     }
     Ok(())
+}
+
+/// Refuses, before any trial starts, a builtin study's `trial.checkpoint_dir` that this
+/// machine cannot write (read-only, under a regular file, a parent that cannot be created):
+/// every trial would run without checkpoints, and a preempted one would lose all its work.
+/// The refusal starts with `whence` (the study file) and names the key, the path and the OS
+/// error.
+pub(super) fn check_checkpoint_dir(
+    study: &crate::study::Study,
+    whence: &str,
+) -> anyhow::Result<()> {
+    let TrialSpec::Builtin(b) = &study.trial else {
+        return Ok(());
+    };
+    let (true, Some(dir)) = (b.checkpoints.enabled, &b.checkpoints.dir) else {
+        return Ok(());
+    };
+    crate::checkpoint::probe_writable(dir).map_err(|e| {
+        super::bad(format!(
+            "{whence}trial.checkpoint_dir: cannot write checkpoints in {}: {e} (give a directory this machine can write, shared by every machine that runs the study)",
+            dir.display()
+        ))
+    })
 }
 
 /// Refuses, before any trial starts, slots whose device cannot run them: a builtin study on CUDA

@@ -128,6 +128,9 @@ pub struct Scheduler {
     started: u64,
     /// SIGTERM came: the trials stopped now are preempted (their reason says so).
     preempted: bool,
+    /// First attempts whose re-runs were said to start from scratch for want of a recorded
+    /// checkpoint: said once per trial, not at every attempt.
+    told_from_scratch: std::collections::BTreeSet<crate::trial::TrialNumber>,
 }
 
 impl Scheduler {
@@ -172,6 +175,7 @@ impl Scheduler {
             failures_in_a_row: (0, String::new()),
             started: 0,
             preempted: false,
+            told_from_scratch: Default::default(),
         })
     }
 
@@ -480,6 +484,50 @@ impl Scheduler {
         }
     }
 
+    /// A re-run of an interrupted trial that must start from scratch says so, once: when
+    /// this machine does not see the checkpoint an earlier attempt recorded (a checkpoint
+    /// directory that is not shared by every machine; its curve then keeps nothing of the
+    /// earlier attempts), or when no earlier attempt of a command trial recorded one (a
+    /// script that never prints a checkpoint line). A builtin trial's checkpoints that are
+    /// there but damaged are the trainer's to judge (it falls back and says so).
+    fn tell_how_it_resumes(
+        &mut self,
+        trial: &crate::trial::Trial,
+        first: crate::trial::TrialNumber,
+        dir: &std::path::Path,
+    ) -> Result<(), StorageError> {
+        let (builtin, setting) = match &self.study.trial {
+            crate::study::TrialSpec::Builtin(b) if b.checkpoints.dir.is_some() => {
+                (true, "trial.checkpoint_dir")
+            }
+            crate::study::TrialSpec::Builtin(_) | crate::study::TrialSpec::Command(_) => (
+                matches!(self.study.trial, crate::study::TrialSpec::Builtin(_)),
+                "the study's runs_dir (which holds the checkpoints by default)",
+            ),
+        };
+        match self.engine.recorded_checkpoint(trial.number)? {
+            Some(c) if !crate::checkpoint::holds_checkpoint(dir, builtin) => {
+                crate::notice::tell(format!(
+                    "trial {} checkpointed at step {} (on host {}) but {} holds no checkpoint on this machine: is {setting} shared by every machine? trial {} restarts from scratch",
+                    c.trial.0,
+                    c.step,
+                    c.host.as_deref().unwrap_or("unknown"),
+                    dir.display(),
+                    trial.number.0,
+                ));
+                self.engine.from_scratch(trial.id);
+            }
+            None if !builtin && self.told_from_scratch.insert(first) => {
+                crate::notice::tell(format!(
+                    "trial {} re-runs interrupted trial {} from scratch: no attempt at its params reported a checkpoint (print `tune: {{\"checkpoint\": true, \"step\": N}}` after each save to resume from it; docs/command-trials.md)",
+                    trial.number.0, first.0
+                ));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     /// Asks the engine for the next trial for `slot` and starts it. `None` when the budget
     /// allows no more.
     fn start_trial(
@@ -513,6 +561,9 @@ impl Scheduler {
         };
         let checkpoint_dir =
             crate::checkpoint::trial_dir(spec, &self.study.name, attempt.first.0, &first_run_dir);
+        if attempt.attempt > 1 {
+            self.tell_how_it_resumes(&trial, attempt.first, &checkpoint_dir)?;
+        }
         let (stop_tx, stop_rx) = watch::channel(StopRequest::None);
         self.emit(Event::TrialStarted {
             number: trial.number,

@@ -12,20 +12,20 @@ use serde_json::Value;
 use crate::common::{PATIENCE, Sandbox, counted, text, wait_output, wait_until, wait_within};
 
 /// The epoch saved in a checkpoint directory's `state.json`, if there is one.
-fn saved_epoch(dir: &Path) -> Option<i64> {
+pub(crate) fn saved_epoch(dir: &Path) -> Option<i64> {
     let text = std::fs::read_to_string(dir.join("state.json")).ok()?;
     let v: Value = serde_json::from_str(&text).ok()?;
     v["epoch"].as_i64()
 }
 
-fn show(sb: &Sandbox, study: &str, n: u64) -> Value {
+pub(crate) fn show(sb: &Sandbox, study: &str, n: u64) -> Value {
     let out = sb.ok(&["show", &n.to_string(), study, "--format", "json"]);
     serde_json::from_slice(&out.stdout).expect("`tune show` prints JSON")
 }
 
 /// The shipped example (`studies/resumable-curve.toml` and its script) in `sb`, with `trials`
 /// trials on one slot, epochs of 0.3 s; its path there.
-fn resumable_study(sb: &Sandbox, trials: u32) -> &'static str {
+pub(crate) fn resumable_study(sb: &Sandbox, trials: u32) -> &'static str {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("studies");
     let script = std::fs::read_to_string(root.join("resumable_curve.py")).expect("the script");
     sb.write("studies/resumable_curve.py", &script);

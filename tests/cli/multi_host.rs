@@ -30,7 +30,7 @@ const CUT: Duration = Duration::from_secs(15);
 /// The whole study never takes this long; past it the test fails instead of hanging.
 const LIMIT: Duration = Duration::from_secs(120);
 
-fn required() -> bool {
+pub(crate) fn required() -> bool {
     std::env::var("TUNE_REQUIRE_PG").as_deref() == Ok("1")
 }
 
@@ -51,23 +51,31 @@ fn sh(args: &[&str]) -> Result<(), String> {
     }
 }
 
-/// Machines as network namespaces on one bridge, named after this test process so that runs
-/// side by side never meet; all removed on drop, panic or not.
-struct Net {
-    pid: u32,
-    machines: Vec<String>,
+/// Machines as network namespaces on one bridge, named after this test process and a letter
+/// of its own (tests of one process run side by side: two `Net`s of the same names would
+/// take each other's bridge, and one that failed to start would remove the other's), so that
+/// runs side by side never meet; all removed on drop, panic or not.
+pub(crate) struct Net {
+    /// `tmh<pid><letter>`: the start of every name (the pid first, for `remove_leftovers`).
+    tag: String,
+    pub(crate) machines: Vec<String>,
     subnet: (u32, u32),
 }
 
+/// The `Net`s this process made, for their letters.
+static NETS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
 impl Net {
-    fn new(machines: &[&str]) -> Result<Net, String> {
+    pub(crate) fn new(machines: &[&str]) -> Result<Net, String> {
         remove_leftovers();
         let pid = std::process::id();
+        let k = NETS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tag = format!("{PREFIX}{pid}{}", char::from(b'a' + k % 26));
         // 10.X.Y.0/24 from the pid; the bridge has no address here, so it never meets this
-        // machine's own routes.
+        // machine's own routes (and each `Net` is a network of its own, so two may share it).
         let subnet = (100 + (pid / 256) % 150, pid % 256);
         let net = Net {
-            pid,
+            tag,
             machines: Vec::new(),
             subnet,
         };
@@ -76,11 +84,11 @@ impl Net {
         let mut net = net;
         sh(&["ip", "link", "set", &br, "up"])?;
         for (i, m) in machines.iter().enumerate() {
-            let ns = format!("{PREFIX}{pid}{m}");
+            let ns = format!("{}{m}", net.tag);
             sh(&["ip", "netns", "add", &ns])?;
             net.machines.push(ns.clone());
             let host = net.host_end(i);
-            let inner = format!("{PREFIX}{pid}n{i}");
+            let inner = format!("{}n{i}", net.tag);
             sh(&[
                 "ip", "link", "add", &host, "type", "veth", "peer", "name", &inner,
             ])?;
@@ -96,19 +104,19 @@ impl Net {
     }
 
     fn bridge(&self) -> String {
-        format!("{PREFIX}{}br", self.pid)
+        format!("{}br", self.tag)
     }
 
     /// The root-namespace end of machine `i`'s cable: pulling it cuts the machine off.
     fn host_end(&self, i: usize) -> String {
-        format!("{PREFIX}{}h{i}", self.pid)
+        format!("{}h{i}", self.tag)
     }
 
-    fn addr(&self, i: usize) -> String {
+    pub(crate) fn addr(&self, i: usize) -> String {
         format!("10.{}.{}.{}", self.subnet.0, self.subnet.1, i + 1)
     }
 
-    fn cidr(&self) -> String {
+    pub(crate) fn cidr(&self) -> String {
         format!("10.{}.{}.0/24", self.subnet.0, self.subnet.1)
     }
 
@@ -125,7 +133,7 @@ impl Net {
 
     /// A command on machine `i`, with host name `host`, in a PID namespace of its own (so that
     /// killing its first process kills every process it started).
-    fn command(&self, i: usize, host: &str, program: &str) -> Command {
+    pub(crate) fn command(&self, i: usize, host: &str, program: &str) -> Command {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.machines[i]])
             .args([
@@ -188,14 +196,14 @@ fn remove_leftovers() {
 }
 
 /// A process on a machine, its output in files; killed with its whole PID namespace on drop.
-struct Proc {
+pub(crate) struct Proc {
     child: Option<Child>,
     out: std::path::PathBuf,
     err: std::path::PathBuf,
 }
 
 impl Proc {
-    fn spawn(mut cmd: Command, dir: &Path, name: &str) -> Proc {
+    pub(crate) fn spawn(mut cmd: Command, dir: &Path, name: &str) -> Proc {
         let out = dir.join(format!("{name}.out"));
         let err = dir.join(format!("{name}.err"));
         let child = cmd
@@ -212,7 +220,7 @@ impl Proc {
 
     /// SIGKILL to the first process of the PID namespace (`unshare`'s child): the kernel
     /// then kills every process in it, trials included.
-    fn kill_machine(&mut self) {
+    pub(crate) fn kill_machine(&mut self) {
         let Some(child) = self.child.as_mut() else {
             return;
         };
@@ -226,8 +234,28 @@ impl Proc {
         let _ = child.wait();
     }
 
+    /// `sig` to the machine's own process (`unshare`'s child, the first of its PID namespace:
+    /// `unshare` passes no signal on, and the kernel delivers one from outside the namespace
+    /// to its first process only when that installed a handler, as tune does for SIGTERM).
+    pub(crate) fn signal(&self, sig: &str) {
+        let Some(child) = self.child.as_ref() else {
+            return;
+        };
+        let pid = child.id();
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        for init in children.split_whitespace() {
+            sh(&["kill", &format!("-{sig}"), init]).expect("a signal");
+        }
+    }
+
+    /// The process's exit status if it has ended, without waiting.
+    pub(crate) fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut()?.try_wait().ok().flatten()
+    }
+
     /// Waits for the process to end (failing the test past `limit`) and returns its output.
-    fn wait(&mut self, limit: Duration) -> Output {
+    pub(crate) fn wait(&mut self, limit: Duration) -> Output {
         let child = self.child.as_mut().expect("still held");
         let status = crate::common::wait_within(child, limit);
         self.child = None;
@@ -238,7 +266,7 @@ impl Proc {
         }
     }
 
-    fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         std::fs::read_to_string(&self.err).unwrap_or_default()
     }
 }
@@ -280,10 +308,15 @@ command = ["sh", "trial.sh", "{{x}}"]
 const TRIAL: &str =
     "sleep 0.4\necho \"$TUNE_TRIAL\" >> done.txt\necho \"tune: {\\\"loss\\\": $1}\"\n";
 
-/// One number from `psql`.
+/// One number from `psql` in this test's database.
 fn count(server: &PgServer, sql: &str) -> u64 {
+    count_in(server, "many", sql)
+}
+
+/// One number from `psql` in database `db` (0 when there is none yet).
+pub(crate) fn count_in(server: &PgServer, db: &str, sql: &str) -> u64 {
     server
-        .psql("many", sql)
+        .psql(db, sql)
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(0)
@@ -301,7 +334,12 @@ fn on_host(server: &PgServer, state: &str, host: &str) -> u64 {
     )
 }
 
-fn poll(what: &str, deadline: Instant, procs: &mut [&mut Proc], mut cond: impl FnMut() -> bool) {
+pub(crate) fn poll(
+    what: &str,
+    deadline: Instant,
+    procs: &mut [&mut Proc],
+    mut cond: impl FnMut() -> bool,
+) {
     while !cond() {
         for p in procs.iter_mut() {
             if let Some(c) = p.child.as_mut()

@@ -527,6 +527,7 @@ fn train_inner(
     }
     drop(resume);
     let mut last_save = Instant::now();
+    let mut save_failures = crate::snapshot::SaveFailures::default();
     // Seconds this attempt spent saving checkpoints (state to host, write, fsync, rename): the
     // overhead a trial pays for being resumable, reported as `checkpoint_s`.
     let mut checkpoint_time = Duration::ZERO;
@@ -678,7 +679,11 @@ fn train_inner(
                 });
                 match saved {
                     Ok(saved) => (c.on_save)(&saved),
-                    Err(e) => eprintln!("tune worker: checkpoint at step {step} not saved: {e}"),
+                    Err(e) => {
+                        if let Some(line) = save_failures.failed(step, c.store.dir(), &e) {
+                            eprintln!("{line}");
+                        }
+                    }
                 }
                 last_save = Instant::now();
                 checkpoint_time += save_started.elapsed();

@@ -376,6 +376,34 @@ impl SnapshotStore {
     }
 }
 
+/// The warning of a trial whose checkpoints cannot be saved (a full disk, a directory made
+/// read-only mid-run): said at the first failure only, since every later save of the trial
+/// would fail the same way and repeat it at each epoch. The trial goes on from its state in
+/// memory; the last checkpoint that was saved stays whole (saves are atomic), so a re-run
+/// resumes from it.
+#[derive(Debug, Default)]
+pub struct SaveFailures {
+    failed: u64,
+}
+
+impl SaveFailures {
+    /// Counts a failed save at `step` in `dir`; the line to print the first time, `None` after.
+    pub fn failed(&mut self, step: u64, dir: &Path, e: &str) -> Option<String> {
+        self.failed += 1;
+        (self.failed == 1).then(|| {
+            format!(
+                "tune worker: checkpoint at step {step} not saved: {e}; the trial goes on without new checkpoints (the last one saved in {} stays whole, and a re-run resumes from it); later failures of this trial are not repeated",
+                dir.display()
+            )
+        })
+    }
+
+    /// How many saves failed.
+    pub fn count(&self) -> u64 {
+        self.failed
+    }
+}
+
 /// The state of the default random generator of the CPU (`None`) or of a CUDA device.
 pub fn rng_state(cuda: Option<usize>) -> Result<Tensor, String> {
     let mut out: *mut torch_sys::C_tensor = std::ptr::null_mut();
@@ -502,6 +530,154 @@ mod tests {
             e.to_string().starts_with("checkpoint x.snap is corrupt: "),
             "{e}"
         );
+    }
+
+    /// A snapshot file with these sections, its checksum right.
+    fn with_sections(header: &[u8], tensors: &[u8], archive: &[u8]) -> Vec<u8> {
+        let mut out = MAGIC.to_vec();
+        for section in [header, tensors, archive] {
+            out.extend_from_slice(&(section.len() as u64).to_le_bytes());
+            out.extend_from_slice(section);
+        }
+        let crc = crc32fast::hash(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// The damages a checkpoint file meets: a crash while it was created (empty), a copy cut
+    /// short, bytes that are not a checkpoint, a bit flipped, and a file whose checksum is
+    /// right but whose tensors are not (written so by a faulty tool).
+    fn damaged(good: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
+        let header = serde_json::to_vec(&sample(3, None, None).header).expect("header");
+        vec![
+            ("zero bytes", Vec::new()),
+            ("truncated to half", good[..good.len() / 2].to_vec()),
+            ("cut by one byte", good[..good.len() - 1].to_vec()),
+            (
+                "garbage",
+                (0..good.len()).map(|i| (i * 7 + 3) as u8).collect(),
+            ),
+            ("a flipped bit", {
+                let mut b = good.to_vec();
+                let mid = b.len() / 2;
+                b[mid] ^= 0x01;
+                b
+            }),
+            (
+                "a valid header and checksum, a wrong body",
+                with_sections(&header, b"not a tensor archive", &[1, 2]),
+            ),
+        ]
+    }
+
+    #[test]
+    fn a_damaged_latest_falls_back_to_the_best_and_both_damaged_start_from_scratch_saying_so() {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let store =
+            SnapshotStore::open(&tmp.path().join("ckpt"), Direction::Minimize).expect("opens");
+        let good = sample(30, Some(0.9), Some(0.5)).encode().expect("encodes");
+        for (what, bytes) in damaged(&good) {
+            store
+                .save(&sample(10, Some(0.5), Some(0.5)))
+                .expect("the best");
+            // A worse one after it: the latest is then a file of its own, not the best's link.
+            store
+                .save(&sample(20, Some(0.7), Some(0.5)))
+                .expect("the latest");
+            fs::write(store.latest_path(), &bytes).expect("damage the latest");
+            let mut warnings = Vec::new();
+            let snap = store.load(&mut warnings).expect(what);
+            assert_eq!(snap.header.step, 10, "{what}: the best");
+            assert_eq!(warnings.len(), 1, "{what}: {warnings:?}");
+            assert!(
+                warnings[0].contains("latest.snap is corrupt")
+                    && warnings[0].ends_with("falling back to an older one"),
+                "{what}: {warnings:?}"
+            );
+            // Both damaged: nothing to resume from, each said.
+            fs::write(store.best_path(), &bytes).expect("damage the best");
+            let mut warnings = Vec::new();
+            assert!(store.load(&mut warnings).is_none(), "{what}: from scratch");
+            assert_eq!(warnings.len(), 2, "{what}: {warnings:?}");
+            assert!(
+                warnings[1].contains("best.snap is corrupt"),
+                "{what}: {warnings:?}"
+            );
+            fs::remove_file(store.best_path()).expect("rm");
+        }
+    }
+
+    /// A full disk (a tmpfs of 256 KiB, mounted as root; skipped otherwise): a save that does
+    /// not fit fails with the OS's reason, leaves no temporary file, and the checkpoint saved
+    /// before it reads back whole; the warning is said once for the trial.
+    #[test]
+    fn a_save_on_a_full_disk_fails_cleanly_and_keeps_the_last_checkpoint_whole() {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let mnt = tmp.path().join("small");
+        fs::create_dir(&mnt).expect("mkdir");
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+            .arg(&mnt)
+            .output();
+        match mounted {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => {
+                eprintln!(
+                    "skipped: cannot mount a small tmpfs: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                );
+                return;
+            }
+            Err(e) => {
+                eprintln!("skipped: cannot run mount: {e}");
+                return;
+            }
+        }
+        struct Unmount<'a>(&'a Path);
+        impl Drop for Unmount<'_> {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg(self.0).output();
+            }
+        }
+        let _unmount = Unmount(&mnt);
+        let store = SnapshotStore::open(&mnt.join("ckpt"), Direction::Minimize).expect("opens");
+        store
+            .save(&sample(10, Some(0.5), Some(0.5)))
+            .expect("a small one fits");
+        let mut big = sample(20, Some(0.4), Some(0.4));
+        // 1 MiB of weights: four times the disk.
+        big.tensors.push((
+            "model.big".into(),
+            Tensor::zeros([262_144], (Kind::Float, Device::Cpu)),
+        ));
+        let mut told = SaveFailures::default();
+        let mut lines = Vec::new();
+        for step in [20, 30, 40] {
+            big.header.step = step;
+            let e = store.save(&big).expect_err("no room");
+            assert!(
+                e.to_string().contains("No space left on device"),
+                "the OS's reason: {e}"
+            );
+            lines.extend(told.failed(step, store.dir(), &e.to_string()));
+        }
+        assert_eq!(told.count(), 3);
+        assert_eq!(lines.len(), 1, "said once: {lines:?}");
+        assert!(
+            lines[0].starts_with("tune worker: checkpoint at step 20 not saved: ")
+                && lines[0].contains("the trial goes on without new checkpoints"),
+            "{lines:?}"
+        );
+        let mut names: Vec<_> = fs::read_dir(store.dir())
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, [BEST, LATEST], "no half-written file left");
+        let mut warnings = Vec::new();
+        let kept = store.load(&mut warnings).expect("the last checkpoint");
+        assert_eq!(kept.header.step, 10);
+        assert!(warnings.is_empty(), "{warnings:?}");
     }
 
     #[test]
