@@ -424,27 +424,36 @@ impl Engine {
         &self,
         number: TrialNumber,
     ) -> Result<Option<RecordedCheckpoint>, StorageError> {
-        let mut from = number;
-        // Each step back goes to a lower number (a damaged chain must not loop).
-        while let Some(earlier) = self
-            .storage
-            .retry_of(&self.study, from)?
-            .filter(|e| *e < from)
-        {
-            from = earlier;
-            let Some(t) = self.storage.trial(&self.study, earlier)? else {
-                break;
-            };
+        for t in self.earlier_attempts(number)? {
             if let Some(step) = self.storage.checkpoint_step(t.id)? {
                 let host = t.status.placement().and_then(|p| p.host.clone());
                 return Ok(Some(RecordedCheckpoint {
-                    trial: earlier,
+                    trial: t.number,
                     step,
                     host,
                 }));
             }
         }
         Ok(None)
+    }
+
+    /// The earlier attempts at trial `number`'s params, following its re-runs back, the
+    /// latest first. Each step back goes to a lower number, so a damaged chain cannot loop.
+    fn earlier_attempts(&self, number: TrialNumber) -> Result<Vec<Trial>, StorageError> {
+        let mut out = Vec::new();
+        let mut from = number;
+        while let Some(earlier) = self
+            .storage
+            .retry_of(&self.study, from)?
+            .filter(|e| *e < from)
+        {
+            from = earlier;
+            match self.storage.trial(&self.study, earlier)? {
+                Some(t) => out.push(t),
+                None => break,
+            }
+        }
+        Ok(out)
     }
 
     /// Running trial `id` starts from scratch although an earlier attempt recorded a
@@ -473,19 +482,9 @@ impl Engine {
         };
         live.started = true;
         let number = live.trial.number;
-        let mut from = number;
         let mut checkpointed = false;
         let mut source: Option<Vec<crate::storage::StoredReport>> = None;
-        // Each step back goes to a lower number (a damaged chain must not loop).
-        while let Some(earlier) = self
-            .storage
-            .retry_of(&self.study, from)?
-            .filter(|e| *e < from)
-        {
-            from = earlier;
-            let Some(t) = self.storage.trial(&self.study, earlier)? else {
-                break;
-            };
+        for t in self.earlier_attempts(number)? {
             checkpointed |= self.storage.checkpoint_step(t.id)?.is_some();
             if source.is_none() {
                 let reports = self.storage.trial_reports(t.id)?;

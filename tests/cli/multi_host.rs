@@ -364,14 +364,14 @@ fn done_on(dir: &Path) -> BTreeSet<u64> {
         .collect()
 }
 
-#[test]
-fn a_study_on_four_machines_survives_a_killed_worker_and_a_cut_one_with_its_budget_exact() {
-    let t0 = Instant::now();
-    let net = match Net::new(&["db", "r", "w1", "w2"]) {
+/// Network-namespace machines named `names`, the first running PostgreSQL; `None` (the test
+/// skips, saying why) where namespaces or PostgreSQL are missing and not required.
+pub(crate) fn machines_with_a_database(names: &[&str]) -> Option<(Net, PgServer)> {
+    let net = match Net::new(names) {
         Ok(n) => n,
         Err(e) if !required() => {
             eprintln!("skipped: cannot create network namespaces: {e}");
-            return;
+            return None;
         }
         Err(e) => panic!("network namespaces are required here (TUNE_REQUIRE_PG=1): {e}"),
     };
@@ -379,9 +379,18 @@ fn a_study_on_four_machines_survives_a_killed_worker_and_a_cut_one_with_its_budg
         Ok(s) => s,
         Err(e) if !required() && std::env::var_os("CI").is_none() => {
             eprintln!("skipped: PostgreSQL could not start: {e}");
-            return;
+            return None;
         }
         Err(e) => panic!("PostgreSQL is required here but could not start: {e}"),
+    };
+    Some((net, server))
+}
+
+#[test]
+fn a_study_on_four_machines_survives_a_killed_worker_and_a_cut_one_with_its_budget_exact() {
+    let t0 = Instant::now();
+    let Some((net, server)) = machines_with_a_database(&["db", "r", "w1", "w2"]) else {
+        return;
     };
     let url = server.create_db("many");
     let sb = Sandbox::new();

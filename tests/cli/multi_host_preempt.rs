@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::common::{Sandbox, assert_numbers_once, counted, output_within, text, tune_bin};
-use crate::multi_host::{Net, Proc, count_in, poll, required};
+use crate::multi_host::{Proc, count_in, machines_with_a_database, poll};
 use crate::postgres::test_server::PgServer;
 
 const TRIALS: usize = 6;
@@ -126,21 +126,8 @@ fn attempts_log(dir: &Path) -> Vec<(u64, u64, i64)> {
 #[test]
 fn a_sigterm_on_one_machine_resumes_its_trials_on_the_other_from_their_checkpoints() {
     let t0 = Instant::now();
-    let net = match Net::new(&["db", "a", "b"]) {
-        Ok(n) => n,
-        Err(e) if !required() => {
-            eprintln!("skipped: cannot create network namespaces: {e}");
-            return;
-        }
-        Err(e) => panic!("network namespaces are required here (TUNE_REQUIRE_PG=1): {e}"),
-    };
-    let server = match PgServer::start_in_netns(&net.machines[0], &net.addr(0), &net.cidr()) {
-        Ok(s) => s,
-        Err(e) if !required() && std::env::var_os("CI").is_none() => {
-            eprintln!("skipped: PostgreSQL could not start: {e}");
-            return;
-        }
-        Err(e) => panic!("PostgreSQL is required here but could not start: {e}"),
+    let Some((net, server)) = machines_with_a_database(&["db", "a", "b"]) else {
+        return;
     };
     let url = server.create_db(DB);
     let sb = Sandbox::new();
