@@ -25,6 +25,7 @@ pub fn run(args: &RunArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> 
     let whence = format!("{}: ", study.file.display());
     check_devices(&mut study, &whence, crate::devices::DevicesFrom::StudyFile)?;
     check_command(&study, &whence)?;
+    check_checkpoint_store(&study, &whence)?;
     let file = study.file.clone();
     let mut storage =
         crate::storage::open(&study.storage).map_err(|e| super::storage_error(&file, e))?;
@@ -348,6 +349,28 @@ pub(super) fn check_command(study: &crate::study::Study, whence: &str) -> anyhow
         crate::runner::command::check_ready(c).map_err(|m| super::bad(format!("{whence}{m}")))?;
     }
     Ok(())
+}
+
+/// A study whose checkpoints go to an object store that cannot take them (unreachable, no such
+/// bucket, credentials refused) is refused before any trial and before its database is
+/// touched: a small object is written, read back and deleted under `<url>/<study>/`.
+pub(super) fn check_checkpoint_store(
+    study: &crate::study::Study,
+    whence: &str,
+) -> anyhow::Result<()> {
+    let Some(url) = study.trial.checkpoint_store() else {
+        return Ok(());
+    };
+    let refuse = |e: crate::checkpoint::remote::RemoteError| {
+        super::bad(format!(
+            "{whence}trial.checkpoint_dir: cannot keep checkpoints in {url}: {e}"
+        ))
+    };
+    let store = crate::checkpoint::remote::Store::open(url).map_err(refuse)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(store.probe(&study.name)).map_err(refuse)
 }
 
 /// Refuses, before any trial starts, slots whose device cannot run them: a builtin study on CUDA

@@ -6,6 +6,8 @@
 //! A failed trial is data: it becomes a state with a reason and the study goes on. Only a fault
 //! of storage stops the study, and then cleanly (running trials are stopped first).
 
+mod remote;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -128,6 +130,9 @@ pub struct Scheduler {
     started: u64,
     /// SIGTERM came: the trials stopped now are preempted (their reason says so).
     preempted: bool,
+    /// The object store that keeps a copy of every trial's checkpoints
+    /// (`checkpoint_dir = "s3://…"`); `None` for checkpoints on a filesystem only.
+    store: Option<crate::checkpoint::remote::Store>,
 }
 
 impl Scheduler {
@@ -163,6 +168,17 @@ impl Scheduler {
             .then(Gpus::open)
             .flatten()
             .map(|g| Arc::new(g) as Arc<dyn GpuSource>);
+        // `tune run` and `tune worker` probed the store before opening the study: a client
+        // refused now is told, and the checkpoints stay on this machine.
+        let store = study.trial.checkpoint_store().and_then(|url| {
+            crate::checkpoint::remote::Store::open(url)
+                .inspect_err(|e| {
+                    crate::notice::tell(format!(
+                        "tune: trial.checkpoint_dir: {e}; checkpoints stay on this machine"
+                    ));
+                })
+                .ok()
+        });
         Ok(Scheduler {
             study,
             engine,
@@ -172,6 +188,7 @@ impl Scheduler {
             failures_in_a_row: (0, String::new()),
             started: 0,
             preempted: false,
+            store,
         })
     }
 
@@ -507,12 +524,24 @@ impl Scheduler {
                 .trial_dir_of(attempt.first)?
                 .unwrap_or_else(|| trial_dir_name(&self.study.runs_dir, attempt.first, 1))
         };
-        let spec = match &self.study.trial {
-            crate::study::TrialSpec::Builtin(b) => Some(&b.checkpoints),
-            crate::study::TrialSpec::Command(_) => None,
-        };
-        let checkpoint_dir =
-            crate::checkpoint::trial_dir(spec, &self.study.name, attempt.first.0, &first_run_dir);
+        let checkpoint_dir = crate::checkpoint::trial_dir(
+            self.study.trial.checkpoint_dir(),
+            &self.study.name,
+            attempt.first.0,
+            &first_run_dir,
+        );
+        let copy = self.store.as_ref().map(|s| remote::TrialCopy {
+            store: s.trial(&self.study.name, attempt.first.0),
+            dir: checkpoint_dir.clone(),
+            owner: crate::checkpoint::owner(
+                &self.study.name,
+                attempt.first.0,
+                self.study.seed,
+                &trial.params,
+            ),
+            keep: self.study.trial.keep_checkpoints(),
+            number: trial.number,
+        });
         let (stop_tx, stop_rx) = watch::channel(StopRequest::None);
         self.emit(Event::TrialStarted {
             number: trial.number,
@@ -557,6 +586,12 @@ impl Scheduler {
                 ));
                 return;
             }
+            // Before the run: its checkpoints fetched from the object store, if any.
+            let uploads = match copy {
+                Some(c) => Some(c.start().await),
+                None => None,
+            };
+            let asked = stop_rx.clone();
             let (rtx, mut rrx) = mpsc::unbounded_channel();
             let fut = runner.run(job, rtx, stop_rx);
             tokio::pin!(fut);
@@ -571,7 +606,12 @@ impl Scheduler {
             let result = loop {
                 tokio::select! {
                     biased;
-                    Some(r) = rrx.recv() => { let _ = tx.send(SlotMsg::Report(slot, r)); }
+                    Some(r) = rrx.recv() => {
+                        if let (Progress::Checkpoint { .. }, Some(u)) = (&r, &uploads) {
+                            u.checkpointed();
+                        }
+                        let _ = tx.send(SlotMsg::Report(slot, r));
+                    }
                     res = &mut fut => break res,
                     _ = sample_tick.tick(), if gpu.is_some() => {
                         // An NVML read takes microseconds, and telling the trial's processes
@@ -591,7 +631,16 @@ impl Scheduler {
                 }
             };
             while let Ok(r) = rrx.try_recv() {
+                if let (Progress::Checkpoint { .. }, Some(u)) = (&r, &uploads) {
+                    u.checkpointed();
+                }
                 let _ = tx.send(SlotMsg::Report(slot, r));
+            }
+            // The copy settled before the trial's end is told: a study that ends now leaves
+            // it complete (the last checkpoint up, or cleaned).
+            if let Some(u) = uploads {
+                let asked = *asked.borrow();
+                u.finish(&result.end, asked).await;
             }
             let _ = tx.send(SlotMsg::Done(slot, result));
         });
