@@ -22,7 +22,7 @@ impl TrialSpec {
     /// `<dir>/<study>/trial-NNNNN` (`crate::checkpoint::trial_dir`); `None`: the default place.
     pub fn checkpoint_dir(&self) -> Option<&std::path::Path> {
         match self {
-            TrialSpec::Command(c) => match &c.checkpoint_dir {
+            TrialSpec::Command(c) => match c.checkpoint_dir.as_deref() {
                 Some(crate::checkpoint::Location::Dir(d)) => Some(d),
                 _ => None,
             },
@@ -34,7 +34,7 @@ impl TrialSpec {
     /// trial's checkpoints (a builtin study's only while `checkpoints` is on).
     pub fn checkpoint_store(&self) -> Option<&crate::checkpoint::StoreUrl> {
         match self {
-            TrialSpec::Command(c) => match &c.checkpoint_dir {
+            TrialSpec::Command(c) => match c.checkpoint_dir.as_deref() {
                 Some(crate::checkpoint::Location::Store(u)) => Some(u),
                 _ => None,
             },
@@ -85,7 +85,8 @@ pub struct CommandSpec {
     /// `[trial] checkpoint_dir`: where `TUNE_CHECKPOINT_DIR` points (a directory), or an
     /// object store tune copies it to; `None`: `checkpoints/` in the first attempt's run
     /// directory.
-    pub checkpoint_dir: Option<crate::checkpoint::Location>,
+    /// Boxed: a URL is large, and a command study rarely sets it.
+    pub checkpoint_dir: Option<Box<crate::checkpoint::Location>>,
 }
 
 /// How a command trial of several processes is launched (`[trial] launcher`).

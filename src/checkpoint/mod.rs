@@ -204,9 +204,7 @@ pub fn parse_location(s: &str, study_dir: &Path) -> Result<Location, CheckpointE
                 remote::SCHEMES.join(", ")
             )));
         }
-        return StoreUrl::parse(s)
-            .map(Location::Store)
-            .map_err(|e| CheckpointError(format!("trial.checkpoint_dir: {e}")));
+        return StoreUrl::parse(s).map(Location::Store);
     }
     let p = PathBuf::from(s);
     Ok(Location::Dir(if p.is_absolute() {

@@ -24,7 +24,7 @@ use object_store::path::Path as Key;
 use object_store::{ClientConfigKey, ObjectStore, ObjectStoreScheme, RetryConfig};
 use tokio::io::AsyncWriteExt;
 
-use super::{Keep, OWNER};
+use super::{CheckpointError, Keep, OWNER};
 
 /// How long one request may take: a checkpoint goes up in parts of at most 10 MiB
 /// (`object_store::buffered::BufWriter`), so this bounds a part, not a whole snapshot.
@@ -54,21 +54,23 @@ pub const SCHEMES: &[&str] = &["s3", "s3a", "gs", "az", "azure", "abfs", "abfss"
 
 impl StoreUrl {
     /// Parses `s3://bucket/prefix`, `gs://bucket/prefix`, `az://container/prefix` (and
-    /// `s3a`, `azure`, `abfs`, `abfss`); the message says what is wrong.
-    pub fn parse(s: &str) -> Result<StoreUrl, String> {
+    /// `s3a`, `azure`, `abfs`, `abfss`); the refusal names the key and says what is wrong.
+    pub fn parse(s: &str) -> Result<StoreUrl, CheckpointError> {
+        let refuse = |why: String| CheckpointError(format!("trial.checkpoint_dir: {why}"));
         let text = s.trim_end_matches('/').to_string();
-        let url = url::Url::parse(&text).map_err(|e| format!("{s:?} is not a URL: {e}"))?;
+        let url = url::Url::parse(&text).map_err(|e| refuse(format!("{s:?} is not a URL: {e}")))?;
         if !SCHEMES.contains(&url.scheme()) {
-            return Err(format!(
+            return Err(refuse(format!(
                 "{s:?}: scheme {:?} is not an object store this build knows ({})",
                 url.scheme(),
                 SCHEMES.join(", ")
-            ));
+            )));
         }
         if url.host_str().is_none_or(str::is_empty) {
-            return Err(format!("{s:?} names no bucket or container"));
+            return Err(refuse(format!("{s:?} names no bucket or container")));
         }
-        let (scheme, prefix) = ObjectStoreScheme::parse(&url).map_err(|e| format!("{s:?}: {e}"))?;
+        let (scheme, prefix) =
+            ObjectStoreScheme::parse(&url).map_err(|e| refuse(format!("{s:?}: {e}")))?;
         Ok(StoreUrl {
             text,
             url,
@@ -580,8 +582,11 @@ mod tests {
             ("ftp://h/x", "not an object store"),
             ("s3:///x", "names no bucket"),
         ] {
-            let e = StoreUrl::parse(bad).expect_err(bad);
-            assert!(e.contains(why), "{bad}: {e}");
+            let e = StoreUrl::parse(bad).expect_err(bad).to_string();
+            assert!(
+                e.starts_with("trial.checkpoint_dir: ") && e.contains(why),
+                "{bad}: {e}"
+            );
         }
     }
 

@@ -541,6 +541,7 @@ impl Scheduler {
             ),
             keep: self.study.trial.keep_checkpoints(),
             number: trial.number,
+            runner_cleans: matches!(self.study.trial, crate::study::TrialSpec::Builtin(_)),
         });
         let (stop_tx, stop_rx) = watch::channel(StopRequest::None);
         self.emit(Event::TrialStarted {

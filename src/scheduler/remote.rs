@@ -26,6 +26,9 @@ pub(super) struct TrialCopy {
     pub owner: String,
     pub keep: Keep,
     pub number: TrialNumber,
+    /// A builtin trial's runner cleans the staging directory itself when the trial ended for
+    /// good, and keeps it when its worker died (for a next attempt): the copy does the same.
+    pub runner_cleans: bool,
 }
 
 /// A running trial's uploader.
@@ -106,16 +109,20 @@ impl Uploads {
 
     /// The run ended as `end`, asked to stop as `asked`: waits for the last upload; then a
     /// trial that ended for good (finished, failed, pruned, cancelled) has its copy cleaned as
-    /// `keep_checkpoints` says, and one that runs again (interrupted) gets a last upload of
-    /// what its staging directory holds.
+    /// `keep_checkpoints` says, and one that may run again (interrupted, or a builtin trial
+    /// whose worker died and left its checkpoints) gets a last upload of what its staging
+    /// directory holds.
     pub async fn finish(self, end: &RunEnd, asked: StopRequest) {
         let Uploads { wake, task, copy } = self;
         drop(wake);
         let mut sent = task.await.unwrap_or_default();
-        let for_good = match end {
+        let ended = match end {
             RunEnd::Finished | RunEnd::Failed { .. } => true,
             RunEnd::Stopped => matches!(asked, StopRequest::Prune | StopRequest::Cancel),
         };
+        // The runner's clean-up leaves no latest snapshot (removed, or made the best).
+        let kept_locally = copy.runner_cleans && copy.dir.join(crate::checkpoint::LATEST).exists();
+        let for_good = ended && !kept_locally;
         let done = if for_good {
             copy.store
                 .clean(&copy.dir, copy.keep, &mut sent)

@@ -299,10 +299,10 @@ fn command(raw: RawCommandTrial, space: &Space, dir: &Path) -> Result<CommandSpe
     // The same key, and the same forms, as a builtin study's (`crate::checkpoint`).
     let checkpoint_dir = match raw.checkpoint_dir {
         None => None,
-        Some(toml::Value::String(s)) => Some(
+        Some(toml::Value::String(s)) => Some(Box::new(
             crate::checkpoint::parse_location(&s, dir)
                 .map_err(|e| Mistake::at(Value, "trial.checkpoint_dir", strip_key(&e.0)))?,
-        ),
+        )),
         Some(v) => {
             return Err(Mistake::at(
                 Type,
