@@ -6,7 +6,8 @@
 #               PyPI's torch wheel without its CUDA libraries except the two libtorch_cpu.so
 #               links against.
 #   .venv/      (with --python-tests) a Python with optuna (and scikit-learn, for its fANOVA), for
-#               the Optuna-compatibility tests.
+#               the Optuna-compatibility tests; and moto[server], the S3 server of the tests of
+#               checkpoints in an object store.
 #   .venv/bench (with --bench, which implies --libtorch) what the .libtorch tree needs to be
 #               imported as the `torch` Python package for the trainer benchmark: torch's
 #               pure-Python dependencies, numpy, and the CUDA libraries that torch/_C links
@@ -214,6 +215,14 @@ if [ "$WANT_PYTHON_TESTS" = yes ] && [ ! -f .venv/.stamp-optuna ]; then
   "$PY" -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check "optuna>=4,<6" numpy
   touch .venv/.stamp-optuna
+fi
+
+# moto's server mode: the S3-compatible server the tests of checkpoints in an object store start
+# (tests/cli/moto.rs; MinIO is not packaged). Pinned: its S3 answers are what the tests read.
+if [ "$WANT_PYTHON_TESTS" = yes ] && [ ! -f .venv/.stamp-moto ]; then
+  echo "setup: installing moto (an S3 server for the object-store checkpoint tests) into .venv" >&2
+  .venv/bin/pip install --quiet --disable-pip-version-check "moto[server]==5.1.22"
+  touch .venv/.stamp-moto
 fi
 
 if [ "$WANT_MFBENCH" = yes ]; then

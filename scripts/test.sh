@@ -25,6 +25,8 @@ export TUNE_REQUIRE_PG=1
 export TUNE_REQUIRE_SLURM=1
 # And the report's browser test: the set-up above installed Chromium (--python-tests).
 export TUNE_REQUIRE_CHROMIUM=1
+# And the object-store checkpoint tests: the set-up above installed moto (--python-tests).
+export TUNE_REQUIRE_MOTO=1
 
 # .cargo/config.toml points LIBTORCH at .libtorch for the trainer's build, but cargo's [env]
 # never overrides a variable that is already set: with this one, anything in `tune` that

@@ -18,6 +18,39 @@ pub enum TrialSpec {
 }
 
 impl TrialSpec {
+    /// `checkpoint_dir` when it names a directory: every trial's checkpoints in
+    /// `<dir>/<study>/trial-NNNNN` (`crate::checkpoint::trial_dir`); `None`: the default place.
+    pub fn checkpoint_dir(&self) -> Option<&std::path::Path> {
+        match self {
+            TrialSpec::Command(c) => match c.checkpoint_dir.as_deref() {
+                Some(crate::checkpoint::Location::Dir(d)) => Some(d),
+                _ => None,
+            },
+            TrialSpec::Builtin(b) => b.checkpoints.dir.as_deref(),
+        }
+    }
+
+    /// `checkpoint_dir` when it names an object store, where tune keeps a copy of every
+    /// trial's checkpoints (a builtin study's only while `checkpoints` is on).
+    pub fn checkpoint_store(&self) -> Option<&crate::checkpoint::StoreUrl> {
+        match self {
+            TrialSpec::Command(c) => match c.checkpoint_dir.as_deref() {
+                Some(crate::checkpoint::Location::Store(u)) => Some(u),
+                _ => None,
+            },
+            TrialSpec::Builtin(b) if b.checkpoints.enabled => b.checkpoints.store.as_ref(),
+            TrialSpec::Builtin(_) => None,
+        }
+    }
+
+    /// What stays of a trial's checkpoints when it ends (a command study keeps none).
+    pub fn keep_checkpoints(&self) -> crate::checkpoint::Keep {
+        match self {
+            TrialSpec::Command(_) => crate::checkpoint::Keep::None,
+            TrialSpec::Builtin(b) => b.checkpoints.keep,
+        }
+    }
+
     /// The per-trial wall-clock limit.
     pub fn timeout(&self) -> Option<Duration> {
         match self {
@@ -49,6 +82,11 @@ pub struct CommandSpec {
     /// `[trial] launcher = "torchrun"`: `argv` is a Python script and its arguments, run on
     /// every GPU of the slot by `python -m torch.distributed.run`.
     pub launcher: Option<Launcher>,
+    /// `[trial] checkpoint_dir`: where `TUNE_CHECKPOINT_DIR` points (a directory), or an
+    /// object store tune copies it to; `None`: `checkpoints/` in the first attempt's run
+    /// directory.
+    /// Boxed: a URL is large, and a command study rarely sets it.
+    pub checkpoint_dir: Option<Box<crate::checkpoint::Location>>,
 }
 
 /// How a command trial of several processes is launched (`[trial] launcher`).

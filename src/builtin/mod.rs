@@ -1279,13 +1279,15 @@ mod tests {
         let json = serde_json::to_string(&t).expect("serialises");
         let back: BuiltinTrial = serde_json::from_str(&json).expect("reads back");
         assert_eq!(back, t);
-        let bad = format!("checkpoint_dir = \"gs://b/c\"\n{BASE}");
-        let e = parse_builtin(&table(&bad), &s, Path::new(".")).expect_err("a URL");
-        assert!(
-            e.to_string()
-                .starts_with("trial.checkpoint_dir: \"gs://b/c\" is an object-store URL"),
-            "{e}"
+        // An object store: the worker is not told (tune copies the staging directory).
+        let url = format!("checkpoint_dir = \"gs://b/c\"\n{BASE}");
+        let t = parse_builtin(&table(&url), &s, Path::new(".")).expect("an object store");
+        assert_eq!(
+            t.checkpoints.store.as_ref().map(|u| u.as_str()),
+            Some("gs://b/c")
         );
+        let json = serde_json::to_string(&t).expect("serialises");
+        assert!(!json.contains("gs://"), "{json}");
         let typo = format!("checkpoint_evry = \"5m\"\n{BASE}");
         let e = parse_builtin(&table(&typo), &s, Path::new(".")).expect_err("a typo");
         assert!(e.to_string().contains("checkpoint_every"), "{e}");

@@ -2,23 +2,37 @@
 //!
 //! What belongs here: the `[trial]` checkpoint settings of a study file (parsed and checked
 //! before any trial starts), the choice of a trial's checkpoint directory, the clean-up of a
-//! trial's checkpoints when it ends, and their disk use. What does not: writing and reading
-//! snapshots (the trainer, `crates/tune-train/src/snapshot.rs`), the worker protocol
-//! (`runner::protocol`).
+//! trial's checkpoints when it ends, and their disk use; the copy of them in an object store
+//! (`remote`). What does not: writing and reading snapshots (the trainer,
+//! `crates/tune-train/src/snapshot.rs`), the worker protocol (`runner::protocol`), and when a
+//! copy goes up or comes back (the scheduler, which runs every trial's attempts).
 //!
 //! # Where
-//! - Default: `checkpoints/` inside the trial's run directory.
+//! - Default: `checkpoints/` inside the run directory of the trial's first attempt.
 //! - `checkpoint_dir = "/shared/ckpt"`: a directory (a shared filesystem for studies that
 //!   run on several machines); each trial gets `<dir>/<study name>/trial-NNNNN`, the same for
 //!   every attempt of the trial on any machine. A relative path is taken from the study
 //!   file's directory.
-//! - An object-store URL (`s3://`, `gs://`, `az://`) is refused with a clear message: this
-//!   build of tune keeps checkpoints on filesystems only.
+//! - `checkpoint_dir = "s3://bucket/prefix"` (or `gs://`, `az://`, see [`remote::SCHEMES`]):
+//!   the trial still works in the default directory, its local *staging* directory (what
+//!   `TUNE_CHECKPOINT_DIR` names, where the trainer writes its snapshots); tune copies it to
+//!   `<url>/<study name>/trial-NNNNN/` after each checkpoint the trial reports (changed files
+//!   only, one upload at a time per trial, the newest checkpoint winning over those that
+//!   queued behind a slow one), fetches that copy into the staging directory before each
+//!   attempt of a trial that had checkpointed (only a copy whose owner object is this very
+//!   trial, as [`claim`] judges a directory), and cleans it when the trial ends, as
+//!   `keep_checkpoints` says. The store is probed (a small object written, read back and
+//!   deleted) before any trial runs; a failed upload later is a warning and the next
+//!   checkpoint retries it; a failed fetch leaves the attempt with what the staging directory
+//!   holds (from scratch on a machine that never ran the trial).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+pub mod remote;
+pub use remote::StoreUrl;
 
 /// The latest checkpoint's file name in a trial's checkpoint directory (the trainer's
 /// `snapshot::LATEST`).
@@ -53,6 +67,10 @@ pub struct CheckpointSpec {
     /// inside each trial's run directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dir: Option<PathBuf>,
+    /// `checkpoint_dir` as an object-store URL: trials stage their checkpoints in the default
+    /// place and tune keeps a copy there. The worker never sees it (tune does the copying).
+    #[serde(skip)]
+    pub store: Option<StoreUrl>,
     /// `checkpoint_every`: a checkpoint within an epoch after this long (one comes at every
     /// epoch's end regardless).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -67,6 +85,7 @@ impl Default for CheckpointSpec {
         CheckpointSpec {
             enabled: true,
             dir: None,
+            store: None,
             every: None,
             keep: Keep::None,
         }
@@ -80,9 +99,6 @@ pub const KEYS: &[&str] = &[
     "checkpoint_every",
     "keep_checkpoints",
 ];
-
-/// Schemes of object-store URLs, refused by name (see the module's documentation).
-const OBJECT_STORES: &[&str] = &["s3", "gs", "az", "azure", "abfs", "abfss", "http", "https"];
 
 impl CheckpointSpec {
     /// The settings of a study file that names none of the keys.
@@ -105,7 +121,10 @@ impl CheckpointSpec {
                     "trial.checkpoint_dir: must be a directory path (a string), not {v}"
                 ))
             })?;
-            spec.dir = Some(parse_dir(s, study_dir)?);
+            match parse_location(s, study_dir)? {
+                Location::Dir(d) => spec.dir = Some(d),
+                Location::Store(u) => spec.store = Some(u),
+            }
         }
         if let Some(v) = table.get("checkpoint_every") {
             let s = v.as_str().ok_or_else(|| {
@@ -143,33 +162,35 @@ impl CheckpointSpec {
     /// The checkpoint directory of the trial whose first attempt is trial `first` of study
     /// `study`, run in `first_run_dir`: see [`trial_dir`].
     pub fn trial_dir(&self, study: &str, first: u64, first_run_dir: &Path) -> PathBuf {
-        match &self.dir {
-            Some(d) => d.join(sanitize(study)).join(format!("trial-{first:05}")),
-            None => first_run_dir.join(IN_TRIAL_DIR),
-        }
+        trial_dir(self.dir.as_deref(), study, first, first_run_dir)
     }
 }
 
 /// The one place that decides where a trial keeps its checkpoints, for builtin and command
 /// trials alike: the same directory for every attempt at its params, on any machine that
 /// shares it. Keyed by the FIRST attempt (its number `first`, its run directory
-/// `first_run_dir`): `<checkpoint_dir>/<study>/trial-NNNNN` where a builtin study sets
-/// `checkpoint_dir` (`spec`), else `checkpoints/` inside the first attempt's run directory.
-pub fn trial_dir(
-    spec: Option<&CheckpointSpec>,
-    study: &str,
-    first: u64,
-    first_run_dir: &Path,
-) -> PathBuf {
-    match spec {
-        Some(s) => s.trial_dir(study, first, first_run_dir),
+/// `first_run_dir`): `<checkpoint_dir>/<study>/trial-NNNNN` where the study sets
+/// `checkpoint_dir` to a directory (`dir`), else `checkpoints/` inside the first attempt's run
+/// directory (also the staging directory of a study whose checkpoints go to an object store).
+pub fn trial_dir(dir: Option<&Path>, study: &str, first: u64, first_run_dir: &Path) -> PathBuf {
+    match dir {
+        Some(d) => d.join(sanitize(study)).join(format!("trial-{first:05}")),
         None => first_run_dir.join(IN_TRIAL_DIR),
     }
 }
 
-/// A `checkpoint_dir` value: a path (relative ones from the study file's directory), or a
-/// refusal of an object-store URL or an empty string.
-fn parse_dir(s: &str, study_dir: &Path) -> Result<PathBuf, CheckpointError> {
+/// What `checkpoint_dir` names.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Location {
+    /// A directory, local or shared (absolute: a relative one is taken from the study file's).
+    Dir(PathBuf),
+    /// An object store.
+    Store(StoreUrl),
+}
+
+/// A `checkpoint_dir` value: a path (relative ones from the study file's directory) or an
+/// object-store URL; a URL of another scheme, or an empty string, is refused.
+pub fn parse_location(s: &str, study_dir: &Path) -> Result<Location, CheckpointError> {
     if s.trim().is_empty() || s.contains('\0') {
         return Err(CheckpointError(
             "trial.checkpoint_dir: must be a directory path, not an empty string".into(),
@@ -177,24 +198,20 @@ fn parse_dir(s: &str, study_dir: &Path) -> Result<PathBuf, CheckpointError> {
     }
     if let Some((scheme, _)) = s.split_once("://") {
         let scheme = scheme.to_ascii_lowercase();
-        return Err(CheckpointError(
-            if OBJECT_STORES.contains(&scheme.as_str()) {
-                format!(
-                    "trial.checkpoint_dir: {s:?} is an object-store URL; this build of tune keeps checkpoints on a filesystem only (a local directory, or a shared one mounted on every machine)"
-                )
-            } else {
-                format!(
-                    "trial.checkpoint_dir: {s:?} is a URL of unknown scheme {scheme:?}; give a directory path"
-                )
-            },
-        ));
+        if !remote::SCHEMES.contains(&scheme.as_str()) {
+            return Err(CheckpointError(format!(
+                "trial.checkpoint_dir: {s:?} is a URL of unknown scheme {scheme:?}; give a directory path or an object-store URL ({})",
+                remote::SCHEMES.join(", ")
+            )));
+        }
+        return StoreUrl::parse(s).map(Location::Store);
     }
     let p = PathBuf::from(s);
-    Ok(if p.is_absolute() {
+    Ok(Location::Dir(if p.is_absolute() {
         p
     } else {
         study_dir.join(p)
-    })
+    }))
 }
 
 /// A study name as one path component: `/`, `\`, `..`-only and NUL characters replaced.
@@ -316,20 +333,42 @@ pub fn disk_use(dir: &Path) -> std::io::Result<u64> {
     Ok(total)
 }
 
-/// The checkpoint settings of a builtin study, read from its study file's text as stored with
-/// the study (`path`: where the file was, for a relative `checkpoint_dir`); `None` for a
-/// command study, a study file that does not parse, or settings that are refused.
+/// The checkpoint settings of a study, read from its study file's text as stored with the
+/// study (`path`: where the file was, for a relative `checkpoint_dir`): a builtin study's, or
+/// a command study's `checkpoint_dir` (the rest at their defaults); `None` for a command study
+/// without one, a study file that does not parse, or settings that are refused.
 pub fn of_study_file(text: &str, path: Option<&Path>) -> Option<CheckpointSpec> {
     let doc: toml::Table = toml::from_str(text).ok()?;
     let trial = doc.get("trial")?.as_table()?;
-    if trial.get("kind")?.as_str()? != "builtin" {
-        return None;
-    }
     let dir = path
         .and_then(Path::parent)
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    CheckpointSpec::parse(trial, dir).ok()
+    match trial.get("kind")?.as_str()? {
+        "builtin" => CheckpointSpec::parse(trial, dir).ok(),
+        "command" => {
+            let mut spec = CheckpointSpec::default();
+            match parse_location(trial.get("checkpoint_dir")?.as_str()?, dir).ok()? {
+                Location::Dir(d) => spec.dir = Some(d),
+                Location::Store(u) => spec.store = Some(u),
+            }
+            Some(spec)
+        }
+        _ => None,
+    }
+}
+
+/// What says whose checkpoints a directory (its [`OWNER`] file) or an object-store copy (its
+/// owner object) holds: the study, the trial's first attempt, the seed and the params, as
+/// JSON. Every attempt at the same params writes the same text.
+pub fn owner(study: &str, first: u64, seed: u64, params: &crate::space::Params) -> String {
+    serde_json::json!({
+        "study": study,
+        "trial": first,
+        "seed": seed,
+        "params": params,
+    })
+    .to_string()
 }
 
 /// A byte count for people: `0 B`, `512 B`, `1.5 KiB`, `12.0 MiB`, `3.2 GiB`.
@@ -390,8 +429,8 @@ mod tests {
     fn bad_values_are_refused_naming_the_key() {
         for (src, want) in [
             (
-                "checkpoint_dir = \"s3://bucket/ckpt\"",
-                "trial.checkpoint_dir: \"s3://bucket/ckpt\" is an object-store URL",
+                "checkpoint_dir = \"s3:///ckpt\"",
+                "trial.checkpoint_dir: \"s3:///ckpt\" names no bucket",
             ),
             (
                 "checkpoint_dir = \"ftp://h/x\"",
@@ -427,6 +466,23 @@ mod tests {
             assert!(e.starts_with(want), "{src}: {e}");
         }
         assert!(!parse("checkpoints = false").expect("parses").enabled);
+    }
+
+    #[test]
+    fn an_object_store_url_keeps_the_staging_directory_in_the_default_place() {
+        let s = parse("checkpoint_dir = \"s3://bucket/ckpt/\"").expect("parses");
+        assert_eq!(s.dir, None);
+        assert_eq!(
+            s.store.as_ref().map(StoreUrl::as_str),
+            Some("s3://bucket/ckpt")
+        );
+        assert_eq!(
+            s.trial_dir("mnist", 3, Path::new("/runs/trial-00003")),
+            Path::new("/runs/trial-00003/checkpoints")
+        );
+        let text = "[trial]\nkind = \"command\"\ncheckpoint_dir = \"gs://b/p\"\n";
+        let c = of_study_file(text, None).expect("a command study's checkpoint_dir");
+        assert_eq!(c.store.as_ref().map(StoreUrl::as_str), Some("gs://b/p"));
     }
 
     #[test]

@@ -694,8 +694,38 @@ pub fn show(args: &ShowArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
-/// `checkpoints: 1.5 MiB in DIR` for a builtin trial whose checkpoint directory holds some
-/// (a running trial's, an interrupted one's, or the best kept), read on this machine.
+/// `checkpoints: 1.5 MiB in DIR` for a trial whose checkpoint directory holds some (a running
+/// trial's, an interrupted one's, or the best kept), read on this machine; for checkpoints in an
+/// object store, what the trial's copy there holds.
+/// `checkpoints: 1.5 MiB in 2 objects at s3://…/trial-00003`, listed in the store (nothing for
+/// an empty copy); a store that cannot be listed says why.
+fn remote_checkpoint_line(
+    url: &crate::checkpoint::StoreUrl,
+    study: &str,
+    first: u64,
+) -> Option<String> {
+    let at = url.trial_url(study, first);
+    let listed = crate::checkpoint::remote::Store::open(url).and_then(|store| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|source| crate::checkpoint::remote::RemoteError::Local {
+                path: std::path::PathBuf::from("."),
+                doing: "starting the runtime",
+                source,
+            })?;
+        rt.block_on(store.trial(study, first).usage())
+    });
+    match listed {
+        Ok((0, _)) => None,
+        Ok((n, bytes)) => Some(format!(
+            "checkpoints: {} in {n} object(s) at {at}",
+            crate::checkpoint::fmt_bytes(bytes)
+        )),
+        Err(e) => Some(format!("checkpoints: cannot list {at}: {e}")),
+    }
+}
+
 fn checkpoint_line(storage: &dyn Storage, study: &StudyRow, row: &Trial) -> Option<String> {
     let stored = storage.study_file(study).ok()?;
     let spec = crate::checkpoint::of_study_file(
@@ -710,7 +740,10 @@ fn checkpoint_line(storage: &dyn Storage, study: &StudyRow, row: &Trial) -> Opti
         storage.trial(study, first).ok()?
     };
     let run_dir = first_row.as_ref().unwrap_or(row).trial_dir.as_deref()?;
-    let dir = crate::checkpoint::trial_dir(Some(&spec), &study.name, first.0, run_dir);
+    if let Some(url) = &spec.store {
+        return remote_checkpoint_line(url, &study.name, first.0);
+    }
+    let dir = spec.trial_dir(&study.name, first.0, run_dir);
     match crate::checkpoint::disk_use(&dir) {
         Ok(0) => None,
         Ok(n) => Some(format!(

@@ -26,6 +26,7 @@ pub fn run(args: &RunArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode> 
     }
     check_devices(&mut study, &whence, crate::devices::DevicesFrom::StudyFile)?;
     check_command(&study, &whence)?;
+    check_checkpoint_store(&study, &whence)?;
     let file = study.file.clone();
     let mut storage =
         crate::storage::open(&study.storage).map_err(|e| super::storage_error(&file, e))?;
@@ -351,7 +352,7 @@ pub(super) fn check_command(study: &crate::study::Study, whence: &str) -> anyhow
     Ok(())
 }
 
-/// Refuses, before any trial starts, a builtin study's `trial.checkpoint_dir` that this
+/// Refuses, before any trial starts, a study's `trial.checkpoint_dir` (a directory) that this
 /// machine cannot write (read-only, under a regular file, a parent that cannot be created):
 /// every trial would run without checkpoints, and a preempted one would lose all its work.
 /// The refusal starts with `whence` (the study file) and names the key, the path and the OS
@@ -360,10 +361,12 @@ pub(super) fn check_checkpoint_dir(
     study: &crate::study::Study,
     whence: &str,
 ) -> anyhow::Result<()> {
-    let TrialSpec::Builtin(b) = &study.trial else {
+    if let TrialSpec::Builtin(b) = &study.trial
+        && !b.checkpoints.enabled
+    {
         return Ok(());
-    };
-    let (true, Some(dir)) = (b.checkpoints.enabled, &b.checkpoints.dir) else {
+    }
+    let Some(dir) = study.trial.checkpoint_dir() else {
         return Ok(());
     };
     crate::checkpoint::probe_writable(dir).map_err(|e| {
@@ -372,6 +375,28 @@ pub(super) fn check_checkpoint_dir(
             dir.display()
         ))
     })
+}
+
+/// A study whose checkpoints go to an object store that cannot take them (unreachable, no such
+/// bucket, credentials refused) is refused before any trial and before its database is
+/// touched: a small object is written, read back and deleted under `<url>/<study>/`.
+pub(super) fn check_checkpoint_store(
+    study: &crate::study::Study,
+    whence: &str,
+) -> anyhow::Result<()> {
+    let Some(url) = study.trial.checkpoint_store() else {
+        return Ok(());
+    };
+    let refuse = |e: crate::checkpoint::remote::RemoteError| {
+        super::bad(format!(
+            "{whence}trial.checkpoint_dir: cannot keep checkpoints in {url}: {e}"
+        ))
+    };
+    let store = crate::checkpoint::remote::Store::open(url).map_err(refuse)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(store.probe(&study.name)).map_err(refuse)
 }
 
 /// Refuses, before any trial starts, slots whose device cannot run them: a builtin study on CUDA

@@ -70,6 +70,7 @@ pub fn worker(args: &WorkerArgs, db: Option<&StorageUrl>) -> anyhow::Result<Exit
     super::run::check_devices(&mut study, &whence, from)?;
     super::run::check_command(&study, &whence)?;
     super::run::check_checkpoint_dir(&study, &whence)?;
+    super::run::check_checkpoint_store(&study, &whence)?;
     if let Some(r) = &args.runs_dir {
         study.runs_dir = std::env::current_dir()?.join(r);
     }

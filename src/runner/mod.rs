@@ -276,6 +276,7 @@ mod tests {
             requires: vec![],
             check: vec![],
             launcher: None,
+            checkpoint_dir: None,
         };
         let runner = command::CommandRunner::new(spec);
         let job = TrialJob {

@@ -423,13 +423,7 @@ async fn run_on(
     let mut checkpoint = checkpoint_job(&trial, objective, &job);
     if let Some(c) = checkpoint.as_mut() {
         // Keyed by the first attempt: a re-run of the same params resumes its checkpoints.
-        let owner = serde_json::json!({
-            "study": objective.study,
-            "trial": job.first.0,
-            "seed": job.seed,
-            "params": job.params,
-        })
-        .to_string();
+        let owner = crate::checkpoint::owner(&objective.study, job.first.0, job.seed, &job.params);
         match crate::checkpoint::claim(&c.dir, &owner) {
             Ok(resume) => c.resume = resume,
             // The trial still runs, without checkpoints, and its log says why.

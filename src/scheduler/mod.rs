@@ -6,6 +6,8 @@
 //! A failed trial is data: it becomes a state with a reason and the study goes on. Only a fault
 //! of storage stops the study, and then cleanly (running trials are stopped first).
 
+mod remote;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -131,6 +133,9 @@ pub struct Scheduler {
     /// First attempts whose re-runs were said to start from scratch for want of a recorded
     /// checkpoint: said once per trial, not at every attempt.
     told_from_scratch: std::collections::BTreeSet<crate::trial::TrialNumber>,
+    /// The object store that keeps a copy of every trial's checkpoints
+    /// (`checkpoint_dir = "s3://…"`); `None` for checkpoints on a filesystem only.
+    store: Option<crate::checkpoint::remote::Store>,
 }
 
 impl Scheduler {
@@ -166,6 +171,17 @@ impl Scheduler {
             .then(Gpus::open)
             .flatten()
             .map(|g| Arc::new(g) as Arc<dyn GpuSource>);
+        // `tune run` and `tune worker` probed the store before opening the study: a client
+        // refused now is told, and the checkpoints stay on this machine.
+        let store = study.trial.checkpoint_store().and_then(|url| {
+            crate::checkpoint::remote::Store::open(url)
+                .inspect_err(|e| {
+                    crate::notice::tell(format!(
+                        "tune: trial.checkpoint_dir: {e}; checkpoints stay on this machine"
+                    ));
+                })
+                .ok()
+        });
         Ok(Scheduler {
             study,
             engine,
@@ -176,6 +192,7 @@ impl Scheduler {
             started: 0,
             preempted: false,
             told_from_scratch: Default::default(),
+            store,
         })
     }
 
@@ -496,17 +513,18 @@ impl Scheduler {
         first: crate::trial::TrialNumber,
         dir: &std::path::Path,
     ) -> Result<(), StorageError> {
-        let (builtin, setting) = match &self.study.trial {
-            crate::study::TrialSpec::Builtin(b) if b.checkpoints.dir.is_some() => {
-                (true, "trial.checkpoint_dir")
-            }
-            crate::study::TrialSpec::Builtin(_) | crate::study::TrialSpec::Command(_) => (
-                matches!(self.study.trial, crate::study::TrialSpec::Builtin(_)),
-                "the study's runs_dir (which holds the checkpoints by default)",
-            ),
+        let builtin = matches!(self.study.trial, crate::study::TrialSpec::Builtin(_));
+        let setting = if self.study.trial.checkpoint_dir().is_some() {
+            "trial.checkpoint_dir"
+        } else {
+            "the study's runs_dir (which holds the checkpoints by default)"
         };
         match self.engine.recorded_checkpoint(trial.number)? {
-            Some(c) if !crate::checkpoint::holds_checkpoint(dir, builtin) => {
+            // With an object store the staging directory is filled by the fetch, which says
+            // itself when it fails.
+            Some(c)
+                if self.store.is_none() && !crate::checkpoint::holds_checkpoint(dir, builtin) =>
+            {
                 crate::notice::tell(format!(
                     "trial {} checkpointed at step {} (on host {}) but {} holds no checkpoint on this machine: is {setting} shared by every machine? trial {} restarts from scratch",
                     c.trial.0,
@@ -555,15 +573,28 @@ impl Scheduler {
                 .trial_dir_of(attempt.first)?
                 .unwrap_or_else(|| trial_dir_name(&self.study.runs_dir, attempt.first, 1))
         };
-        let spec = match &self.study.trial {
-            crate::study::TrialSpec::Builtin(b) => Some(&b.checkpoints),
-            crate::study::TrialSpec::Command(_) => None,
-        };
-        let checkpoint_dir =
-            crate::checkpoint::trial_dir(spec, &self.study.name, attempt.first.0, &first_run_dir);
+        let checkpoint_dir = crate::checkpoint::trial_dir(
+            self.study.trial.checkpoint_dir(),
+            &self.study.name,
+            attempt.first.0,
+            &first_run_dir,
+        );
         if attempt.attempt > 1 {
             self.tell_how_it_resumes(&trial, attempt.first, &checkpoint_dir)?;
         }
+        let copy = self.store.as_ref().map(|s| remote::TrialCopy {
+            store: s.trial(&self.study.name, attempt.first.0),
+            dir: checkpoint_dir.clone(),
+            owner: crate::checkpoint::owner(
+                &self.study.name,
+                attempt.first.0,
+                self.study.seed,
+                &trial.params,
+            ),
+            keep: self.study.trial.keep_checkpoints(),
+            number: trial.number,
+            runner_cleans: matches!(self.study.trial, crate::study::TrialSpec::Builtin(_)),
+        });
         let (stop_tx, stop_rx) = watch::channel(StopRequest::None);
         self.emit(Event::TrialStarted {
             number: trial.number,
@@ -608,6 +639,12 @@ impl Scheduler {
                 ));
                 return;
             }
+            // Before the run: its checkpoints fetched from the object store, if any.
+            let uploads = match copy {
+                Some(c) => Some(c.start().await),
+                None => None,
+            };
+            let asked = stop_rx.clone();
             let (rtx, mut rrx) = mpsc::unbounded_channel();
             let fut = runner.run(job, rtx, stop_rx);
             tokio::pin!(fut);
@@ -622,7 +659,12 @@ impl Scheduler {
             let result = loop {
                 tokio::select! {
                     biased;
-                    Some(r) = rrx.recv() => { let _ = tx.send(SlotMsg::Report(slot, r)); }
+                    Some(r) = rrx.recv() => {
+                        if let (Progress::Checkpoint { .. }, Some(u)) = (&r, &uploads) {
+                            u.checkpointed();
+                        }
+                        let _ = tx.send(SlotMsg::Report(slot, r));
+                    }
                     res = &mut fut => break res,
                     _ = sample_tick.tick(), if gpu.is_some() => {
                         // An NVML read takes microseconds, and telling the trial's processes
@@ -642,7 +684,16 @@ impl Scheduler {
                 }
             };
             while let Ok(r) = rrx.try_recv() {
+                if let (Progress::Checkpoint { .. }, Some(u)) = (&r, &uploads) {
+                    u.checkpointed();
+                }
                 let _ = tx.send(SlotMsg::Report(slot, r));
+            }
+            // The copy settled before the trial's end is told: a study that ends now leaves
+            // it complete (the last checkpoint up, or cleaned).
+            if let Some(u) = uploads {
+                let asked = *asked.borrow();
+                u.finish(&result.end, asked).await;
             }
             let _ = tx.send(SlotMsg::Done(slot, result));
         });

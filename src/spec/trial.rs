@@ -34,6 +34,8 @@ struct RawCommandTrial {
     launcher: Option<String>,
     #[serde(default)]
     python: Option<String>,
+    #[serde(default)]
+    checkpoint_dir: Option<toml::Value>,
 }
 
 /// `[trial]`: a command or a builtin trial. `gpu_memory_fraction` (of `[workers]`) goes to a
@@ -169,6 +171,15 @@ fn check_element(key: &str, i: usize, arg: &str) -> Result<(), Mistake> {
     check_argument(arg).map_err(|e| Mistake::at(e.kind, key, format!("element {i} ({arg:?}) {e}")))
 }
 
+/// A checkpoint refusal's message without its leading `trial.checkpoint_dir: ` (a
+/// [`Mistake`] adds the key itself).
+fn strip_key(message: &str) -> String {
+    message
+        .strip_prefix("trial.checkpoint_dir: ")
+        .unwrap_or(message)
+        .to_string()
+}
+
 const BUILTIN_PLACEHOLDERS: &[&str] = &["trial", "trial_dir", "checkpoint_dir", "device"];
 /// Placeholders added later (GPU groups): a parameter of the same name, which studies written
 /// before them may have, is not refused and fills them instead.
@@ -285,7 +296,23 @@ fn command(raw: RawCommandTrial, space: &Space, dir: &Path) -> Result<CommandSpe
             ));
         }
     };
+    // The same key, and the same forms, as a builtin study's (`crate::checkpoint`).
+    let checkpoint_dir = match raw.checkpoint_dir {
+        None => None,
+        Some(toml::Value::String(s)) => Some(Box::new(
+            crate::checkpoint::parse_location(&s, dir)
+                .map_err(|e| Mistake::at(Value, "trial.checkpoint_dir", strip_key(&e.0)))?,
+        )),
+        Some(v) => {
+            return Err(Mistake::at(
+                Type,
+                "trial.checkpoint_dir",
+                format!("must be a directory path or an object-store URL (a string), not {v}"),
+            ));
+        }
+    };
     Ok(CommandSpec {
+        checkpoint_dir,
         launcher,
         check: raw.check,
         argv: raw.command,

@@ -120,6 +120,21 @@ fn assert_refused(out: &std::process::Output, needles: &[&str]) {
     "timeout = \"1m\"\nrequires = [\"\"]",
     "trial.requires"
 )]
+#[case::checkpoint_dir_not_a_string(
+    "timeout = \"1m\"",
+    "timeout = \"1m\"\ncheckpoint_dir = 3",
+    "trial.checkpoint_dir"
+)]
+#[case::checkpoint_dir_of_an_unknown_scheme(
+    "timeout = \"1m\"",
+    "timeout = \"1m\"\ncheckpoint_dir = \"ftp://h/x\"",
+    "trial.checkpoint_dir"
+)]
+#[case::checkpoint_store_without_a_bucket(
+    "timeout = \"1m\"",
+    "timeout = \"1m\"\ncheckpoint_dir = \"s3:///x\"",
+    "names no bucket"
+)]
 #[case::not_toml("[study]", "[study", "line 1")]
 #[case::missing_space("[space]", "[nothing]", "space")]
 fn a_bad_study_file_is_refused_with_status_2_naming_the_file_and_the_key(

@@ -1,0 +1,263 @@
+//! Checkpoints in an object store (issue 27), against a real S3-compatible server (moto's
+//! server mode, `tests/cli/moto.rs`): a command trial's staging directory goes up after each
+//! checkpoint line, comes back on another machine (here: the local directory deleted) for the
+//! trial's next attempt, and is cleaned when the trial ends; a store that cannot take the
+//! checkpoints is refused before any trial, and one lost mid-study is a warning.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::{
+    PATIENCE, Sandbox, counted, stderr, text, wait_output, wait_until, wait_within,
+};
+use crate::moto::{Moto, free_port, s3_env};
+
+const BUCKET: &str = "ckpt";
+const URL: &str = "s3://ckpt/tune";
+/// The prefix of trial 0's copy: `<url>/<study>/trial-00000/`.
+const TRIAL_0: &str = "tune/resumable-curve/trial-00000/";
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The shipped resumable example (`studies/resumable-curve.toml`) with `trials` trials on one
+/// slot, epochs of 0.3 s, and its checkpoints in `checkpoint_dir`; its path in `sb`.
+fn store_study(sb: &Sandbox, trials: u32, checkpoint_dir: &str) -> &'static str {
+    let root = repo().join("studies");
+    let script = std::fs::read_to_string(root.join("resumable_curve.py")).expect("the script");
+    sb.write("studies/resumable_curve.py", &script);
+    let study = std::fs::read_to_string(root.join("resumable-curve.toml")).expect("the study");
+    let study = study
+        .replace("trials = 8", &format!("trials = {trials}"))
+        .replace("count = 2", "count = 1")
+        .replace(
+            "\"--epochs\", \"6\"]",
+            "\"--epochs\", \"6\", \"--epoch-seconds\", \"0.3\"]",
+        )
+        .replace(
+            "timeout = \"2m\"",
+            &format!("timeout = \"2m\"\ncheckpoint_dir = \"{checkpoint_dir}\""),
+        );
+    assert!(
+        study.contains(checkpoint_dir) && study.contains("0.3"),
+        "{study}"
+    );
+    let file = "studies/resumable-curve.toml";
+    sb.write(file, &study);
+    file
+}
+
+/// `tune ARGS` with `env` (the store's endpoint and credentials) added.
+fn tune_with(sb: &Sandbox, env: &[(&str, String)], args: &[&str]) -> std::process::Command {
+    let mut c = sb.tune(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c
+}
+
+/// The epoch in a `state.json` the example script saved.
+fn epoch_of(state: &str) -> Option<i64> {
+    serde_json::from_str::<Value>(state).ok()?["epoch"].as_i64()
+}
+
+#[test]
+fn a_command_trial_killed_mid_run_resumes_on_another_machine_from_the_object_store() {
+    let Some(moto) = Moto::start(repo(), &[]) else {
+        return;
+    };
+    moto.create_bucket(BUCKET);
+    let env = moto.env();
+    let sb = Sandbox::new();
+    let file = store_study(&sb, 3, URL);
+
+    let mut child = tune_with(&sb, &env, &["run", file, "--no-tui"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tune starts");
+    let remote_epoch = || {
+        moto.get(BUCKET, &format!("{TRIAL_0}state.json"))
+            .and_then(|s| epoch_of(&s))
+    };
+    // Listing needs no signature (a GET of an object does: `Moto::get` is slower).
+    let local = sb.join("studies/runs/resumable-curve/trial-00000/checkpoints");
+    wait_until(
+        PATIENCE,
+        "trial 0's epoch 1 saved and a checkpoint in the store",
+        || {
+            let saved = std::fs::read_to_string(local.join("state.json")).ok();
+            saved.and_then(|s| epoch_of(&s)).is_some_and(|e| e >= 1)
+                && moto
+                    .keys(BUCKET, TRIAL_0)
+                    .contains(&format!("{TRIAL_0}state.json"))
+        },
+    );
+    child.kill().expect("SIGKILL the orchestrator");
+    wait_within(&mut child, PATIENCE);
+    std::thread::sleep(Duration::from_millis(300));
+    let kept = remote_epoch().expect("a checkpoint in the store survives the kill");
+    assert!((1..5).contains(&kept), "killed mid-trial: {kept}");
+    let keys = moto.keys(BUCKET, TRIAL_0);
+    for k in ["trial.json", "state.json", "attempts.log"] {
+        assert!(keys.contains(&format!("{TRIAL_0}{k}")), "{k} in {keys:?}");
+    }
+    assert!(
+        !keys.iter().any(|k| k.ends_with(".tmp")),
+        "temporary files stay local: {keys:?}"
+    );
+    // `tune show` lists the copy.
+    let out = tune_with(&sb, &env, &["show", "0", file])
+        .output()
+        .expect("show");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains(&format!("object(s) at {URL}/resumable-curve/trial-00000")),
+        "{}",
+        text(&out)
+    );
+
+    // Another machine: none of trial 0's local checkpoints.
+    std::fs::remove_dir_all(&local).expect("the local staging directory goes");
+
+    let out = wait_output(
+        tune_with(&sb, &env, &["run", file, "--no-tui"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tune starts"),
+        PATIENCE,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("fetched") && stderr(&out).contains(URL),
+        "the fetch is told: {}",
+        text(&out)
+    );
+    let trials = sb.trials(file);
+    assert_eq!(counted(&trials), 3, "{trials:#?}");
+    let first = trials.iter().find(|t| t["number"] == 0).expect("trial 0");
+    let rerun = trials
+        .iter()
+        .find(|t| t["number"] != 0 && t["params"] == first["params"])
+        .expect("trial 0's params ran again");
+    assert_eq!(rerun["state"], "complete", "{rerun:#}");
+    let r = rerun["number"].as_u64().expect("a number");
+
+    // Attempt 2 found attempt 1's files, fetched from the store, and went on after its epoch.
+    let log = std::fs::read_to_string(local.join("attempts.log")).expect("attempts.log");
+    assert_eq!(
+        log.lines().collect::<Vec<_>>(),
+        [
+            "attempt=1 trial=0 resumed_from=-1".to_string(),
+            format!("attempt=2 trial={r} resumed_from={kept}"),
+        ],
+        "{log}"
+    );
+    let out = sb.ok(&["show", &r.to_string(), file, "--format", "json"]);
+    let shown: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let steps: Vec<i64> = shown["reports"]
+        .as_array()
+        .expect("reports")
+        .iter()
+        .map(|x| x["step"].as_i64().expect("a step"))
+        .collect();
+    let all: Vec<i64> = (0..6).collect();
+    let gap: Vec<i64> = all.iter().copied().filter(|e| *e != kept).collect();
+    assert!(steps == all || steps == gap, "{steps:?} (kept {kept})");
+    // Every trial ended for good: nothing of any stays in the store.
+    let left = moto.keys(BUCKET, "tune/resumable-curve/");
+    assert!(left.is_empty(), "cleaned at each trial's end: {left:?}");
+}
+
+/// How a store that cannot take the checkpoints is refused: each case's study file, the
+/// environment, and what the message must name.
+fn refused(sb: &Sandbox, env: &[(&str, String)], url: &str, why: &str) {
+    let file = store_study(sb, 1, url);
+    let out = wait_output(
+        tune_with(sb, env, &["run", file, "--no-tui"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tune starts"),
+        PATIENCE,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = stderr(&out);
+    for want in ["trial.checkpoint_dir", url, "writing a test object", why] {
+        assert!(err.contains(want), "{want:?} in: {err}");
+    }
+    assert!(
+        !sb.join("studies/tune.db").exists(),
+        "refused before the database is touched"
+    );
+    assert!(!sb.join("studies/runs").exists(), "no trial ran");
+}
+
+#[test]
+fn an_unreachable_object_store_is_refused_before_any_trial_with_status_2() {
+    // A port nobody listens on: connection refused. Needs no moto.
+    let endpoint = format!("http://127.0.0.1:{}", free_port());
+    let sb = Sandbox::new();
+    refused(&sb, &s3_env(&endpoint), URL, &endpoint);
+}
+
+#[test]
+fn a_missing_bucket_is_refused_before_any_trial_with_status_2() {
+    let Some(moto) = Moto::start(repo(), &[]) else {
+        return;
+    };
+    let sb = Sandbox::new();
+    refused(&sb, &moto.env(), "s3://no-such-bucket/tune", "NoSuchBucket");
+}
+
+#[test]
+fn credentials_the_store_refuses_are_refused_before_any_trial_with_status_2() {
+    // moto checks credentials only when asked to (INITIAL_NO_AUTH_ACTION_COUNT=0); it then
+    // knows no access key but those of its own IAM users, so ours is refused.
+    let Some(moto) = Moto::start(repo(), &[("INITIAL_NO_AUTH_ACTION_COUNT", "0")]) else {
+        return;
+    };
+    let sb = Sandbox::new();
+    refused(&sb, &moto.env(), URL, "InvalidAccessKeyId");
+}
+
+#[test]
+fn a_store_lost_mid_study_is_a_warning_and_the_trials_go_on() {
+    let Some(mut moto) = Moto::start(repo(), &[]) else {
+        return;
+    };
+    moto.create_bucket(BUCKET);
+    let env = moto.env();
+    let sb = Sandbox::new();
+    let file = store_study(&sb, 2, URL);
+    let child = tune_with(&sb, &env, &["run", file, "--no-tui"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tune starts");
+    wait_until(PATIENCE, "a checkpoint of trial 0 in the store", || {
+        moto.keys(BUCKET, TRIAL_0)
+            .contains(&format!("{TRIAL_0}state.json"))
+    });
+    moto.stop();
+    let out = wait_output(child, PATIENCE);
+    assert!(out.status.success(), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("cannot upload its checkpoint (trial.checkpoint_dir)")
+            && err.contains(URL)
+            && err.contains("the trial goes on"),
+        "{err}"
+    );
+    let trials = sb.trials(file);
+    assert_eq!(counted(&trials), 2, "{trials:#?}");
+    assert!(
+        trials.iter().all(|t| t["state"] == "complete"),
+        "{trials:#?}"
+    );
+}
