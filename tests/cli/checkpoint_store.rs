@@ -84,19 +84,14 @@ fn a_command_trial_killed_mid_run_resumes_on_another_machine_from_the_object_sto
         moto.get(BUCKET, &format!("{TRIAL_0}state.json"))
             .and_then(|s| epoch_of(&s))
     };
-    // Listing needs no signature (a GET of an object does: `Moto::get` is slower).
     let local = sb.join("studies/runs/resumable-curve/trial-00000/checkpoints");
-    wait_until(
-        PATIENCE,
-        "trial 0's epoch 1 saved and a checkpoint in the store",
-        || {
-            let saved = std::fs::read_to_string(local.join("state.json")).ok();
-            saved.and_then(|s| epoch_of(&s)).is_some_and(|e| e >= 1)
-                && moto
-                    .keys(BUCKET, TRIAL_0)
-                    .contains(&format!("{TRIAL_0}state.json"))
-        },
-    );
+    // The upload runs beside the trial, so the store may lag the staging directory: wait for
+    // the store's own copy to hold epoch 1 or later (listing first: a GET is slower).
+    wait_until(PATIENCE, "trial 0's epoch 1 or later in the store", || {
+        moto.keys(BUCKET, TRIAL_0)
+            .contains(&format!("{TRIAL_0}state.json"))
+            && remote_epoch().is_some_and(|e| e >= 1)
+    });
     child.kill().expect("SIGKILL the orchestrator");
     wait_within(&mut child, PATIENCE);
     std::thread::sleep(Duration::from_millis(300));
