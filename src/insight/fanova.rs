@@ -714,7 +714,8 @@ mod tests {
         let rows: Vec<usize> = (0..data.n).filter(|&i| w[i] > 0.0).collect();
         let mut tree = Tree { nodes: Vec::new() };
         let mut order: Vec<usize> = (0..data.cols).collect();
-        let mut stack: Vec<(Vec<usize>, usize, Option<(usize, bool)>)> = vec![(rows, 0, None)];
+        type Pending = (Vec<usize>, usize, Option<(usize, bool)>);
+        let mut stack: Vec<Pending> = vec![(rows, 0, None)];
         let mut sorted: Vec<usize> = Vec::new();
         while let Some((rows, depth, parent)) = stack.pop() {
             let (sw, swy) = rows
