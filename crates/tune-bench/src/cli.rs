@@ -354,4 +354,9 @@ pub struct ReportBenchArgs {
     /// Skip Optuna's side.
     #[arg(long)]
     pub no_optuna: bool,
+    /// Stop an Optuna evaluator still running after this many seconds of wall time (its
+    /// process: the interpreter's start and the imports included) and print "> LIMIT s":
+    /// Optuna's fANOVA runs for hours at 10 000 trials.
+    #[arg(long, default_value_t = 600)]
+    pub optuna_limit: u64,
 }

@@ -5,11 +5,12 @@
 //! whole process (start, reading the database, the work, the output). Where Optuna is there
 //! (`--python`, `.venv` from `scripts/setup.sh --python-tests`), it times
 //! `optuna.importance.get_param_importances` with the same two evaluators on the same file and
-//! prints tune's time over Optuna's, measured in the same run.
+//! prints tune's time over Optuna's, measured in the same run: each evaluator in its own
+//! process, printed as it ends, stopped at `--optuna-limit`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tune::space::{ParamValue, Params, Space};
 use tune::storage::{ClaimRequest, NewStudy, SqliteStorage, Storage};
@@ -156,39 +157,81 @@ fn time_tune(tune: &Path, args: &[&str], repeat: u32) -> anyhow::Result<f64> {
     Ok(times[times.len() / 2])
 }
 
-/// Optuna's seconds for (PED-ANOVA, fANOVA) and its version, or why there are none.
-fn time_optuna(python: &str, db: &Path, repeat: u32) -> Result<(f64, f64, String), String> {
+/// What Optuna's side gave for one evaluator.
+enum OptunaTime {
+    /// The call's median seconds, and Optuna's version.
+    Done { seconds: f64, version: String },
+    /// Still running at the limit, and stopped.
+    Stopped { limit: Duration },
+}
+
+/// How often a running Optuna process is looked at for its end.
+const OPTUNA_POLL: Duration = Duration::from_millis(100);
+
+/// Optuna's seconds for `method` (`ped-anova`, `fanova`) on `db`, each evaluator in its own
+/// process so that one stopped at `limit` leaves the other's figure; or why there are none.
+fn time_optuna(
+    python: &str,
+    db: &Path,
+    method: &str,
+    repeat: u32,
+    limit: Duration,
+) -> Result<OptunaTime, String> {
     if !Path::new(python).exists() {
         return Err(format!(
             "{python} not found (`scripts/setup.sh --python-tests` makes .venv)"
         ));
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/optuna_importance_bench.py");
-    let out = Command::new(python)
+    // Its output goes to files, not pipes: a pipe nobody reads while waiting could fill and
+    // stall the process, and its time would then be ours.
+    let dir = tempfile::tempdir().map_err(|e| format!("a temp dir: {e}"))?;
+    let file = |name: &str| {
+        std::fs::File::create(dir.path().join(name)).map_err(|e| format!("{name}: {e}"))
+    };
+    let mut child = Command::new(python)
         .arg(&script)
         .arg("--db")
         .arg(db)
-        .args(["--study", "bench", "--repeat", &repeat.max(1).to_string()])
+        .args(["--study", "bench", "--method", method])
+        .args(["--repeat", &repeat.max(1).to_string()])
         .stdin(Stdio::null())
-        .output()
+        .stdout(file("stdout")?)
+        .stderr(file("stderr")?)
+        .spawn()
         .map_err(|e| format!("{python}: {e}"))?;
-    let line = String::from_utf8_lossy(&out.stdout);
-    let v: serde_json::Value = serde_json::from_str(line.trim().lines().last().unwrap_or(""))
+    let start = Instant::now();
+    loop {
+        if child
+            .try_wait()
+            .map_err(|e| format!("{python}: {e}"))?
+            .is_some()
+        {
+            break;
+        }
+        if start.elapsed() >= limit {
+            // Killed and reaped, so that no Optuna is left computing beside the next run.
+            child
+                .kill()
+                .map_err(|e| format!("stopping {python}: {e}"))?;
+            child.wait().map_err(|e| format!("{python}: {e}"))?;
+            return Ok(OptunaTime::Stopped { limit });
+        }
+        std::thread::sleep(OPTUNA_POLL);
+    }
+    let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap_or_default();
+    let stdout = read("stdout");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim().lines().last().unwrap_or(""))
         .map_err(|e| {
             format!(
                 "Optuna printed no result ({e}): {}",
-                String::from_utf8_lossy(&out.stderr)
-                    .chars()
-                    .take(500)
-                    .collect::<String>()
+                read("stderr").chars().take(500).collect::<String>()
             )
         })?;
-    let s = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
-    Ok((
-        s("ped-anova"),
-        s("fanova"),
-        v["optuna"].as_str().unwrap_or("?").to_string(),
-    ))
+    Ok(OptunaTime::Done {
+        seconds: v[method].as_f64().unwrap_or(f64::NAN),
+        version: v["optuna"].as_str().unwrap_or("?").to_string(),
+    })
 }
 
 pub fn run(a: &ReportBenchArgs) -> anyhow::Result<ExitCode> {
@@ -239,17 +282,23 @@ pub fn run(a: &ReportBenchArgs) -> anyhow::Result<ExitCode> {
     if a.no_optuna {
         return Ok(ExitCode::SUCCESS);
     }
-    match time_optuna(&a.python, &db, a.optuna_repeat) {
-        Ok((ped, fan, version)) => {
-            for (method, theirs, tune_s) in [("ped-anova", ped, ours[0]), ("fanova", fan, ours[1])]
-            {
-                println!(
-                    "report bench: Optuna {version} get_param_importances {method}: {theirs:.3} s (the call alone); tune/Optuna = {:.3}",
-                    tune_s / theirs
-                );
+    let limit = Duration::from_secs(a.optuna_limit);
+    for (method, tune_s) in [("ped-anova", ours[0]), ("fanova", ours[1])] {
+        match time_optuna(&a.python, &db, method, a.optuna_repeat, limit) {
+            Ok(OptunaTime::Done { seconds, version }) => println!(
+                "report bench: Optuna {version} get_param_importances {method}: {seconds:.3} s (the call alone); tune/Optuna = {:.3}",
+                tune_s / seconds
+            ),
+            Ok(OptunaTime::Stopped { limit }) => println!(
+                "report bench: Optuna get_param_importances {method}: > {} s (stopped at --optuna-limit, the whole process); tune/Optuna < {:.4}",
+                limit.as_secs(),
+                tune_s / limit.as_secs_f64()
+            ),
+            Err(why) => {
+                println!("report bench: Optuna skipped: {why}");
+                break;
             }
         }
-        Err(why) => println!("report bench: Optuna skipped: {why}"),
     }
     Ok(ExitCode::SUCCESS)
 }
