@@ -332,7 +332,7 @@ async fn checkpoints_are_removed_at_a_prune_and_the_best_stays_when_the_study_ke
         shared.display()
     ));
     let mut j = job(dir.path(), 1, 1e-2, None);
-    j.checkpoint_dir = tune::checkpoint::trial_dir(Some(&t.checkpoints), "st", 1, &j.trial_dir);
+    j.checkpoint_dir = t.checkpoints.trial_dir("st", 1, &j.trial_dir);
     let keep = runner(t).with_objective("st", "val_acc", tune::trial::Direction::Maximize);
     let (b, _) = run(&keep, j, |_| StopRequest::None).await;
     assert_eq!(b.end, RunEnd::Finished);
