@@ -143,37 +143,31 @@ impl Store {
         };
         let u = url.url.as_str();
         let (timeout, connect) = (ClientConfigKey::Timeout, ClientConfigKey::ConnectTimeout);
+        // The three builders share their setters but no trait: one expansion each.
+        macro_rules! build {
+            ($builder:ty, $key:path) => {
+                <$builder>::from_env()
+                    .with_url(u)
+                    .with_retry(retry)
+                    .with_config($key(timeout), REQUEST_TIMEOUT)
+                    .with_config($key(connect), CONNECT_TIMEOUT)
+                    .build()
+                    .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
+            };
+        }
         let built: object_store::Result<Arc<dyn ObjectStore>> = match url.scheme {
-            ObjectStoreScheme::AmazonS3 => {
-                use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey as K};
-                AmazonS3Builder::from_env()
-                    .with_url(u)
-                    .with_retry(retry)
-                    .with_config(K::Client(timeout), REQUEST_TIMEOUT)
-                    .with_config(K::Client(connect), CONNECT_TIMEOUT)
-                    .build()
-                    .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
-            }
-            ObjectStoreScheme::GoogleCloudStorage => {
-                use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey as K};
-                GoogleCloudStorageBuilder::from_env()
-                    .with_url(u)
-                    .with_retry(retry)
-                    .with_config(K::Client(timeout), REQUEST_TIMEOUT)
-                    .with_config(K::Client(connect), CONNECT_TIMEOUT)
-                    .build()
-                    .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
-            }
-            ObjectStoreScheme::MicrosoftAzure => {
-                use object_store::azure::{AzureConfigKey as K, MicrosoftAzureBuilder};
-                MicrosoftAzureBuilder::from_env()
-                    .with_url(u)
-                    .with_retry(retry)
-                    .with_config(K::Client(timeout), REQUEST_TIMEOUT)
-                    .with_config(K::Client(connect), CONNECT_TIMEOUT)
-                    .build()
-                    .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
-            }
+            ObjectStoreScheme::AmazonS3 => build!(
+                object_store::aws::AmazonS3Builder,
+                object_store::aws::AmazonS3ConfigKey::Client
+            ),
+            ObjectStoreScheme::GoogleCloudStorage => build!(
+                object_store::gcp::GoogleCloudStorageBuilder,
+                object_store::gcp::GoogleConfigKey::Client
+            ),
+            ObjectStoreScheme::MicrosoftAzure => build!(
+                object_store::azure::MicrosoftAzureBuilder,
+                object_store::azure::AzureConfigKey::Client
+            ),
             // `StoreUrl::parse` lets only the schemes above through.
             _ => Err(object_store::Error::NotSupported {
                 source: format!("scheme of {u}").into(),
