@@ -180,6 +180,7 @@ const KEYS: &[(&str, &str, Class)] = &[
     ("trial@builtin", "cuda_graphs", O),
     ("trial@builtin", "checkpoints", O),
     ("trial@builtin", "checkpoint_dir", O),
+    ("trial@command", "checkpoint_dir", O),
     ("trial@builtin", "checkpoint_every", D),
     ("trial@builtin", "keep_checkpoints", O),
     ("trial.model", "kind", O),
@@ -569,11 +570,14 @@ const ARGUMENTS: &[(&str, Class)] = &[
     ("plot name", O),
     ("plot output", O),
     ("plot params", O),
+    // A number or a metric's name; bad ones (past the count, too large, neither): multi_objective.rs.
+    ("plot objective", O),
     ("plot width", I),
     ("plot height", I),
     ("report study_file", O),
     ("report name", O),
     ("report output", O),
+    ("report objective", O),
 ];
 
 #[test]

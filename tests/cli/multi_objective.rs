@@ -273,7 +273,7 @@ fn plot_and_report_show_the_objective_named_by_number_or_metric() {
     let svg = std::fs::read_to_string(sb.join("h.svg")).expect("the figure");
     assert!(svg.contains("history of `cost`"), "the history of cost");
     // An objective the study lacks: exit 2, naming what it has, and nothing written.
-    for bad in ["2", "latency", "1.5"] {
+    for bad in ["2", "latency", "1.5", "18446744073709551616"] {
         let out = sb
             .tune(&[
                 "plot",
