@@ -6,60 +6,15 @@
 //!
 //! Needs `tune` built first (`cargo build -p tune`), as `trainer_cli.rs` does.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
 #[path = "../../../tests/cli/moto.rs"]
 mod moto;
 
-/// The `tune` binary beside this test's (see `trainer_cli.rs`), or `TUNE_TEST_BIN`.
-fn tune_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("TUNE_TEST_BIN") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().expect("the test knows its own path");
-    let tune = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("a test runs from target/<profile>/deps")
-        .join("tune");
-    assert!(
-        tune.is_file(),
-        "{} not found: build it first (cargo build -p tune)",
-        tune.display()
-    );
-    tune
-}
-
-const STUDY: &str = r#"
-[study]
-name = "resume"
-metric = "val_loss"
-trials = 1
-seed = 3
-
-[space]
-lr = { type = "float", low = 1e-3, high = 2e-3, log = true }
-
-[workers]
-count = 1
-devices = ["cpu"]
-
-[trial]
-kind = "builtin"
-epochs = 6
-batch_size = 8
-checkpoint_dir = "s3://ckpt/tune"
-
-[trial.model]
-kind = "mlp"
-width = 256
-depth = 2
-
-[trial.data]
-dataset = "digits"
-"#;
+use common::{resume_study, tune_bin};
 
 /// trial 0's copy in the bucket.
 const TRIAL_0: &str = "tune/resume/trial-00000/";
@@ -92,7 +47,11 @@ fn a_builtin_trial_killed_mid_run_resumes_on_another_machine_from_the_object_sto
     let env = moto.env();
     let dir = tempfile::tempdir().expect("temp dir");
     let study = dir.path().join("study.toml");
-    std::fs::write(&study, STUDY).expect("write study");
+    std::fs::write(
+        &study,
+        resume_study("checkpoint_dir = \"s3://ckpt/tune\"\n"),
+    )
+    .expect("write study");
     let study_arg = study.to_str().expect("utf-8 path");
 
     let mut running = tune(dir.path(), &env, &["run", "--no-tui", study_arg])

@@ -1,32 +1,13 @@
 //! Builtin studies through the real CLI (`tune run`): a worker killed mid-trial fails that
 //! trial with its cause, and the study goes on to finish its budget.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The `tune` binary: `TUNE_TEST_BIN`, else the one in this test's target directory
-/// (`target/debug/deps/trainer_cli-…` → `target/debug/tune`). Cargo sets `CARGO_BIN_EXE_tune`
-/// only for the `tune` package's own tests and does not build `tune` for this package's, so
-/// `cargo build -p tune` (or `--workspace`) must come first, as `scripts/test.sh` does; `tune`
-/// then finds the `tune-worker` this test run built beside it.
-fn tune_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("TUNE_TEST_BIN") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().expect("the test knows its own path");
-    let tune = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("a test runs from target/<profile>/deps")
-        .join("tune");
-    assert!(
-        tune.is_file(),
-        "{} not found: build it first (cargo build -p tune, or cargo build --workspace)",
-        tune.display()
-    );
-    tune
-}
+mod common;
+
+use common::{resume_study, tune_bin};
 
 /// The pids of the children of `pid` (Linux: /proc/PID/task/*/children).
 fn children(pid: u32) -> Vec<i32> {
@@ -310,38 +291,12 @@ fn a_builtin_trial_preempted_by_sigterm_checkpoints_first_and_its_rerun_loses_no
 fn cut_and_resume(sig: nix::sys::signal::Signal) {
     let preempt = sig == nix::sys::signal::Signal::SIGTERM;
     let dir = tempfile::tempdir().expect("temp dir");
-    let text = r#"
-[study]
-name = "resume"
-metric = "val_loss"
-trials = 1
-seed = 3
-
-[space]
-lr = { type = "float", low = 1e-3, high = 2e-3, log = true }
-
-[workers]
-count = 1
-devices = ["cpu"]
-
-[trial]
-kind = "builtin"
-epochs = 6
-batch_size = 8
-
-[trial.model]
-kind = "mlp"
-width = 256
-depth = 2
-
-[trial.data]
-dataset = "digits"
-"#;
+    let text = resume_study("");
     // The reference: the same study (same name and seed: the same params and draws), never cut.
     let (ref_dir, cut_dir) = (dir.path().join("ref"), dir.path().join("cut"));
     for d in [&ref_dir, &cut_dir] {
         std::fs::create_dir_all(d).expect("mkdir");
-        std::fs::write(d.join("study.toml"), text).expect("write study");
+        std::fs::write(d.join("study.toml"), &text).expect("write study");
     }
     let run = |d: &Path| {
         Command::new(tune_bin())
