@@ -27,26 +27,14 @@ fn repo() -> &'static Path {
 /// The shipped resumable example (`studies/resumable-curve.toml`) with `trials` trials on one
 /// slot, epochs of 0.3 s, and its checkpoints in `checkpoint_dir`; its path in `sb`.
 fn store_study(sb: &Sandbox, trials: u32, checkpoint_dir: &str) -> &'static str {
-    let root = repo().join("studies");
-    let script = std::fs::read_to_string(root.join("resumable_curve.py")).expect("the script");
-    sb.write("studies/resumable_curve.py", &script);
-    let study = std::fs::read_to_string(root.join("resumable-curve.toml")).expect("the study");
-    let study = study
-        .replace("trials = 8", &format!("trials = {trials}"))
-        .replace("count = 2", "count = 1")
-        .replace(
-            "\"--epochs\", \"6\"]",
-            "\"--epochs\", \"6\", \"--epoch-seconds\", \"0.3\"]",
-        )
+    let file = crate::attempts::resumable_study(sb, trials);
+    let study = std::fs::read_to_string(sb.join(file))
+        .expect("the study")
         .replace(
             "timeout = \"2m\"",
             &format!("timeout = \"2m\"\ncheckpoint_dir = \"{checkpoint_dir}\""),
         );
-    assert!(
-        study.contains(checkpoint_dir) && study.contains("0.3"),
-        "{study}"
-    );
-    let file = "studies/resumable-curve.toml";
+    assert!(study.contains(checkpoint_dir), "{study}");
     sb.write(file, &study);
     file
 }
