@@ -23,6 +23,14 @@ pub(crate) fn show(sb: &Sandbox, study: &str, n: u64) -> Value {
     serde_json::from_slice(&out.stdout).expect("`tune show` prints JSON")
 }
 
+/// The trial that ran `first`'s params again (its next attempt).
+pub(crate) fn rerun_of<'a>(trials: &'a [Value], first: &Value) -> &'a Value {
+    trials
+        .iter()
+        .find(|t| t["number"] != first["number"] && t["params"] == first["params"])
+        .expect("the first trial's params ran again")
+}
+
 /// The shipped example (`studies/resumable-curve.toml` and its script) in `sb`, with `trials`
 /// trials on one slot, epochs of 0.3 s; its path there.
 pub(crate) fn resumable_study(sb: &Sandbox, trials: u32) -> &'static str {
@@ -81,10 +89,7 @@ fn a_kill_9_mid_trial_reruns_it_as_attempt_2_from_its_checkpoint() {
     );
     let first = trials.iter().find(|t| t["number"] == 0).expect("trial 0");
     assert_eq!(first["state"], "failed", "{first:#}");
-    let rerun = trials
-        .iter()
-        .find(|t| t["number"] != 0 && t["params"] == first["params"])
-        .expect("trial 0's params ran again");
+    let rerun = rerun_of(&trials, first);
     assert_eq!(rerun["state"], "complete", "{rerun:#}");
     let r = rerun["number"].as_u64().expect("a number");
 
@@ -196,10 +201,7 @@ fn a_sigterm_mid_trial_exits_75_and_the_rerun_is_attempt_2_from_its_checkpoint()
         "exactly the budget: {trials:#?}\n{}",
         text(&out)
     );
-    let rerun = trials
-        .iter()
-        .find(|t| t["number"] != 0 && t["params"] == first["params"])
-        .expect("trial 0's params ran again");
+    let rerun = rerun_of(&trials, first);
     assert_eq!(rerun["state"], "complete", "{rerun:#}");
     let r = rerun["number"].as_u64().expect("a number");
     let log = std::fs::read_to_string(ckpt.join("attempts.log")).expect("attempts.log");

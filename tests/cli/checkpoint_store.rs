@@ -124,10 +124,7 @@ fn a_command_trial_killed_mid_run_resumes_on_another_machine_from_the_object_sto
     let trials = sb.trials(file);
     assert_eq!(counted(&trials), 3, "{trials:#?}");
     let first = trials.iter().find(|t| t["number"] == 0).expect("trial 0");
-    let rerun = trials
-        .iter()
-        .find(|t| t["number"] != 0 && t["params"] == first["params"])
-        .expect("trial 0's params ran again");
+    let rerun = crate::attempts::rerun_of(&trials, first);
     assert_eq!(rerun["state"], "complete", "{rerun:#}");
     let r = rerun["number"].as_u64().expect("a number");
 

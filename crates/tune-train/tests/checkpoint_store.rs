@@ -144,14 +144,7 @@ fn a_builtin_trial_killed_mid_run_resumes_on_another_machine_from_the_object_sto
         .collect();
     assert_eq!(epochs, (1..=6).map(f64::from).collect::<Vec<_>>());
     // Resumed from the fetched snapshot, not from scratch: the re-run's worker says where.
-    let log = shown["logs"]
-        .as_array()
-        .and_then(|l| {
-            l.iter()
-                .find_map(|p| p.as_str().filter(|p| p.ends_with("worker.log")))
-        })
-        .map(|p| std::fs::read_to_string(p).expect("the re-run's worker log"))
-        .expect("a worker log");
+    let log = common::worker_log(&shown);
     assert!(
         log.contains("resumed from the checkpoint at step"),
         "resumed, not restarted: {log}"

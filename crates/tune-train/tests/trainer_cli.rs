@@ -404,14 +404,7 @@ fn cut_and_resume(sig: nix::sys::signal::Signal) {
         "before the cut {before:?}"
     );
     // It resumed from the checkpoint, not from scratch: the re-run's worker says where.
-    let log = shown["logs"]
-        .as_array()
-        .and_then(|l| {
-            l.iter()
-                .find_map(|p| p.as_str().filter(|p| p.ends_with("worker.log")))
-        })
-        .map(|p| std::fs::read_to_string(p).expect("the re-run's worker log"))
-        .expect("a worker log");
+    let log = common::worker_log(&shown);
     let line = log
         .lines()
         .find(|l| l.contains("resumed from the checkpoint at step"))

@@ -56,3 +56,15 @@ dataset = "digits"
 "#
     )
 }
+
+/// The worker log of a trial as `tune show N --format json` lists it, read whole.
+pub fn worker_log(shown: &serde_json::Value) -> String {
+    shown["logs"]
+        .as_array()
+        .and_then(|l| {
+            l.iter()
+                .find_map(|p| p.as_str().filter(|p| p.ends_with("worker.log")))
+        })
+        .map(|p| std::fs::read_to_string(p).expect("the re-run's worker log"))
+        .expect("a worker log")
+}
