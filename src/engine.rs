@@ -64,6 +64,10 @@ pub enum Decision {
     Continue,
     /// Stop the trial: it is clearly losing. It is recorded as pruned when it ends.
     Prune,
+    /// Pause the trial (promotion-based ASHA): ask it to checkpoint and stop. It is recorded
+    /// as paused when it ends, resumable from that checkpoint (pruned, saying why, when no
+    /// checkpoint was recorded). A driver that cannot pause treats it as [`Decision::Prune`].
+    Pause,
 }
 
 /// How a trial ended, as its driver saw it; the engine turns it into a [`TrialStatus`].
@@ -114,6 +118,8 @@ struct Live {
     notes: Option<ReportNotes>,
     /// Why the pruner stopped it, once it has ([`Prune`]'s text).
     pruned: Option<String>,
+    /// The pruner paused it rather than pruned it ([`Decision::Pause`]).
+    pausing: bool,
     /// What it used of its GPU, as its driver last summarised it (the scheduler's samples).
     gpu: Option<GpuTelemetry>,
     /// Whether its first report was seen: an attempt that resumed from a checkpoint takes the
@@ -242,6 +248,8 @@ pub struct Engine {
     /// The reports a re-run's first report copied from its earlier attempt (`resume_curve`),
     /// until the caller takes them ([`Engine::take_resumed`]) to show them.
     resumed: Vec<Report>,
+    /// The promotion the last ask made ([`Engine::take_promotion`]).
+    promoted: Option<(TrialNumber, TrialNumber, String)>,
 }
 
 impl Engine {
@@ -284,6 +292,7 @@ impl Engine {
             resource: spec.pruner.resource().to_string(),
             curves: Vec::new(),
             resumed: Vec::new(),
+            promoted: None,
             running: BTreeMap::new(),
         };
         engine.refresh_curves()?;
@@ -358,6 +367,10 @@ impl Engine {
     /// params the sampler proposes from the study's history. `None` when the budget allows no
     /// more now.
     pub fn ask(&mut self, slot: usize, device: &str) -> Result<Option<Trial>, StorageError> {
+        // A paused trial that has earned its promotion goes before any new trial: its re-run is
+        // queued, and queued trials are claimed first.
+        self.promoted = None;
+        self.promote_paused()?;
         let (space, direction, seed) = (&self.space, self.study.direction, self.seed);
         let others: Vec<Direction> = self.study.others.iter().map(|o| o.direction).collect();
         let sampler = &mut self.sampler;
@@ -396,6 +409,7 @@ impl Engine {
                 refused: None,
                 notes: None,
                 pruned: None,
+                pausing: false,
                 gpu: None,
                 started: false,
             },
@@ -648,11 +662,73 @@ impl Engine {
         let Some(prune) = self.verdict(number) else {
             return Ok(Decision::Continue);
         };
+        // A diverged trial is pruned even where the pruner pauses: it cannot climb.
+        let pause = self.pruner.pauses() && prune.why != crate::pruner::PruneWhy::NotANumber;
         if let Some(live) = self.running.get_mut(&id) {
             live.stopping = true;
+            live.pausing = pause;
             live.pruned = Some(prune.to_string());
         }
-        Ok(Decision::Prune)
+        Ok(if pause {
+            Decision::Pause
+        } else {
+            Decision::Prune
+        })
+    }
+
+    /// Resumes the paused trial that has earned it most, if any (promotion-based ASHA): it
+    /// becomes an earlier attempt and its params are queued again, to resume from its
+    /// checkpoint on the next claim. Returns the promoted trial's number and the re-run's.
+    fn promote_paused(&mut self) -> Result<Option<(TrialNumber, TrialNumber)>, StorageError> {
+        if !self.pruner.pauses() || !self.pruner.judges() {
+            return Ok(None);
+        }
+        let paused: Vec<TrialNumber> = self
+            .storage
+            .trials(&self.study, Some(TrialState::Pruned))?
+            .iter()
+            .filter(|t| t.status.paused() && !t.discarded)
+            .map(|t| t.number)
+            .collect();
+        let Some(&any) = paused.first() else {
+            return Ok(None);
+        };
+        let ctx = PruneContext {
+            direction: self.study.direction,
+            metric: &self.study.metric,
+            resource: &self.resource,
+            trial: any,
+            trials: &self.curves,
+        };
+        let Some(promotion) = self.pruner.promotion(&ctx, &paused) else {
+            return Ok(None);
+        };
+        let reason = format!(
+            "interrupted: paused, then promoted ({promotion}); its re-run resumes from its checkpoint"
+        );
+        let Some(rerun) = self
+            .storage
+            .promote(&self.study, promotion.trial, &reason)?
+        else {
+            // Another process promoted it first: its curve leaves the rungs on the next
+            // refresh.
+            return Ok(None);
+        };
+        // Its re-run carries its curve on from here (it competes at no rung against itself).
+        if let Ok(i) = self
+            .curves
+            .binary_search_by_key(&promotion.trial, |c| c.number)
+        {
+            self.curves.remove(i);
+        }
+        self.promoted = Some((promotion.trial, rerun, promotion.to_string()));
+        Ok(Some((promotion.trial, rerun)))
+    }
+
+    /// The promotion the last [`Engine::ask`] made, if it made one: the paused trial, its
+    /// re-run and why (`rung 0: 2nd of 6 trials there, in the top 1/3`).
+    pub fn take_promotion(&mut self) -> Option<(TrialNumber, TrialNumber, String)> {
+        self.promoted.take()
     }
 
     /// Why the pruner advised running trial `id` to stop, once it has (the text stored with
@@ -734,6 +810,7 @@ impl Engine {
             refused: None,
             notes: None,
             pruned: None,
+            pausing: false,
             gpu: None,
             started: !stored.is_empty(),
         };
@@ -834,12 +911,28 @@ impl Engine {
                     ))
                 }
             }
-            Finish::Pruned { value, reason } => TrialStatus::Pruned {
-                value: value.or(live.last_value),
-                step: live.last_step,
-                reason: live.pruned.clone().or(reason),
-                ran: ran.clone(),
-            },
+            Finish::Pruned { value, reason } => {
+                let mut reason = live.pruned.clone().or(reason);
+                // Paused only where it can resume: some attempt at its params recorded a
+                // checkpoint. Otherwise a resumption would start over, so it is pruned, and
+                // its reason says why.
+                let paused = live.pausing && {
+                    let own = self.storage.checkpoint_step(id)?.is_some();
+                    own || self.recorded_checkpoint(live.trial.number)?.is_some()
+                };
+                if live.pausing && !paused {
+                    reason = reason.map(|r| {
+                        format!("{r}; not paused: it recorded no checkpoint to resume from")
+                    });
+                }
+                TrialStatus::Pruned {
+                    value: value.or(live.last_value),
+                    step: live.last_step,
+                    reason,
+                    paused,
+                    ran: ran.clone(),
+                }
+            }
             Finish::Failed { reason, log_tail } => TrialStatus::Failed {
                 reason,
                 log_tail: log_tail.map(crate::trial::bound_log_tail),
@@ -941,6 +1034,114 @@ mod tests {
             (Box::new(MemoryStorage::new()), None),
             (Box::new(sqlite), Some(dir)),
         ]
+    }
+
+    /// Promotion-based ASHA through the engine: a trial outside the top at a rung gets
+    /// `Pause`; it is recorded paused when it recorded a checkpoint and pruned (saying why)
+    /// when it did not; once enough trials rank below it, the next ask promotes it: its re-run
+    /// comes before any new trial, within the budget, and resumes its curve.
+    #[test]
+    fn a_paused_trial_is_promoted_by_a_later_ask_and_its_rerun_carries_its_curve_on() {
+        for (storage, _dir) in backends() {
+            let pruner = PrunerConfig::Asha(AshaConfig {
+                max_resource: Some(9.0),
+                mode: crate::pruner::AshaMode::Promote,
+                ..AshaConfig::default()
+            });
+            let mut e = engine(storage, Some(8), &pruner);
+            // Trial 0 leads rung 0 (step 1) and completes.
+            let t0 = e.ask(0, "cpu").expect("ask").expect("a trial");
+            assert_eq!(
+                e.report(t0.id, report(1, 0.1)).expect("r"),
+                Decision::Continue
+            );
+            e.finish(t0.id, Finish::Ended, &[]).expect("finish");
+            // Trial 1 ranks 2nd of 2: paused, with its checkpoint at step 1.
+            let t1 = e.ask(0, "cpu").expect("ask").expect("a trial");
+            assert_eq!(e.report(t1.id, report(1, 0.3)).expect("r"), Decision::Pause);
+            e.checkpoint(t1.id, 1).expect("checkpoint");
+            let paused = e
+                .finish(
+                    t1.id,
+                    Finish::Pruned {
+                        value: None,
+                        reason: None,
+                    },
+                    &[],
+                )
+                .expect("finish");
+            assert!(paused.status.paused(), "{:?}", paused.status);
+            // Trial 2 ranks 3rd of 3 and saved no checkpoint: pruned, and says why.
+            let t2 = e.ask(0, "cpu").expect("ask").expect("a trial");
+            assert_eq!(e.report(t2.id, report(1, 0.5)).expect("r"), Decision::Pause);
+            let pruned = e
+                .finish(
+                    t2.id,
+                    Finish::Pruned {
+                        value: None,
+                        reason: None,
+                    },
+                    &[],
+                )
+                .expect("finish");
+            assert!(!pruned.status.paused());
+            assert!(
+                pruned.status.pruned_reason().is_some_and(
+                    |r| r.ends_with("not paused: it recorded no checkpoint to resume from")
+                ),
+                "{:?}",
+                pruned.status
+            );
+            // Trials 3 to 5 rank below trial 1: at 6 trials the top 2 go on, and trial 1 is
+            // 2nd. Each of them pauses (checkpointed) in turn.
+            for v in [0.6, 0.7, 0.8] {
+                let t = e.ask(0, "cpu").expect("ask").expect("a trial");
+                assert_ne!(t.params, t1.params, "not yet promoted");
+                assert_eq!(e.report(t.id, report(1, v)).expect("r"), Decision::Pause);
+                e.checkpoint(t.id, 1).expect("checkpoint");
+                e.finish(
+                    t.id,
+                    Finish::Pruned {
+                        value: None,
+                        reason: None,
+                    },
+                    &[],
+                )
+                .expect("finish");
+            }
+            let counted = e.storage().counted(e.study()).expect("counted");
+            let rerun = e.ask(0, "cpu").expect("ask").expect("the promoted re-run");
+            assert_eq!(rerun.params, t1.params);
+            assert_eq!(
+                e.storage()
+                    .retry_of(e.study(), rerun.number)
+                    .expect("retry of"),
+                Some(t1.number)
+            );
+            let earlier = e
+                .storage()
+                .trial(e.study(), t1.number)
+                .expect("read")
+                .expect("t1");
+            assert!(earlier.status.interrupted(), "{:?}", earlier.status);
+            assert_eq!(
+                e.storage().counted(e.study()).expect("counted"),
+                counted - 1,
+                "the promoted attempt leaves the budget; its re-run runs in its place"
+            );
+            // Its first own report (step 2) brings trial 1's report at step 1 into its curve.
+            assert_eq!(
+                e.report(rerun.id, report(2, 0.25)).expect("r"),
+                Decision::Continue
+            );
+            let steps: Vec<u64> = e.take_resumed().iter().map(|r| r.step).collect();
+            assert_eq!(steps, vec![1]);
+            // No other trial has reached rung 1 (step 3): first there, it goes on.
+            assert_eq!(
+                e.report(rerun.id, report(3, 0.2)).expect("r"),
+                Decision::Continue
+            );
+        }
     }
 
     #[test]

@@ -448,6 +448,10 @@ pub enum TrialStatus {
         value: Option<f64>,
         step: Option<u64>,
         reason: Option<String>,
+        /// Paused at a rung of promotion-based ASHA (`[pruner] mode = "promote"`): it stopped
+        /// with a checkpoint and may be resumed later (promoted) as a re-run of its params.
+        /// Until then it counts as pruned everywhere (the budget, the samplers, the rungs).
+        paused: bool,
         ran: Ran,
     },
     /// Failed: `reason` says why; `log_tail` holds the last lines of its standard error;
@@ -604,6 +608,11 @@ impl TrialStatus {
         })
     }
 
+    /// Whether it is paused at a rung, resumable (see [`TrialStatus::Pruned`]).
+    pub fn paused(&self) -> bool {
+        matches!(self, TrialStatus::Pruned { paused: true, .. })
+    }
+
     /// Whether it failed through no fault of its own (its params run again).
     pub fn interrupted(&self) -> bool {
         matches!(
@@ -629,6 +638,7 @@ impl TrialStatus {
                 value,
                 step: None,
                 reason: None,
+                paused: false,
                 ran,
             },
             _ => TrialStatus::Failed {
@@ -776,6 +786,10 @@ impl Trial {
         // Only a discarded trial has the key: every other trial keeps the shape scripts know.
         if self.discarded {
             v["discarded"] = serde_json::Value::Bool(true);
+        }
+        // Only a paused trial has the key (its state stays `pruned`, one of the five states).
+        if self.status.paused() {
+            v["paused"] = serde_json::Value::Bool(true);
         }
         // Only a trial whose GPU was sampled has the key (docs/cli.md).
         if let Some(g) = self.status.gpu() {

@@ -12,6 +12,10 @@ goes on after the saved epoch: the steps it reports never repeat. After each sav
 `tune: {"checkpoint": true, "step": E}`, so that the resumed trial's curve starts with the
 reports of the attempt it resumed from, up to its first own step: every epoch once.
 
+On SIGTERM (a preemption, or a pause of promotion-based ASHA), it finishes the epoch it is in,
+saves it and reports the checkpoint, then exits with status 143: the grace tune gives a
+stopping trial is spent on keeping the work, not on losing it.
+
 Each attempt appends one line to `$TUNE_CHECKPOINT_DIR/attempts.log`
 (`attempt=A trial=N resumed_from=E`, E = -1 for a start from scratch), so what happened across
 attempts can be read afterwards.
@@ -21,8 +25,16 @@ import json
 import math
 import os
 import random
+import signal
 import sys
 import time
+
+# Set by SIGTERM: stop after the next checkpoint.
+STOP = {"asked": False}
+
+
+def on_term(signum, frame):
+    STOP["asked"] = True
 
 
 def save(path, state):
@@ -53,6 +65,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--epoch-seconds", type=float, default=0.15)
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, on_term)
 
     ckpt_dir = os.environ.get("TUNE_CHECKPOINT_DIR", ".")
     attempt = int(os.environ.get("TUNE_ATTEMPT", "1"))
@@ -83,6 +96,9 @@ def main():
         # Tells tune the checkpoint holds everything up to this step: an attempt that resumes
         # from it keeps this attempt's reports up to here in its curve.
         print(f'tune: {{"checkpoint": true, "step": {epoch}}}', flush=True)
+        if STOP["asked"]:
+            print(f"SIGTERM: stopping after the checkpoint of epoch {epoch}", file=sys.stderr)
+            sys.exit(143)
 
 
 if __name__ == "__main__":

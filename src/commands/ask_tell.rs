@@ -93,6 +93,12 @@ fn session_pruner(
             cfg.resource()
         )));
     }
+    if matches!(&cfg, PrunerConfig::Asha(c) if c.mode == crate::pruner::AshaMode::Promote) {
+        return Err(bad(format!(
+            "{}: key `pruner.mode`: \"promote\" pauses trials at a rung and resumes them from their checkpoints, which `tune ask-tell` cannot do (its client runs the trials); use mode = \"stop\"",
+            path.display()
+        )));
+    }
     cfg.check().map_err(|e| {
         let where_ = if doc.contains_key("pruner") {
             format!("{}: key ", path.display())

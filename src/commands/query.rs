@@ -332,12 +332,18 @@ fn gpu_lines(g: &GpuTelemetry, metrics: &std::collections::BTreeMap<String, f64>
     out
 }
 
-/// A trial's state for people: a discarded one says so.
+/// A trial's state for people: a discarded one says so, and a paused one (pruned, resumable:
+/// promotion-based ASHA) is `paused`.
 fn state_cell(t: &Trial) -> String {
-    if t.discarded {
-        format!("{} (discarded)", t.state().as_str())
+    let state = if t.status.paused() {
+        "paused"
     } else {
-        t.state().as_str().to_string()
+        t.state().as_str()
+    };
+    if t.discarded {
+        format!("{state} (discarded)")
+    } else {
+        state.to_string()
     }
 }
 
@@ -659,7 +665,13 @@ pub fn show(args: &ShowArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode
                 println!("{t}");
             }
             if let Some(reason) = row.status.pruned_reason() {
-                println!("pruned {reason}");
+                if row.status.paused() {
+                    println!(
+                        "paused {reason}; resumable from its checkpoint, once enough trials rank below it there (pruner.mode = \"promote\")"
+                    );
+                } else {
+                    println!("pruned {reason}");
+                }
             }
             if let Some(p) = predicted {
                 let what = match row.state() {

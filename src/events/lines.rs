@@ -264,8 +264,13 @@ impl Printer {
                         )
                     }
                     TrialState::Pruned => format!(
-                        "{stamp} trial {} pruned{}{dur}: {metric}={}{}{}",
+                        "{stamp} trial {} {}{}{dur}: {metric}={}{}{}",
                         trial.number,
+                        if trial.status.paused() {
+                            "paused"
+                        } else {
+                            "pruned"
+                        },
                         trial
                             .status
                             .pruned_reason()
@@ -677,6 +682,7 @@ mod tests {
                     value: Some(1.0),
                     step: Some(2),
                     reason: None,
+                    paused: false,
                     ran: ran(1),
                 },
             )

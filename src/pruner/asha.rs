@@ -15,7 +15,10 @@
 
 use std::cmp::Ordering;
 
-use super::{AshaConfig, Memo, Point, Prune, PruneContext, PruneWhy, Pruner, cmp_loss, reached};
+use super::{
+    AshaConfig, AshaMode, Memo, Point, Promotion, Prune, PruneContext, PruneWhy, Pruner, cmp_loss,
+    reached,
+};
 use crate::trial::TrialNumber;
 
 /// More rungs than any sane study has (η ≥ 2 makes rung 64 sit 2^64 times past the first);
@@ -168,10 +171,77 @@ impl Rungs {
     }
 }
 
+impl Rungs {
+    /// Whether paused trial `ctx.trial` has earned its promotion: at the highest rung it has
+    /// reached, it ranks in the top `max(1, ⌊n/η⌋)` of the `n` trials for which `rival` holds
+    /// that have reached that rung (itself included; ties go on), as a trial arriving there
+    /// now would be judged. A trial paused at a rung was outside that top when it arrived;
+    /// it gets in as later trials arrive below it.
+    pub fn promotable(
+        &self,
+        ctx: &PruneContext<'_>,
+        memo: &mut Memo<RungValues>,
+        rival: impl Fn(TrialNumber) -> bool,
+    ) -> Option<Promotion> {
+        memo.enter(ctx);
+        let own = ctx.trials.iter().find(|t| t.number == ctx.trial)?;
+        let values = memo.get(ctx, own, |t| self.values(ctx.curve(&t.reports)));
+        let rung = values.len().checked_sub(1)?;
+        let mine = values[rung];
+        if mine.is_nan() {
+            return None;
+        }
+        let mut n = 1;
+        let mut better = 0;
+        for t in ctx
+            .trials
+            .iter()
+            .filter(|t| t.number != ctx.trial && rival(t.number))
+        {
+            let values = memo.get(ctx, t, |t| self.values(ctx.curve(&t.reports)));
+            if let Some(&v) = values.get(rung) {
+                n += 1;
+                if cmp_loss(v, mine) == Ordering::Less {
+                    better += 1;
+                }
+            }
+        }
+        let keep = ((n as f64 / self.eta).floor() as usize).max(1);
+        (better < keep).then_some(Promotion {
+            trial: ctx.trial,
+            rung,
+            rank: better + 1,
+            of: n,
+            keep,
+            eta: self.eta,
+        })
+    }
+}
+
+/// Of the promotable trials among `paused`, the one to resume first: the highest rung, then
+/// the best rank there, then the lowest number (as Li et al.'s `get_job` scans the rungs from
+/// the top).
+pub(crate) fn first_promotion(
+    ctx: &PruneContext<'_>,
+    paused: &[TrialNumber],
+    mut promotable: impl FnMut(&PruneContext<'_>) -> Option<Promotion>,
+) -> Option<Promotion> {
+    paused
+        .iter()
+        .filter_map(|&trial| promotable(&PruneContext { trial, ..*ctx }))
+        .min_by(|a, b| {
+            b.rung
+                .cmp(&a.rung)
+                .then(a.rank.cmp(&b.rank))
+                .then(a.trial.cmp(&b.trial))
+        })
+}
+
 /// ASHA over all trials of the study.
 pub struct AshaPruner {
     rungs: Rungs,
     memo: Memo<RungValues>,
+    mode: AshaMode,
 }
 
 impl AshaPruner {
@@ -184,6 +254,7 @@ impl AshaPruner {
                 config.min_early_stopping_rate,
             ),
             memo: Memo::new(),
+            mode: config.mode,
         }
     }
 }
@@ -191,6 +262,18 @@ impl AshaPruner {
 impl Pruner for AshaPruner {
     fn decide(&mut self, ctx: &PruneContext<'_>) -> Option<Prune> {
         self.rungs.decide(ctx, &mut self.memo, |_| true)
+    }
+
+    fn pauses(&self) -> bool {
+        self.mode == AshaMode::Promote
+    }
+
+    fn promotion(&mut self, ctx: &PruneContext<'_>, paused: &[TrialNumber]) -> Option<Promotion> {
+        if self.mode != AshaMode::Promote {
+            return None;
+        }
+        let (rungs, memo) = (&self.rungs, &mut self.memo);
+        first_promotion(ctx, paused, |c| rungs.promotable(c, memo, |_| true))
     }
 }
 
@@ -226,6 +309,89 @@ mod tests {
             .enumerate()
             .map(|(n, v)| (n as u64, v.as_slice()))
             .collect()
+    }
+
+    /// Trials with these rung values (rungs at 1 and 3 epochs), the listed ones paused.
+    fn rung_curves(values: &[(u64, &[f64])], paused: &[u64]) -> Vec<TrialCurve> {
+        values
+            .iter()
+            .map(|&(n, vs)| TrialCurve {
+                number: TrialNumber(n),
+                state: if paused.contains(&n) {
+                    TrialState::Pruned
+                } else {
+                    TrialState::Running
+                },
+                reports: vs
+                    .iter()
+                    .zip([1, 3])
+                    .map(|(&v, step)| report(step, v))
+                    .collect(),
+            })
+            .collect()
+    }
+
+    fn promotion(
+        config: &PrunerConfig,
+        trials: &[TrialCurve],
+        paused: &[u64],
+    ) -> Option<Promotion> {
+        let PrunerConfig::Asha(c) = config else {
+            panic!("not asha")
+        };
+        let paused: Vec<TrialNumber> = paused.iter().map(|&n| TrialNumber(n)).collect();
+        let ctx = PruneContext {
+            direction: Direction::Minimize,
+            metric: METRIC,
+            resource: "step",
+            trial: paused[0],
+            trials,
+        };
+        AshaPruner::new(c).promotion(&ctx, &paused)
+    }
+
+    #[test]
+    fn a_paused_trial_is_promoted_once_enough_trials_rank_below_it_the_highest_rung_first() {
+        let promote = asha(|c| c.mode = AshaMode::Promote);
+        // Rung 0: 3, 4 (paused), 5 (paused), 6 — 4 trials, the top 1 goes on: neither paused
+        // trial has earned it (4 ranks 2nd).
+        let four: Vec<(u64, &[f64])> = vec![(1, &[3.0]), (2, &[4.0]), (0, &[5.0]), (3, &[6.0])];
+        assert_eq!(
+            promotion(&promote, &rung_curves(&four, &[0, 2]), &[0, 2]),
+            None
+        );
+        // Two more arrive below: 6 trials, the top 2 go on, and 4 (2nd) is promoted.
+        let mut six = four.clone();
+        six.extend([(4, &[7.0][..]), (5, &[8.0][..])]);
+        let p = promotion(&promote, &rung_curves(&six, &[0, 2]), &[0, 2]).expect("promoted");
+        assert_eq!(
+            (p.trial, p.rung, p.rank, p.of, p.keep),
+            (TrialNumber(2), 0, 2, 6, 2)
+        );
+        assert_eq!(
+            p.to_string(),
+            "rung 0: 2nd of 6 trials there, in the top 1/3"
+        );
+        // A paused trial that earned rung 1 goes first: Li et al. scan the rungs from the top.
+        let mut high = six.clone();
+        high[0] = (1, &[3.0, 1.0]);
+        high.extend([
+            (6, &[2.0, 2.5][..]),
+            (7, &[2.1, 3.0][..]),
+            (8, &[2.2, 4.0][..]),
+            (9, &[2.3, 5.0][..]),
+            (10, &[2.4, 6.0][..]),
+        ]);
+        let p = promotion(&promote, &rung_curves(&high, &[0, 2, 6]), &[0, 2, 6]).expect("one");
+        assert_eq!((p.trial, p.rung, p.rank, p.of), (TrialNumber(6), 1, 2, 6));
+        // A diverged paused trial is never promoted; ASHA that stops promotes nothing.
+        let mut nan = six.clone();
+        nan[1] = (2, &[f64::NAN]);
+        assert_eq!(promotion(&promote, &rung_curves(&nan, &[2]), &[2]), None);
+        assert_eq!(
+            promotion(&asha(|_| {}), &rung_curves(&six, &[0, 2]), &[0, 2]),
+            None
+        );
     }
 
     #[test]

@@ -218,6 +218,45 @@ pub trait Pruner: Send {
     fn judges(&self) -> bool {
         true
     }
+
+    /// Whether a trial this pruner stops at a rung is paused there (checkpointed and resumable)
+    /// rather than pruned: promotion-based ASHA (`mode = "promote"`). A diverged trial (NaN)
+    /// is pruned all the same.
+    fn pauses(&self) -> bool {
+        false
+    }
+
+    /// Which of the `paused` trials (paused at a rung, see [`Pruner::pauses`]) has earned its
+    /// resumption now, if any; `ctx.trial` is any of them, and `ctx.trials` every curve of the
+    /// study as for [`Pruner::decide`].
+    fn promotion(&mut self, _ctx: &PruneContext<'_>, _paused: &[TrialNumber]) -> Option<Promotion> {
+        None
+    }
+}
+
+/// A paused trial to resume, and why: at rung `rung` it ranks `rank` of the `of` trials that
+/// have reached the rung, within the top `keep` (a `1/eta` share, at least one).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Promotion {
+    pub trial: TrialNumber,
+    pub rung: usize,
+    pub rank: usize,
+    pub of: usize,
+    pub keep: usize,
+    pub eta: f64,
+}
+
+impl std::fmt::Display for Promotion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "rung {}: {} of {} trials there, in the top 1/{}",
+            self.rung,
+            ordinal(self.rank),
+            self.of,
+            crate::fmt::fmt_value(Some(self.eta))
+        )
+    }
 }
 
 /// Never prunes.
@@ -449,6 +488,23 @@ pub struct AshaConfig {
     /// `s` in the paper: the first rung sits at `min_resource * reduction_factor^s`.
     pub min_early_stopping_rate: u32,
     pub resource: String,
+    /// What happens to a trial outside the top at a rung: stopped for good (`stop`), or
+    /// paused with a checkpoint and resumed once enough later trials rank below it
+    /// (`promote`, Li et al.'s original ASHA).
+    pub mode: AshaMode,
+}
+
+/// What ASHA does with a trial outside the top `1/reduction_factor` at a rung.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AshaMode {
+    /// Prune it: the trial ends there for good.
+    #[default]
+    Stop,
+    /// Pause it (its run checkpoints and stops); when a slot is free, a paused trial that now
+    /// ranks in the top `1/reduction_factor` of its rung, counting every trial that has
+    /// reached the rung since, is resumed from its checkpoint before any new trial starts.
+    Promote,
 }
 
 impl Default for AshaConfig {
@@ -460,6 +516,7 @@ impl Default for AshaConfig {
             reduction_factor: 3.0,
             min_early_stopping_rate: 0,
             resource: default_resource(),
+            mode: AshaMode::Stop,
         }
     }
 }
@@ -721,6 +778,8 @@ pub struct RungSchedule {
     pub reduction_factor: f64,
     /// Hyperband: the number of brackets in use.
     pub brackets: Option<u32>,
+    /// Trials outside the top are paused (resumable), not pruned: ASHA's `mode = "promote"`.
+    pub pauses: bool,
 }
 
 impl RungSchedule {
@@ -754,6 +813,11 @@ impl RungSchedule {
             "keeps 1/{}",
             crate::fmt::fmt_value(Some(self.reduction_factor))
         );
+        let keeps = if self.pauses {
+            format!("{keeps}, pauses the rest")
+        } else {
+            keeps
+        };
         match self.brackets {
             Some(1) => format!("1 bracket, {rungs}, {keeps}"),
             Some(b) => format!("{b} brackets, {rungs}, {keeps}"),
@@ -765,6 +829,7 @@ impl RungSchedule {
 impl PrunerConfig {
     /// The rung schedule of an ASHA or Hyperband pruner; `None` for the others.
     pub fn rung_schedule(&self) -> Option<RungSchedule> {
+        let pauses = matches!(self, PrunerConfig::Asha(c) if c.mode == AshaMode::Promote);
         let (min, max, eta, rate, resource, brackets) = match self {
             PrunerConfig::None | PrunerConfig::Median(_) | PrunerConfig::Forecast(_) => {
                 return None;
@@ -801,6 +866,7 @@ impl PrunerConfig {
             more: all.len() > RungSchedule::SHOWN,
             reduction_factor: eta,
             brackets,
+            pauses,
         })
     }
 }
@@ -968,7 +1034,8 @@ mod tests {
     fn pruner_table_reads_every_key_and_integers_as_numbers() {
         let c = parse(
             "[pruner]\nkind = \"asha\"\nresource = \"epoch\"\nmin_resource = 2\n\
-             max_resource = 54.5\nreduction_factor = 3\nmin_early_stopping_rate = 1",
+             max_resource = 54.5\nreduction_factor = 3\nmin_early_stopping_rate = 1\n\
+             mode = \"promote\"",
         );
         assert_eq!(
             c.ok(),
@@ -978,6 +1045,7 @@ mod tests {
                 reduction_factor: 3.0,
                 min_early_stopping_rate: 1,
                 resource: "epoch".into(),
+                mode: AshaMode::Promote,
             }))
         );
         let c = parse(

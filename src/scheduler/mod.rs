@@ -30,6 +30,8 @@ use crate::trial::{FINAL_KEY, Trial, TrialId, TrialNumber, TrialState};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum StopKind {
     Prune,
+    /// Promotion-based ASHA paused it at a rung: it checkpoints and stops, resumable.
+    Pause,
     UserPruned,
     UserFailed,
     /// Ctrl-C twice, SIGTERM (preemption) or a fatal error: not the trial's fault, so it is
@@ -51,7 +53,8 @@ impl Busy {
         let _ = self.stop.send(match kind {
             StopKind::Prune | StopKind::UserPruned => StopRequest::Prune,
             StopKind::UserFailed => StopRequest::Cancel,
-            StopKind::Interrupt => StopRequest::Interrupt,
+            // A pause asks what a preemption asks: checkpoint now, then stop.
+            StopKind::Interrupt | StopKind::Pause => StopRequest::Interrupt,
         });
     }
 }
@@ -557,6 +560,11 @@ impl Scheduler {
         let Some(trial) = self.engine.ask(slot, &device)? else {
             return Ok(None);
         };
+        if let Some((paused, rerun, why)) = self.engine.take_promotion() {
+            tracing_line(&format!(
+                "trial {paused} promoted ({why}): trial {rerun} resumes it from its checkpoint"
+            ));
+        }
         self.started += 1;
         let made = fresh_trial_dir(&self.study.runs_dir, trial.number);
         let trial_dir = match &made {
@@ -748,8 +756,12 @@ impl Scheduler {
             slot,
             report: shown,
         });
-        if decision == Decision::Prune && b.stop_kind.is_none() {
-            b.stop(StopKind::Prune);
+        if b.stop_kind.is_none() {
+            match decision {
+                Decision::Continue => {}
+                Decision::Prune => b.stop(StopKind::Prune),
+                Decision::Pause => b.stop(StopKind::Pause),
+            }
         }
         Ok(())
     }
@@ -764,8 +776,10 @@ impl Scheduler {
                 }
                 .to_string(),
             },
+            // A run that ended on its own before the stop took effect is complete.
             (RunEnd::Finished, _) => Finish::Ended,
-            (_, Some(StopKind::Prune)) => Finish::Pruned {
+            // The engine records a paused trial as paused when it recorded a checkpoint.
+            (_, Some(StopKind::Prune | StopKind::Pause)) => Finish::Pruned {
                 value: None,
                 reason: None,
             },

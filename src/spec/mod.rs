@@ -176,6 +176,16 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
     };
     let multi = head.objectives.len() > 1;
     let pruner = search::pruner(raw.pruner.as_ref(), epochs, multi).map_err(at_file)?;
+    if let (crate::pruner::PrunerConfig::Asha(a), TrialSpec::Builtin(b)) = (&pruner, &trial)
+        && a.mode == crate::pruner::AshaMode::Promote
+        && !b.checkpoints.enabled
+    {
+        return Err(at_file(Mistake::at(
+            SpecErrorKind::Conflict,
+            "pruner.mode",
+            "\"promote\" pauses trials at a rung and resumes them from their checkpoints, but `trial.checkpoints = false` saves none; turn checkpoints on or use mode = \"stop\"".to_string(),
+        )));
+    }
     let enqueue = search::enqueue(&raw.enqueue, &space).map_err(at_file)?;
 
     let (first, others) = head

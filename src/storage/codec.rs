@@ -189,10 +189,12 @@ impl StoredStatus {
                 value: self.value.unwrap_or(f64::NAN),
                 ran,
             },
+            // A pruned trial stopped through no fault of its own is paused (resumable).
             TrialState::Pruned => TrialStatus::Pruned {
                 value: self.value,
                 step: self.pruned_step,
                 reason: self.error,
+                paused: self.interrupted,
                 ran,
             },
             TrialState::Failed => TrialStatus::Failed {

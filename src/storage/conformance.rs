@@ -35,6 +35,7 @@
 //! | `set_study_file` | `the_stored_study_file_follows_the_file_it_runs_from`, `a_stored_study_file_keeps_no_database_password` |
 //! | `delete_study` | `deleting_a_study_removes_it_whole_and_leaves_the_others`, `workers_get_distinct_ids_…` |
 //! | `retry_of`, `attempt` | `an_interrupted_trials_reruns_are_its_next_attempts` (declared by its worker and by recovery) |
+//! | `promote` (and a paused trial's `finish_trial`) | `a_paused_trial_is_promoted_once_into_a_rerun_and_the_budget_does_not_move` |
 //! | `set_discarded` | `a_discarded_trial_is_kept_but_left_out_of_the_history_the_budget_and_the_best` (both ways) |
 //!
 //! A recovered trial's reason is worded once for every backend (`storage::Gone::reason`); the
@@ -353,6 +354,7 @@ fn a_pruned_trial_keeps_its_last_value_step_and_reason() {
                 value: Some(2.5),
                 step: Some(4),
                 reason: Some("at step 4 (rung 1: 3rd of 4 trials there, below the top 1/3)".into()),
+                paused: false,
                 ran: Ran::default(),
             },
             &[],
@@ -586,6 +588,103 @@ fn an_interrupted_trials_reruns_are_its_next_attempts() {
                 .expect("attempt")
                 .attempt,
             1,
+            "{name}"
+        );
+    }
+}
+
+/// A paused trial (promotion-based ASHA) reads back paused, counts as pruned, and is promoted
+/// once: it becomes its re-run's earlier attempt (failed, interrupted, its reason), the re-run
+/// is queued with its params before any new trial, and the budget's count does not move.
+#[test]
+fn a_paused_trial_is_promoted_once_into_a_rerun_and_the_budget_does_not_move() {
+    for (name, mut s, _dir) in backends() {
+        let study = study(s.as_mut(), Direction::Minimize, "loss");
+        let w = s.register_worker(&study, &["cpu".into()]).expect("worker");
+        let paused = claim(s.as_mut(), &study, w, Some(3), &params(0.2)).expect("a trial");
+        let pruned = claim(s.as_mut(), &study, w, Some(3), &params(0.7)).expect("a trial");
+        let pause = |paused: bool| TrialStatus::Pruned {
+            value: Some(0.5),
+            step: Some(3),
+            reason: Some("at epoch 3 (rung 1: 2nd of 2 trials there, below the top 1/3)".into()),
+            paused,
+            ran: Ran::default(),
+        };
+        s.set_checkpoint_step(paused.id, 3).expect("checkpoint");
+        s.finish_trial(paused.id, &pause(true), &[]).expect("pause");
+        s.finish_trial(pruned.id, &pause(false), &[])
+            .expect("prune");
+        let back = s
+            .trial(&study, paused.number)
+            .expect("read")
+            .expect("there");
+        assert!(back.status.paused(), "{name}: {:?}", back.status);
+        assert_eq!(back.state(), TrialState::Pruned, "{name}");
+        let other = s
+            .trial(&study, pruned.number)
+            .expect("read")
+            .expect("there");
+        assert!(!other.status.paused(), "{name}: {:?}", other.status);
+        assert_eq!(s.counted(&study).expect("counted"), 2, "{name}");
+        assert_eq!(
+            s.history(&study, &space()).expect("history").finished.len(),
+            2,
+            "{name}: a paused trial teaches as a pruned one"
+        );
+        // Only a paused trial is promoted.
+        assert_eq!(
+            s.promote(&study, pruned.number, "no").expect("promote"),
+            None,
+            "{name}"
+        );
+        assert_eq!(
+            s.promote(&study, TrialNumber(999), "no").expect("promote"),
+            None,
+            "{name}"
+        );
+        let reason = "interrupted: paused, then promoted (rung 1: 1st of 4 trials there)";
+        let rerun = s
+            .promote(&study, paused.number, reason)
+            .expect("promote")
+            .expect("a re-run");
+        assert_eq!(
+            s.promote(&study, paused.number, reason).expect("again"),
+            None,
+            "{name}: promoted once"
+        );
+        let earlier = s
+            .trial(&study, paused.number)
+            .expect("read")
+            .expect("there");
+        assert!(earlier.status.interrupted(), "{name}: {:?}", earlier.status);
+        assert_eq!(earlier.status.value(), None, "{name}");
+        assert!(
+            matches!(&earlier.status, TrialStatus::Failed { reason: r, .. } if r == reason),
+            "{name}: {:?}",
+            earlier.status
+        );
+        assert_eq!(
+            s.retry_of(&study, rerun).expect("retry of"),
+            Some(paused.number),
+            "{name}"
+        );
+        assert_eq!(s.counted(&study).expect("counted"), 1, "{name}");
+        assert_eq!(
+            s.history(&study, &space()).expect("history").finished.len(),
+            1,
+            "{name}: the promoted attempt teaches nothing; its re-run will"
+        );
+        // The budget (3) has room for the re-run, which is claimed before any new trial, and
+        // for one more.
+        let next = claim(s.as_mut(), &study, w, Some(3), &params(0.9)).expect("the re-run");
+        assert_eq!(next.number, rerun, "{name}");
+        assert_eq!(next.params, params(0.2), "{name}");
+        assert!(
+            claim(s.as_mut(), &study, w, Some(3), &params(0.9)).is_some(),
+            "{name}"
+        );
+        assert!(
+            claim(s.as_mut(), &study, w, Some(3), &params(0.9)).is_none(),
             "{name}"
         );
     }
@@ -1236,6 +1335,7 @@ fn studies_are_listed_in_creation_order_with_their_direction_counts_and_best() {
             value: Some(0.01),
             step: Some(1),
             reason: None,
+            paused: false,
             ran: Ran::default(),
         };
         s.finish_trial(t.id, &pruned, &[]).expect("finish");
@@ -1505,6 +1605,7 @@ fn the_best_is_the_lowest_or_highest_finite_complete_value_the_first_on_a_tie() 
                 value: Some(v),
                 step: Some(0),
                 reason: None,
+                paused: false,
                 ran: Ran::default(),
             };
             let extreme = if st.direction == Direction::Minimize {

@@ -504,6 +504,35 @@ impl Storage for Data {
             .collect())
     }
 
+    fn promote(
+        &mut self,
+        study: &StudyRow,
+        TrialNumber(number): TrialNumber,
+        reason: &str,
+    ) -> Result<Option<TrialNumber>, StorageError> {
+        let Some(s) = self
+            .trials
+            .values_mut()
+            .find(|s| s.study == study.id && s.trial.number.0 == number && s.trial.status.paused())
+        else {
+            return Ok(None);
+        };
+        let TrialStatus::Pruned { ran, .. } = &s.trial.status else {
+            return Ok(None);
+        };
+        // An earlier attempt of its re-run, as on the database backends (`sql::PROMOTED_*`).
+        let ran = ran.clone();
+        s.trial.status = TrialStatus::Failed {
+            reason: reason.to_string(),
+            log_tail: None,
+            interrupted: true,
+            ran,
+        };
+        let (study_id, params) = (s.study, s.trial.params.clone());
+        let id = self.requeue(study_id, params, TrialNumber(number))?;
+        Ok(self.trials.get(&id).map(|s| s.trial.number))
+    }
+
     fn retry_of(
         &self,
         study: &StudyRow,
@@ -723,6 +752,14 @@ impl Storage for MemoryStorage {
         TrialNumber(number): TrialNumber,
     ) -> Result<Option<Trial>, StorageError> {
         self.data().trial(study, TrialNumber(number))
+    }
+    fn promote(
+        &mut self,
+        study: &StudyRow,
+        number: TrialNumber,
+        reason: &str,
+    ) -> Result<Option<TrialNumber>, StorageError> {
+        self.data().promote(study, number, reason)
     }
     fn retry_of(
         &self,

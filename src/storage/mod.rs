@@ -306,6 +306,18 @@ pub trait Storage: Send {
     /// One trial by number.
     fn trial(&self, study: &StudyRow, number: TrialNumber) -> Result<Option<Trial>, StorageError>;
 
+    /// Resumes paused trial `number` (pruned with `paused`, see [`TrialStatus::Pruned`]): it
+    /// becomes an earlier attempt (failed, interrupted, its reason `reason`) and its params are
+    /// queued again as its re-run, which resumes from its checkpoint, in one transaction.
+    /// Returns the re-run's number; `None` when the trial is not paused (any more: another
+    /// process promoted it first), which changes nothing.
+    fn promote(
+        &mut self,
+        study: &StudyRow,
+        number: TrialNumber,
+        reason: &str,
+    ) -> Result<Option<TrialNumber>, StorageError>;
+
     /// The number of the interrupted trial whose params trial `number` runs again (the
     /// `retry_of` of an interrupted trial's re-run), `None` for a first run.
     fn retry_of(
@@ -490,7 +502,11 @@ pub(crate) struct EndColumns<'a> {
     pub error: Option<&'a str>,
     pub log_tail: Option<&'a str>,
     pub pruned_step: Option<i64>,
+    /// `tune_trials.interrupted`: stopped through no fault of its own. For a failed trial, its
+    /// params run again; for a pruned one, it is paused (resumable).
     pub interrupted: bool,
+    /// Whether its params are queued again now (a failed, interrupted trial).
+    pub requeue: bool,
     /// Its GPU telemetry, where its GPU was sampled (`tune_trials.gpu_*`).
     pub gpu: Option<&'a GpuTelemetry>,
 }
@@ -517,9 +533,12 @@ pub(crate) fn end_columns<'a>(status: &'a TrialStatus, logs: &[PathBuf]) -> EndC
         ),
         // A pruned trial's reason lives in the same column as a failed one's: why it ended
         // short (tune_trials.error, see docs/database.md).
-        TrialStatus::Pruned { step, reason, .. } => {
-            (reason.as_deref(), None, step.map(|s| s as i64), false)
-        }
+        TrialStatus::Pruned {
+            step,
+            reason,
+            paused,
+            ..
+        } => (reason.as_deref(), None, step.map(|s| s as i64), *paused),
         _ => (None, None, None, false),
     };
     EndColumns {
@@ -528,6 +547,7 @@ pub(crate) fn end_columns<'a>(status: &'a TrialStatus, logs: &[PathBuf]) -> EndC
         log_tail,
         pruned_step,
         interrupted,
+        requeue: status.interrupted(),
         gpu: status.gpu(),
     }
 }

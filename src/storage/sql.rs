@@ -12,6 +12,22 @@ pub(crate) const TAKEN: &str =
            OR (t.state = 'FAIL' AND COALESCE(x.interrupted, 0) = 0))
            AND COALESCE(x.discarded, 0) = 0";
 
+/// The id of trial number `$2` of study `$1` when it is paused: pruned, and stopped through
+/// no fault of its own (`interrupted`), so resumable.
+pub(crate) const PAUSED_TRIAL: &str = "SELECT t.trial_id FROM trials t
+     JOIN tune_trials x ON x.trial_id = t.trial_id
+     WHERE t.study_id = $1 AND t.number = $2 AND t.state = 'PRUNED'
+           AND COALESCE(x.interrupted, 0) <> 0";
+
+/// A promoted paused trial (id `$1`) becomes an earlier attempt of its re-run: failed as
+/// interrupted, without a value (samplers, the budget and the rungs leave it out; the re-run
+/// carries its curve on).
+pub(crate) const PROMOTED_STATE: &str = "UPDATE trials SET state = 'FAIL' WHERE trial_id = $1";
+pub(crate) const PROMOTED_VALUES: &str = "DELETE FROM trial_values WHERE trial_id = $1";
+/// Its reason (`$1`) as an earlier attempt; `$1` comes first, since SQLite numbers `$N`
+/// parameters in the order they appear.
+pub(crate) const PROMOTED_REASON: &str = "UPDATE tune_trials SET error = $1 WHERE trial_id = $2";
+
 /// Trials of study `$1` that ended on their own (what the budget has used up).
 pub(crate) const COUNTED: &str =
     "SELECT COUNT(*) FROM trials t LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
@@ -90,6 +106,10 @@ mod tests {
         let mut all = vec![
             TAKEN,
             COUNTED,
+            PAUSED_TRIAL,
+            PROMOTED_STATE,
+            PROMOTED_VALUES,
+            PROMOTED_REASON,
             LAST_METRICS,
             PUT_USER_ATTR,
             SET_DISCARDED,

@@ -170,6 +170,7 @@ pub fn finished_trial(n: u64, state: TrialState, value: f64, ran: Ran) -> Trial 
                 "at epoch 3 (rung 1: {} of 4 trials there, below the top 1/3)",
                 ["3rd", "4th"][(n % 2) as usize]
             )),
+            paused: false,
             ran,
         },
         _ => TrialStatus::Failed {

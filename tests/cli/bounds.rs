@@ -139,6 +139,7 @@ const KEYS: &[(&str, &str, Class)] = &[
     ("pruner@asha", "reduction_factor", N),
     ("pruner@asha", "min_early_stopping_rate", I),
     ("pruner@asha", "resource", O),
+    ("pruner@asha", "mode", O),
     ("pruner@hyperband", "min_resource", N),
     ("pruner@hyperband", "max_resource", N),
     ("pruner@hyperband", "reduction_factor", N),

@@ -26,6 +26,7 @@ mod multi_objective;
 mod optuna_compat;
 mod postgres;
 mod processes_files;
+mod promotion;
 mod queries;
 mod recovery;
 mod report;

@@ -34,7 +34,9 @@ use crate::cli::MultifidelityArgs;
 use crate::curves::{self, CurveProblem, V0};
 use crate::optimizers::{median, score};
 use tune::engine::{Decision, Engine, EngineSpec, Finish};
-use tune::pruner::{AshaConfig, ForecastConfig, HyperbandConfig, MedianConfig, PrunerConfig};
+use tune::pruner::{
+    AshaConfig, AshaMode, ForecastConfig, HyperbandConfig, MedianConfig, PrunerConfig,
+};
 use tune::sampler::{SamplerKind, mix as mix_seed};
 use tune::storage::MemoryStorage;
 use tune::trial::{Direction, Report, TrialId};
@@ -46,18 +48,29 @@ pub enum PrunerArm {
     None,
     Median,
     Asha,
+    /// ASHA with `mode = "promote"`: trials outside the top pause at a rung (checkpointed at
+    /// their last epoch) and resume from there when promoted.
+    AshaPromote,
     Hyperband,
     Forecast,
 }
 
 impl PrunerArm {
-    pub const NAMES: &'static [&'static str] = &["none", "median", "asha", "hyperband", "forecast"];
+    pub const NAMES: &'static [&'static str] = &[
+        "none",
+        "median",
+        "asha",
+        "asha-promote",
+        "hyperband",
+        "forecast",
+    ];
 
     pub fn parse(s: &str) -> Option<PrunerArm> {
         Some(match s {
             "none" => PrunerArm::None,
             "median" => PrunerArm::Median,
             "asha" => PrunerArm::Asha,
+            "asha-promote" => PrunerArm::AshaPromote,
             "hyperband" => PrunerArm::Hyperband,
             "forecast" => PrunerArm::Forecast,
             _ => return None,
@@ -69,6 +82,7 @@ impl PrunerArm {
             PrunerArm::None => "none",
             PrunerArm::Median => "median",
             PrunerArm::Asha => "asha",
+            PrunerArm::AshaPromote => "asha-promote",
             PrunerArm::Hyperband => "hyperband",
             PrunerArm::Forecast => "forecast",
         }
@@ -87,6 +101,12 @@ impl PrunerArm {
             PrunerArm::Asha => PrunerConfig::Asha(AshaConfig {
                 max_resource: max,
                 resource,
+                ..AshaConfig::default()
+            }),
+            PrunerArm::AshaPromote => PrunerConfig::Asha(AshaConfig {
+                max_resource: max,
+                resource,
+                mode: AshaMode::Promote,
                 ..AshaConfig::default()
             }),
             PrunerArm::Hyperband => PrunerConfig::Hyperband(HyperbandConfig {
@@ -137,6 +157,8 @@ pub struct RunResult {
 /// A trial on a worker.
 struct Live {
     id: TrialId,
+    /// The number of its first attempt (a promoted trial's re-run has a number of its own):
+    /// its noise is drawn from it, so a resumed curve goes on as the paused one would have.
     number: u64,
     curve: curves::Curve,
     epoch: u64,
@@ -196,12 +218,16 @@ pub fn run_one(
                 space
                     .validate(&trial.params)
                     .with_context(|| format!("{} proposed invalid params", arm.label()))?;
-                result.trials += 1;
+                // A promoted trial's re-run resumes at the epoch its checkpoint holds.
+                let resumed = engine.recorded_checkpoint(trial.number)?;
+                if resumed.is_none() {
+                    result.trials += 1;
+                }
                 *w = Some(Live {
                     id: trial.id,
-                    number: trial.number.0,
+                    number: engine.attempt(trial.number)?.first.0,
                     curve: problem.run_curve(&trial.params, seed)?,
-                    epoch: 0,
+                    epoch: resumed.map_or(0, |c| c.step),
                     params: trial.params.clone(),
                 });
             }
@@ -236,6 +262,13 @@ pub fn run_one(
                     incumbent = Some((seen, truth));
                 }
                 Some(Finish::Ended)
+            } else if decision == Decision::Pause {
+                // Checkpointed at this epoch, then stopped: paused, not counted as pruned.
+                engine.checkpoint(live.id, live.epoch)?;
+                Some(Finish::Pruned {
+                    value: None,
+                    reason: None,
+                })
             } else if decision == Decision::Prune {
                 result.pruned += 1;
                 let would_reach = live.curve.losses.last().copied().unwrap_or(f64::NAN);

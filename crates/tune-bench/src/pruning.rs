@@ -696,6 +696,7 @@ mod tests {
                                 reduction_factor: 3.0,
                                 min_early_stopping_rate: 0,
                                 resource: "epoch".into(),
+                                mode: tune::pruner::AshaMode::Stop,
                             })
                         ),
                     }

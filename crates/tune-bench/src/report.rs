@@ -123,6 +123,7 @@ pub fn write_study(db: &Path, n: u64, steps: u64) -> anyhow::Result<()> {
                 value: Some(value),
                 step: Some(last.saturating_sub(1)),
                 reason: None,
+                paused: false,
                 ran: Ran::default(),
             }
         } else {

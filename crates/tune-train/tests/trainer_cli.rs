@@ -420,3 +420,103 @@ fn cut_and_resume(sig: nix::sys::signal::Signal) {
         "bit for bit on the CPU: the uninterrupted run ends at {ref_value}"
     );
 }
+
+/// Issue 27: promotion-based ASHA on the builtin trainer. On one slot, trial 0 (`lr = 1e-2`)
+/// leads the first rung (epoch 1), trial 1 (`2e-4`) comes 2nd of 2 and pauses there, saving
+/// its checkpoint; trials 2 to 5 (`1e-5` and about: they barely learn in an epoch) pause
+/// below it. At 6 trials the top 2 go on, so trial 1 is promoted: its params run again as
+/// attempt 2, which resumes from the checkpoint it paused with and carries its curve on, every
+/// epoch once.
+#[test]
+fn a_builtin_trial_paused_at_a_rung_is_promoted_and_resumes_from_its_checkpoint() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let study = dir.path().join("promote.toml");
+    let mut text = String::from(
+        r#"
+[study]
+name = "promote"
+metric = "val_loss"
+trials = 8
+seed = 5
+
+[space]
+lr = { type = "float", low = 1e-5, high = 1e-1, log = true }
+
+[workers]
+count = 1
+devices = ["cpu"]
+
+[trial]
+kind = "builtin"
+epochs = 4
+batch_size = 32
+optimizer = "adam"
+
+[trial.model]
+kind = "mlp"
+width = 64
+depth = 1
+
+[trial.data]
+dataset = "digits"
+
+[pruner]
+kind = "asha"
+mode = "promote"
+resource = "epoch"
+"#,
+    );
+    for lr in ["1e-2", "2e-4", "1e-5", "1.1e-5", "1.2e-5", "1.3e-5"] {
+        text.push_str(&format!("\n[[enqueue]]\nlr = {lr}\n"));
+    }
+    std::fs::write(&study, text).expect("write study");
+    let db = dir.path().join("t.db");
+    let out = Command::new(tune_bin())
+        .arg("--db")
+        .arg(&db)
+        .args(["run", "--no-tui"])
+        .arg(&study)
+        .output()
+        .expect("tune runs");
+    let log = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{log}");
+    let study_s = study.to_str().expect("utf-8 path");
+    let trials = tune_json(&db, &["trials", study_s, "--format", "json"]);
+    let trials = trials.as_array().expect("an array");
+    let first = trials.iter().find(|t| t["number"] == 1).expect("trial 1");
+    let why = first["error"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("paused, then promoted (rung 0: 2nd of 6 trials there, in the top 1/3)"),
+        "{first}\n{log}"
+    );
+    for n in 2..=5 {
+        let t = trials.iter().find(|t| t["number"] == n).expect("a trial");
+        assert_eq!(
+            (&t["state"], &t["paused"]),
+            (&"pruned".into(), &true.into()),
+            "{t}"
+        );
+    }
+    let rerun = trials
+        .iter()
+        .find(|t| t["number"] != 1 && t["params"] == first["params"])
+        .expect("trial 1's params ran again");
+    let n = rerun["number"].as_u64().expect("a number");
+    let shown = tune_json(&db, &["show", &n.to_string(), study_s, "--format", "json"]);
+    assert_eq!(
+        (shown["attempt"].as_u64(), shown["retry_of"].as_u64()),
+        (Some(2), Some(1))
+    );
+    let epochs = report_epochs(&db, &study, n);
+    assert_eq!(epochs.first(), Some(&1.0), "{epochs:?}");
+    assert!(
+        epochs.len() >= 2,
+        "it ran past the rung it paused at: {epochs:?}"
+    );
+    assert!(epochs.windows(2).all(|w| w[1] == w[0] + 1.0), "{epochs:?}");
+    let worker = common::worker_log(&shown);
+    assert!(
+        worker.contains("resumed from the checkpoint at step"),
+        "resumed, not restarted: {worker}"
+    );
+}

@@ -70,6 +70,7 @@ fn trial(n: u64) -> Trial {
             value: Some(value + 1.0),
             step: Some(3),
             reason: None,
+            paused: false,
             ran,
         }
     } else {

@@ -54,6 +54,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0004_trials_view_log_tail.sql"),
     include_str!("../../../migrations/postgres/0005_discarded_trials.sql"),
     include_str!("../../../migrations/postgres/0006_gpu_telemetry.sql"),
+    include_str!("../../../migrations/postgres/0007_paused_trials.sql"),
 ];
 
 /// The first key of every advisory lock tune takes ("tu"), so tune's locks never collide with
@@ -602,8 +603,11 @@ impl Stmts {
 }
 
 const LOCK_STUDY: &str = "SELECT pg_advisory_xact_lock($1, $2)";
-const TRIAL_STATES: &str =
-    "SELECT t.trial_id, t.state IN ('RUNNING', 'WAITING'), COALESCE(x.discarded, 0) <> 0
+/// Each trial's id, whether it is pending, and whether a finished trial of it may have changed
+/// since it was read: discarded, or promoted (a paused trial, pruned, that became an earlier
+/// attempt of its re-run: failed, interrupted, with the step it was paused at).
+const TRIAL_STATES: &str = "SELECT t.trial_id, t.state IN ('RUNNING', 'WAITING'),
+        COALESCE(x.discarded, 0) <> 0 OR (t.state = 'FAIL' AND x.pruned_step IS NOT NULL)
      FROM trials t LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
      WHERE t.study_id = $1 ORDER BY t.number";
 const FIRST_QUEUED: &str =
@@ -669,8 +673,8 @@ const PUT_ENDING: &str =
 
 /// What this process has read of one study (in one space) for its proposals. A trial's params
 /// never change once stored and a finished trial never changes again (but for `tune discard`'s
-/// mark, read with the states: when the set of discarded trials changes, the cache starts
-/// over), so a proposal reads the
+/// mark and a paused trial's promotion, read with the states: when the set of discarded and
+/// promoted trials changes, the cache starts over), so a proposal reads the
 /// trials' ids and states, and in full only the trials that are new or finished since the last
 /// proposal: the work under the study's lock stays small as the study grows and as more
 /// processes run trials, which is what every process waits on.
@@ -683,7 +687,7 @@ struct HistoryCache {
     /// Every finished trial read so far, those the samplers leave out (interrupted) too.
     known: std::collections::HashSet<i32>,
     finished: BTreeMap<TrialNumber, FinishedTrial>,
-    /// The ids of the study's discarded trials when the cache was filled.
+    /// The ids of the study's discarded and promoted trials when the cache was filled.
     discarded: Vec<i32>,
 }
 
@@ -807,9 +811,10 @@ fn insert_params(
     Ok(())
 }
 
-/// Queues the params of interrupted trial `trial_id` (number `number`) again.
-fn requeue(c: &impl Sql, st: &Stmts, study: i32, trial_id: i32, number: i32) -> PgResult<()> {
-    let (new_id, _) = insert_trial(c, st, study, TrialState::Queued.optuna())?;
+/// Queues the params of interrupted trial `trial_id` (number `number`) again; returns the
+/// re-run's number.
+fn requeue(c: &impl Sql, st: &Stmts, study: i32, trial_id: i32, number: i32) -> PgResult<i32> {
+    let (new_id, new_number) = insert_trial(c, st, study, TrialState::Queued.optuna())?;
     c.execute(
         "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json)
          SELECT $1, param_name, param_value, distribution_json FROM trial_params WHERE trial_id = $2",
@@ -819,7 +824,7 @@ fn requeue(c: &impl Sql, st: &Stmts, study: i32, trial_id: i32, number: i32) -> 
         "INSERT INTO tune_trials (trial_id, retry_of) VALUES ($1, $2)",
         &[&new_id, &(number as i64)],
     )?;
-    Ok(())
+    Ok(new_number)
 }
 
 fn lock_study(c: &impl Sql, st: &Stmts, study: i32) -> PgResult<()> {
@@ -1238,6 +1243,7 @@ impl Storage for PostgresStorage {
             log_tail,
             pruned_step,
             interrupted,
+            requeue: queue_again,
             gpu,
         } = crate::storage::end_columns(status, logs);
         let finite = |v: f64| v.is_finite().then_some(v);
@@ -1299,7 +1305,7 @@ impl Storage for PostgresStorage {
                     &gpu_cols.4,
                 ],
             )?;
-            if !interrupted {
+            if !queue_again {
                 let last = tx.query_opt(&st.get(&tx, sql::LAST_METRICS)?, &[&id])?;
                 let last: Option<String> = last.map(|r| r.get(0));
                 for (key, json) in super::user_attributes(last.as_deref()) {
@@ -1309,7 +1315,7 @@ impl Storage for PostgresStorage {
             for (key, json) in super::gpu_user_attributes(gpu) {
                 tx.execute(&st.get(&tx, sql::PUT_USER_ATTR)?, &[&id, &key, &json])?;
             }
-            if interrupted {
+            if queue_again {
                 lock_study(&tx, &self.stmts, sid)?;
                 requeue(&tx, &self.stmts, sid, id, number)?;
             }
@@ -1387,6 +1393,32 @@ impl Storage for PostgresStorage {
             .run(|c| query_trials(c, study.id, None, Some(number)))?
             .into_iter()
             .next())
+    }
+
+    fn promote(
+        &mut self,
+        study: &StudyRow,
+        TrialNumber(number): TrialNumber,
+        reason: &str,
+    ) -> Result<Option<TrialNumber>, StorageError> {
+        let (sid, number) = (id32(study.id), i32::try_from(number).unwrap_or(i32::MAX));
+        self.run(|c| {
+            let tx = c.transaction()?;
+            let st = &self.stmts;
+            // Under the study's lock, as every claim: the re-run takes the next number.
+            lock_study(&tx, st, sid)?;
+            let Some(r) = tx.query_opt(sql::PAUSED_TRIAL, &[&sid, &number])? else {
+                tx.rollback()?;
+                return Ok(None);
+            };
+            let trial_id: i32 = r.get(0);
+            tx.execute(sql::PROMOTED_STATE, &[&trial_id])?;
+            tx.execute(sql::PROMOTED_VALUES, &[&trial_id])?;
+            tx.execute(sql::PROMOTED_REASON, &[&reason, &trial_id])?;
+            let rerun = requeue(&tx, st, sid, trial_id, number)?;
+            tx.commit()?;
+            Ok(u64::try_from(rerun).ok().map(TrialNumber))
+        })
     }
 
     fn retry_of(

@@ -31,6 +31,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/0004_trials_view_log_tail.sql"),
     include_str!("../../../migrations/0005_discarded_trials.sql"),
     include_str!("../../../migrations/0006_gpu_telemetry.sql"),
+    include_str!("../../../migrations/0007_paused_trials.sql"),
 ];
 
 /// How long a writer waits for another process's write transaction before giving up. Long,
@@ -1048,6 +1049,7 @@ impl Storage for SqliteStorage {
             log_tail,
             pruned_step,
             interrupted,
+            requeue: queue_again,
             gpu,
         } = super::end_columns(status, logs);
         let state = status.state();
@@ -1094,7 +1096,7 @@ impl Storage for SqliteStorage {
                 ],
             )?;
             let put = sql::PUT_USER_ATTR;
-            if !interrupted {
+            if !queue_again {
                 let last: Option<String> = tx
                     .query_row(sql::LAST_METRICS, [trial_id], |r| {
                         r.get(0)
@@ -1107,7 +1109,7 @@ impl Storage for SqliteStorage {
             for (key, json) in super::gpu_user_attributes(gpu) {
                 tx.execute(put, params![trial_id, key, json])?;
             }
-            if interrupted {
+            if queue_again {
                 // Run the same params again: the interruption was not the trial's fault.
                 let (study_id, number): (i64, i64) = tx.query_row(
                     "SELECT study_id, number FROM trials WHERE trial_id = ?1",
@@ -1292,6 +1294,34 @@ impl Storage for SqliteStorage {
             .query_trials(study, None, Some(number))?
             .into_iter()
             .next())
+    }
+
+    fn promote(
+        &mut self,
+        study: &StudyRow,
+        TrialNumber(number): TrialNumber,
+        reason: &str,
+    ) -> Result<Option<TrialNumber>, StorageError> {
+        self.write(|tx| {
+            let paused: Option<i64> = tx
+                .query_row(sql::PAUSED_TRIAL, params![study.id, number as i64], |r| {
+                    r.get(0)
+                })
+                .optional()?;
+            let Some(trial_id) = paused else {
+                return Ok(None);
+            };
+            tx.execute(sql::PROMOTED_STATE, [trial_id])?;
+            tx.execute(sql::PROMOTED_VALUES, [trial_id])?;
+            tx.execute(sql::PROMOTED_REASON, params![reason, trial_id])?;
+            requeue(tx, study.id, trial_id, number as i64)?;
+            let rerun: i64 = tx.query_row(
+                "SELECT MAX(number) FROM trials WHERE study_id = ?1",
+                [study.id],
+                |r| r.get(0),
+            )?;
+            Ok(u64::try_from(rerun).ok().map(TrialNumber))
+        })
     }
 
     fn retry_of(

@@ -74,6 +74,7 @@ fn asha_state(mode: Mode) -> UiState {
             more: false,
             reduction_factor: 3.0,
             brackets: None,
+            pauses: false,
         });
     }
     s

@@ -122,8 +122,14 @@ pub(super) fn render_trial(
     if t.state == TrialState::Pruned
         && let Some(w) = &t.why
     {
+        // A paused trial (promotion-based ASHA) may resume: the word says which.
+        let word = if t.status.paused() {
+            "paused  "
+        } else {
+            "pruned  "
+        };
         lines.push(Line::from(vec![
-            Span::styled("pruned  ", theme.header()),
+            Span::styled(word, theme.header()),
             Span::raw(w.clone()),
         ]));
     }
