@@ -250,6 +250,8 @@ pub struct Engine {
     resumed: Vec<Report>,
     /// The promotion the last ask made ([`Engine::take_promotion`]).
     promoted: Option<(TrialNumber, TrialNumber, String)>,
+    /// The first attempt of each re-run of the study (for [`PruneContext::origins`]).
+    origins: crate::pruner::Origins,
 }
 
 impl Engine {
@@ -293,6 +295,7 @@ impl Engine {
             curves: Vec::new(),
             resumed: Vec::new(),
             promoted: None,
+            origins: crate::pruner::Origins::new(),
             running: BTreeMap::new(),
         };
         engine.refresh_curves()?;
@@ -360,6 +363,19 @@ impl Engine {
             })
             .collect();
         self.curves.sort_by_key(|c| c.number);
+        let reruns: BTreeMap<TrialNumber, TrialNumber> =
+            self.storage.reruns(&self.study)?.into_iter().collect();
+        self.origins = reruns
+            .keys()
+            .map(|&n| {
+                // Back along the chain; each step goes to a lower number, so it ends.
+                let mut first = n;
+                while let Some(&earlier) = reruns.get(&first).filter(|e| **e < first) {
+                    first = earlier;
+                }
+                (n, first)
+            })
+            .collect();
         Ok(())
     }
 
@@ -395,6 +411,12 @@ impl Engine {
         let Some(trial) = self.storage.claim(&self.study, &req, &mut propose)? else {
             return Ok(None);
         };
+        if self.pruner.judges() {
+            let first = self.storage.attempt(&self.study, trial.number)?.first;
+            if first != trial.number {
+                self.origins.insert(trial.number, first);
+            }
+        }
         self.running.insert(
             trial.id,
             Live {
@@ -699,6 +721,7 @@ impl Engine {
             resource: &self.resource,
             trial: any,
             trials: &self.curves,
+            origins: &self.origins,
         };
         let Some(promotion) = self.pruner.promotion(&ctx, &paused) else {
             return Ok(None);
@@ -777,6 +800,7 @@ impl Engine {
                 resource: &self.resource,
                 trial: number,
                 trials,
+                origins: &self.origins,
             };
             let prune = pruner.decide(&ctx)?;
             reason.get_or_insert(prune);

@@ -264,6 +264,7 @@ fn parallel_asha_decisions_replay_from_the_stored_reports() {
             resource: config.resource(),
             trial: TrialNumber(n),
             trials: &curves,
+            origins: &tune::pruner::NO_ORIGINS,
         };
         if pruner.should_prune(&ctx) {
             replayed.insert(n, step);

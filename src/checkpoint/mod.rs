@@ -78,7 +78,19 @@ pub struct CheckpointSpec {
     /// `keep_checkpoints`.
     #[serde(default)]
     pub keep: Keep,
+    /// `keep_last`: how many of the most recent checkpoints stay while the trial runs (at
+    /// least the latest), for a resume to fall back through when the latest is damaged.
+    #[serde(default = "one")]
+    pub keep_last: u32,
 }
+
+fn one() -> u32 {
+    1
+}
+
+/// The most `keep_last` takes: each kept checkpoint is a whole copy of the model and the
+/// optimizer's state.
+pub const MAX_KEEP_LAST: u32 = 100;
 
 impl Default for CheckpointSpec {
     fn default() -> CheckpointSpec {
@@ -88,6 +100,7 @@ impl Default for CheckpointSpec {
             store: None,
             every: None,
             keep: Keep::None,
+            keep_last: 1,
         }
     }
 }
@@ -98,6 +111,7 @@ pub const KEYS: &[&str] = &[
     "checkpoint_dir",
     "checkpoint_every",
     "keep_checkpoints",
+    "keep_last",
 ];
 
 impl CheckpointSpec {
@@ -147,8 +161,24 @@ impl CheckpointSpec {
                 }
             };
         }
+        if let Some(v) = table.get("keep_last") {
+            spec.keep_last = v
+                .as_integer()
+                .and_then(|k| u32::try_from(k).ok())
+                .filter(|k| (1..=MAX_KEEP_LAST).contains(k))
+                .ok_or_else(|| {
+                    CheckpointError(format!(
+                        "trial.keep_last: must be an integer from 1 to {MAX_KEEP_LAST} (how many of the most recent checkpoints to keep), not {v}"
+                    ))
+                })?;
+        }
         if !spec.enabled {
-            for key in ["checkpoint_dir", "checkpoint_every", "keep_checkpoints"] {
+            for key in [
+                "checkpoint_dir",
+                "checkpoint_every",
+                "keep_checkpoints",
+                "keep_last",
+            ] {
                 if table.contains_key(key) {
                     return Err(CheckpointError(format!(
                         "trial.{key}: set, but `checkpoints = false` turns checkpoints off"
@@ -230,9 +260,18 @@ fn sanitize(name: &str) -> String {
     }
 }
 
-/// Whether `dir` holds a checkpoint the trainer could resume from.
+/// Whether `dir` holds a checkpoint the trainer could resume from: the latest, the best, or
+/// one of the most recent kept with `keep_last` (`step-N.snap`).
 pub fn has_snapshot(dir: &Path) -> bool {
-    dir.join(LATEST).is_file() || dir.join(BEST).is_file()
+    dir.join(LATEST).is_file()
+        || dir.join(BEST).is_file()
+        || std::fs::read_dir(dir).is_ok_and(|entries| {
+            entries.flatten().any(|e| {
+                let name = e.file_name();
+                let n = name.to_string_lossy();
+                n.starts_with("step-") && n.ends_with(".snap")
+            })
+        })
 }
 
 /// Checks, before any trial runs, that this machine can write checkpoints under `dir` (a
@@ -318,19 +357,25 @@ pub fn clean(dir: &Path, keep: Keep) -> std::io::Result<()> {
 /// The bytes of the files under `dir` (0 when it does not exist); a symbolic link counts as
 /// itself, never as what it points at.
 pub fn disk_use(dir: &Path) -> std::io::Result<u64> {
-    let meta = match std::fs::symlink_metadata(dir) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(e),
-    };
-    if !meta.is_dir() {
-        return Ok(meta.len());
+    // A file with several names (the latest and its `keep_last` link, the best) counts once.
+    fn walk(path: &Path, seen: &mut std::collections::HashSet<(u64, u64)>) -> std::io::Result<u64> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = match std::fs::symlink_metadata(path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(e),
+        };
+        if !meta.is_dir() {
+            let first = meta.nlink() < 2 || seen.insert((meta.dev(), meta.ino()));
+            return Ok(if first { meta.len() } else { 0 });
+        }
+        let mut total = 0;
+        for entry in std::fs::read_dir(path)? {
+            total += walk(&entry?.path(), seen)?;
+        }
+        Ok(total)
     }
-    let mut total = 0;
-    for entry in std::fs::read_dir(dir)? {
-        total += disk_use(&entry?.path())?;
-    }
-    Ok(total)
+    walk(dir, &mut std::collections::HashSet::new())
 }
 
 /// The checkpoint settings of a study, read from its study file's text as stored with the
@@ -495,7 +540,20 @@ mod tests {
         }
         assert!(has_snapshot(&c));
         assert_eq!(disk_use(dir.path()).expect("size"), 30);
+        // A kept checkpoint (`keep_last`) linked to the latest costs nothing more, and counts
+        // as a checkpoint to resume from by itself.
+        std::fs::hard_link(c.join(LATEST), c.join("step-000000000007.snap")).expect("link");
+        assert_eq!(disk_use(dir.path()).expect("size"), 30);
+        std::fs::remove_file(c.join(LATEST)).expect("rm");
+        std::fs::remove_file(c.join(BEST)).expect("rm");
+        assert!(has_snapshot(&c), "a kept step-N.snap alone");
+        std::fs::hard_link(c.join("step-000000000007.snap"), c.join(LATEST)).expect("link");
+        std::fs::write(c.join(BEST), b"0123456789").expect("write");
         clean(&c, Keep::Best).expect("clean");
+        assert!(
+            !c.join("step-000000000007.snap").exists(),
+            "kept ones go at the end"
+        );
         assert!(c.join(BEST).is_file());
         assert!(!c.join(LATEST).exists() && !c.join(".latest.snap.tmp.123").exists());
         std::fs::write(c.join(LATEST), b"01").expect("write");

@@ -397,11 +397,14 @@ impl TrialStore {
             sent.owner = true;
         }
         let mut n = 0;
-        for (rel, stamp) in local_files(dir).map_err(|source| RemoteError::Local {
+        let local = local_files(dir).map_err(|source| RemoteError::Local {
             path: dir.to_path_buf(),
             doing: "reading the staging directory",
             source,
-        })? {
+        })?;
+        let here: std::collections::BTreeSet<String> =
+            local.iter().map(|(rel, _)| rel.clone()).collect();
+        for (rel, stamp) in local {
             if sent.files.get(&rel) == Some(&stamp) {
                 continue;
             }
@@ -409,13 +412,32 @@ impl TrialStore {
             sent.files.insert(rel, stamp);
             n += 1;
         }
+        // What the trial removed since (an older checkpoint past `keep_last`) goes from the
+        // copy too, so the store holds what the staging directory holds, not every save.
+        let gone: Vec<String> = sent
+            .files
+            .keys()
+            .filter(|rel| !here.contains(*rel))
+            .cloned()
+            .collect();
+        for rel in gone {
+            match self.inner.delete(&self.key(&rel)).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(self.err("removing a checkpoint the trial removed")(e)),
+            }
+            sent.files.remove(&rel);
+        }
         Ok(n)
     }
 
+    /// The object of the file at `rel` (relative to the staging directory, `/` between parts).
+    fn key(&self, rel: &str) -> object_store::path::Path {
+        rel.split('/')
+            .fold(self.prefix.clone(), |k, part| k.child(part))
+    }
+
     async fn put_file(&self, path: &Path, rel: &str) -> Result<(), RemoteError> {
-        let key = rel
-            .split('/')
-            .fold(self.prefix.clone(), |k, part| k.child(part));
+        let key = self.key(rel);
         let local = |source| RemoteError::Local {
             path: path.to_path_buf(),
             doing: "reading a checkpoint to upload",
@@ -603,6 +625,13 @@ mod tests {
         assert_eq!(store.upload(a.path(), "me", &mut sent).await.unwrap(), 0);
         std::fs::write(a.path().join(super::super::LATEST), b"epoch 2!").expect("write");
         assert_eq!(store.upload(a.path(), "me", &mut sent).await.unwrap(), 1);
+        assert_eq!(store.usage().await.unwrap(), (3, 8 + 1 + 2));
+        // A file the trial removed (an older checkpoint past `keep_last`) leaves the copy.
+        std::fs::write(a.path().join("step-000000000001.snap"), b"old").expect("write");
+        assert_eq!(store.upload(a.path(), "me", &mut sent).await.unwrap(), 1);
+        assert_eq!(store.usage().await.unwrap(), (4, 8 + 1 + 2 + 3));
+        std::fs::remove_file(a.path().join("step-000000000001.snap")).expect("rm");
+        assert_eq!(store.upload(a.path(), "me", &mut sent).await.unwrap(), 0);
         assert_eq!(store.usage().await.unwrap(), (3, 8 + 1 + 2));
 
         // Another machine: an empty staging directory gets the copy, owner included.

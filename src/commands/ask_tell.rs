@@ -93,7 +93,7 @@ fn session_pruner(
             cfg.resource()
         )));
     }
-    if matches!(&cfg, PrunerConfig::Asha(c) if c.mode == crate::pruner::AshaMode::Promote) {
+    if cfg.pauses() {
         return Err(bad(format!(
             "{}: key `pruner.mode`: \"promote\" pauses trials at a rung and resumes them from their checkpoints, which `tune ask-tell` cannot do (its client runs the trials); use mode = \"stop\"",
             path.display()

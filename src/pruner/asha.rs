@@ -346,6 +346,7 @@ mod tests {
             resource: "step",
             trial: paused[0],
             trials,
+            origins: &crate::pruner::NO_ORIGINS,
         };
         AshaPruner::new(c).promotion(&ctx, &paused)
     }
@@ -636,6 +637,7 @@ mod tests {
             resource: "step",
             trial: TrialNumber(7),
             trials: &[],
+            origins: &crate::pruner::NO_ORIGINS,
         };
         assert!(!p.should_prune(&ctx));
     }

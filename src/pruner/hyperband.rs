@@ -10,8 +10,10 @@
 //! resume puts a trial in the same bracket without storing it, and trials compete only with
 //! trials of their own bracket. The `[pruner]` keys are in [`super::HyperbandConfig`].
 
-use super::asha::{RungValues, Rungs, rung_resource};
-use super::{HyperbandConfig, Memo, Prune, PruneContext, PruneWhy, Pruner, reached};
+use super::asha::{RungValues, Rungs, first_promotion, rung_resource};
+use super::{
+    AshaMode, HyperbandConfig, Memo, Promotion, Prune, PruneContext, PruneWhy, Pruner, reached,
+};
 use crate::trial::TrialNumber;
 
 /// `⌊log_η(max / min)⌋ + 1`, counted by multiplication so that `max = min · η^k` exactly is
@@ -45,6 +47,7 @@ pub struct HyperbandPruner {
     /// One memo for all brackets: a trial is only ever summarised on its own bracket's ladder,
     /// since only its own bracket's trials meet it.
     memo: Memo<RungValues>,
+    mode: AshaMode,
 }
 
 impl HyperbandPruner {
@@ -68,6 +71,7 @@ impl HyperbandPruner {
             brackets,
             total,
             memo: Memo::new(),
+            mode: config.mode,
         }
     }
 
@@ -84,15 +88,34 @@ impl HyperbandPruner {
 
 impl Pruner for HyperbandPruner {
     fn decide(&mut self, ctx: &PruneContext<'_>) -> Option<Prune> {
-        let b = self.bracket_of(ctx.trial);
+        // A re-run (of an interrupted or a promoted trial) stays in its first run's bracket.
+        let b = self.bracket_of(ctx.origin(ctx.trial));
         let (rungs, _) = self.brackets.get(b)?;
         let (brackets, total) = (&self.brackets, self.total);
-        let mut prune =
-            rungs.decide(ctx, &mut self.memo, |t| bracket_in(brackets, total, t) == b)?;
+        let mut prune = rungs.decide(ctx, &mut self.memo, |t| {
+            bracket_in(brackets, total, ctx.origin(t)) == b
+        })?;
         if let PruneWhy::Rung { bracket, .. } = &mut prune.why {
             *bracket = Some(b);
         }
         Some(prune)
+    }
+
+    fn pauses(&self) -> bool {
+        self.mode == AshaMode::Promote
+    }
+
+    fn promotion(&mut self, ctx: &PruneContext<'_>, paused: &[TrialNumber]) -> Option<Promotion> {
+        if self.mode != AshaMode::Promote {
+            return None;
+        }
+        let (brackets, total, memo) = (&self.brackets, self.total, &mut self.memo);
+        // Each paused trial against the trials of its own bracket, on that bracket's ladder.
+        first_promotion(ctx, paused, |c| {
+            let b = bracket_in(brackets, total, c.origin(c.trial));
+            let (rungs, _) = brackets.get(b)?;
+            rungs.promotable(c, memo, |t| bracket_in(brackets, total, c.origin(t)) == b)
+        })
     }
 }
 
@@ -101,7 +124,7 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
-    use crate::pruner::testkit::{Sim, negated, prunings, sequential};
+    use crate::pruner::testkit::{Sim, negated, prunings, report, sequential};
     use crate::pruner::{AshaConfig, PrunerConfig};
     use crate::trial::Direction;
 
@@ -141,6 +164,90 @@ mod tests {
             counts[p.bracket_of(TrialNumber(t))] += 1;
         }
         counts
+    }
+
+    /// A re-run (of an interrupted or a promoted trial) is judged in its first run's bracket,
+    /// against that bracket's trials, whatever bracket its own number hashes to; and a paused
+    /// trial is promoted against its own bracket's trials only.
+    #[test]
+    fn a_rerun_stays_in_its_first_runs_bracket_and_promotions_stay_within_a_bracket() {
+        use crate::pruner::{Origins, TrialCurve};
+        use crate::trial::TrialState;
+        let mut p = HyperbandPruner::new(&config(|c| c.mode = AshaMode::Promote));
+        let hash = HyperbandPruner::new(&config(|_| {}));
+        let in_bracket = |b: usize, skip: &[u64]| {
+            (0..1000)
+                .find(|&n| hash.bracket_of(TrialNumber(n)) == b && !skip.contains(&n))
+                .expect("a trial in the bracket")
+        };
+        // `first` hashes to bracket 2 (no rung below a full trial); its re-run `rerun` and a
+        // rival hash to bracket 0 (rungs at 1 and 3).
+        let first = in_bracket(2, &[]);
+        let rival = in_bracket(0, &[]);
+        let rerun = (first + 1..2000)
+            .find(|&n| hash.bracket_of(TrialNumber(n)) == 0 && n != rival)
+            .expect("a later number in bracket 0");
+        let curve = |n: u64, v: f64, state: TrialState| TrialCurve {
+            number: TrialNumber(n),
+            state,
+            reports: vec![report(1, v)],
+        };
+        let trials = vec![
+            curve(rival, 1.0, TrialState::Running),
+            curve(rerun, 5.0, TrialState::Running),
+        ];
+        let ctx = |origins| PruneContext {
+            direction: Direction::Minimize,
+            metric: crate::pruner::testkit::METRIC,
+            resource: "step",
+            trial: TrialNumber(rerun),
+            trials: &trials,
+            origins,
+        };
+        let none = Origins::new();
+        assert!(
+            p.decide(&ctx(&none)).is_some(),
+            "by its own number: bracket 0, 2nd of 2"
+        );
+        let origins = Origins::from([(TrialNumber(rerun), TrialNumber(first))]);
+        assert_eq!(
+            p.decide(&ctx(&origins)),
+            None,
+            "as its first run: bracket 2"
+        );
+
+        // Two trials of bracket 0 at rung 0 (step 1): the paused one (2nd of 2) is not
+        // promoted; a better trial of another bracket there does not count against it.
+        let paused = in_bracket(0, &[rival]);
+        let other = in_bracket(1, &[]);
+        let trials = vec![
+            curve(rival, 3.0, TrialState::Running),
+            curve(paused, 4.0, TrialState::Pruned),
+            curve(other, 0.5, TrialState::Running),
+        ];
+        let ctx = PruneContext {
+            direction: Direction::Minimize,
+            metric: crate::pruner::testkit::METRIC,
+            resource: "step",
+            trial: TrialNumber(paused),
+            trials: &trials,
+            origins: &none,
+        };
+        assert_eq!(p.promotion(&ctx, &[TrialNumber(paused)]), None);
+        // Four more of bracket 0 arrive below it: 2nd of 6, in the top 2.
+        let mut trials = trials.clone();
+        let mut taken = vec![rival, paused];
+        for v in [5.0, 6.0, 7.0, 8.0] {
+            let n = in_bracket(0, &taken);
+            taken.push(n);
+            trials.push(curve(n, v, TrialState::Running));
+        }
+        let ctx = PruneContext {
+            trials: &trials,
+            ..ctx
+        };
+        let got = p.promotion(&ctx, &[TrialNumber(paused)]).expect("promoted");
+        assert_eq!((got.trial, got.rank, got.of), (TrialNumber(paused), 2, 6));
     }
 
     #[test]

@@ -22,8 +22,8 @@ mod predictive;
 mod testkit;
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -54,9 +54,24 @@ pub struct PruneContext<'a> {
     pub trial: TrialNumber,
     /// Every trial of the study with at least one report (including `trial`), in any state.
     pub trials: &'a [TrialCurve],
+    /// The first attempt of each re-run among them (a trial missing here is its own first):
+    /// an interrupted or promoted trial's params run again under a new number, and rules that
+    /// place a trial by its number (Hyperband's bracket) place the re-run as its first run.
+    pub origins: &'a Origins,
 }
 
+/// Re-run → the number of its first attempt (see [`PruneContext::origins`]).
+pub type Origins = BTreeMap<TrialNumber, TrialNumber>;
+
+/// No re-runs.
+pub static NO_ORIGINS: Origins = BTreeMap::new();
+
 impl PruneContext<'_> {
+    /// The number of trial `n`'s first attempt.
+    pub fn origin(&self, n: TrialNumber) -> TrialNumber {
+        self.origins.get(&n).copied().unwrap_or(n)
+    }
+
     /// The reports of the trial under decision.
     pub fn own(&self) -> &[Report] {
         self.trials
@@ -534,6 +549,9 @@ pub struct HyperbandConfig {
     /// (`floor(log_η(max_resource / min_resource)) + 1`).
     pub brackets: Option<u32>,
     pub resource: String,
+    /// As ASHA's: prune a trial outside the top of its bracket's rung (`stop`), or pause it
+    /// and resume it once it has earned it there (`promote`).
+    pub mode: AshaMode,
 }
 
 impl Default for HyperbandConfig {
@@ -544,6 +562,7 @@ impl Default for HyperbandConfig {
             reduction_factor: 3.0,
             brackets: None,
             resource: default_resource(),
+            mode: AshaMode::Stop,
         }
     }
 }
@@ -595,6 +614,16 @@ impl PrunerConfig {
             PrunerConfig::Asha(_) => "asha",
             PrunerConfig::Hyperband(_) => "hyperband",
             PrunerConfig::Forecast(_) => "forecast",
+        }
+    }
+
+    /// Whether it pauses trials at rungs and promotes them later (`mode = "promote"`), which
+    /// needs trials that checkpoint and a driver that resumes them.
+    pub fn pauses(&self) -> bool {
+        match self {
+            PrunerConfig::Asha(c) => c.mode == AshaMode::Promote,
+            PrunerConfig::Hyperband(c) => c.mode == AshaMode::Promote,
+            _ => false,
         }
     }
 
@@ -829,7 +858,7 @@ impl RungSchedule {
 impl PrunerConfig {
     /// The rung schedule of an ASHA or Hyperband pruner; `None` for the others.
     pub fn rung_schedule(&self) -> Option<RungSchedule> {
-        let pauses = matches!(self, PrunerConfig::Asha(c) if c.mode == AshaMode::Promote);
+        let pauses = self.pauses();
         let (min, max, eta, rate, resource, brackets) = match self {
             PrunerConfig::None | PrunerConfig::Median(_) | PrunerConfig::Forecast(_) => {
                 return None;
@@ -1235,6 +1264,7 @@ mod tests {
             resource,
             trial: TrialNumber(0),
             trials: &trials,
+            origins: &NO_ORIGINS,
         };
         let mut ask = |memo: &mut Memo<usize>, trial: &TrialCurve, resource| {
             let ctx = ctx(resource);
@@ -1340,6 +1370,7 @@ mod tests {
             resource: "step",
             trial: TrialNumber(1),
             trials: &trials,
+            origins: &NO_ORIGINS,
         };
         let prune = p.decide(&ctx).expect("trial 1 is pruned at step 3");
         let text = prune.to_string();

@@ -137,6 +137,7 @@ mod tests {
             resource: "epoch",
             trial: TrialNumber(n),
             trials,
+            origins: &crate::pruner::NO_ORIGINS,
         })
     }
 

@@ -61,11 +61,18 @@ pub struct CheckpointJob {
     /// Keep the best checkpoint when the trial ends.
     #[serde(default)]
     pub keep_best: bool,
+    /// How many of the most recent checkpoints stay while it runs (`[trial] keep_last`).
+    #[serde(default = "one")]
+    pub keep_last: u32,
     /// The report metric that judges the best checkpoint.
     #[serde(default = "default_metric")]
     pub metric: String,
     #[serde(default)]
     pub direction: Direction,
+}
+
+fn one() -> u32 {
+    1
 }
 
 fn default_metric() -> String {
@@ -191,6 +198,7 @@ mod tests {
             resume: true,
             every_s: Some(600.0),
             keep_best: false,
+            keep_last: 3,
             metric: "val_acc".into(),
             direction: Direction::Maximize,
         };
@@ -206,6 +214,7 @@ mod tests {
                 resume: false,
                 every_s: None,
                 keep_best: false,
+                keep_last: 1,
                 metric: "val_loss".into(),
                 direction: Direction::Minimize,
             }

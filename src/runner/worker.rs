@@ -367,6 +367,7 @@ fn checkpoint_job(trial: &BuiltinTrial, o: &Objective, job: &TrialJob) -> Option
         resume: false,
         every_s: spec.every.map(|d| d.as_secs_f64()),
         keep_best: spec.keep == Keep::Best,
+        keep_last: spec.keep_last,
         metric: o.metric.clone(),
         direction: o.direction,
     })

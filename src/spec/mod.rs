@@ -176,8 +176,8 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
     };
     let multi = head.objectives.len() > 1;
     let pruner = search::pruner(raw.pruner.as_ref(), epochs, multi).map_err(at_file)?;
-    if let (crate::pruner::PrunerConfig::Asha(a), TrialSpec::Builtin(b)) = (&pruner, &trial)
-        && a.mode == crate::pruner::AshaMode::Promote
+    if let TrialSpec::Builtin(b) = &trial
+        && pruner.pauses()
         && !b.checkpoints.enabled
     {
         return Err(at_file(Mistake::at(

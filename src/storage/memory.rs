@@ -504,6 +504,13 @@ impl Storage for Data {
             .collect())
     }
 
+    fn reruns(&self, study: &StudyRow) -> Result<Vec<(TrialNumber, TrialNumber)>, StorageError> {
+        Ok(self
+            .of_study(study)
+            .filter_map(|s| Some((s.trial.number, s.retry_of?)))
+            .collect())
+    }
+
     fn promote(
         &mut self,
         study: &StudyRow,
@@ -760,6 +767,9 @@ impl Storage for MemoryStorage {
         reason: &str,
     ) -> Result<Option<TrialNumber>, StorageError> {
         self.data().promote(study, number, reason)
+    }
+    fn reruns(&self, study: &StudyRow) -> Result<Vec<(TrialNumber, TrialNumber)>, StorageError> {
+        self.data().reruns(study)
     }
     fn retry_of(
         &self,

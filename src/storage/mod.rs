@@ -326,6 +326,10 @@ pub trait Storage: Send {
         number: TrialNumber,
     ) -> Result<Option<TrialNumber>, StorageError>;
 
+    /// Every re-run of the study with the trial whose params it runs again (`retry_of`), in
+    /// one read: (re-run, earlier attempt).
+    fn reruns(&self, study: &StudyRow) -> Result<Vec<(TrialNumber, TrialNumber)>, StorageError>;
+
     /// Which attempt at its params trial `number` is: its first run's number and the attempt
     /// (1-based), following the chain of re-runs of interrupted trials back to the first.
     fn attempt(&self, study: &StudyRow, number: TrialNumber) -> Result<Attempt, StorageError> {

@@ -28,6 +28,11 @@ pub(crate) const PROMOTED_VALUES: &str = "DELETE FROM trial_values WHERE trial_i
 /// parameters in the order they appear.
 pub(crate) const PROMOTED_REASON: &str = "UPDATE tune_trials SET error = $1 WHERE trial_id = $2";
 
+/// Every re-run of study `$1` and the number of the trial whose params it runs again.
+pub(crate) const RERUNS: &str = "SELECT t.number, x.retry_of FROM trials t
+     JOIN tune_trials x ON x.trial_id = t.trial_id
+     WHERE t.study_id = $1 AND x.retry_of IS NOT NULL";
+
 /// Trials of study `$1` that ended on their own (what the budget has used up).
 pub(crate) const COUNTED: &str =
     "SELECT COUNT(*) FROM trials t LEFT JOIN tune_trials x ON x.trial_id = t.trial_id
@@ -107,6 +112,7 @@ mod tests {
             TAKEN,
             COUNTED,
             PAUSED_TRIAL,
+            RERUNS,
             PROMOTED_STATE,
             PROMOTED_VALUES,
             PROMOTED_REASON,

@@ -269,11 +269,27 @@ pub struct Saved {
     pub bytes: u64,
 }
 
-/// A trial's checkpoint directory: the latest and the best checkpoint.
+/// A trial's checkpoint directory: the latest and the best checkpoint, and with
+/// `keep_last = K` (K > 1) the K most recent as `step-NNNNNNNNNNNN.snap` (the newest a hard
+/// link of the latest, so it costs no space of its own).
 #[derive(Debug, Clone)]
 pub struct SnapshotStore {
     dir: PathBuf,
     direction: Direction,
+    keep_last: u32,
+}
+
+/// The file name of the kept checkpoint at `step` (`keep_last`), sortable by step.
+pub fn step_name(step: u64) -> String {
+    format!("step-{step:012}.snap")
+}
+
+/// The step of a kept checkpoint's file name, if it is one.
+fn step_of(name: &str) -> Option<u64> {
+    name.strip_prefix("step-")?
+        .strip_suffix(".snap")?
+        .parse()
+        .ok()
 }
 
 impl SnapshotStore {
@@ -283,7 +299,54 @@ impl SnapshotStore {
         Ok(SnapshotStore {
             dir: dir.to_path_buf(),
             direction,
+            keep_last: 1,
         })
+    }
+
+    /// Keeps the `k` most recent checkpoints (at least 1: the latest), for a resume to fall
+    /// back through when the latest is damaged.
+    pub fn keep_last(mut self, k: u32) -> SnapshotStore {
+        self.keep_last = k.max(1);
+        self
+    }
+
+    /// The kept checkpoints (`keep_last`), newest first.
+    fn kept(&self) -> Vec<(u64, PathBuf)> {
+        let mut out: Vec<(u64, PathBuf)> = fs::read_dir(&self.dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let step = step_of(&e.file_name().to_string_lossy())?;
+                Some((step, e.path()))
+            })
+            .collect();
+        out.sort_by_key(|b| std::cmp::Reverse(b.0));
+        out
+    }
+
+    /// Links the latest as the kept checkpoint of its step and removes the kept ones beyond
+    /// the newest `keep_last`.
+    fn rotate(&self, step: u64) -> Result<(), SnapshotError> {
+        let target = self.dir.join(step_name(step));
+        let tmp = self
+            .dir
+            .join(format!(".{}.tmp.{}", step_name(step), std::process::id()));
+        let _ = fs::remove_file(&tmp);
+        fs::hard_link(self.latest_path(), &tmp)
+            .or_else(|_| fs::copy(self.latest_path(), &tmp).map(|_| ()))
+            .and_then(|_| fs::rename(&tmp, &target))
+            .map_err(io(&target))?;
+        for (_, old) in self.kept().into_iter().skip(self.keep_last as usize) {
+            match fs::remove_file(&old) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(&old)(e)),
+            }
+        }
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io(&self.dir))
     }
 
     pub fn dir(&self) -> &Path {
@@ -315,6 +378,9 @@ impl SnapshotStore {
         let bytes = snap.encode()?;
         let latest = self.latest_path();
         write_atomic(&latest, &bytes)?;
+        if self.keep_last > 1 {
+            self.rotate(snap.header.step)?;
+        }
         let best = snap.header.value.is_some() && snap.header.value == snap.header.best;
         if best {
             // A hard link: the best stays this file when a later latest replaces the name.
@@ -335,10 +401,15 @@ impl SnapshotStore {
         })
     }
 
-    /// The checkpoint to resume from: the latest; when it is unreadable, the best, saying so
-    /// in `warnings`; `None` when there is neither (a fresh start).
+    /// The checkpoint to resume from: the latest; when it is unreadable, the kept ones
+    /// (`keep_last`) newest first, then the best, saying so in `warnings`; `None` when there
+    /// is none (a fresh start).
     pub fn load(&self, warnings: &mut Vec<String>) -> Option<Snapshot> {
-        for path in [self.latest_path(), self.best_path()] {
+        let older = self.kept().into_iter().map(|(_, p)| p);
+        for path in std::iter::once(self.latest_path())
+            .chain(older)
+            .chain(std::iter::once(self.best_path()))
+        {
             if !path.exists() {
                 continue;
             }
@@ -358,6 +429,7 @@ impl SnapshotStore {
             fs::rename(&latest, &best).map_err(io(&latest))?;
         }
         let mut remove = vec![latest];
+        remove.extend(self.kept().into_iter().map(|(_, p)| p));
         if !keep_best {
             remove.push(best);
         }
@@ -605,6 +677,46 @@ mod tests {
             );
             fs::remove_file(store.best_path()).expect("rm");
         }
+    }
+
+    /// `keep_last = 3`: the three most recent checkpoints stay (the newest the latest's own
+    /// file), older ones go as new ones come; a damaged latest falls back to the most recent
+    /// readable one before the best, each fall said; the trial's end removes them all.
+    #[test]
+    fn keep_last_keeps_the_k_most_recent_and_a_damaged_latest_falls_back_through_them() {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let dir = tmp.path().join("ckpt");
+        let store = SnapshotStore::open(&dir, Direction::Minimize)
+            .expect("opens")
+            .keep_last(3);
+        store
+            .save(&sample(10, Some(0.5), Some(0.5)))
+            .expect("the best");
+        for step in [20, 30, 40] {
+            store
+                .save(&sample(step, Some(0.7), Some(0.5)))
+                .expect("saves");
+        }
+        let mut names: Vec<String> = fs::read_dir(&dir)
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [BEST, LATEST, &step_name(20), &step_name(30), &step_name(40)]
+        );
+        // Damaged in place: the latest and its link, the newest kept, are both unreadable.
+        let good = sample(99, None, None).encode().expect("encodes");
+        fs::write(store.latest_path(), &good[..good.len() / 2]).expect("damage");
+        let mut warnings = Vec::new();
+        let snap = store.load(&mut warnings).expect("an older one");
+        assert_eq!(snap.header.step, 30, "{warnings:?}");
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[1].contains(&step_name(40)), "{warnings:?}");
+        // The end of the trial removes every snapshot.
+        store.clean(false).expect("clean");
+        assert!(!dir.exists(), "nothing left");
     }
 
     /// A full disk (a tmpfs of 256 KiB, mounted as root; skipped otherwise): a save that does

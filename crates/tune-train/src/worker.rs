@@ -207,7 +207,8 @@ fn run_job(
     };
     let store = match job.checkpoint {
         None => None,
-        Some(c) => match SnapshotStore::open(&c.dir, c.direction) {
+        Some(c) => match SnapshotStore::open(&c.dir, c.direction).map(|s| s.keep_last(c.keep_last))
+        {
             Ok(store) => Some(store),
             // A directory that cannot be made: the trial trains without checkpoints.
             Err(e) => {

@@ -451,6 +451,7 @@ kind = "builtin"
 epochs = 4
 batch_size = 32
 optimizer = "adam"
+keep_last = 2
 
 [trial.model]
 kind = "mlp"
@@ -519,4 +520,15 @@ resource = "epoch"
         worker.contains("resumed from the checkpoint at step"),
         "resumed, not restarted: {worker}"
     );
+    // A paused trial keeps its checkpoints, `keep_last = 2` of them at most besides the
+    // latest and the best.
+    let paused = tune_json(&db, &["show", "3", study_s, "--format", "json"]);
+    let run_dir = paused["trial_dir"].as_str().expect("a run directory");
+    let names: Vec<String> = std::fs::read_dir(Path::new(run_dir).join("checkpoints"))
+        .expect("its checkpoints stay while it is paused")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    let kept = names.iter().filter(|n| n.starts_with("step-")).count();
+    assert!(names.iter().any(|n| n == "latest.snap"), "{names:?}");
+    assert!((1..=2).contains(&kept), "{names:?}");
 }

@@ -1395,6 +1395,18 @@ impl Storage for PostgresStorage {
             .next())
     }
 
+    fn reruns(&self, study: &StudyRow) -> Result<Vec<(TrialNumber, TrialNumber)>, StorageError> {
+        let rows = self.run(|c| c.query(sql::RERUNS, &[&id32(study.id)]))?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                let n = u64::try_from(r.get::<_, i32>(0)).ok()?;
+                let of = u64::try_from(r.get::<_, Option<i64>>(1)?).ok()?;
+                Some((TrialNumber(n), TrialNumber(of)))
+            })
+            .collect())
+    }
+
     fn promote(
         &mut self,
         study: &StudyRow,

@@ -1296,6 +1296,26 @@ impl Storage for SqliteStorage {
             .next())
     }
 
+    fn reruns(&self, study: &StudyRow) -> Result<Vec<(TrialNumber, TrialNumber)>, StorageError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(sql::RERUNS)
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([study.id], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+            })
+            .map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (n, of) = row.map_err(|e| self.err(e))?;
+            if let (Ok(n), Ok(of)) = (u64::try_from(n), u64::try_from(of)) {
+                out.push((TrialNumber(n), TrialNumber(of)));
+            }
+        }
+        Ok(out)
+    }
+
     fn promote(
         &mut self,
         study: &StudyRow,
