@@ -498,8 +498,9 @@ fn cell_span(axis: &ParamAxis, i: usize, bins: usize) -> (f64, f64) {
 /// most cells of a 100-trial study hold a trial.
 const CONTOUR_BINS: usize = 20;
 
-/// The best value of the first objective over a grid of two parameters (darker is better),
-/// with the trials on top.
+/// The best value of the first objective over a grid of two parameters as filled contours
+/// (darker is better; cells without a trial interpolated, [`contour_grid`]), with the trials
+/// on top.
 pub fn contour<DB: DrawingBackend>(
     view: &StudyView,
     a: &ParamAxis,
@@ -544,17 +545,7 @@ pub fn contour<DB: DrawingBackend>(
             *e = l;
         }
     }
-    // Colour by rank, not by value: one diverged trial must not wash every other cell out.
-    let mut ranked: Vec<f64> = best.values().copied().collect();
-    ranked.sort_by(f64::total_cmp);
-    let rank = |l: f64| {
-        let i = ranked.partition_point(|x| *x < l);
-        if ranked.len() > 1 {
-            i as f64 / (ranked.len() - 1) as f64
-        } else {
-            0.0
-        }
-    };
+    let grid = contour_grid(&best, (nx, ny), (a.is_categorical(), b.is_categorical()));
     let mut chart = chart(area, &title, a.range(), b.range(), 70)?;
     chart
         .configure_mesh()
@@ -571,10 +562,10 @@ pub fn contour<DB: DrawingBackend>(
         .draw()
         .map_err(draw_error)?;
     chart
-        .draw_series(best.iter().map(|(&(i, j), &l)| {
+        .draw_series(grid.iter().map(|&((i, j), r)| {
             let (x0, x1) = cell_span(a, i, nx);
             let (y0, y1) = cell_span(b, j, ny);
-            Rectangle::new([(x0, y0), (x1, y1)], ramp(rank(l)).filled())
+            Rectangle::new([(x0, y0), (x1, y1)], ramp(r).filled())
         }))
         .map_err(draw_error)?;
     let jit = |ax: &ParamAxis, v: f64, n: usize| {
@@ -591,6 +582,59 @@ pub fn contour<DB: DrawingBackend>(
         }))
         .map_err(draw_error)?;
     note(&mut chart, &thinned(shown.len(), pts.len()))
+}
+
+/// The filled bands of a contour: how many levels the colours take.
+const CONTOUR_LEVELS: f64 = 10.0;
+
+/// The colour level of every cell of an `nx × ny` contour grid, in [0, 1] (0 the best), from
+/// the best loss of the cells that hold trials (`best`). Levels follow the filled cells' rank,
+/// not their values, so one diverged trial does not wash the rest out. A cell without a trial
+/// takes the inverse-distance-weighted (power 2, in cells) mean of the filled cells' ranks,
+/// along numeric axes only: across a categorical axis the choices have no order, so a cell
+/// learns only from cells of its own choice, and stays empty when its choice has none. Every
+/// level is rounded to one of [`CONTOUR_LEVELS`] bands, which draws filled contours.
+pub(crate) fn contour_grid(
+    best: &BTreeMap<(usize, usize), f64>,
+    (nx, ny): (usize, usize),
+    (cat_x, cat_y): (bool, bool),
+) -> Vec<((usize, usize), f64)> {
+    let mut ranked: Vec<f64> = best.values().copied().collect();
+    ranked.sort_by(f64::total_cmp);
+    let rank = |l: f64| {
+        let i = ranked.partition_point(|x| *x < l);
+        if ranked.len() > 1 {
+            i as f64 / (ranked.len() - 1) as f64
+        } else {
+            0.0
+        }
+    };
+    let filled: Vec<((usize, usize), f64)> = best.iter().map(|(&k, &l)| (k, rank(l))).collect();
+    let band = |r: f64| (r * (CONTOUR_LEVELS - 1.0)).round() / (CONTOUR_LEVELS - 1.0);
+    let mut out = Vec::with_capacity(nx * ny);
+    for i in 0..nx {
+        for j in 0..ny {
+            if let Some(&l) = best.get(&(i, j)) {
+                out.push(((i, j), band(rank(l))));
+                continue;
+            }
+            let (mut num, mut den) = (0.0, 0.0);
+            for &((fi, fj), r) in &filled {
+                if (cat_x && fi != i) || (cat_y && fj != j) {
+                    continue;
+                }
+                let dx = if cat_x { 0.0 } else { fi as f64 - i as f64 };
+                let dy = if cat_y { 0.0 } else { fj as f64 - j as f64 };
+                let w = 1.0 / (dx * dx + dy * dy);
+                num += w * r;
+                den += w;
+            }
+            if den > 0.0 {
+                out.push(((i, j), band(num / den)));
+            }
+        }
+    }
+    out
 }
 
 /// The best [`BEST_N`] complete trials as lines across the most important parameters (up to

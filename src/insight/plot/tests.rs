@@ -279,3 +279,27 @@ fn a_parameter_the_study_lacks_is_named_with_those_it_has() {
         "the study has no parameter `momentum` (it has `lr`, `opt`)"
     );
 }
+
+/// The contour's cells without a trial are interpolated from those with one (inverse distance,
+/// in rank), in bands; across a categorical axis a cell learns only from its own choice.
+#[test]
+fn contour_cells_without_a_trial_are_interpolated_along_numeric_axes_only() {
+    use std::collections::BTreeMap;
+    let level = |grid: &[((usize, usize), f64)], k: (usize, usize)| {
+        grid.iter().find(|(c, _)| *c == k).map(|(_, r)| *r)
+    };
+    let best = BTreeMap::from([((0, 0), 0.2), ((4, 0), 7.0)]);
+    let grid = super::figures::contour_grid(&best, (5, 1), (false, false));
+    assert_eq!(grid.len(), 5, "every cell is drawn");
+    assert_eq!(level(&grid, (0, 0)), Some(0.0), "the best cell");
+    assert_eq!(level(&grid, (4, 0)), Some(1.0), "the worst cell");
+    // Halfway: 0.5, in band 5 of 0..=9; next to the best: 0.1, band 1.
+    assert_eq!(level(&grid, (2, 0)), Some(5.0 / 9.0));
+    assert_eq!(level(&grid, (1, 0)), Some(1.0 / 9.0));
+    // A categorical x: choice 1 has no trial, so its column stays empty; choice 0's cells
+    // learn from choice 0's trial only.
+    let best = BTreeMap::from([((0, 0), 0.2)]);
+    let grid = super::figures::contour_grid(&best, (2, 3), (true, false));
+    let cells: Vec<(usize, usize)> = grid.iter().map(|(c, _)| *c).collect();
+    assert_eq!(cells, vec![(0, 0), (0, 1), (0, 2)]);
+}
