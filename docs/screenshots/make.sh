@@ -33,14 +33,18 @@ shot tui-80x24 80 24
 keys '?'
 sleep 1
 shot tui-help 80 24
-# The insight screen (i): the importances beside the slice of the most important parameter,
-# then (three Tabs on) the slots' timeline. The first key closes the help.
-keys '?' i
-sleep 1
-shot tui-insight 80 24
-keys Tab Tab Tab
+# The slots' timeline mid-run (the insight screen's fourth view). The first key closes the
+# help.
+keys '?' i Tab Tab Tab
 sleep 1
 shot tui-timeline 80 24
+# The insight screen (i) once the study is done, so that the importances have complete trials
+# to learn from: the importances beside the slice of the most important parameter.
+keys Escape
+sleep 40
+keys i Tab
+sleep 1
+shot tui-insight 80 24
 keys Escape q s
 sleep 3
 echo "screenshots in $out"
