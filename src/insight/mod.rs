@@ -66,6 +66,26 @@ pub fn normalise(raw: Vec<(String, f64)>) -> Vec<(String, f64)> {
     out
 }
 
+/// Spearman's rank correlation of two samples of the same length, `1 − 6Σd²/(n(n²−1))` over
+/// their ranks (ties ranked by position): 1 when both order the items alike, −1 when
+/// reversed; NaN for fewer than two items. What the agreement checks compare (tune's
+/// importances against Optuna's, forecasts against the finals they forecast).
+pub fn spearman(a: &[f64], b: &[f64]) -> f64 {
+    let rank = |v: &[f64]| {
+        let mut idx: Vec<usize> = (0..v.len()).collect();
+        idx.sort_by(|&i, &j| v[i].total_cmp(&v[j]));
+        let mut r = vec![0.0; v.len()];
+        for (pos, &i) in idx.iter().enumerate() {
+            r[i] = pos as f64;
+        }
+        r
+    };
+    let n = a.len().min(b.len()) as f64;
+    let (ra, rb) = (rank(a), rank(b));
+    let d2: f64 = ra.iter().zip(&rb).map(|(x, y)| (x - y).powi(2)).sum();
+    1.0 - 6.0 * d2 / (n * (n * n - 1.0))
+}
+
 /// The complete, not discarded trials with a finite value of objective `index` (0 is the
 /// study's first objective), signed so that lower is better. `directions` are the study's
 /// objectives' directions, in order.

@@ -230,22 +230,6 @@ mod tests {
         (1..=r_max).map(|r| (r as f64, f(r as f64))).collect()
     }
 
-    fn spearman(a: &[f64], b: &[f64]) -> f64 {
-        let rank = |v: &[f64]| {
-            let mut idx: Vec<usize> = (0..v.len()).collect();
-            idx.sort_by(|&i, &j| v[i].total_cmp(&v[j]));
-            let mut r = vec![0.0; v.len()];
-            for (pos, &i) in idx.iter().enumerate() {
-                r[i] = pos as f64;
-            }
-            r
-        };
-        let (ra, rb) = (rank(a), rank(b));
-        let n = a.len() as f64;
-        let d2: f64 = ra.iter().zip(&rb).map(|(x, y)| (x - y).powi(2)).sum();
-        1.0 - 6.0 * d2 / (n * (n * n - 1.0))
-    }
-
     #[test]
     fn a_curve_between_references_is_forecast_between_their_ends() {
         let refs: Vec<Reference> = [(0.2, 1.0), (0.4, 1.0), (0.6, 1.0)]
@@ -317,10 +301,10 @@ mod tests {
             .map(|c| forecast(&refs, Some(c[5]), c[8], 0.9).unwrap().mean)
             .collect();
         let raw: Vec<f64> = test.iter().map(|c| c[8].1).collect();
-        let rho = spearman(&forecasts, &finals);
+        let rho = crate::insight::spearman(&forecasts, &finals);
         assert!(rho >= 0.8, "Spearman {rho}");
         assert!(
-            rho > spearman(&raw, &finals),
+            rho > crate::insight::spearman(&raw, &finals),
             "the forecast must beat the raw ranks"
         );
     }

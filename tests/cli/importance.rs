@@ -151,22 +151,12 @@ for name in sys.argv[3:]:
 print(json.dumps(out))
 "#;
 
-/// Spearman's rank correlation of two rankings of the same names (no ties expected).
+/// Spearman's rank correlation of two importance lists over the same names.
 fn spearman(a: &[(String, f64)], b: &[(String, f64)]) -> f64 {
-    let rank = |v: &[(String, f64)], name: &str| {
-        let mut sorted: Vec<&(String, f64)> = v.iter().collect();
-        sorted.sort_by(|x, y| y.1.total_cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
-        sorted
-            .iter()
-            .position(|x| x.0 == name)
-            .expect("the same names") as f64
-    };
-    let n = a.len() as f64;
-    let d2: f64 = a
-        .iter()
-        .map(|(p, _)| (rank(a, p) - rank(b, p)).powi(2))
-        .sum();
-    1.0 - 6.0 * d2 / (n * (n * n - 1.0))
+    let of =
+        |v: &[(String, f64)], name: &str| v.iter().find(|x| x.0 == name).expect("the same names").1;
+    let (x, y): (Vec<f64>, Vec<f64>) = a.iter().map(|(p, v)| (*v, of(b, p))).unzip();
+    tune::insight::spearman(&x, &y)
 }
 
 /// On three studies tune ran (a command study with real structure; a stand-in of the builtin
