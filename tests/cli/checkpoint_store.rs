@@ -241,3 +241,56 @@ fn a_store_lost_mid_study_is_a_warning_and_the_trials_go_on() {
         "{trials:#?}"
     );
 }
+
+/// `tune delete` removes the copies tune keeps in the object store for the study's trials
+/// (here: trial 0's, left by a kill -9 mid-trial), so a deleted study leaves nothing in the
+/// bucket; a command trial's local checkpoint directory (its script's files) stays, and the
+/// message says so.
+#[test]
+fn deleting_a_study_removes_its_checkpoint_copies_from_the_object_store() {
+    let Some(moto) = Moto::start(repo(), &[]) else {
+        return;
+    };
+    moto.create_bucket(BUCKET);
+    let env = moto.env();
+    let sb = Sandbox::new();
+    let file = store_study(&sb, 3, URL);
+    let mut child = tune_with(&sb, &env, &["run", file, "--no-tui"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tune starts");
+    wait_until(PATIENCE, "trial 0's checkpoint in the store", || {
+        moto.keys(BUCKET, TRIAL_0)
+            .contains(&format!("{TRIAL_0}state.json"))
+    });
+    child.kill().expect("SIGKILL the orchestrator");
+    wait_within(&mut child, PATIENCE);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = moto.keys(BUCKET, "tune/resumable-curve/");
+    assert!(before.len() >= 3, "{before:?}");
+
+    let out = tune_with(&sb, &env, &["delete", file, "--yes"])
+        .output()
+        .expect("delete");
+    assert!(out.status.success(), "{}", text(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains(&format!("removed its checkpoints at {URL}: ")),
+        "{said}"
+    );
+    assert!(
+        said.contains("checkpoint directories (their scripts' files) are left"),
+        "{said}"
+    );
+    let after = moto.keys(BUCKET, "tune/resumable-curve/");
+    assert!(
+        after.is_empty(),
+        "the bucket keeps nothing of the study: {after:?}"
+    );
+    assert!(
+        sb.join("studies/runs/resumable-curve/trial-00000/checkpoints/state.json")
+            .exists(),
+        "the script's own files stay"
+    );
+}

@@ -531,4 +531,15 @@ resource = "epoch"
     let kept = names.iter().filter(|n| n.starts_with("step-")).count();
     assert!(names.iter().any(|n| n == "latest.snap"), "{names:?}");
     assert!((1..=2).contains(&kept), "{names:?}");
+    // Deleting the study removes the checkpoints its paused trials kept.
+    let out = Command::new(tune_bin())
+        .arg("--db")
+        .arg(&db)
+        .args(["delete", study_s, "--yes"])
+        .output()
+        .expect("tune delete runs");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("of its trials' checkpoints"), "{said}");
+    assert!(!Path::new(run_dir).join("checkpoints").exists(), "{said}");
 }
