@@ -261,7 +261,8 @@ pub struct MultifidelityArgs {
     #[arg(long, default_value = "random,tpe,gp")]
     pub samplers: String,
     /// Pruners paired with every sampler (comma list): `none`, `median`, `asha`,
-    /// `asha-promote` (ASHA that pauses and promotes), `hyperband`, `forecast`.
+    /// `asha-promote` (ASHA that pauses and promotes), `hyperband`, `hyperband-promote`,
+    /// `forecast`.
     #[arg(long, default_value = "none,asha,hyperband,forecast")]
     pub pruners: String,
     /// Seeds per sampler, pruner and problem (0..seeds).

@@ -52,6 +52,8 @@ pub enum PrunerArm {
     /// their last epoch) and resume from there when promoted.
     AshaPromote,
     Hyperband,
+    /// Hyperband with `mode = "promote"`.
+    HyperbandPromote,
     Forecast,
 }
 
@@ -62,6 +64,7 @@ impl PrunerArm {
         "asha",
         "asha-promote",
         "hyperband",
+        "hyperband-promote",
         "forecast",
     ];
 
@@ -72,6 +75,7 @@ impl PrunerArm {
             "asha" => PrunerArm::Asha,
             "asha-promote" => PrunerArm::AshaPromote,
             "hyperband" => PrunerArm::Hyperband,
+            "hyperband-promote" => PrunerArm::HyperbandPromote,
             "forecast" => PrunerArm::Forecast,
             _ => return None,
         })
@@ -84,6 +88,7 @@ impl PrunerArm {
             PrunerArm::Asha => "asha",
             PrunerArm::AshaPromote => "asha-promote",
             PrunerArm::Hyperband => "hyperband",
+            PrunerArm::HyperbandPromote => "hyperband-promote",
             PrunerArm::Forecast => "forecast",
         }
     }
@@ -112,6 +117,12 @@ impl PrunerArm {
             PrunerArm::Hyperband => PrunerConfig::Hyperband(HyperbandConfig {
                 max_resource: max,
                 resource,
+                ..HyperbandConfig::default()
+            }),
+            PrunerArm::HyperbandPromote => PrunerConfig::Hyperband(HyperbandConfig {
+                max_resource: max,
+                resource,
+                mode: AshaMode::Promote,
                 ..HyperbandConfig::default()
             }),
             PrunerArm::Forecast => PrunerConfig::Forecast(ForecastConfig {
@@ -145,6 +156,8 @@ pub struct RunResult {
     pub best: Vec<f64>,
     /// Trials started, and those that ran to their last epoch, by the largest budget.
     pub trials: usize,
+    /// Paused trials resumed (promotion-based ASHA and Hyperband; not in `trials`).
+    pub resumed: usize,
     pub complete: usize,
     /// Trials the pruner stopped, and of them those whose true final loss was below the
     /// incumbent's when they were stopped: stops that cost the run its best trial.
@@ -202,6 +215,7 @@ pub fn run_one(
     let mut result = RunResult {
         best: Vec::with_capacity(budgets.len()),
         trials: 0,
+        resumed: 0,
         complete: 0,
         pruned: 0,
         false_stops: 0,
@@ -222,6 +236,8 @@ pub fn run_one(
                 let resumed = engine.recorded_checkpoint(trial.number)?;
                 if resumed.is_none() {
                     result.trials += 1;
+                } else {
+                    result.resumed += 1;
                 }
                 *w = Some(Live {
                     id: trial.id,
@@ -939,6 +955,19 @@ mod tests {
         let ended = asha.pruned + asha.complete;
         assert!(ended <= asha.trials && ended + 2 >= asha.trials, "{asha:?}");
         assert!(asha.false_stops <= asha.pruned, "{asha:?}");
+        // Pausing instead: some paused trials earn their promotion and resume where they
+        // paused, so fewer new trials start for the same compute, and none is pruned (a
+        // diverged one would be; none diverge here).
+        // (Hyperband's brackets split the trials, so its rungs fill later: more compute.)
+        for (promote, budget) in [
+            (PrunerArm::AshaPromote, 10.0),
+            (PrunerArm::HyperbandPromote, 30.0),
+        ] {
+            let r = run_one(&p, arm(SamplerKind::Random, promote), 3, 2, &[budget]).unwrap();
+            assert!(r.resumed > 0, "{promote:?}: {r:?}");
+            assert_eq!(r.pruned, 0, "{promote:?}: {r:?}");
+            assert!(r.trials > none.trials, "{promote:?}: {r:?}");
+        }
     }
 
     #[test]
