@@ -252,6 +252,9 @@ pub struct Engine {
     promoted: Option<(TrialNumber, TrialNumber, String)>,
     /// The first attempt of each re-run of the study (for [`PruneContext::origins`]).
     origins: crate::pruner::Origins,
+    /// The study's paused trials, as this engine last read or made them (promotion-based
+    /// pruners only): the candidates of each ask's promotion.
+    paused: std::collections::BTreeSet<TrialNumber>,
 }
 
 impl Engine {
@@ -296,6 +299,7 @@ impl Engine {
             resumed: Vec::new(),
             promoted: None,
             origins: crate::pruner::Origins::new(),
+            paused: std::collections::BTreeSet::new(),
             running: BTreeMap::new(),
         };
         engine.refresh_curves()?;
@@ -349,6 +353,11 @@ impl Engine {
         let states: BTreeMap<TrialNumber, (TrialState, bool)> = trials
             .iter()
             .map(|t| (t.number, (t.state(), t.status.interrupted())))
+            .collect();
+        self.paused = trials
+            .iter()
+            .filter(|t| t.status.paused() && !t.discarded)
+            .map(|t| t.number)
             .collect();
         self.curves = reports
             .into_iter()
@@ -705,13 +714,7 @@ impl Engine {
         if !self.pruner.pauses() || !self.pruner.judges() {
             return Ok(None);
         }
-        let paused: Vec<TrialNumber> = self
-            .storage
-            .trials(&self.study, Some(TrialState::Pruned))?
-            .iter()
-            .filter(|t| t.status.paused() && !t.discarded)
-            .map(|t| t.number)
-            .collect();
+        let paused: Vec<TrialNumber> = self.paused.iter().copied().collect();
         let Some(&any) = paused.first() else {
             return Ok(None);
         };
@@ -729,6 +732,8 @@ impl Engine {
         let reason = format!(
             "interrupted: paused, then promoted ({promotion}); its re-run resumes from its checkpoint"
         );
+        // Promoted now, or by another process first: no longer a candidate either way.
+        self.paused.remove(&promotion.trial);
         let Some(rerun) = self
             .storage
             .promote(&self.study, promotion.trial, &reason)?
@@ -989,6 +994,9 @@ impl Engine {
             Err(e) => return Err(e),
         };
         let mut trial = live.trial;
+        if status.paused() {
+            self.paused.insert(trial.number);
+        }
         if let Ok(i) = self
             .curves
             .binary_search_by_key(&trial.number, |c| c.number)

@@ -172,69 +172,66 @@ impl Rungs {
 }
 
 impl Rungs {
-    /// Whether paused trial `ctx.trial` has earned its promotion: at the highest rung it has
-    /// reached, it ranks in the top `max(1, ⌊n/η⌋)` of the `n` trials for which `rival` holds
-    /// that have reached that rung (itself included; ties go on), as a trial arriving there
-    /// now would be judged. A trial paused at a rung was outside that top when it arrived;
-    /// it gets in as later trials arrive below it.
-    pub fn promotable(
+    /// The first of the `paused` trials to have earned its promotion, if any. A paused trial
+    /// has earned it when, at the highest rung it has reached, it ranks in the top
+    /// `max(1, ⌊n/η⌋)` of the `n` trials for which `rival` holds that have reached that rung
+    /// (itself included; ties go on), as a trial arriving there now would be judged: it was
+    /// outside that top when it arrived, and gets in as later trials arrive below it. The first
+    /// is [`first_of`] them.
+    ///
+    /// One pass: every rival's rung values (memoised) go into one sorted list per rung, and each
+    /// paused trial's rank is a binary search there, so an ask costs O(trials + paused · log),
+    /// not O(trials · paused).
+    pub fn promotion(
         &self,
         ctx: &PruneContext<'_>,
         memo: &mut Memo<RungValues>,
         rival: impl Fn(TrialNumber) -> bool,
+        paused: &[TrialNumber],
     ) -> Option<Promotion> {
         memo.enter(ctx);
-        let own = ctx.trials.iter().find(|t| t.number == ctx.trial)?;
-        let values = memo.get(ctx, own, |t| self.values(ctx.curve(&t.reports)));
-        let rung = values.len().checked_sub(1)?;
-        let mine = values[rung];
-        if mine.is_nan() {
-            return None;
-        }
-        let mut n = 1;
-        let mut better = 0;
-        for t in ctx
-            .trials
-            .iter()
-            .filter(|t| t.number != ctx.trial && rival(t.number))
-        {
+        let mut at: Vec<Vec<f64>> = vec![Vec::new(); self.ladder.len()];
+        let mut mine: Vec<(TrialNumber, usize, f64)> = Vec::new();
+        for t in ctx.trials.iter().filter(|t| rival(t.number)) {
             let values = memo.get(ctx, t, |t| self.values(ctx.curve(&t.reports)));
-            if let Some(&v) = values.get(rung) {
-                n += 1;
-                if cmp_loss(v, mine) == Ordering::Less {
-                    better += 1;
-                }
+            for (k, &v) in values.iter().enumerate() {
+                at[k].push(v);
+            }
+            if paused.contains(&t.number)
+                && let Some((rung, &v)) = values.iter().enumerate().next_back()
+                && !v.is_nan()
+            {
+                mine.push((t.number, rung, v));
             }
         }
-        let keep = ((n as f64 / self.eta).floor() as usize).max(1);
-        (better < keep).then_some(Promotion {
-            trial: ctx.trial,
-            rung,
-            rank: better + 1,
-            of: n,
-            keep,
-            eta: self.eta,
-        })
+        for values in &mut at {
+            values.sort_by(|a, b| cmp_loss(*a, *b));
+        }
+        first_of(mine.into_iter().filter_map(|(trial, rung, v)| {
+            let n = at[rung].len();
+            let better = at[rung].partition_point(|&o| cmp_loss(o, v) == Ordering::Less);
+            let keep = ((n as f64 / self.eta).floor() as usize).max(1);
+            (better < keep).then_some(Promotion {
+                trial,
+                rung,
+                rank: better + 1,
+                of: n,
+                keep,
+                eta: self.eta,
+            })
+        }))
     }
 }
 
-/// Of the promotable trials among `paused`, the one to resume first: the highest rung, then
-/// the best rank there, then the lowest number (as Li et al.'s `get_job` scans the rungs from
-/// the top).
-pub(crate) fn first_promotion(
-    ctx: &PruneContext<'_>,
-    paused: &[TrialNumber],
-    mut promotable: impl FnMut(&PruneContext<'_>) -> Option<Promotion>,
-) -> Option<Promotion> {
-    paused
-        .iter()
-        .filter_map(|&trial| promotable(&PruneContext { trial, ..*ctx }))
-        .min_by(|a, b| {
-            b.rung
-                .cmp(&a.rung)
-                .then(a.rank.cmp(&b.rank))
-                .then(a.trial.cmp(&b.trial))
-        })
+/// The promotion to make first: the highest rung, then the best rank there, then the lowest
+/// number (as Li et al.'s `get_job` scans the rungs from the top).
+pub(crate) fn first_of(found: impl IntoIterator<Item = Promotion>) -> Option<Promotion> {
+    found.into_iter().min_by(|a, b| {
+        b.rung
+            .cmp(&a.rung)
+            .then(a.rank.cmp(&b.rank))
+            .then(a.trial.cmp(&b.trial))
+    })
 }
 
 /// ASHA over all trials of the study.
@@ -272,8 +269,7 @@ impl Pruner for AshaPruner {
         if self.mode != AshaMode::Promote {
             return None;
         }
-        let (rungs, memo) = (&self.rungs, &mut self.memo);
-        first_promotion(ctx, paused, |c| rungs.promotable(c, memo, |_| true))
+        self.rungs.promotion(ctx, &mut self.memo, |_| true, paused)
     }
 }
 

@@ -10,7 +10,7 @@
 //! resume puts a trial in the same bracket without storing it, and trials compete only with
 //! trials of their own bracket. The `[pruner]` keys are in [`super::HyperbandConfig`].
 
-use super::asha::{RungValues, Rungs, first_promotion, rung_resource};
+use super::asha::{RungValues, Rungs, first_of, rung_resource};
 use super::{
     AshaMode, HyperbandConfig, Memo, Promotion, Prune, PruneContext, PruneWhy, Pruner, reached,
 };
@@ -109,13 +109,25 @@ impl Pruner for HyperbandPruner {
         if self.mode != AshaMode::Promote {
             return None;
         }
-        let (brackets, total, memo) = (&self.brackets, self.total, &mut self.memo);
-        // Each paused trial against the trials of its own bracket, on that bracket's ladder.
-        first_promotion(ctx, paused, |c| {
-            let b = bracket_in(brackets, total, c.origin(c.trial));
-            let (rungs, _) = brackets.get(b)?;
-            rungs.promotable(c, memo, |t| bracket_in(brackets, total, c.origin(t)) == b)
-        })
+        let (brackets, total) = (&self.brackets, self.total);
+        let bracket = |t: TrialNumber| bracket_in(brackets, total, ctx.origin(t));
+        // Each bracket promotes among its own trials, on its own ladder; then the first of
+        // the brackets' firsts, by the same order.
+        let mut found: Vec<Promotion> = Vec::new();
+        for (b, (rungs, _)) in brackets.iter().enumerate() {
+            let mine: Vec<TrialNumber> = paused
+                .iter()
+                .copied()
+                .filter(|&t| bracket(t) == b)
+                .collect();
+            if mine.is_empty() {
+                continue;
+            }
+            if let Some(p) = rungs.promotion(ctx, &mut self.memo, |t| bracket(t) == b, &mine) {
+                found.push(p);
+            }
+        }
+        first_of(found)
     }
 }
 
