@@ -39,6 +39,20 @@ fn store_study(sb: &Sandbox, trials: u32, checkpoint_dir: &str) -> &'static str 
     file
 }
 
+/// Epochs of 1 s for a test that kills tune once trial 0's copy holds a checkpoint: the kill
+/// must come mid-trial even on a loaded machine, where the store is polled seconds apart (with
+/// 0.3 s epochs trial 0 could end, and its copy be cleaned, between that poll and the kill).
+fn slow_epochs(sb: &Sandbox, file: &str) {
+    let study = std::fs::read_to_string(sb.join(file))
+        .expect("the study")
+        .replace(
+            "\"--epoch-seconds\", \"0.3\"",
+            "\"--epoch-seconds\", \"1.0\"",
+        );
+    assert!(study.contains("\"1.0\""), "{study}");
+    sb.write(file, &study);
+}
+
 /// `tune ARGS` with `env` (the store's endpoint and credentials) added.
 fn tune_with(sb: &Sandbox, env: &[(&str, String)], args: &[&str]) -> std::process::Command {
     let mut c = sb.tune(args);
@@ -62,6 +76,7 @@ fn a_command_trial_killed_mid_run_resumes_on_another_machine_from_the_object_sto
     let env = moto.env();
     let sb = Sandbox::new();
     let file = store_study(&sb, 3, URL);
+    slow_epochs(&sb, file);
 
     let mut child = tune_with(&sb, &env, &["run", file, "--no-tui"])
         .stdout(Stdio::null())
@@ -255,6 +270,7 @@ fn deleting_a_study_removes_its_checkpoint_copies_from_the_object_store() {
     let env = moto.env();
     let sb = Sandbox::new();
     let file = store_study(&sb, 3, URL);
+    slow_epochs(&sb, file);
     let mut child = tune_with(&sb, &env, &["run", file, "--no-tui"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
