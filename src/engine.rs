@@ -709,14 +709,14 @@ impl Engine {
 
     /// Resumes the paused trial that has earned it most, if any (promotion-based ASHA): it
     /// becomes an earlier attempt and its params are queued again, to resume from its
-    /// checkpoint on the next claim. Returns the promoted trial's number and the re-run's.
-    fn promote_paused(&mut self) -> Result<Option<(TrialNumber, TrialNumber)>, StorageError> {
+    /// checkpoint on the next claim ([`Engine::take_promotion`] says which).
+    fn promote_paused(&mut self) -> Result<(), StorageError> {
         if !self.pruner.pauses() || !self.pruner.judges() {
-            return Ok(None);
+            return Ok(());
         }
         let paused: Vec<TrialNumber> = self.paused.iter().copied().collect();
         let Some(&any) = paused.first() else {
-            return Ok(None);
+            return Ok(());
         };
         let ctx = PruneContext {
             direction: self.study.direction,
@@ -727,7 +727,7 @@ impl Engine {
             origins: &self.origins,
         };
         let Some(promotion) = self.pruner.promotion(&ctx, &paused) else {
-            return Ok(None);
+            return Ok(());
         };
         let reason = format!(
             "interrupted: paused, then promoted ({promotion}); its re-run resumes from its checkpoint"
@@ -740,7 +740,7 @@ impl Engine {
         else {
             // Another process promoted it first: its curve leaves the rungs on the next
             // refresh.
-            return Ok(None);
+            return Ok(());
         };
         // Its re-run carries its curve on from here (it competes at no rung against itself).
         if let Ok(i) = self
@@ -750,7 +750,7 @@ impl Engine {
             self.curves.remove(i);
         }
         self.promoted = Some((promotion.trial, rerun, promotion.to_string()));
-        Ok(Some((promotion.trial, rerun)))
+        Ok(())
     }
 
     /// The promotion the last [`Engine::ask`] made, if it made one: the paused trial, its

@@ -578,6 +578,22 @@ fn local_files(dir: &Path) -> std::io::Result<Vec<(String, Stamp)>> {
     Ok(out)
 }
 
+/// Runs `f` on a runtime of its own, for a command that is not async itself (`tune show`,
+/// `tune delete`) and talks to a store once.
+pub fn block_on<T>(
+    f: impl std::future::Future<Output = Result<T, RemoteError>>,
+) -> Result<T, RemoteError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| RemoteError::Local {
+            path: PathBuf::from("."),
+            doing: "starting the runtime",
+            source,
+        })?
+        .block_on(f)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

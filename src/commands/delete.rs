@@ -105,15 +105,7 @@ impl Checkpoints {
         let mut out = Vec::new();
         if let Some(url) = &self.spec.store {
             let done = crate::checkpoint::remote::Store::open(url).and_then(|store| {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|source| crate::checkpoint::remote::RemoteError::Local {
-                        path: std::path::PathBuf::from("."),
-                        doing: "starting the runtime",
-                        source,
-                    })?;
-                rt.block_on(async {
+                crate::checkpoint::remote::block_on(async {
                     let (mut objects, mut bytes) = (0, 0);
                     for (first, dir) in &self.trials {
                         let copy = store.trial(study, *first);

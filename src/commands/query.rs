@@ -717,17 +717,8 @@ fn remote_checkpoint_line(
     first: u64,
 ) -> Option<String> {
     let at = url.trial_url(study, first);
-    let listed = crate::checkpoint::remote::Store::open(url).and_then(|store| {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|source| crate::checkpoint::remote::RemoteError::Local {
-                path: std::path::PathBuf::from("."),
-                doing: "starting the runtime",
-                source,
-            })?;
-        rt.block_on(store.trial(study, first).usage())
-    });
+    let listed = crate::checkpoint::remote::Store::open(url)
+        .and_then(|store| crate::checkpoint::remote::block_on(store.trial(study, first).usage()));
     match listed {
         Ok((0, _)) => None,
         Ok((n, bytes)) => Some(format!(
