@@ -53,6 +53,26 @@ fn slow_epochs(sb: &Sandbox, file: &str) {
     sb.write(file, &study);
 }
 
+/// Runs `file` and kills tune (SIGKILL, a lost machine) once `ready` holds, then gives the
+/// keeper the moment it needs to take the trial's process down with it.
+fn kill_once(
+    sb: &Sandbox,
+    env: &[(&str, String)],
+    file: &str,
+    what: &str,
+    ready: impl FnMut() -> bool,
+) {
+    let mut child = tune_with(sb, env, &["run", file, "--no-tui"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tune starts");
+    wait_until(PATIENCE, what, ready);
+    child.kill().expect("SIGKILL the orchestrator");
+    wait_within(&mut child, PATIENCE);
+    std::thread::sleep(Duration::from_millis(300));
+}
+
 /// `tune ARGS` with `env` (the store's endpoint and credentials) added.
 fn tune_with(sb: &Sandbox, env: &[(&str, String)], args: &[&str]) -> std::process::Command {
     let mut c = sb.tune(args);
@@ -78,11 +98,6 @@ fn a_command_trial_killed_mid_run_resumes_on_another_machine_from_the_object_sto
     let file = store_study(&sb, 3, URL);
     slow_epochs(&sb, file);
 
-    let mut child = tune_with(&sb, &env, &["run", file, "--no-tui"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("tune starts");
     let remote_epoch = || {
         moto.get(BUCKET, &format!("{TRIAL_0}state.json"))
             .and_then(|s| epoch_of(&s))
@@ -90,14 +105,17 @@ fn a_command_trial_killed_mid_run_resumes_on_another_machine_from_the_object_sto
     let local = sb.join("studies/runs/resumable-curve/trial-00000/checkpoints");
     // The upload runs beside the trial, so the store may lag the staging directory: wait for
     // the store's own copy to hold epoch 1 or later (listing first: a GET is slower).
-    wait_until(PATIENCE, "trial 0's epoch 1 or later in the store", || {
-        moto.keys(BUCKET, TRIAL_0)
-            .contains(&format!("{TRIAL_0}state.json"))
-            && remote_epoch().is_some_and(|e| e >= 1)
-    });
-    child.kill().expect("SIGKILL the orchestrator");
-    wait_within(&mut child, PATIENCE);
-    std::thread::sleep(Duration::from_millis(300));
+    kill_once(
+        &sb,
+        &env,
+        file,
+        "trial 0's epoch 1 or later in the store",
+        || {
+            moto.keys(BUCKET, TRIAL_0)
+                .contains(&format!("{TRIAL_0}state.json"))
+                && remote_epoch().is_some_and(|e| e >= 1)
+        },
+    );
     let kept = remote_epoch().expect("a checkpoint in the store survives the kill");
     assert!((1..5).contains(&kept), "killed mid-trial: {kept}");
     let keys = moto.keys(BUCKET, TRIAL_0);
@@ -271,18 +289,10 @@ fn deleting_a_study_removes_its_checkpoint_copies_from_the_object_store() {
     let sb = Sandbox::new();
     let file = store_study(&sb, 3, URL);
     slow_epochs(&sb, file);
-    let mut child = tune_with(&sb, &env, &["run", file, "--no-tui"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("tune starts");
-    wait_until(PATIENCE, "trial 0's checkpoint in the store", || {
+    kill_once(&sb, &env, file, "trial 0's checkpoint in the store", || {
         moto.keys(BUCKET, TRIAL_0)
             .contains(&format!("{TRIAL_0}state.json"))
     });
-    child.kill().expect("SIGKILL the orchestrator");
-    wait_within(&mut child, PATIENCE);
-    std::thread::sleep(Duration::from_millis(300));
     let before = moto.keys(BUCKET, "tune/resumable-curve/");
     assert!(before.len() >= 3, "{before:?}");
 

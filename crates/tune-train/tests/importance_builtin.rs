@@ -11,11 +11,9 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-// The helpers other trainer tests use too; this one needs `tune_bin` only.
-#[allow(dead_code)]
 mod common;
 
-use common::tune_bin;
+use common::{tune_bin, tune_json};
 
 const STUDY: &str = r#"
 [study]
@@ -105,20 +103,18 @@ fn importance_of_a_builtin_study_agrees_with_optuna_for_both_methods() {
     );
     let python = python();
     for method in ["ped-anova", "fanova"] {
-        let out = Command::new(tune_bin())
-            .arg("--db")
-            .arg(&db)
-            .arg("importance")
-            .arg(&study)
-            .args(["--method", method, "--format", "json"])
-            .output()
-            .expect("tune importance runs");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let study_s = study.to_str().expect("utf-8 path");
+        let ours = tune_json(
+            &db,
+            &[
+                "importance",
+                study_s,
+                "--method",
+                method,
+                "--format",
+                "json",
+            ],
         );
-        let ours: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
         let ours: Vec<(String, f64)> = ours["objectives"][0]["importances"]
             .as_array()
             .expect("importances")

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{resume_study, tune_bin};
+use common::{resume_study, tune_bin, tune_json};
 
 /// The pids of the children of `pid` (Linux: /proc/PID/task/*/children).
 fn children(pid: u32) -> Vec<i32> {
@@ -234,22 +234,6 @@ fn every_builtin_example_study_runs_when_copied_alone_to_another_directory() {
         ran.push(name.to_string_lossy().into_owned());
     }
     assert!(ran.len() >= 4, "the builtin examples: {ran:?}");
-}
-
-/// `tune --db DB ARGS…`, its standard output as JSON.
-fn tune_json(db: &Path, args: &[&str]) -> serde_json::Value {
-    let out = Command::new(tune_bin())
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .output()
-        .expect("tune runs");
-    assert!(
-        out.status.success(),
-        "tune {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON")
 }
 
 /// The epochs of a trial's reports, in order (`tune show N --format json`).

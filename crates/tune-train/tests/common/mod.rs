@@ -1,5 +1,6 @@
 //! What the trainer's end-to-end tests share: the `tune` binary they drive, and the small
-//! builtin study whose one trial they cut off and resume.
+//! builtin study whose one trial they cut off and resume. Each test binary uses some of it.
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 
@@ -67,4 +68,20 @@ pub fn worker_log(shown: &serde_json::Value) -> String {
         })
         .map(|p| std::fs::read_to_string(p).expect("the re-run's worker log"))
         .expect("a worker log")
+}
+
+/// `tune --db DB ARGS…`, its standard output as JSON.
+pub fn tune_json(db: &Path, args: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(tune_bin())
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .output()
+        .expect("tune runs");
+    assert!(
+        out.status.success(),
+        "tune {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
 }
