@@ -160,6 +160,134 @@ impl GpuUsage {
     }
 }
 
+/// The GPU use of the trial on one slot: one [`GpuUsage`] for each GPU of the slot, by CUDA
+/// index (one for a slot of one GPU, each GPU of a group with `[workers] gpus_per_trial`), so
+/// that a rank whose GPU idles shows as such.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlotUsage {
+    /// Each GPU of the slot that has been read, in the slot's order.
+    pub gpus: Vec<(u32, GpuUsage)>,
+}
+
+impl SlotUsage {
+    /// The usage of a slot of one GPU after one sample.
+    pub fn one(index: u32, s: GpuSample) -> SlotUsage {
+        SlotUsage {
+            gpus: vec![(index, GpuUsage::first(s))],
+        }
+    }
+
+    /// The usage of a slot after one round of readings, one for each GPU that could be read;
+    /// `None` when none could.
+    pub fn first(readings: impl IntoIterator<Item = (u32, GpuSample)>) -> Option<SlotUsage> {
+        let gpus: Vec<(u32, GpuUsage)> = readings
+            .into_iter()
+            .map(|(i, s)| (i, GpuUsage::first(s)))
+            .collect();
+        (!gpus.is_empty()).then_some(SlotUsage { gpus })
+    }
+
+    /// Folds in one round of readings: a GPU read for the first time joins, one not read this
+    /// time keeps what it had.
+    pub fn add(&mut self, readings: impl IntoIterator<Item = (u32, GpuSample)>) {
+        for (index, s) in readings {
+            match self.gpus.iter_mut().find(|(i, _)| *i == index) {
+                Some((_, u)) => u.add(s),
+                None => self.gpus.push((index, GpuUsage::first(s))),
+            }
+        }
+    }
+
+    /// Whether the slot is a group of GPUs (more than one read).
+    pub fn is_group(&self) -> bool {
+        self.gpus.len() > 1
+    }
+
+    /// The utilisation now: the mean over the slot's GPUs of their latest samples.
+    pub fn now_sm_pct(&self) -> f64 {
+        mean(self.gpus.iter().map(|(_, u)| u.latest.sm_pct))
+    }
+
+    /// The memory to show now: the most any one GPU of the slot holds for the trial (what
+    /// decides whether the next, larger trial fits).
+    pub fn now_mem_mb(&self) -> f64 {
+        self.gpus
+            .iter()
+            .map(|(_, u)| u.latest.shown_mem_mb())
+            .fold(0.0, f64::max)
+    }
+
+    /// How many rounds of samples the usage is over.
+    pub fn samples(&self) -> u32 {
+        self.gpus.iter().map(|(_, u)| u.samples).max().unwrap_or(0)
+    }
+
+    /// The summary stored with the trial. For one GPU, that GPU's ([`GpuUsage::telemetry`]).
+    /// For a group: the utilisations' means over its GPUs, and the highest peak of any one
+    /// GPU, the trial's own processes' where the driver listed them on every GPU of the group
+    /// (scope `process`), else the whole GPUs' (`device`), never a mix of the two.
+    pub fn telemetry(&self) -> GpuTelemetry {
+        let each: Vec<GpuTelemetry> = self.gpus.iter().map(|(_, u)| u.telemetry()).collect();
+        if let [one] = each.as_slice() {
+            return *one;
+        }
+        let own = each.iter().all(|t| t.mem_scope == GpuMemScope::Process);
+        let peak_mem_mb = if own {
+            each.iter().map(|t| t.peak_mem_mb).fold(0.0, f64::max)
+        } else {
+            self.gpus
+                .iter()
+                .map(|(_, u)| u.peak_mem_mb)
+                .fold(0.0, f64::max)
+        };
+        GpuTelemetry {
+            peak_mem_mb,
+            mem_scope: if own {
+                GpuMemScope::Process
+            } else {
+                GpuMemScope::Device
+            },
+            mean_sm_pct: mean(each.iter().map(|t| t.mean_sm_pct)),
+            mean_mem_bw_pct: mean(each.iter().map(|t| t.mean_mem_bw_pct)),
+            samples: self.samples(),
+        }
+    }
+
+    /// "GPU 33% SM, peak 2.1 GB" for one GPU; for a group, the same over the group and then
+    /// each GPU's: "2 GPUs 62% SM, peak 2.1 GB (cuda:0 58% 2.1 GB, cuda:1 66% 1.9 GB)".
+    pub fn summary(&self) -> String {
+        match self.gpus.as_slice() {
+            [(_, one)] => one.summary(),
+            gpus => {
+                let t = self.telemetry();
+                let each: Vec<String> = gpus
+                    .iter()
+                    .map(|(i, u)| {
+                        let own = if t.mem_scope == GpuMemScope::Process {
+                            u.telemetry().peak_mem_mb
+                        } else {
+                            u.peak_mem_mb
+                        };
+                        format!("cuda:{i} {:.0}% {}", u.mean_sm_pct, fmt_mb(own))
+                    })
+                    .collect();
+                format!(
+                    "{} GPUs {:.0}% SM, peak {} ({})",
+                    gpus.len(),
+                    t.mean_sm_pct,
+                    fmt_mb(t.peak_mem_mb),
+                    each.join(", ")
+                )
+            }
+        }
+    }
+}
+
+fn mean(xs: impl Iterator<Item = f64>) -> f64 {
+    let (sum, n) = xs.fold((0.0, 0u32), |(s, n), x| (s + x, n + 1));
+    if n == 0 { 0.0 } else { sum / f64::from(n) }
+}
+
 /// Megabytes for people: "812 MB", "2.1 GB", "65.6 GB".
 pub fn fmt_mb(mb: f64) -> String {
     if mb < 1000.0 {
@@ -294,6 +422,55 @@ mod tests {
         u.add(r.of_trial(|p| p == 4242));
         assert_eq!(u.telemetry().mem_scope, GpuMemScope::Process);
         assert_eq!(u.telemetry().peak_mem_mb, 1024.0);
+    }
+
+    #[test]
+    fn a_groups_usage_keeps_each_gpu_and_sums_up_over_the_group() {
+        let own = |sm: f64, mb: f64| GpuSample {
+            sm_pct: sm,
+            mem_bw_pct: sm / 2.0,
+            mem_mb: mb + 1000.0,
+            own_mem_mb: Some(mb),
+        };
+        let mut u = SlotUsage::first([(2, own(80.0, 3000.0)), (3, own(0.0, 900.0))])
+            .expect("two GPUs read");
+        u.add([(2, own(60.0, 3500.0)), (3, own(10.0, 800.0))]);
+        assert!(u.is_group());
+        assert_eq!(u.samples(), 2);
+        assert!((u.now_sm_pct() - 35.0).abs() < 1e-9, "(60 + 10) / 2 now");
+        assert_eq!(u.now_mem_mb(), 3500.0, "the most on one GPU now");
+        let t = u.telemetry();
+        assert_eq!(t.mem_scope, GpuMemScope::Process);
+        assert!(
+            (t.mean_sm_pct - 37.5).abs() < 1e-9,
+            "means 70 and 5, over the group"
+        );
+        assert_eq!(
+            t.peak_mem_mb, 3500.0,
+            "the highest peak of one GPU, not a sum"
+        );
+        assert_eq!(
+            u.summary(),
+            "2 GPUs 38% SM, peak 3.4 GB (cuda:2 70% 3.4 GB, cuda:3 5% 900 MB)"
+        );
+        // One GPU whose trial processes the driver never listed: the whole GPUs' figures for
+        // all, never a mix.
+        u.add([(5, GpuSample::device(10.0, 5.0, 5000.0))]);
+        assert_eq!(u.gpus.len(), 3, "a GPU read for the first time joins");
+        let t = u.telemetry();
+        assert_eq!(t.mem_scope, GpuMemScope::Device);
+        assert_eq!(t.peak_mem_mb, 5000.0);
+        u.add([(5, GpuSample::device(10.0, 5.0, 100.0))]);
+        assert_eq!(u.samples(), 2, "rounds, not GPU readings");
+        // A slot of one GPU says what it said before groups.
+        let one = SlotUsage::one(0, GpuSample::device(20.0, 10.0, 1000.0));
+        assert!(!one.is_group());
+        assert_eq!(one.summary(), "GPU 20% SM, peak 1.0 GB");
+        assert_eq!(
+            one.telemetry(),
+            GpuUsage::first(GpuSample::device(20.0, 10.0, 1000.0)).telemetry()
+        );
+        assert_eq!(SlotUsage::first([]), None, "no GPU read, no usage");
     }
 
     #[test]

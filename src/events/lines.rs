@@ -25,7 +25,7 @@ pub struct Printer {
     others: Vec<crate::trial::Objective>,
     points: Vec<(u64, Vec<f64>)>,
     /// The GPU use of running trials, for their finishing line (where NVML samples them).
-    gpu: std::collections::HashMap<u64, crate::telemetry::GpuUsage>,
+    gpu: std::collections::HashMap<u64, crate::telemetry::SlotUsage>,
     /// The sampler's rule for exploring (from the study's start), the trials counted so far
     /// by how they ended, and the next trial number: whether it still explores.
     exploration: Option<super::Exploration>,
@@ -198,7 +198,7 @@ impl Printer {
                 return None;
             }
             Event::GpuSampled { number, usage, .. } => {
-                self.gpu.insert(number.0, *usage);
+                self.gpu.insert(number.0, usage.clone());
                 return None;
             }
             Event::TrialFinished {
@@ -742,10 +742,11 @@ mod tests {
     #[test]
     fn a_finished_trial_whose_gpu_was_sampled_names_its_use() {
         let mut p = Printer::new(Direction::Minimize, "loss".into());
-        let mut u = crate::telemetry::GpuUsage::first(crate::telemetry::GpuSample::device(
-            20.0, 0.0, 1000.0,
-        ));
-        u.add(crate::telemetry::GpuSample::device(46.0, 0.0, 2200.0));
+        let mut u = crate::telemetry::SlotUsage::one(
+            0,
+            crate::telemetry::GpuSample::device(20.0, 0.0, 1000.0),
+        );
+        u.add([(0, crate::telemetry::GpuSample::device(46.0, 0.0, 2200.0))]);
         let sampled = Event::GpuSampled {
             number: TrialNumber(0),
             slot: 0,

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 pub use crate::pruner::RungSchedule;
 pub use crate::sampler::{Exploration, Phase};
 use crate::space::Params;
-use crate::telemetry::GpuUsage;
+use crate::telemetry::SlotUsage;
 use crate::trial::{Direction, Report, Trial, TrialNumber};
 
 /// The slot of a trial whose slot the event source does not know (a replay, for a trial of a
@@ -115,7 +115,7 @@ pub enum Event {
     GpuSampled {
         number: TrialNumber,
         slot: usize,
-        usage: GpuUsage,
+        usage: SlotUsage,
     },
     /// Scheduling of new trials paused or resumed.
     Paused(bool),

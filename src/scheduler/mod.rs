@@ -23,7 +23,7 @@ use crate::runner::{Progress, RunEnd, RunResult, StopRequest, TrialJob, TrialRun
 use crate::sampler::Sampler;
 use crate::storage::{Storage, StorageError, StudyRow};
 use crate::study::Study;
-use crate::telemetry::{GpuSource, GpuUsage, Gpus};
+use crate::telemetry::{GpuSource, Gpus, SlotUsage};
 use crate::trial::{FINAL_KEY, Trial, TrialId, TrialNumber, TrialState};
 
 /// Why a running trial is being stopped by us.
@@ -61,7 +61,7 @@ impl Busy {
 
 enum SlotMsg {
     Report(usize, Progress),
-    Gpu(usize, TrialNumber, GpuUsage),
+    Gpu(usize, TrialNumber, SlotUsage),
     Done(usize, RunResult),
 }
 
@@ -625,9 +625,12 @@ impl Scheduler {
         };
         let runner = Arc::clone(&self.runner);
         let tx = tx.clone();
-        let gpu = crate::devices::cuda_index(&job.device)
-            .and_then(|i| u32::try_from(i).ok())
-            .zip(self.gpus.clone());
+        // Every GPU of the slot (each of a group's) is sampled.
+        let indices: Vec<u32> = crate::devices::cuda_indices(&job.device)
+            .into_iter()
+            .filter_map(|i| u32::try_from(i).ok())
+            .collect();
+        let gpu = self.gpus.clone().filter(|_| !indices.is_empty());
         let number = trial.number;
         tokio::spawn(async move {
             if let Err(e) = made {
@@ -662,7 +665,7 @@ impl Scheduler {
                 tokio::time::Instant::now() + GPU_SAMPLE_EVERY,
                 GPU_SAMPLE_EVERY,
             );
-            let mut usage: Option<GpuUsage> = None;
+            let mut usage: Option<SlotUsage> = None;
             // Reports and the end travel on one channel, so the end never overtakes a report.
             let result = loop {
                 tokio::select! {
@@ -680,12 +683,15 @@ impl Scheduler {
                         // thread.
                         let root = runner.trial_process(slot);
                         let ours = |pid: u32| root.is_some_and(|r| descends_from(pid, r));
-                        let reading = gpu.as_ref().and_then(|(i, g)| g.read(*i));
-                        if let Some(s) = reading.map(|r| r.of_trial(ours)) {
-                            let u = match usage.as_mut() {
-                                Some(u) => { u.add(s); *u }
-                                None => *usage.insert(GpuUsage::first(s)),
-                            };
+                        let round: Vec<_> = indices
+                            .iter()
+                            .filter_map(|&i| Some((i, gpu.as_ref()?.read(i)?.of_trial(ours))))
+                            .collect();
+                        let u = match usage.as_mut() {
+                            Some(u) => { u.add(round); Some(u.clone()) }
+                            None => SlotUsage::first(round).map(|u| usage.insert(u).clone()),
+                        };
+                        if let Some(u) = u {
                             let _ = tx.send(SlotMsg::Gpu(slot, number, u));
                         }
                     }
@@ -1012,5 +1018,94 @@ command = ["true"]
             "its own processes' memory, not the stranger's or the device's"
         );
         assert_eq!(on("cpu").status.gpu(), None, "a CPU slot is never sampled");
+    }
+
+    /// Two GPUs of a group: cuda:0 busy with 1.5 GB of the trial's, cuda:1 nearly idle with
+    /// 0.5 GB of it.
+    #[derive(Default)]
+    struct Pair {
+        reads: [AtomicU32; 2],
+    }
+
+    impl GpuSource for Pair {
+        fn read(&self, index: u32) -> Option<GpuReading> {
+            self.reads[index as usize].fetch_add(1, Ordering::SeqCst);
+            let (sm, own) = if index == 0 {
+                (70.0, 1500.0)
+            } else {
+                (10.0, 500.0)
+            };
+            Some(GpuReading {
+                sm_pct: sm,
+                mem_bw_pct: sm / 2.0,
+                mem_mb: own + 4000.0,
+                processes: vec![(std::process::id(), own), (STRANGER, 4000.0)],
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn every_gpu_of_a_group_is_sampled_and_the_trial_keeps_the_groups_summary() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("gpu.toml");
+        let text = STUDY.replace("trials = 2", "trials = 1").replace(
+            "count = 2\ndevices = [\"cuda:0\", \"cpu\"]",
+            "gpus_per_trial = 2\ndevices = [\"cuda:0\", \"cuda:1\"]",
+        );
+        assert!(text.contains("gpus_per_trial"), "the fixture changed");
+        let study = crate::spec::parse(&file, &text, &crate::spec::Overrides::default())
+            .expect("a valid study");
+        assert_eq!(study.slots, vec!["cuda:0,cuda:1".to_string()]);
+        let db = dir.path().join("t.db");
+        let storage = Box::new(SqliteStorage::open(&db).expect("sqlite"));
+        let source = Arc::new(Pair::default());
+        let (etx, mut erx) = mpsc::unbounded_channel();
+        let (_ctx, crx) = mpsc::unbounded_channel();
+        let scheduler = Scheduler::open(
+            study.clone(),
+            storage,
+            crate::sampler::build_with(study.sampler, &study.sampler_options),
+            crate::pruner::build(&study.pruner),
+            Arc::new(Sleeper),
+            etx,
+        )
+        .expect("opens")
+        .with_gpu_source(source.clone());
+        assert_eq!(scheduler.run(crx).await.expect("runs").complete, 1);
+
+        let reads = source.reads.each_ref().map(|r| r.load(Ordering::SeqCst));
+        assert!(reads[0] >= 1, "the group's first GPU was sampled");
+        assert_eq!(
+            reads[0], reads[1],
+            "each round reads every GPU of the group"
+        );
+        // The live usage keeps each GPU apart.
+        let mut last = None;
+        while let Ok(e) = erx.try_recv() {
+            if let Event::GpuSampled { usage, .. } = e {
+                last = Some(usage);
+            }
+        }
+        let last = last.expect("a sample was sent");
+        let each: Vec<(u32, f64, f64)> = last
+            .gpus
+            .iter()
+            .map(|(i, u)| (*i, u.latest.sm_pct, u.latest.shown_mem_mb()))
+            .collect();
+        assert_eq!(each, vec![(0, 70.0, 1500.0), (1, 10.0, 500.0)]);
+        // The stored summary: the mean over the group, the most on any one GPU.
+        let storage = SqliteStorage::open(&db).expect("reopens");
+        let row = storage.study("gpu").expect("the study");
+        let trials = storage.trials(&row, None).expect("trials");
+        assert_eq!(
+            trials[0].status.gpu(),
+            Some(&GpuTelemetry {
+                peak_mem_mb: 1500.0,
+                mem_scope: GpuMemScope::Process,
+                mean_sm_pct: 40.0,
+                mean_mem_bw_pct: 20.0,
+                samples: reads[0],
+            })
+        );
     }
 }

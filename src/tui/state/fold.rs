@@ -133,7 +133,7 @@ impl UiState {
             }
             Event::GpuSampled { number, usage, .. } => {
                 let i = self.row_index(*number, TrialState::Running);
-                self.trials[i].gpu = Some(*usage);
+                self.trials[i].gpu = Some(usage.clone());
                 false
             }
             Event::Paused(p) => {

@@ -45,7 +45,7 @@ pub struct TrialRow {
     pub logs: Vec<String>,
     /// Its slot's GPU while it ran (latest sample, mean utilisation, peak memory), where
     /// NVML sampled it: live runs on a machine with an NVIDIA driver only.
-    pub gpu: Option<crate::telemetry::GpuUsage>,
+    pub gpu: Option<crate::telemetry::SlotUsage>,
     /// The predicted final value and its band (issue 26): a running trial's from its reports
     /// so far, a pruned one's as it stood when pruned (what it would have reached); `None`
     /// before three complete curves, and for a complete trial.

@@ -39,11 +39,10 @@ pub(super) fn running_with_gpu() -> UiState {
             s.apply(&Event::GpuSampled {
                 number: TrialNumber(n),
                 slot,
-                usage: crate::telemetry::GpuUsage::first(crate::telemetry::GpuSample::device(
-                    20.0 + (n * 37 % 80) as f64,
-                    10.0,
-                    2048.0,
-                )),
+                usage: crate::telemetry::SlotUsage::one(
+                    0,
+                    crate::telemetry::GpuSample::device(20.0 + (n * 37 % 80) as f64, 10.0, 2048.0),
+                ),
             });
         }
     }

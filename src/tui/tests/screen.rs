@@ -241,9 +241,10 @@ fn gpu_sampled(n: u64, slot: usize, sm: f64, mem_mb: f64) -> Event {
     Event::GpuSampled {
         number: TrialNumber(n),
         slot,
-        usage: crate::telemetry::GpuUsage::first(crate::telemetry::GpuSample::device(
-            sm, 0.0, mem_mb,
-        )),
+        usage: crate::telemetry::SlotUsage::one(
+            0,
+            crate::telemetry::GpuSample::device(sm, 0.0, mem_mb),
+        ),
     }
 }
 
@@ -270,13 +271,73 @@ fn the_worker_rows_show_each_slots_gpu_only_where_it_was_sampled() {
 }
 
 #[test]
+fn a_group_slot_shows_its_gpus_in_the_device_column_and_each_gpus_level() {
+    let mut s = fresh(Direction::Minimize, Some(10));
+    s.slots[0].device = "cuda:4,cuda:6".into();
+    s.slots[1].device = "cuda:0,cuda:1,cuda:2,cuda:3".into();
+    s.apply(&started(0, 0));
+    s.apply(&started(1, 1));
+    let group = |n: u64, slot: usize, each: &[(u32, f64, f64)]| Event::GpuSampled {
+        number: TrialNumber(n),
+        slot,
+        usage: crate::telemetry::SlotUsage::first(
+            each.iter()
+                .map(|&(i, sm, mb)| (i, crate::telemetry::GpuSample::device(sm, 0.0, mb))),
+        )
+        .expect("GPUs read"),
+    };
+    s.apply(&group(0, 0, &[(4, 40.0, 1000.0), (6, 40.0, 1000.0)]));
+    s.apply(&group(
+        1,
+        1,
+        &[
+            (0, 100.0, 2000.0),
+            (1, 50.0, 2150.0),
+            (2, 3.0, 900.0),
+            (3, 0.0, 500.0),
+        ],
+    ));
+    let text = screen(&s, 160, 48);
+    let row = |n: &str| {
+        text.lines()
+            .find(|l| l.contains(n))
+            .unwrap_or_else(|| panic!("the row of {n}:\n{text}"))
+            .to_string()
+    };
+    // Four GPUs in index order as a range, two apart joined; one level a GPU (an idle one
+    // blank), then the group's mean and the most memory on one GPU.
+    let r1 = row("#1 ");
+    assert!(r1.contains("cuda:0-3"), "{r1}");
+    assert!(r1.contains("█▄▁   38% 2.1G"), "{r1}");
+    let r0 = row("#0 ");
+    assert!(r0.contains("cuda:4+6"), "{r0}");
+    assert!(r0.contains("▃▃  40% 1.0G"), "{r0}");
+    // The trial screen: the group's summary, then a line for each GPU.
+    s.handle_key(code(KeyCode::Enter));
+    let text = screen(&s, 160, 48);
+    assert!(
+        text.contains("4 GPUs 38% SM, peak 2.1 GB on one GPU; now 38% SM (1 samples)"),
+        "{text}"
+    );
+    for (gpu, line) in [
+        ("cuda:0", "GPU 100% SM, peak 2.0 GB; now 100% SM, 2.0 GB"),
+        ("cuda:3", "GPU 0% SM, peak 500 MB; now 0% SM, 500 MB"),
+    ] {
+        assert!(
+            text.lines().any(|l| l.contains(gpu) && l.contains(line)),
+            "{gpu}: {line}\n{text}"
+        );
+    }
+}
+
+#[test]
 fn the_trial_screen_shows_the_mean_utilisation_and_peak_memory_of_its_gpu() {
     let mut s = fresh(Direction::Minimize, Some(10));
     s.apply(&started(0, 0));
     s.apply(&gpu_sampled(0, 0, 20.0, 1000.0));
     let mut u =
-        crate::telemetry::GpuUsage::first(crate::telemetry::GpuSample::device(20.0, 0.0, 1000.0));
-    u.add(crate::telemetry::GpuSample::device(40.0, 0.0, 3000.0));
+        crate::telemetry::SlotUsage::one(0, crate::telemetry::GpuSample::device(20.0, 0.0, 1000.0));
+    u.add([(0, crate::telemetry::GpuSample::device(40.0, 0.0, 3000.0))]);
     s.apply(&Event::GpuSampled {
         number: TrialNumber(0),
         slot: 0,

@@ -118,7 +118,8 @@ pub(super) fn render_timeline(frame: &mut Frame, area: Rect, state: &UiState, th
     // Each slot's row, and its GPU row where any of its trials was sampled.
     let gpu_of = |t: &TrialRow| {
         t.gpu
-            .map(|u| u.mean_sm_pct)
+            .as_ref()
+            .map(|u| u.telemetry().mean_sm_pct)
             .or_else(|| t.status.gpu().map(|g| g.mean_sm_pct))
             .filter(|v| v.is_finite())
     };
@@ -161,7 +162,10 @@ pub(super) fn render_timeline(frame: &mut Frame, area: Rect, state: &UiState, th
                 });
             }
         }
-        let label = truncate(&format!("{slot} {}", s.device), LABEL_W - 1);
+        let label = truncate(
+            &format!("{slot} {}", super::workers::short_device(&s.device)),
+            LABEL_W - 1,
+        );
         let mut spans = vec![Span::styled(format!("{label:<LABEL_W$}"), theme.slot(slot))];
         spans.extend(runs(&cells, theme));
         let share = busy.as_secs_f64() / span.as_secs_f64();

@@ -89,16 +89,43 @@ pub(super) fn render_trial(
         Span::raw(when.join(", ")),
     ]));
     if let Some(u) = &t.gpu {
+        let t = u.telemetry();
         lines.push(Line::from(vec![
             Span::styled("gpu     ", theme.header()),
-            Span::raw(format!(
-                "{}; now {:.0}% SM, {} ({} samples)",
-                u.summary(),
-                u.latest.sm_pct,
-                crate::telemetry::fmt_mb(u.latest.shown_mem_mb()),
-                u.samples
-            )),
+            Span::raw(if u.is_group() {
+                format!(
+                    "{} GPUs {:.0}% SM, peak {} on one GPU; now {:.0}% SM ({} samples)",
+                    u.gpus.len(),
+                    t.mean_sm_pct,
+                    crate::telemetry::fmt_mb(t.peak_mem_mb),
+                    u.now_sm_pct(),
+                    u.samples()
+                )
+            } else {
+                format!(
+                    "{}; now {:.0}% SM, {} ({} samples)",
+                    u.summary(),
+                    u.now_sm_pct(),
+                    crate::telemetry::fmt_mb(u.now_mem_mb()),
+                    u.samples()
+                )
+            }),
         ]));
+        // A group: each GPU on a line of its own, so that a rank that idles stands out.
+        if u.is_group() {
+            for (i, g) in &u.gpus {
+                lines.push(Line::from(vec![
+                    Span::raw("        "),
+                    Span::styled(format!("cuda:{i:<3}"), theme.dim()),
+                    Span::raw(format!(
+                        "{}; now {:.0}% SM, {}",
+                        g.summary(),
+                        g.latest.sm_pct,
+                        crate::telemetry::fmt_mb(g.latest.shown_mem_mb())
+                    )),
+                ]));
+            }
+        }
     }
     lines.push(Line::from(vec![
         Span::styled("reports ", theme.header()),

@@ -73,11 +73,33 @@ pub(super) fn render_workers(frame: &mut Frame, area: Rect, state: &UiState, the
         .max()
         .unwrap_or(0);
     let gauge_w = (progress_w as usize).saturating_sub(text_w + 1);
-    let gpu_w: usize = if gpu_col { GPU_W as usize + 1 } else { 0 };
+    // A group's GPUs each get a cell of their own in the GPU column (see `gpu_cell`).
+    let group = state
+        .slots
+        .iter()
+        .filter_map(|s| s.trial.and_then(|n| state.trial(n)))
+        .filter_map(|t| t.gpu.as_ref())
+        .map(|u| if u.is_group() { u.gpus.len() + 1 } else { 0 })
+        .max()
+        .unwrap_or(0);
+    let gpu_width = GPU_W + group as u16;
+    let gpu_w: usize = if gpu_col { gpu_width as usize + 1 } else { 0 };
+    // The device column fits the widest slot's device (a group as `cuda:0-3`).
+    let devices: Vec<String> = state
+        .slots
+        .iter()
+        .map(|s| short_device(&s.device))
+        .collect();
+    let device_w = devices
+        .iter()
+        .map(|d| d.chars().count())
+        .max()
+        .unwrap_or(0)
+        .clamp(7, 16);
     // What the params column gets of the width: the rest of the row after the fixed columns
     // and the spaces between the eight columns.
     let params_w = (area.width as usize)
-        .saturating_sub(4 + 7 + 6 + progress_w as usize + 9 + 6 + 4 + 7 + gpu_w);
+        .saturating_sub(4 + device_w + 6 + progress_w as usize + 9 + 6 + 4 + 7 + gpu_w);
     let rows: Vec<Row> = state
         .slots
         .iter()
@@ -87,7 +109,7 @@ pub(super) fn render_workers(frame: &mut Frame, area: Rect, state: &UiState, the
             let Some(t) = t else {
                 return Row::new(vec![
                     Cell::from(format!("{i}")),
-                    Cell::from(s.device.clone()),
+                    Cell::from(devices[i].clone()),
                     Cell::from("idle").style(theme.dim()),
                 ]);
             };
@@ -106,7 +128,7 @@ pub(super) fn render_workers(frame: &mut Frame, area: Rect, state: &UiState, the
             let na = || "–".to_string();
             let mut cells = vec![
                 Cell::from(format!("{i}")),
-                Cell::from(s.device.clone()),
+                Cell::from(devices[i].clone()),
                 Cell::from(format!("#{}", t.number)).style(theme.slot(i)),
                 Cell::from(fit_items(&param_items(&t.params), params_w)),
                 Cell::from(progress),
@@ -130,24 +152,14 @@ pub(super) fn render_workers(frame: &mut Frame, area: Rect, state: &UiState, the
                 // The GPU's utilisation and the trial's memory now (its own processes' where
                 // NVML lists them): an idle GPU under a running trial says the trial waits on
                 // data or on kernel launches.
-                cells.push(Cell::from(
-                    t.gpu
-                        .map(|u| {
-                            format!(
-                                "{:>3.0}% {}",
-                                u.latest.sm_pct,
-                                fmt_gb_short(u.latest.shown_mem_mb())
-                            )
-                        })
-                        .unwrap_or_else(na),
-                ));
+                cells.push(Cell::from(t.gpu.as_ref().map(gpu_cell).unwrap_or_else(na)));
             }
             Row::new(cells)
         })
         .collect();
     let mut widths = vec![
         Constraint::Length(4),
-        Constraint::Length(7),
+        Constraint::Length(device_w as u16),
         Constraint::Length(6),
         Constraint::Fill(1),
         Constraint::Length(progress_w),
@@ -156,7 +168,7 @@ pub(super) fn render_workers(frame: &mut Frame, area: Rect, state: &UiState, the
         Constraint::Length(4),
     ];
     if gpu_col {
-        widths.push(Constraint::Length(GPU_W));
+        widths.push(Constraint::Length(gpu_width));
     }
     frame.render_widget(
         Table::new(rows, widths)
@@ -196,8 +208,52 @@ fn progress_text(t: &TrialRow, wide: bool) -> (String, Option<f64>) {
     }
 }
 
-/// The worker rows' GPU column: "100% 65.6G".
+/// The worker rows' GPU column: "100% 65.6G" (a group's per-GPU levels come before it).
 const GPU_W: u16 = 10;
+
+/// A running trial's GPU now: its utilisation and memory ("62% 2.1G"); for a group, first one
+/// level a GPU ("▅▇ 62% 2.1G": cuda:0 at about 60 %, cuda:1 at about 90 %), so that a GPU of
+/// the group that idles stands out, then the group's mean utilisation and the most memory on
+/// any one of its GPUs.
+fn gpu_cell(u: &crate::telemetry::SlotUsage) -> String {
+    let now = format!("{:>3.0}% {}", u.now_sm_pct(), fmt_gb_short(u.now_mem_mb()));
+    if !u.is_group() {
+        return now;
+    }
+    const LEVELS: [char; 9] = [' ', '▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let levels: String = u
+        .gpus
+        .iter()
+        .map(|(_, g)| {
+            let pct = g.latest.sm_pct;
+            let pct = if pct.is_finite() {
+                pct.clamp(0.0, 100.0)
+            } else {
+                0.0
+            };
+            // Any work at all shows at least the lowest block; only an idle GPU is blank.
+            let level = ((pct / 100.0) * 8.0).round() as usize;
+            LEVELS[if pct > 0.0 { level.max(1) } else { 0 }]
+        })
+        .collect();
+    format!("{levels} {now}")
+}
+
+/// A slot's device in few characters: `cuda:0` and `cpu` as they are, a group of GPUs in
+/// index order as a range (`cuda:0-3`), any other group with its indices joined (`cuda:0+2`).
+pub(super) fn short_device(device: &str) -> String {
+    let gpus = crate::devices::cuda_indices(device);
+    if gpus.len() < 2 {
+        return device.to_string();
+    }
+    let run = gpus.windows(2).all(|w| w[1] == w[0] + 1);
+    if run && gpus.len() > 2 {
+        format!("cuda:{}-{}", gpus[0], gpus[gpus.len() - 1])
+    } else {
+        let each: Vec<String> = gpus.iter().map(|g| g.to_string()).collect();
+        format!("cuda:{}", each.join("+"))
+    }
+}
 
 /// GPU memory in a few characters: "812M", "2.1G", "65.6G".
 fn fmt_gb_short(mb: f64) -> String {
