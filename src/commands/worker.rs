@@ -39,6 +39,10 @@ pub fn worker(args: &WorkerArgs, db: Option<&StorageUrl>) -> anyhow::Result<Exit
         .and_then(|p| Path::new(p).file_name().map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("study.toml"));
     let file = dir.join(name);
+    if let Some(list) = args.devices.as_deref() {
+        check_listed_devices(list, crate::devices::cuda_device_count())
+            .map_err(|e| bad(e.to_string()))?;
+    }
     let text = with_workers(&text, args.count, args.devices.as_deref())
         .map_err(|e| bad(format!("{}: {e}", file.display())))?;
     let mut study = spec::parse(
@@ -48,7 +52,15 @@ pub fn worker(args: &WorkerArgs, db: Option<&StorageUrl>) -> anyhow::Result<Exit
             db: Some(url.clone()),
         },
     )
-    .map_err(|e| bad(format!("the study stored in {url}: {e}")))?;
+    .map_err(|e| {
+        bad(stored_study_refusal(
+            &e,
+            url,
+            &row.name,
+            args.count,
+            args.devices.as_deref(),
+        ))
+    })?;
     if study.name != row.name {
         return Err(bad(format!(
             "{url}: the study file stored with `{}` names study `{}`",
@@ -121,6 +133,49 @@ fn wait_for_study(
     }
 }
 
+/// Refuses a `--devices` list that names GPUs this machine does not have (`visible` of them),
+/// before the stored study groups the list by its `gpus_per_trial`: the missing GPUs are the
+/// mistake to name, with the flag, not how many groups the list makes (three GPUs listed on a
+/// machine with one would otherwise be told, of a key it never wrote, that cuda:2 sits unused).
+fn check_listed_devices(list: &str, visible: usize) -> Result<(), crate::devices::DevicesError> {
+    if list.trim() == "auto" {
+        return Ok(());
+    }
+    // One slot string for the whole list: `check_slots` reads every `cuda:N` in it.
+    crate::devices::check_slots(
+        &[list.to_string()],
+        visible,
+        crate::devices::DevicesFrom::Flag,
+    )
+}
+
+/// The refusal of the stored study as this machine reads it. A mistake in `[workers]` when
+/// `--count` or `--devices` replaced the stored ones is the flags': the message names them
+/// (the study's own text says `workers.devices`, which the user of this machine never wrote),
+/// without the study file's path, which is no file on this machine.
+fn stored_study_refusal(
+    e: &spec::SpecError,
+    url: &StorageUrl,
+    study: &str,
+    count: Option<u64>,
+    devices: Option<&str>,
+) -> String {
+    let in_workers = e.key.as_deref().is_some_and(|k| k.starts_with("workers."));
+    let flags: Vec<String> = count
+        .map(|n| format!("--count {n}"))
+        .into_iter()
+        .chain(devices.map(|d| format!("--devices {d}")))
+        .collect();
+    if !in_workers || flags.is_empty() {
+        return format!("the study stored in {url}: {e}");
+    }
+    format!(
+        "{} (this machine's `[workers]` for study `{study}` stored in {url}): {}",
+        flags.join(" "),
+        e.message
+    )
+}
+
 /// Why the stored study file could not take this machine's `[workers]`.
 #[derive(Debug, thiserror::Error)]
 enum WorkersEditError {
@@ -179,7 +234,69 @@ fn with_workers(
 
 #[cfg(test)]
 mod tests {
-    use super::with_workers;
+    use std::path::PathBuf;
+
+    use super::{check_listed_devices, stored_study_refusal, with_workers};
+    use crate::spec::{SpecError, SpecErrorKind};
+    use crate::storage::StorageUrl;
+
+    #[test]
+    fn a_devices_list_naming_gpus_the_machine_lacks_is_refused_naming_the_flag_before_any_grouping()
+    {
+        // Three GPUs listed on a machine with one: the missing two are named, not the way
+        // three GPUs split into groups of two.
+        let e = check_listed_devices("cuda:0,cuda:1,cuda:2", 1)
+            .expect_err("cuda:1 and cuda:2 are not here")
+            .to_string();
+        assert!(
+            e.starts_with("--devices: \"cuda:1\" (and cuda:2) is not on this machine"),
+            "{e}"
+        );
+        assert!(!e.contains("workers.devices"), "{e}");
+        assert!(check_listed_devices("cuda:0,cuda:1,cuda:2", 3).is_ok());
+        assert!(check_listed_devices("auto", 0).is_ok());
+        assert!(check_listed_devices("cpu", 0).is_ok());
+    }
+
+    fn workers_mistake() -> SpecError {
+        SpecError {
+            file: PathBuf::from("/here/study.toml"),
+            key: Some("workers.gpus_per_trial".into()),
+            kind: SpecErrorKind::Conflict,
+            message: "key `workers.gpus_per_trial`: the 3 GPUs listed in `workers.devices` make 1 group(s) of 2 and would leave cuda:2 unused; list a multiple of 2 GPUs".into(),
+        }
+    }
+
+    #[test]
+    fn a_workers_mistake_of_the_flags_is_refused_naming_the_flags_not_the_stored_file() {
+        let url = StorageUrl::Sqlite(PathBuf::from("t.db"));
+        let msg = stored_study_refusal(
+            &workers_mistake(),
+            &url,
+            "g",
+            None,
+            Some("cuda:0,cuda:1,cuda:2"),
+        );
+        assert_eq!(
+            msg,
+            "--devices cuda:0,cuda:1,cuda:2 (this machine's `[workers]` for study `g` stored in t.db): key `workers.gpus_per_trial`: the 3 GPUs listed in `workers.devices` make 1 group(s) of 2 and would leave cuda:2 unused; list a multiple of 2 GPUs"
+        );
+        let both = stored_study_refusal(&workers_mistake(), &url, "g", Some(3), Some("cpu"));
+        assert!(
+            both.starts_with("--count 3 --devices cpu (this machine's"),
+            "{both}"
+        );
+        // Without the flags the stored `[workers]` is at fault, and so is any other key.
+        let stored = stored_study_refusal(&workers_mistake(), &url, "g", None, None);
+        assert!(
+            stored.starts_with("the study stored in t.db: /here/study.toml: key"),
+            "{stored}"
+        );
+        let mut space = workers_mistake();
+        space.key = Some("space.x".into());
+        let other = stored_study_refusal(&space, &url, "g", None, Some("cuda:0"));
+        assert!(other.starts_with("the study stored in t.db:"), "{other}");
+    }
 
     #[test]
     fn a_workers_count_and_devices_replace_the_stored_ones_and_keep_the_rest() {

@@ -459,9 +459,11 @@ fn tune_worker_groups_the_gpus_of_its_own_machine() {
         PATIENCE,
     );
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(err.contains("would leave cuda:2 unused"), "{err}");
+    // The list is the flag's, not the stored file's: the refusal says so first.
     assert!(
-        stderr(&out).contains("would leave cuda:2 unused"),
-        "{}",
-        text(&out)
+        err.contains("--devices cuda:0,cuda:1,cuda:2 (this machine's `[workers]`"),
+        "{err}"
     );
 }

@@ -21,6 +21,7 @@ mod hardening;
 mod importance;
 mod moto;
 mod multi_host;
+mod multi_host_groups;
 mod multi_host_preempt;
 mod multi_objective;
 mod optuna_compat;
