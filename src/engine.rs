@@ -68,6 +68,36 @@ pub enum Decision {
     /// as paused when it ends, resumable from that checkpoint (pruned, saying why, when no
     /// checkpoint was recorded). A driver that cannot pause treats it as [`Decision::Prune`].
     Pause,
+    /// Population-based training found the trial in the bottom of its point: the driver asks
+    /// [`Engine::exploit`] to queue a child from a parent's checkpoint, and stops the trial
+    /// when it did (it goes on otherwise: no parent's checkpoint can be read, or no budget).
+    Exploit,
+}
+
+/// A parent's checkpoint a child of population-based training could start from: the parent,
+/// the first attempt at its params (whose run directory keys its checkpoint directory), that
+/// directory and the step of its last recorded checkpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParentCheckpoint {
+    pub trial: TrialNumber,
+    pub first: TrialNumber,
+    pub first_run_dir: Option<PathBuf>,
+    pub host: Option<String>,
+    pub step: u64,
+    /// The parent's params (its checkpoints' owner names them).
+    pub params: Params,
+}
+
+/// What [`Engine::exploit`] did: the child queued, the parent it continues from, and what
+/// the exploited trial's reason says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Exploited {
+    pub trial: TrialNumber,
+    pub child: TrialNumber,
+    pub parent: crate::storage::Parent,
+    /// Where the parent's checkpoint is: the child's copy is taken from it at once.
+    pub from: ParentCheckpoint,
+    pub reason: String,
 }
 
 /// How a trial ended, as its driver saw it; the engine turns it into a [`TrialStatus`].
@@ -120,6 +150,9 @@ struct Live {
     pruned: Option<String>,
     /// The pruner paused it rather than pruned it ([`Decision::Pause`]).
     pausing: bool,
+    /// Population-based training advised exploiting it ([`Decision::Exploit`]): the advice,
+    /// until [`Engine::exploit`] takes it.
+    exploit: Option<Prune>,
     /// What it used of its GPU, as its driver last summarised it (the scheduler's samples).
     gpu: Option<GpuTelemetry>,
     /// Whether its first report was seen: an attempt that resumed from a checkpoint takes the
@@ -255,6 +288,8 @@ pub struct Engine {
     /// The study's paused trials, as this engine last read or made them (promotion-based
     /// pruners only): the candidates of each ask's promotion.
     paused: std::collections::BTreeSet<TrialNumber>,
+    /// The `[pruner]` table of population-based training, where the study has one.
+    pbt: Option<crate::pruner::PbtConfig>,
 }
 
 impl Engine {
@@ -300,6 +335,10 @@ impl Engine {
             promoted: None,
             origins: crate::pruner::Origins::new(),
             paused: std::collections::BTreeSet::new(),
+            pbt: match spec.pruner {
+                PrunerConfig::Pbt(c) => Some(c.clone()),
+                _ => None,
+            },
             running: BTreeMap::new(),
         };
         engine.refresh_curves()?;
@@ -441,6 +480,7 @@ impl Engine {
                 notes: None,
                 pruned: None,
                 pausing: false,
+                exploit: None,
                 gpu: None,
                 started: false,
             },
@@ -693,6 +733,12 @@ impl Engine {
         let Some(prune) = self.verdict(number) else {
             return Ok(Decision::Continue);
         };
+        if matches!(prune.why, crate::pruner::PruneWhy::Exploit { .. }) {
+            if let Some(live) = self.running.get_mut(&id) {
+                live.exploit = Some(prune);
+            }
+            return Ok(Decision::Exploit);
+        }
         // A diverged trial is pruned even where the pruner pauses: it cannot climb.
         let pause = self.pruner.pauses() && prune.why != crate::pruner::PruneWhy::NotANumber;
         if let Some(live) = self.running.get_mut(&id) {
@@ -705,6 +751,148 @@ impl Engine {
         } else {
             Decision::Prune
         })
+    }
+
+    /// Acts on the advice of population-based training for running trial `id`
+    /// ([`Decision::Exploit`]): takes the first of its candidate parents (best first) that has
+    /// recorded a checkpoint that `readable` says can be read here, explores the parent's
+    /// params, queues the child (its parent recorded with it) and marks the trial as stopping,
+    /// pruned with the reason. `None`, and the trial goes on, where no parent qualifies or the
+    /// budget has no room for the child (the trial is counted; so is the child).
+    pub fn exploit(
+        &mut self,
+        id: TrialId,
+        readable: impl Fn(&ParentCheckpoint) -> bool,
+    ) -> Result<Option<Exploited>, StorageError> {
+        let Some(config) = self.pbt.clone() else {
+            return Ok(None);
+        };
+        let Some(live) = self.running.get_mut(&id) else {
+            return Ok(None);
+        };
+        let Some(prune) = live.exploit.take() else {
+            return Ok(None);
+        };
+        let number = live.trial.number;
+        let crate::pruner::PruneWhy::Exploit { parents, .. } = &prune.why else {
+            return Ok(None);
+        };
+        if let Some(budget) = self.budget {
+            let taken = self.storage.counted(&self.study)?
+                + self.storage.count_state(&self.study, TrialState::Queued)?
+                + self.storage.count_state(&self.study, TrialState::Running)?;
+            if taken >= budget {
+                return Ok(None);
+            }
+        }
+        let mut chosen = None;
+        for &p in parents {
+            if let Some(c) = self.parent_checkpoint(p)?
+                && readable(&c)
+            {
+                chosen = Some(c);
+                break;
+            }
+        }
+        let Some(c) = chosen else {
+            return Ok(None);
+        };
+        let parent_params = c.params.clone();
+        let all: Vec<String> = self.space.params().iter().map(|p| p.name.clone()).collect();
+        let mutate = config.mutate.as_deref().unwrap_or(&all);
+        // Another child of the same trial at the same point explores the same way; any other
+        // differs.
+        let seed = self
+            .seed
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(number.0.wrapping_mul(1_000_003))
+            .wrapping_add(prune.at.to_bits());
+        let (params, changes) =
+            crate::pruner::pbt::explore(&self.space, &parent_params, mutate, &config, seed);
+        let parent = crate::storage::Parent {
+            trial: c.trial,
+            step: c.step,
+        };
+        let child = self
+            .storage
+            .enqueue_child(&self.study, &self.space, &params, parent)?;
+        let explored = if changes.is_empty() {
+            "its params unchanged".to_string()
+        } else {
+            changes
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let reason = format!(
+            "{prune}: exploited; trial {child} continues from trial {}'s checkpoint at step {} with {explored}",
+            c.trial, c.step
+        );
+        if let Some(live) = self.running.get_mut(&id) {
+            live.stopping = true;
+            live.pruned = Some(reason.clone());
+        }
+        Ok(Some(Exploited {
+            trial: number,
+            child,
+            parent,
+            from: c,
+            reason,
+        }))
+    }
+
+    /// The trial a child of population-based training continues from, `None` for any other.
+    pub fn parent_of(
+        &self,
+        number: TrialNumber,
+    ) -> Result<Option<crate::storage::Parent>, StorageError> {
+        if self.pbt.is_none() {
+            return Ok(None);
+        }
+        Ok(self
+            .storage
+            .lineage(&self.study)?
+            .into_iter()
+            .find(|l| l.child == number)
+            .map(|l| l.parent))
+    }
+
+    /// Where a parent's checkpoints are, and the step of its last one, for a child starting
+    /// now: `None` when the parent is gone.
+    pub fn parent_checkpoint(
+        &self,
+        parent: TrialNumber,
+    ) -> Result<Option<ParentCheckpoint>, StorageError> {
+        let Some(t) = self.storage.trial(&self.study, parent)? else {
+            return Ok(None);
+        };
+        let Some(step) = self.storage.checkpoint_step(t.id)? else {
+            return Ok(None);
+        };
+        let first = self.storage.attempt(&self.study, parent)?.first;
+        let first_run_dir = if first == parent {
+            t.trial_dir.clone()
+        } else {
+            self.trial_dir_of(first)?
+        };
+        Ok(Some(ParentCheckpoint {
+            trial: parent,
+            first,
+            first_run_dir,
+            host: t.status.placement().and_then(|p| p.host.clone()),
+            step,
+            params: t.params,
+        }))
+    }
+
+    /// Records the step of the parent's checkpoint a starting child actually copied.
+    pub fn set_parent(
+        &mut self,
+        id: TrialId,
+        parent: crate::storage::Parent,
+    ) -> Result<(), StorageError> {
+        self.storage.set_parent(id, parent)
     }
 
     /// Resumes the paused trial that has earned it most, if any (promotion-based ASHA): it
@@ -840,6 +1028,7 @@ impl Engine {
             notes: None,
             pruned: None,
             pausing: false,
+            exploit: None,
             gpu: None,
             started: !stored.is_empty(),
         };

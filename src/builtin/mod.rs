@@ -216,6 +216,11 @@ struct KnobSpec {
     models: Option<&'static [ModelKind]>,
 }
 
+/// The knobs that may change while a trial runs, so population-based training explores them
+/// (a child resumes its parent's checkpoint with new values): the others shape the model, the
+/// data order, the optimizer's state or the loss scaling that the checkpoint holds.
+pub const PBT_MUTABLE: &[&str] = &["lr", "momentum", "weight_decay", "clip_grad", "dropout"];
+
 pub const OPTIMIZERS: &[&str] = &["sgd", "adam", "adamw", "rmsprop"];
 pub const AMP_MODES: &[&str] = &["off", "bf16", "fp16"];
 pub const SCHEDULES: &[&str] = &["constant", "cosine", "onecycle"];

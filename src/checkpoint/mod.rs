@@ -323,6 +323,48 @@ pub fn claim(dir: &Path, owner: &str) -> std::io::Result<bool> {
     Ok(same && has_snapshot(dir))
 }
 
+/// Fills `child`, the checkpoint directory of a child of population-based training, with a
+/// copy of `parent`'s checkpoints (every file, in subdirectories too, but the parent's
+/// [`OWNER`] file and hidden temporaries: a save in progress is written to one and renamed),
+/// then makes it the child's ([`OWNER`] = `owner`), so that the child resumes from it as a
+/// re-run would from its own. Whatever `child` held before goes first. Files are copied, not
+/// linked: a parent that rewrites a file in place does not change the child's. Returns the
+/// files and bytes copied; none when `parent` holds no checkpoint.
+pub fn seed_from(parent: &Path, child: &Path, owner: &str) -> std::io::Result<(usize, u64)> {
+    fn copy_tree(from: &Path, to: &Path, top: bool, n: &mut (usize, u64)) -> std::io::Result<()> {
+        std::fs::create_dir_all(to)?;
+        for entry in std::fs::read_dir(from)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let text = name.to_string_lossy();
+            if text.starts_with('.') || (top && text == OWNER) {
+                continue;
+            }
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                copy_tree(&entry.path(), &to.join(&name), false, n)?;
+            } else if kind.is_file() {
+                let bytes = std::fs::copy(entry.path(), to.join(&name))?;
+                n.0 += 1;
+                n.1 += bytes;
+            }
+        }
+        Ok(())
+    }
+    if child.exists() {
+        std::fs::remove_dir_all(child)?;
+    }
+    let mut n = (0, 0);
+    if parent.is_dir() {
+        copy_tree(parent, child, true, &mut n)?;
+    }
+    std::fs::create_dir_all(child)?;
+    let file = child.join(OWNER);
+    std::fs::write(&file, owner)?;
+    std::fs::File::open(child)?.sync_all()?;
+    Ok(n)
+}
+
 /// Removes a trial's checkpoints when it ended (the trainer removes its snapshots itself
 /// after a finished or failed trial, not the [`OWNER`] file), keeping the best and its owner
 /// with [`Keep::Best`]. The directory goes too when nothing else is left in it.
@@ -434,6 +476,42 @@ pub fn fmt_bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_child_is_seeded_with_its_parents_checkpoints_and_made_its_own() {
+        let t = tempfile::tempdir().expect("temp dir");
+        let (parent, child) = (t.path().join("p"), t.path().join("c"));
+        std::fs::create_dir_all(parent.join("sub")).expect("mkdir");
+        std::fs::write(parent.join(OWNER), "parent").expect("write");
+        std::fs::write(parent.join("latest.pt"), b"12345").expect("write");
+        std::fs::write(parent.join("sub/opt.pt"), b"678").expect("write");
+        std::fs::write(parent.join(".latest.pt.tmp"), b"half").expect("write");
+        // A stale child directory (a trial number reused after `tune delete`).
+        std::fs::create_dir_all(&child).expect("mkdir");
+        std::fs::write(child.join("stale.pt"), b"old").expect("write");
+        assert_eq!(seed_from(&parent, &child, "child").expect("seeded"), (2, 8));
+        assert_eq!(
+            std::fs::read(child.join("latest.pt")).expect("read"),
+            b"12345"
+        );
+        assert_eq!(
+            std::fs::read(child.join("sub/opt.pt")).expect("read"),
+            b"678"
+        );
+        assert!(!child.join(".latest.pt.tmp").exists(), "no temporary");
+        assert!(!child.join("stale.pt").exists(), "nothing stale");
+        assert_eq!(
+            std::fs::read_to_string(child.join(OWNER)).expect("owner"),
+            "child"
+        );
+        // The child resumes from it as from its own.
+        assert!(!claim(&child, "child").expect("claim") || has_snapshot(&child));
+        // A parent without checkpoints gives an empty child, its own.
+        let none = seed_from(&t.path().join("missing"), &child, "child").expect("seeded");
+        assert_eq!(none, (0, 0));
+        assert!(!child.join("latest.pt").exists());
+        assert!(child.join(OWNER).exists());
+    }
 
     fn parse(src: &str) -> Result<CheckpointSpec, CheckpointError> {
         let t: toml::Table = toml::from_str(src).expect("toml");

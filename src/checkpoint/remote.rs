@@ -339,6 +339,25 @@ impl TrialStore {
         Ok(Fetched::Ours { files, bytes })
     }
 
+    /// Downloads every object of the copy but its owner into `dir`, comparing and removing
+    /// nothing (a child of population-based training starts from its parent's copy, which
+    /// stays the parent's). Returns the files and bytes.
+    pub async fn download_all(&self, dir: &Path) -> Result<(usize, u64), RemoteError> {
+        let (mut files, mut bytes) = (0, 0);
+        for meta in self.list().await? {
+            let Some(rel) = self.relative(&meta.location) else {
+                continue;
+            };
+            if rel == OWNER {
+                continue;
+            }
+            self.download(&meta.location, &dir.join(&rel)).await?;
+            files += 1;
+            bytes += meta.size;
+        }
+        Ok((files, bytes))
+    }
+
     /// One object to `path`, through a temporary file renamed at the end: a fetch cut short
     /// leaves no half file where the trial would read it.
     async fn download(&self, key: &Key, path: &Path) -> Result<(), RemoteError> {

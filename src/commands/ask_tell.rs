@@ -93,6 +93,12 @@ fn session_pruner(
             cfg.resource()
         )));
     }
+    if matches!(cfg, crate::pruner::PrunerConfig::Pbt(_)) {
+        return Err(bad(format!(
+            "{}: key `pruner.kind`: \"pbt\" continues trials from other trials' checkpoints, which `tune ask-tell` cannot do (its client runs the trials); use \"asha\" or \"forecast\"",
+            path.display()
+        )));
+    }
     if cfg.pauses() {
         return Err(bad(format!(
             "{}: key `pruner.mode`: \"promote\" pauses trials at a rung and resumes them from their checkpoints, which `tune ask-tell` cannot do (its client runs the trials); use mode = \"stop\"",

@@ -517,6 +517,16 @@ pub fn show(args: &ShowArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode
     // Which attempt at its params it is: an interrupted trial's params run again as the next.
     let attempt = storage.attempt(&study, row.number)?;
     let retry_of = storage.retry_of(&study, row.number)?;
+    // Population-based training: the trial it continues from, and those continuing from it.
+    let lineage = storage.lineage(&study)?;
+    let parent = lineage
+        .iter()
+        .find(|l| l.child == row.number)
+        .map(|l| l.parent);
+    let children: Vec<&crate::storage::Lineage> = lineage
+        .iter()
+        .filter(|l| l.parent.trial == row.number)
+        .collect();
     match args.format {
         Format::Csv => {
             // The learning curve: one row per report, every metric a column.
@@ -574,6 +584,22 @@ pub fn show(args: &ShowArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode
                 m.insert("attempt".into(), serde_json::json!(attempt.attempt));
                 m.insert("first_attempt".into(), serde_json::json!(attempt.first.0));
                 m.insert("retry_of".into(), serde_json::json!(retry_of.map(|n| n.0)));
+                // Only a trial of population-based training has these keys.
+                if let Some(p) = parent {
+                    m.insert(
+                        "parent".into(),
+                        serde_json::json!({"trial": p.trial.0, "step": p.step}),
+                    );
+                }
+                if !children.is_empty() {
+                    m.insert(
+                        "children".into(),
+                        children
+                            .iter()
+                            .map(|l| serde_json::json!({"trial": l.child.0, "step": l.parent.step}))
+                            .collect(),
+                    );
+                }
                 let (log_tail, pruned_step) = match &row.status {
                     TrialStatus::Failed { log_tail, .. } => (log_tail.clone(), None),
                     TrialStatus::Pruned { step, .. } => (None, *step),
@@ -623,6 +649,19 @@ pub fn show(args: &ShowArgs, db: Option<&StorageUrl>) -> anyhow::Result<ExitCode
                     "attempt {} at these params: re-runs interrupted trial {} (first attempt: trial {})",
                     attempt.attempt, earlier.0, attempt.first.0
                 );
+            }
+            if let Some(p) = parent {
+                println!(
+                    "continues trial {} from its checkpoint at step {} (population-based training; its params explored from trial {}'s)",
+                    p.trial, p.step, p.trial
+                );
+            }
+            if !children.is_empty() {
+                let each: Vec<String> = children
+                    .iter()
+                    .map(|l| format!("trial {} (from step {})", l.child, l.parent.step))
+                    .collect();
+                println!("continued by {}", each.join(", "));
             }
             if let Some(at) = row.status.placement() {
                 match (&at.host, &at.device) {

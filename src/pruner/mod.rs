@@ -15,6 +15,7 @@ mod asha;
 pub mod forecast;
 mod hyperband;
 mod median;
+pub mod pbt;
 pub mod prediction;
 mod predictive;
 
@@ -32,6 +33,7 @@ use crate::trial::{Direction, Report, TrialNumber, TrialState};
 pub use asha::AshaPruner;
 pub use hyperband::HyperbandPruner;
 pub use median::MedianPruner;
+pub use pbt::{PbtConfig, PbtPruner};
 pub use predictive::ForecastPruner;
 
 /// The reports of one trial, as a pruner sees them.
@@ -327,6 +329,15 @@ pub enum PruneWhy {
         best: f64,
         of: usize,
     },
+    /// Population-based training: at its point it ranked `rank` of the `of` latest trials
+    /// there, in the bottom `quantile`; a child continues from one of `parents` (the top
+    /// `quantile` that did better, best first) with explored params.
+    Exploit {
+        rank: usize,
+        of: usize,
+        quantile: f64,
+        parents: Vec<TrialNumber>,
+    },
     /// Its value is NaN: a diverged trial cannot win.
     NotANumber,
 }
@@ -400,8 +411,26 @@ impl std::fmt::Display for Prune {
                 num(*best),
                 if *of == 1 { "" } else { "s" }
             ),
+            PruneWhy::Exploit {
+                rank, of, quantile, ..
+            } => write!(
+                f,
+                "{} of {of} trials there, in the bottom {})",
+                ordinal(*rank),
+                share_text(*quantile)
+            ),
             PruneWhy::NotANumber => write!(f, "its value is NaN)"),
         }
+    }
+}
+
+/// A share as people say it: `1/4` for 0.25, `30%` where it is not one over a whole number.
+fn share_text(q: f64) -> String {
+    let inv = 1.0 / q;
+    if (inv - inv.round()).abs() < 1e-9 {
+        format!("1/{}", inv.round())
+    } else {
+        format!("{}%", crate::fmt::fmt_value(Some(q * 100.0)))
     }
 }
 
@@ -433,6 +462,7 @@ pub enum PrunerConfig {
     Asha(AshaConfig),
     Hyperband(HyperbandConfig),
     Forecast(ForecastConfig),
+    Pbt(PbtConfig),
 }
 
 /// What `[pruner]` deserialises through. Hazard: serde lets an internally tagged *unit*
@@ -447,6 +477,7 @@ enum TaggedConfig {
     Asha(AshaConfig),
     Hyperband(HyperbandConfig),
     Forecast(ForecastConfig),
+    Pbt(PbtConfig),
 }
 
 impl From<TaggedConfig> for PrunerConfig {
@@ -457,6 +488,7 @@ impl From<TaggedConfig> for PrunerConfig {
             TaggedConfig::Asha(c) => PrunerConfig::Asha(c),
             TaggedConfig::Hyperband(c) => PrunerConfig::Hyperband(c),
             TaggedConfig::Forecast(c) => PrunerConfig::Forecast(c),
+            TaggedConfig::Pbt(c) => PrunerConfig::Pbt(c),
         }
     }
 }
@@ -604,7 +636,8 @@ impl Default for ForecastConfig {
 }
 
 impl PrunerConfig {
-    pub const NAMES: &'static [&'static str] = &["none", "median", "asha", "hyperband", "forecast"];
+    pub const NAMES: &'static [&'static str] =
+        &["none", "median", "asha", "hyperband", "forecast", "pbt"];
 
     /// The kind, as a study file spells it.
     pub fn name(&self) -> &'static str {
@@ -614,6 +647,7 @@ impl PrunerConfig {
             PrunerConfig::Asha(_) => "asha",
             PrunerConfig::Hyperband(_) => "hyperband",
             PrunerConfig::Forecast(_) => "forecast",
+            PrunerConfig::Pbt(_) => "pbt",
         }
     }
 
@@ -635,6 +669,7 @@ impl PrunerConfig {
             PrunerConfig::Asha(c) => &c.resource,
             PrunerConfig::Hyperband(c) => &c.resource,
             PrunerConfig::Forecast(c) => &c.resource,
+            PrunerConfig::Pbt(c) => &c.resource,
         }
     }
 
@@ -682,6 +717,7 @@ impl PrunerConfig {
             PrunerConfig::Asha(c) if c.max_resource.is_none() => c.max_resource = Some(max),
             PrunerConfig::Hyperband(c) if c.max_resource.is_none() => c.max_resource = Some(max),
             PrunerConfig::Forecast(c) if c.max_resource.is_none() => c.max_resource = Some(max),
+            PrunerConfig::Pbt(c) if c.max_resource.is_none() => c.max_resource = Some(max),
             _ => {}
         }
     }
@@ -788,6 +824,10 @@ impl PrunerConfig {
                 }
                 Ok(())
             }
+            PrunerConfig::Pbt(c) => {
+                check_resource_key(&c.resource)?;
+                c.check().map_err(PrunerConfigError::Invalid)
+            }
         }
     }
 }
@@ -860,7 +900,10 @@ impl PrunerConfig {
     pub fn rung_schedule(&self) -> Option<RungSchedule> {
         let pauses = self.pauses();
         let (min, max, eta, rate, resource, brackets) = match self {
-            PrunerConfig::None | PrunerConfig::Median(_) | PrunerConfig::Forecast(_) => {
+            PrunerConfig::None
+            | PrunerConfig::Median(_)
+            | PrunerConfig::Forecast(_)
+            | PrunerConfig::Pbt(_) => {
                 return None;
             }
             PrunerConfig::Asha(c) => (
@@ -945,6 +988,7 @@ pub fn build(config: &PrunerConfig) -> Box<dyn Pruner> {
         PrunerConfig::Asha(c) => Box::new(AshaPruner::new(c)),
         PrunerConfig::Hyperband(c) => Box::new(HyperbandPruner::new(c)),
         PrunerConfig::Forecast(c) => Box::new(ForecastPruner::new(c)),
+        PrunerConfig::Pbt(c) => Box::new(PbtPruner::new(c.clone())),
     }
 }
 

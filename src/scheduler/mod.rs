@@ -8,7 +8,7 @@
 
 mod remote;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -136,6 +136,9 @@ pub struct Scheduler {
     /// First attempts whose re-runs were said to start from scratch for want of a recorded
     /// checkpoint: said once per trial, not at every attempt.
     told_from_scratch: std::collections::BTreeSet<crate::trial::TrialNumber>,
+    /// The copies of parents' checkpoints taken when their children were queued
+    /// (population-based training), by child, under way or done.
+    staged: std::collections::HashMap<TrialNumber, Staged>,
     /// The object store that keeps a copy of every trial's checkpoints
     /// (`checkpoint_dir = "s3://…"`); `None` for checkpoints on a filesystem only.
     store: Option<crate::checkpoint::remote::Store>,
@@ -195,6 +198,7 @@ impl Scheduler {
             started: 0,
             preempted: false,
             told_from_scratch: Default::default(),
+            staged: Default::default(),
             store,
         })
     }
@@ -504,6 +508,85 @@ impl Scheduler {
         }
     }
 
+    fn builtin(&self) -> bool {
+        matches!(self.study.trial, crate::study::TrialSpec::Builtin(_))
+    }
+
+    fn checkpoint_dirs(&self) -> CheckpointDirs {
+        CheckpointDirs {
+            dir: self.study.trial.checkpoint_dir().map(Path::to_path_buf),
+            study: self.study.name.clone(),
+            runs: self.study.runs_dir.clone(),
+        }
+    }
+
+    /// A child of population-based training, at its first attempt: what fills its checkpoint
+    /// directory before it runs, from its parent's checkpoints (`None` for any other trial).
+    /// The step it copies is recorded as its parent's. A parent whose checkpoint this machine
+    /// cannot read is told, and the child starts from scratch with its params.
+    fn seed_of(
+        &mut self,
+        trial: &crate::trial::Trial,
+        dir: &Path,
+    ) -> Result<Option<Seed>, StorageError> {
+        let Some(parent) = self.engine.parent_of(trial.number)? else {
+            return Ok(None);
+        };
+        let owner = crate::checkpoint::owner(
+            &self.study.name,
+            trial.number.0,
+            self.study.seed,
+            &trial.params,
+        );
+        // The copy taken when it was queued, where this process queued it.
+        if let Some(staged) = self.staged.remove(&trial.number) {
+            return Ok(Some(Seed {
+                child: trial.number,
+                parent: parent.trial,
+                step: parent.step,
+                host: None,
+                from: SeedFrom::Staged(staged),
+                dir: dir.to_path_buf(),
+                owner,
+            }));
+        }
+        let Some(pc) = self.engine.parent_checkpoint(parent.trial)? else {
+            crate::notice::tell(format!(
+                "tune: trial {} continues trial {}, which recorded no checkpoint; it starts from scratch with its params",
+                trial.number, parent.trial
+            ));
+            return Ok(None);
+        };
+        self.engine.set_parent(
+            trial.id,
+            crate::storage::Parent {
+                trial: pc.trial,
+                step: pc.step,
+            },
+        )?;
+        let from = self.seed_source(&pc);
+        Ok(Some(Seed {
+            child: trial.number,
+            parent: pc.trial,
+            step: pc.step,
+            host: pc.host,
+            from,
+            dir: dir.to_path_buf(),
+            owner,
+        }))
+    }
+
+    /// Where a parent's checkpoints are read from: the object store, or its directory.
+    fn seed_source(&self, pc: &crate::engine::ParentCheckpoint) -> SeedFrom {
+        match &self.store {
+            Some(s) => SeedFrom::Store(s.trial(&self.study.name, pc.first.0)),
+            None => SeedFrom::Dir(
+                self.checkpoint_dirs()
+                    .of(pc.first, pc.first_run_dir.clone()),
+            ),
+        }
+    }
+
     /// A re-run of an interrupted trial that must start from scratch says so, once: when
     /// this machine does not see the checkpoint an earlier attempt recorded (a checkpoint
     /// directory that is not shared by every machine; its curve then keeps nothing of the
@@ -587,9 +670,12 @@ impl Scheduler {
             attempt.first.0,
             &first_run_dir,
         );
-        if attempt.attempt > 1 {
+        let seed = if attempt.attempt > 1 {
             self.tell_how_it_resumes(&trial, attempt.first, &checkpoint_dir)?;
-        }
+            None
+        } else {
+            self.seed_of(&trial, &checkpoint_dir)?
+        };
         let copy = self.store.as_ref().map(|s| remote::TrialCopy {
             store: s.trial(&self.study.name, attempt.first.0),
             dir: checkpoint_dir.clone(),
@@ -649,6 +735,10 @@ impl Scheduler {
                     },
                 ));
                 return;
+            }
+            // A child of population-based training: its parent's checkpoints first.
+            if let Some(seed) = seed {
+                seed.plant().await;
             }
             // Before the run: its checkpoints fetched from the object store, if any.
             let uploads = match copy {
@@ -767,6 +857,34 @@ impl Scheduler {
                 Decision::Continue => {}
                 Decision::Prune => b.stop(StopKind::Prune),
                 Decision::Pause => b.stop(StopKind::Pause),
+                Decision::Exploit => {
+                    // A parent qualifies where its checkpoint can be read here: in the object
+                    // store, or in a directory this machine sees.
+                    let (store, builtin) = (self.store.is_some(), self.builtin());
+                    let dirs = self.checkpoint_dirs();
+                    let readable = |c: &crate::engine::ParentCheckpoint| {
+                        store
+                            || crate::checkpoint::holds_checkpoint(
+                                &dirs.of(c.first, c.first_run_dir.clone()),
+                                builtin,
+                            )
+                    };
+                    if let Some(x) = self.engine.exploit(b.id, readable)? {
+                        tracing_line(&format!("trial {} pruned {}", x.trial, x.reason));
+                        b.stop(StopKind::Prune);
+                        // The parent goes on and overwrites its checkpoint: the child's copy
+                        // is taken now, as the parent stands at the point.
+                        let from = self.seed_source(&x.from);
+                        let staging = self
+                            .study
+                            .runs_dir
+                            .join(".pbt")
+                            .join(format!("trial-{:05}", x.child.0));
+                        let to = staging.clone();
+                        let task = tokio::spawn(async move { from.copy_to(&to, "").await });
+                        self.staged.insert(x.child, Staged { staging, task });
+                    }
+                }
             }
         }
         Ok(())
@@ -856,6 +974,118 @@ impl Scheduler {
 /// carries the line output or the UI), or to the live UI's footer while it owns the terminal.
 fn tracing_line(msg: &str) {
     crate::notice::tell(msg);
+}
+
+/// Where the trials of a study keep their checkpoints (see `checkpoint::trial_dir`).
+struct CheckpointDirs {
+    dir: Option<PathBuf>,
+    study: String,
+    runs: PathBuf,
+}
+
+impl CheckpointDirs {
+    /// The checkpoint directory of the trial whose first attempt is `first`, run in
+    /// `first_run_dir` (its usual name where none was stored).
+    fn of(&self, first: TrialNumber, first_run_dir: Option<PathBuf>) -> PathBuf {
+        let run = first_run_dir.unwrap_or_else(|| trial_dir_name(&self.runs, first, 1));
+        crate::checkpoint::trial_dir(self.dir.as_deref(), &self.study, first.0, &run)
+    }
+}
+
+/// Where a child's copy of its parent's checkpoints comes from.
+enum SeedFrom {
+    Dir(PathBuf),
+    Store(crate::checkpoint::remote::TrialStore),
+    /// A copy taken when the child was queued, in a staging directory.
+    Staged(Staged),
+}
+
+/// A copy of a parent's checkpoints taken for its child when it was queued.
+struct Staged {
+    staging: PathBuf,
+    task: tokio::task::JoinHandle<Result<(usize, u64), String>>,
+}
+
+impl SeedFrom {
+    /// Copies the parent's checkpoints into `dir` (emptied first) and makes it `owner`'s.
+    /// Returns the files and bytes copied.
+    async fn copy_to(self, dir: &Path, owner: &str) -> Result<(usize, u64), String> {
+        let blocking = |src: PathBuf, dir: &Path, owner: &str| {
+            let (d, o) = (dir.to_path_buf(), owner.to_string());
+            let shown = src.display().to_string();
+            async move {
+                tokio::task::spawn_blocking(move || crate::checkpoint::seed_from(&src, &d, &o))
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map_err(|e| format!("copying {shown}: {e}")))
+            }
+        };
+        match self {
+            SeedFrom::Dir(src) => blocking(src, dir, owner).await,
+            SeedFrom::Store(store) => {
+                // Emptied and made the child's first; then the parent's objects come down.
+                match crate::checkpoint::seed_from(Path::new(""), dir, owner) {
+                    Err(e) => Err(format!("emptying {}: {e}", dir.display())),
+                    Ok(_) => store
+                        .download_all(dir)
+                        .await
+                        .map_err(|e| format!("fetching {}: {e}", store.url())),
+                }
+            }
+            SeedFrom::Staged(Staged { staging, task }) => {
+                task.await.map_err(|e| e.to_string())??;
+                let copied = blocking(staging.clone(), dir, owner).await;
+                let _ = std::fs::remove_dir_all(&staging);
+                copied
+            }
+        }
+    }
+}
+
+/// The parent's checkpoints a child of population-based training starts from, copied into its
+/// own checkpoint directory `dir` before it runs.
+struct Seed {
+    child: TrialNumber,
+    parent: TrialNumber,
+    step: u64,
+    host: Option<String>,
+    from: SeedFrom,
+    dir: PathBuf,
+    /// The child's owner (`checkpoint::owner`).
+    owner: String,
+}
+
+impl Seed {
+    /// Copies and tells what it did; a copy that fails is told, and the child starts from
+    /// scratch with its params (never a half copy: the directory is emptied).
+    async fn plant(self) {
+        let Seed {
+            child,
+            parent,
+            step,
+            host,
+            from,
+            dir,
+            owner,
+        } = self;
+        let result = from.copy_to(&dir, &owner).await;
+        match result {
+            Ok((files, bytes)) if files > 0 => tracing_line(&format!(
+                "trial {child} starts from trial {parent}'s checkpoint at step {step} ({files} file(s), {})",
+                crate::checkpoint::fmt_bytes(bytes)
+            )),
+            Ok(_) => crate::notice::tell(format!(
+                "tune: trial {child} cannot read trial {parent}'s checkpoint at step {step} here (recorded on host {}; is trial.checkpoint_dir shared by every machine?); it starts from scratch with its params",
+                host.as_deref().unwrap_or("unknown")
+            )),
+            Err(e) => {
+                let _ = crate::checkpoint::seed_from(Path::new(""), &dir, &owner);
+                crate::notice::tell(format!(
+                    "tune: trial {child} cannot copy trial {parent}'s checkpoint (trial.checkpoint_dir): {e}; it starts from scratch with its params"
+                ));
+            }
+        }
+    }
 }
 
 /// How many directories of one trial number may exist side by side before a trial fails.

@@ -175,7 +175,10 @@ pub fn parse(file: &Path, source: &str, overrides: &Overrides) -> Result<Study, 
         TrialSpec::Command(_) => None,
     };
     let multi = head.objectives.len() > 1;
-    let pruner = search::pruner(raw.pruner.as_ref(), epochs, multi).map_err(at_file)?;
+    let mut pruner = search::pruner(raw.pruner.as_ref(), epochs, multi).map_err(at_file)?;
+    if let crate::pruner::PrunerConfig::Pbt(c) = &mut pruner {
+        check_pbt(c, &trial, &space, multi).map_err(at_file)?;
+    }
     if let TrialSpec::Builtin(b) = &trial
         && pruner.pauses()
         && !b.checkpoints.enabled
@@ -302,6 +305,92 @@ fn key_at(text: &str, offset: usize) -> Option<String> {
         Some(sec) => format!("{sec}.{key}"),
         None => key.to_string(),
     })
+}
+
+/// Population-based training (`[pruner] kind = "pbt"`) needs trials that checkpoint (a child
+/// starts from its parent's checkpoint) and one objective (trials are ranked by it), and
+/// explores only params that may change while a trial runs: `pruner.mutate` names params of
+/// the space, and for a builtin trial only those the trainer takes up mid-run
+/// ([`crate::builtin::PBT_MUTABLE`], its default: the searched ones among them).
+fn check_pbt(
+    c: &mut crate::pruner::PbtConfig,
+    trial: &TrialSpec,
+    space: &crate::space::Space,
+    multi: bool,
+) -> Result<(), Mistake> {
+    if multi {
+        return Err(Mistake::at(
+            SpecErrorKind::Conflict,
+            "pruner.kind",
+            "\"pbt\" ranks trials by one objective, and this study has several; use kind = \"asha\" (which stops a trial only when it is behind on every objective)".to_string(),
+        ));
+    }
+    if let Some(names) = &c.mutate {
+        if names.is_empty() {
+            return Err(Mistake::at(
+                SpecErrorKind::Value,
+                "pruner.mutate",
+                "must name at least one param of [space] (leave the key out to explore every param that may change mid-run)".to_string(),
+            ));
+        }
+        for n in names {
+            if space.get(n).is_none() {
+                let known: Vec<&str> = space.params().iter().map(|p| p.name.as_str()).collect();
+                return Err(Mistake::at(
+                    SpecErrorKind::Value,
+                    "pruner.mutate",
+                    format!(
+                        "{n:?} is not a param of [space] (its params: {})",
+                        known.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    if let TrialSpec::Builtin(b) = trial {
+        if !b.checkpoints.enabled {
+            return Err(Mistake::at(
+                SpecErrorKind::Conflict,
+                "pruner.kind",
+                "\"pbt\" starts each child from its parent's checkpoint, but `trial.checkpoints = false` saves none; turn checkpoints on or use another pruner".to_string(),
+            ));
+        }
+        let fixed = |n: &str| !crate::builtin::PBT_MUTABLE.contains(&n);
+        match &c.mutate {
+            Some(names) => {
+                if let Some(n) = names.iter().find(|n| fixed(n)) {
+                    return Err(Mistake::at(
+                        SpecErrorKind::Value,
+                        "pruner.mutate",
+                        format!(
+                            "{n:?} cannot change while a builtin trial runs (its model, data order or optimizer state would no longer fit the checkpoint); the builtin trainer explores {}",
+                            crate::builtin::PBT_MUTABLE.join(", ")
+                        ),
+                    ));
+                }
+            }
+            None => {
+                let names: Vec<String> = space
+                    .params()
+                    .iter()
+                    .map(|p| p.name.clone())
+                    .filter(|n| !fixed(n))
+                    .collect();
+                if names.is_empty() {
+                    return Err(Mistake::at(
+                        SpecErrorKind::Conflict,
+                        "pruner.kind",
+                        format!(
+                            "\"pbt\" explores params that may change while a trial runs, and [space] searches none of them; search one of {}",
+                            crate::builtin::PBT_MUTABLE.join(", ")
+                        ),
+                    ));
+                }
+                c.mutate = Some(names);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The mistake of a study file that does not read into [`RawStudyFile`]: TOML that does not

@@ -36,6 +36,7 @@
 //! | `delete_study` | `deleting_a_study_removes_it_whole_and_leaves_the_others`, `workers_get_distinct_ids_…` |
 //! | `retry_of`, `attempt` | `an_interrupted_trials_reruns_are_its_next_attempts` (declared by its worker and by recovery) |
 //! | `promote` (and a paused trial's `finish_trial`) | `a_paused_trial_is_promoted_once_into_a_rerun_and_the_budget_does_not_move` |
+//! | `enqueue_child`, `set_parent`, `lineage` | `a_pbt_child_is_queued_with_its_parent_claimed_first_and_not_fixed` |
 //! | `set_discarded` | `a_discarded_trial_is_kept_but_left_out_of_the_history_the_budget_and_the_best` (both ways) |
 //!
 //! A recovered trial's reason is worded once for every backend (`storage::Gone::reason`); the
@@ -686,6 +687,63 @@ fn a_paused_trial_is_promoted_once_into_a_rerun_and_the_budget_does_not_move() {
         assert!(
             claim(s.as_mut(), &study, w, Some(3), &params(0.9)).is_none(),
             "{name}"
+        );
+    }
+}
+
+/// A child of population-based training is queued with its params and its parent in one
+/// write, claimed before any new trial, counted in the budget, not known as fixed params, and
+/// its parent's step can be recorded again when it starts.
+#[test]
+fn a_pbt_child_is_queued_with_its_parent_claimed_first_and_not_fixed() {
+    use super::{Lineage, Parent};
+    for (name, mut s, _dir) in backends() {
+        let study = study(s.as_mut(), Direction::Minimize, "loss");
+        let w = s.register_worker(&study, &["cpu".into()]).expect("worker");
+        let a = claim(s.as_mut(), &study, w, Some(3), &params(0.2)).expect("a trial");
+        let b = claim(s.as_mut(), &study, w, Some(3), &params(0.7)).expect("a trial");
+        assert_eq!(s.lineage(&study).expect("lineage"), vec![], "{name}");
+        let parent = Parent {
+            trial: a.number,
+            step: 4,
+        };
+        let child = s
+            .enqueue_child(&study, &space(), &params(0.24), parent)
+            .expect("queued");
+        assert!(child > b.number, "{name}");
+        assert!(
+            !s.has_fixed_params(&study, &params(0.24)).expect("fixed"),
+            "{name}: a child's params are not [[enqueue]]'s"
+        );
+        assert_eq!(
+            s.lineage(&study).expect("lineage"),
+            vec![Lineage { child, parent }],
+            "{name}"
+        );
+        // The budget (3) counts the queued child: it is claimed first, and no trial after it.
+        let next = claim(s.as_mut(), &study, w, Some(3), &params(0.9)).expect("the child");
+        assert_eq!(
+            (next.number, &next.params),
+            (child, &params(0.24)),
+            "{name}"
+        );
+        assert!(
+            claim(s.as_mut(), &study, w, Some(3), &params(0.9)).is_none(),
+            "{name}"
+        );
+        // At its start it records the step it actually started from.
+        let started = Parent {
+            trial: a.number,
+            step: 6,
+        };
+        s.set_parent(next.id, started).expect("set parent");
+        assert_eq!(
+            s.lineage(&study).expect("lineage"),
+            vec![Lineage {
+                child,
+                parent: started
+            }],
+            "{name}: recorded again, not twice"
         );
     }
 }

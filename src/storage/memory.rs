@@ -37,6 +37,8 @@ struct Stored {
     retry_of: Option<TrialNumber>,
     /// The step of its last checkpoint.
     checkpoint: Option<u64>,
+    /// The trial it continues from (population-based training).
+    parent: Option<super::Parent>,
 }
 
 /// Every study and trial in plain collections.
@@ -117,6 +119,7 @@ impl Data {
                 beat: None,
                 retry_of: None,
                 checkpoint: None,
+                parent: None,
             },
         );
         Ok(id)
@@ -373,6 +376,43 @@ impl Storage for Data {
         let s = self.stored_mut(id)?;
         s.fixed = true;
         Ok(s.trial.number)
+    }
+
+    fn enqueue_child(
+        &mut self,
+        study: &StudyRow,
+        space: &Space,
+        params: &Params,
+        parent: super::Parent,
+    ) -> Result<TrialNumber, StorageError> {
+        let params: Params = params
+            .iter()
+            .filter(|(k, _)| space.get(k).is_some())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let id = self.insert(study.id, params, TrialStatus::Queued)?;
+        let s = self.stored_mut(id)?;
+        s.parent = Some(parent);
+        Ok(s.trial.number)
+    }
+
+    fn set_parent(&mut self, trial: TrialId, parent: super::Parent) -> Result<(), StorageError> {
+        self.stored_mut(trial)?.parent = Some(parent);
+        Ok(())
+    }
+
+    fn lineage(&self, study: &StudyRow) -> Result<Vec<super::Lineage>, StorageError> {
+        let mut out: Vec<super::Lineage> = self
+            .of_study(study)
+            .filter_map(|s| {
+                s.parent.map(|p| super::Lineage {
+                    child: s.trial.number,
+                    parent: p,
+                })
+            })
+            .collect();
+        out.sort_by_key(|l| l.child);
+        Ok(out)
     }
 
     fn has_fixed_params(&self, study: &StudyRow, params: &Params) -> Result<bool, StorageError> {
@@ -715,6 +755,21 @@ impl Storage for MemoryStorage {
     }
     fn has_fixed_params(&self, study: &StudyRow, params: &Params) -> Result<bool, StorageError> {
         self.data().has_fixed_params(study, params)
+    }
+    fn enqueue_child(
+        &mut self,
+        study: &StudyRow,
+        space: &Space,
+        params: &Params,
+        parent: super::Parent,
+    ) -> Result<TrialNumber, StorageError> {
+        self.data().enqueue_child(study, space, params, parent)
+    }
+    fn set_parent(&mut self, trial: TrialId, parent: super::Parent) -> Result<(), StorageError> {
+        self.data().set_parent(trial, parent)
+    }
+    fn lineage(&self, study: &StudyRow) -> Result<Vec<super::Lineage>, StorageError> {
+        self.data().lineage(study)
     }
     fn add_report(
         &mut self,

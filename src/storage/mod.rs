@@ -190,6 +190,55 @@ pub struct StoredReport {
 /// integer).
 pub const CHECKPOINT_STEP_KEY: &str = "tune:checkpoint_step";
 
+/// The `trial_system_attributes` key of the trial a population-based-training child continues
+/// from (its value a [`Parent`] as JSON: `{"trial": 3, "step": 40}`).
+pub const PARENT_KEY: &str = "tune:parent";
+
+/// The trial a trial continues from (population-based training, `[pruner] kind = "pbt"`): its
+/// number, and the step of its checkpoint the child started from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Parent {
+    pub trial: TrialNumber,
+    pub step: u64,
+}
+
+impl Parent {
+    /// The attribute's JSON value.
+    pub fn json(&self) -> String {
+        serde_json::json!({"trial": self.trial.0, "step": self.step}).to_string()
+    }
+
+    /// A stored attribute's value; `None` for one that is not a parent (damaged by hand).
+    pub fn parse(json: &str) -> Option<Parent> {
+        let v: serde_json::Value = serde_json::from_str(json).ok()?;
+        Some(Parent {
+            trial: TrialNumber(v.get("trial")?.as_u64()?),
+            step: v.get("step")?.as_u64()?,
+        })
+    }
+}
+
+/// One child of population-based training and the trial it continues from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lineage {
+    pub child: TrialNumber,
+    pub parent: Parent,
+}
+
+impl Lineage {
+    /// Rows of (child number, attribute JSON), damaged ones left out.
+    pub(crate) fn of_rows(rows: Vec<(i64, String)>) -> Vec<Lineage> {
+        rows.into_iter()
+            .filter_map(|(n, json)| {
+                Some(Lineage {
+                    child: TrialNumber(u64::try_from(n).ok()?),
+                    parent: Parent::parse(&json)?,
+                })
+            })
+            .collect()
+    }
+}
+
 /// The seam between the engine (and the query commands) and a database. Every method is one
 /// transaction; several processes, on one machine or several, may share one study, so each
 /// write that hands something out (a trial number, a queued trial) hands it out exactly once.
@@ -261,6 +310,24 @@ pub trait Storage: Send {
         space: &Space,
         params: &Params,
     ) -> Result<TrialNumber, StorageError>;
+
+    /// Queues a child of population-based training: `params` continue from the checkpoint of
+    /// trial `parent.trial` (at `parent.step`, as known when it was queued), in one
+    /// transaction. Its params are not "fixed" (`[[enqueue]]`'s). Returns its number.
+    fn enqueue_child(
+        &mut self,
+        study: &StudyRow,
+        space: &Space,
+        params: &Params,
+        parent: Parent,
+    ) -> Result<TrialNumber, StorageError>;
+
+    /// Records the trial a child continues from again: the step of the parent's checkpoint
+    /// it actually started from, known when it starts.
+    fn set_parent(&mut self, trial: TrialId, parent: Parent) -> Result<(), StorageError>;
+
+    /// Every child of population-based training in the study, with its parent, by number.
+    fn lineage(&self, study: &StudyRow) -> Result<Vec<Lineage>, StorageError>;
 
     /// Whether `params` were already enqueued in this study (so `[[enqueue]]` entries are
     /// queued once, not on every resume).

@@ -25,6 +25,7 @@ mod multi_host_groups;
 mod multi_host_preempt;
 mod multi_objective;
 mod optuna_compat;
+mod pbt;
 mod postgres;
 mod processes_files;
 mod promotion;

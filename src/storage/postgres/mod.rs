@@ -55,6 +55,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0005_discarded_trials.sql"),
     include_str!("../../../migrations/postgres/0006_gpu_telemetry.sql"),
     include_str!("../../../migrations/postgres/0007_paused_trials.sql"),
+    include_str!("../../../migrations/postgres/0008_trial_lineage.sql"),
 ];
 
 /// The first key of every advisory lock tune takes ("tu"), so tune's locks never collide with
@@ -1167,6 +1168,57 @@ impl Storage for PostgresStorage {
             tx.commit()?;
             Ok(TrialNumber(number as u64))
         })
+    }
+
+    fn enqueue_child(
+        &mut self,
+        study: &StudyRow,
+        space: &Space,
+        params: &Params,
+        parent: super::Parent,
+    ) -> Result<TrialNumber, StorageError> {
+        let sid = id32(study.id);
+        let json = parent.json();
+        self.run(|c| {
+            let tx = c.transaction()?;
+            lock_study(&tx, &self.stmts, sid)?;
+            let (id, number) = insert_trial(&tx, &self.stmts, sid, TrialState::Queued.optuna())?;
+            insert_params(&tx, &self.stmts, id, space, params)?;
+            tx.execute(
+                "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES ($1, $2, $3)",
+                &[&id, &super::PARENT_KEY, &json],
+            )?;
+            tx.commit()?;
+            Ok(TrialNumber(number as u64))
+        })
+    }
+
+    fn set_parent(&mut self, trial: TrialId, parent: super::Parent) -> Result<(), StorageError> {
+        let (id, json) = (id32(trial.0), parent.json());
+        self.run(|c| {
+            c.execute(
+                "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES ($1, $2, $3)
+                 ON CONFLICT (trial_id, key) DO UPDATE SET value_json = excluded.value_json",
+                &[&id, &super::PARENT_KEY, &json],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn lineage(&self, study: &StudyRow) -> Result<Vec<super::Lineage>, StorageError> {
+        let rows = self.run(|c| {
+            c.query(
+                "SELECT t.number, a.value_json FROM trial_system_attributes a
+                 JOIN trials t ON t.trial_id = a.trial_id
+                 WHERE t.study_id = $1 AND a.key = $2 ORDER BY t.number",
+                &[&id32(study.id), &super::PARENT_KEY],
+            )
+        })?;
+        Ok(super::Lineage::of_rows(
+            rows.iter()
+                .map(|r| (i64::from(r.get::<_, i32>(0)), r.get::<_, String>(1)))
+                .collect(),
+        ))
     }
 
     fn has_fixed_params(&self, study: &StudyRow, params: &Params) -> Result<bool, StorageError> {

@@ -32,6 +32,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/0005_discarded_trials.sql"),
     include_str!("../../../migrations/0006_gpu_telemetry.sql"),
     include_str!("../../../migrations/0007_paused_trials.sql"),
+    include_str!("../../../migrations/0008_trial_lineage.sql"),
 ];
 
 /// How long a writer waits for another process's write transaction before giving up. Long,
@@ -971,6 +972,55 @@ impl Storage for SqliteStorage {
             let n: i64 = tx.query_row("SELECT number FROM trials WHERE trial_id = ?1", [id], |r| r.get(0))?;
             Ok(TrialNumber(n as u64))
         })
+    }
+
+    fn enqueue_child(
+        &mut self,
+        study: &StudyRow,
+        space: &Space,
+        params: &Params,
+        parent: super::Parent,
+    ) -> Result<TrialNumber, StorageError> {
+        self.write(|tx| {
+            let id = insert_trial(tx, study.id, TrialState::Queued.optuna())?;
+            insert_params(tx, id, space, params)?;
+            tx.execute(
+                "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES (?1, ?2, ?3)",
+                params![id, super::PARENT_KEY, parent.json()],
+            )?;
+            let n: i64 = tx.query_row("SELECT number FROM trials WHERE trial_id = ?1", [id], |r| r.get(0))?;
+            Ok(TrialNumber(n as u64))
+        })
+    }
+
+    fn set_parent(&mut self, trial_id: TrialId, parent: super::Parent) -> Result<(), StorageError> {
+        self.write(|tx| {
+            tx.execute(
+                "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (trial_id, key) DO UPDATE SET value_json = excluded.value_json",
+                params![trial_id.0, super::PARENT_KEY, parent.json()],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn lineage(&self, study: &StudyRow) -> Result<Vec<super::Lineage>, StorageError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT t.number, a.value_json FROM trial_system_attributes a
+                 JOIN trials t ON t.trial_id = a.trial_id
+                 WHERE t.study_id = ?1 AND a.key = ?2 ORDER BY t.number",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(params![study.id, super::PARENT_KEY], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+            })
+            .map_err(|e| self.err(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.err(e))?;
+        Ok(super::Lineage::of_rows(rows))
     }
 
     /// Whether `params` were already enqueued or run in this study (so `[[enqueue]]` entries
