@@ -1366,6 +1366,81 @@ mod tests {
     }
 
     #[test]
+    fn an_exploited_trial_queues_a_child_of_the_best_readable_parent_within_the_budget() {
+        let pruner = PrunerConfig::Pbt(crate::pruner::PbtConfig {
+            interval: 2.0,
+            quantile: 0.5,
+            resample_probability: 0.0,
+            max_resource: Some(9.0),
+            ..crate::pruner::PbtConfig::default()
+        });
+        // Three trials side by side, reporting steps `from..=to` in turn: at each point 1 is
+        // the best, 0 next, and 2 (reporting last) the worst of three.
+        let steps = |e: &mut Engine, t: &[Trial], from: u64, to: u64| -> Decision {
+            let mut last = Decision::Continue;
+            for (i, v) in [0.2, 0.1, 0.8].into_iter().enumerate() {
+                for step in from..=to {
+                    let d = e.report(t[i].id, report(step, v)).expect("report");
+                    if i < 2 {
+                        assert_eq!(d, Decision::Continue, "trial {i} at step {step}");
+                    }
+                    last = d;
+                }
+            }
+            last
+        };
+        for (storage, _dir) in backends() {
+            let mut e = engine(storage, Some(4), &pruner);
+            let t: Vec<Trial> = (0..3)
+                .map(|_| e.ask(0, "cpu").expect("ask").expect("a trial"))
+                .collect();
+            assert_eq!(steps(&mut e, &t, 1, 2), Decision::Exploit);
+            // Its only candidate parent (trial 1) recorded no checkpoint: no exploit, it goes on.
+            assert_eq!(e.exploit(t[2].id, |_| true).expect("exploit"), None);
+            assert_eq!(e.prune_reason(t[2].id), None);
+            e.checkpoint(t[1].id, 4).expect("checkpoint");
+            assert_eq!(steps(&mut e, &t, 3, 4), Decision::Exploit);
+            // A parent this machine cannot read is passed over.
+            assert_eq!(e.exploit(t[2].id, |_| false).expect("exploit"), None);
+            e.checkpoint(t[1].id, 6).expect("checkpoint");
+            assert_eq!(steps(&mut e, &t, 5, 6), Decision::Exploit);
+            let x = e
+                .exploit(t[2].id, |c| c.trial == t[1].number)
+                .expect("exploit")
+                .expect("exploited");
+            assert_eq!((x.parent.trial, x.parent.step), (t[1].number, 6));
+            let reason = e.prune_reason(t[2].id).expect("stopping, with its reason");
+            assert!(
+                reason.starts_with("at step 6 (3rd of 3 trials there, in the bottom 1/2): exploited; trial 3 continues from trial 1's checkpoint at step 6 with "),
+                "{reason}"
+            );
+            assert_eq!(e.parent_of(x.child).expect("parent"), Some(x.parent));
+            // The child is claimed next, with the parent's params, `x` perturbed (kept in
+            // [0, 1]).
+            let child = e.ask(0, "cpu").expect("ask").expect("the child");
+            assert_eq!(child.number, x.child);
+            let x_of = |p: &Params| p["x"].as_f64().expect("x");
+            let (was, now) = (x_of(&t[1].params), x_of(&child.params));
+            assert!(
+                [0.8, 1.2]
+                    .iter()
+                    .any(|r| (now - (was * r).min(1.0)).abs() < 1e-9),
+                "{was} → {now}"
+            );
+        }
+        // With a budget of 3 there is no room for a child: no exploit.
+        let (storage, _dir) = backends().remove(0);
+        let mut e = engine(storage, Some(3), &pruner);
+        let t: Vec<Trial> = (0..3)
+            .map(|_| e.ask(0, "cpu").expect("ask").expect("a trial"))
+            .collect();
+        e.checkpoint(t[1].id, 1).expect("checkpoint");
+        assert_eq!(steps(&mut e, &t, 1, 2), Decision::Exploit);
+        assert_eq!(e.exploit(t[2].id, |_| true).expect("exploit"), None);
+        assert_eq!(e.prune_reason(t[2].id), None);
+    }
+
+    #[test]
     fn an_engine_asks_until_the_budget_is_spent_and_numbers_trials_once_each() {
         for (storage, _dir) in backends() {
             let mut e = engine(storage, Some(3), &PrunerConfig::None);

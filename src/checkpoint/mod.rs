@@ -325,7 +325,8 @@ pub fn claim(dir: &Path, owner: &str) -> std::io::Result<bool> {
 
 /// Fills `child`, the checkpoint directory of a child of population-based training, with a
 /// copy of `parent`'s checkpoints (every file, in subdirectories too, but the parent's
-/// [`OWNER`] file and hidden temporaries: a save in progress is written to one and renamed),
+/// [`OWNER`] file and temporaries, hidden ones and `.tmp` files: a save in progress is written
+/// to one and renamed),
 /// then makes it the child's ([`OWNER`] = `owner`), so that the child resumes from it as a
 /// re-run would from its own. Whatever `child` held before goes first. Files are copied, not
 /// linked: a parent that rewrites a file in place does not change the child's. Returns the
@@ -337,7 +338,7 @@ pub fn seed_from(parent: &Path, child: &Path, owner: &str) -> std::io::Result<(u
             let entry = entry?;
             let name = entry.file_name();
             let text = name.to_string_lossy();
-            if text.starts_with('.') || (top && text == OWNER) {
+            if text.starts_with('.') || text.ends_with(".tmp") || (top && text == OWNER) {
                 continue;
             }
             let kind = entry.file_type()?;
@@ -486,6 +487,7 @@ mod tests {
         std::fs::write(parent.join("latest.pt"), b"12345").expect("write");
         std::fs::write(parent.join("sub/opt.pt"), b"678").expect("write");
         std::fs::write(parent.join(".latest.pt.tmp"), b"half").expect("write");
+        std::fs::write(parent.join("state.json.tmp"), b"half").expect("write");
         // A stale child directory (a trial number reused after `tune delete`).
         std::fs::create_dir_all(&child).expect("mkdir");
         std::fs::write(child.join("stale.pt"), b"old").expect("write");
@@ -499,6 +501,7 @@ mod tests {
             b"678"
         );
         assert!(!child.join(".latest.pt.tmp").exists(), "no temporary");
+        assert!(!child.join("state.json.tmp").exists(), "no temporary");
         assert!(!child.join("stale.pt").exists(), "nothing stale");
         assert_eq!(
             std::fs::read_to_string(child.join(OWNER)).expect("owner"),

@@ -197,6 +197,8 @@ impl Printer {
                 self.predictor.report(number.0, report);
                 return None;
             }
+            // The scheduler says so itself when the child starts (with what it copied).
+            Event::Lineage { .. } => return None,
             Event::GpuSampled { number, usage, .. } => {
                 self.gpu.insert(number.0, usage.clone());
                 return None;

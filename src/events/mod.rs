@@ -100,6 +100,12 @@ pub enum Event {
         slot: usize,
         report: Report,
     },
+    /// A child of population-based training (`[pruner] kind = "pbt"`) continues `parent`'s
+    /// training: sent when it starts (and by a replay for every child stored).
+    Lineage {
+        child: TrialNumber,
+        parent: crate::storage::Parent,
+    },
     /// A trial ended: the whole trial as stored, its log files among it.
     TrialFinished {
         slot: usize,

@@ -59,6 +59,8 @@ pub struct Poller {
     data_version: Option<i64>,
     /// What the UI was last told of each trial, by trial id.
     known: HashMap<i64, (TrialNumber, TrialState, Option<usize>)>,
+    /// The children of population-based training already told ([`Event::Lineage`]).
+    lineage_sent: std::collections::HashSet<TrialNumber>,
     last_report: i64,
     run: Option<Run>,
     workers: Vec<WatchWorker>,
@@ -83,6 +85,7 @@ impl Poller {
             study_text: stored.text,
             data_version: None,
             known: HashMap::new(),
+            lineage_sent: Default::default(),
             last_report: 0,
             run: None,
             workers: Vec::new(),
@@ -298,6 +301,17 @@ impl Poller {
             self.emit_trials(&trials, out, now);
         }
 
+        // Population-based training's children, once each, after their rows exist.
+        if self.settings.pruner == "pbt" {
+            for l in self.storage.storage().lineage(&self.study)? {
+                if self.lineage_sent.insert(l.child) {
+                    out.push(Update::Event(Event::Lineage {
+                        child: l.child,
+                        parent: l.parent,
+                    }));
+                }
+            }
+        }
         for r in self
             .storage
             .watch_reports_after(&self.study, self.last_report)?

@@ -436,6 +436,14 @@ impl Scheduler {
             best: summary.best,
             at: SystemTime::now(),
         });
+        // Copies taken for children that another process started, or that never started:
+        // the parents' checkpoints are where they were.
+        for (_, staged) in self.staged.drain() {
+            staged.task.abort();
+            let _ = staged.task.await;
+            let _ = std::fs::remove_dir_all(&staged.staging);
+        }
+        let _ = std::fs::remove_dir(self.study.runs_dir.join(".pbt"));
         match ending {
             Ending::Storage(e) => Err(e),
             _ => Ok(summary),
@@ -697,6 +705,15 @@ impl Scheduler {
             params: trial.params.clone(),
             at: SystemTime::now(),
         });
+        if let Some(s) = &seed {
+            self.emit(Event::Lineage {
+                child: trial.number,
+                parent: crate::storage::Parent {
+                    trial: s.parent,
+                    step: s.step,
+                },
+            });
+        }
         let job = TrialJob {
             number: trial.number,
             params: trial.params.clone(),

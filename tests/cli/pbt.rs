@@ -136,8 +136,9 @@ fn a_bottom_trial_is_exploited_and_its_child_continues_from_the_parents_checkpoi
     assert_eq!(first["state"], "complete", "{first}");
     assert_eq!(first["children"][0]["trial"], 2, "{first}");
     assert!(first.get("parent").is_none(), "{first}");
-    // The budget counts every trial: 3.
+    // The budget counts every trial: 3. No staging copy is left behind.
     assert_eq!(sb.trials(file).len(), 3);
+    assert!(!sb.join("studies/runs/pbt/.pbt").exists());
     // The text of `tune show` and the view say the same.
     let text_show = text(&sb.run(&["show", "2", file]));
     assert!(

@@ -55,6 +55,19 @@ impl UiState {
                 self.recompute_best();
                 true
             }
+            // Rows only where the trials are known (no row is made up for them here).
+            Event::Lineage { child, parent } => {
+                if let Some(&i) = self.index.get(child) {
+                    self.trials[i].parent = Some(*parent);
+                }
+                if let Some(&p) = self.index.get(&parent.trial) {
+                    let children = &mut self.trials[p].children;
+                    if !children.contains(child) {
+                        children.push(*child);
+                    }
+                }
+                false
+            }
             Event::TrialStarted {
                 number,
                 slot,

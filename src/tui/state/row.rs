@@ -50,6 +50,9 @@ pub struct TrialRow {
     /// so far, a pruned one's as it stood when pruned (what it would have reached); `None`
     /// before three complete curves, and for a complete trial.
     pub predicted: Option<crate::pruner::prediction::Prediction>,
+    /// Population-based training: the trial it continues from, and those continuing from it.
+    pub parent: Option<crate::storage::Parent>,
+    pub children: Vec<TrialNumber>,
 }
 
 impl TrialRow {
@@ -82,6 +85,8 @@ impl TrialRow {
             n_reports: 0,
             logs: Vec::new(),
             gpu: None,
+            parent: None,
+            children: Vec::new(),
         }
     }
 

@@ -350,3 +350,47 @@ fn the_trial_screen_shows_the_mean_utilisation_and_peak_memory_of_its_gpu() {
         "{text}"
     );
 }
+
+#[test]
+fn the_trial_screen_shows_a_pbt_childs_parent_and_a_parents_children() {
+    let mut s = fresh(Direction::Minimize, Some(10));
+    s.apply(&started(0, 0));
+    s.apply(&started(1, 1));
+    s.apply(&done(1, 1, TrialState::Pruned, Some(0.9)));
+    s.apply(&started(2, 1));
+    let lineage = Event::Lineage {
+        child: TrialNumber(2),
+        parent: crate::storage::Parent {
+            trial: TrialNumber(0),
+            step: 4,
+        },
+    };
+    s.apply(&lineage);
+    // Told twice (a replay after the live event): listed once.
+    s.apply(&lineage);
+    // A child whose parent is unknown here makes up no row.
+    s.apply(&Event::Lineage {
+        child: TrialNumber(2),
+        parent: crate::storage::Parent {
+            trial: TrialNumber(77),
+            step: 1,
+        },
+    });
+    assert!(s.trial(TrialNumber(77)).is_none());
+    let child = s.trial(TrialNumber(2)).expect("the child");
+    assert_eq!(
+        child.parent.map(|p| p.step),
+        Some(1),
+        "the latest word counts"
+    );
+    s.apply(&lineage);
+    // The child is the newest row: Enter opens it.
+    s.handle_key(code(KeyCode::Enter));
+    let text = screen(&s, 160, 48);
+    assert!(
+        text.contains("parent  trial 0 (from its checkpoint at step 4)"),
+        "{text}"
+    );
+    let parent = s.trial(TrialNumber(0)).expect("the parent");
+    assert_eq!(parent.children, vec![TrialNumber(2)]);
+}

@@ -66,6 +66,22 @@ pub(super) fn render_trial(
             crate::fmt::fmt_param(v)
         )));
     }
+    if let Some(p) = t.parent {
+        lines.push(Line::from(vec![
+            Span::styled("parent  ", theme.header()),
+            Span::raw(format!(
+                "trial {} (from its checkpoint at step {})",
+                p.trial, p.step
+            )),
+        ]));
+    }
+    if !t.children.is_empty() {
+        let each: Vec<String> = t.children.iter().map(|c| format!("trial {c}")).collect();
+        lines.push(Line::from(vec![
+            Span::styled("children", theme.header()),
+            Span::raw(format!(" {}", each.join(", "))),
+        ]));
+    }
     let mut when = Vec::new();
     if let Some(d) = &t.device {
         when.push(format!("on {d}"));
