@@ -199,6 +199,8 @@ impl Printer {
             }
             // The scheduler says so itself when the child starts (with what it copied).
             Event::Lineage { .. } => return None,
+            // The live UI shows it; a line a checkpoint would drown the log.
+            Event::Checkpointed { .. } => return None,
             Event::GpuSampled { number, usage, .. } => {
                 self.gpu.insert(number.0, usage.clone());
                 return None;

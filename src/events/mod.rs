@@ -100,6 +100,13 @@ pub enum Event {
         slot: usize,
         report: Report,
     },
+    /// A running trial reported a checkpoint at `step`; its checkpoint directory holds `bytes`
+    /// on this machine now (a file under several names counted once).
+    Checkpointed {
+        number: TrialNumber,
+        step: u64,
+        bytes: u64,
+    },
     /// A child of population-based training (`[pruner] kind = "pbt"`) continues `parent`'s
     /// training: sent when it starts (and by a replay for every child stored).
     Lineage {

@@ -45,6 +45,8 @@ struct Busy {
     number: TrialNumber,
     stop: watch::Sender<StopRequest>,
     stop_kind: Option<StopKind>,
+    /// Where its checkpoints are (`TUNE_CHECKPOINT_DIR`): their disk use is told at each one.
+    checkpoint_dir: PathBuf,
 }
 
 impl Busy {
@@ -714,6 +716,7 @@ impl Scheduler {
                 },
             });
         }
+        let job_checkpoint_dir = checkpoint_dir.clone();
         let job = TrialJob {
             number: trial.number,
             params: trial.params.clone(),
@@ -823,6 +826,7 @@ impl Scheduler {
             number: trial.number,
             stop: stop_tx,
             stop_kind: None,
+            checkpoint_dir: job_checkpoint_dir,
         }))
     }
 
@@ -837,7 +841,18 @@ impl Scheduler {
         };
         let report = match progress {
             Progress::Report(r) => r,
-            Progress::Checkpoint { step } => return self.engine.checkpoint(b.id, step),
+            Progress::Checkpoint { step } => {
+                // What its checkpoints hold on disk now (a few files: a quick walk), for the
+                // live UI; a directory that cannot be read says nothing.
+                if let Ok(bytes) = crate::checkpoint::disk_use(&b.checkpoint_dir) {
+                    self.emit(Event::Checkpointed {
+                        number: b.number,
+                        step,
+                        bytes,
+                    });
+                }
+                return self.engine.checkpoint(b.id, step);
+            }
         };
         let mut shown = report.clone();
         shown.metrics.remove(FINAL_KEY);

@@ -55,6 +55,16 @@ impl UiState {
                 self.recompute_best();
                 true
             }
+            Event::Checkpointed {
+                number,
+                step,
+                bytes,
+            } => {
+                if let Some(&i) = self.index.get(number) {
+                    self.trials[i].checkpoint = Some((*step, *bytes));
+                }
+                false
+            }
             // Rows only where the trials are known (no row is made up for them here).
             Event::Lineage { child, parent } => {
                 if let Some(&i) = self.index.get(child) {

@@ -53,6 +53,9 @@ pub struct TrialRow {
     /// Population-based training: the trial it continues from, and those continuing from it.
     pub parent: Option<crate::storage::Parent>,
     pub children: Vec<TrialNumber>,
+    /// Its last checkpoint's step and what its checkpoint directory held then, in bytes (live
+    /// runs only: the scheduler measures it at each checkpoint).
+    pub checkpoint: Option<(u64, u64)>,
 }
 
 impl TrialRow {
@@ -87,6 +90,7 @@ impl TrialRow {
             gpu: None,
             parent: None,
             children: Vec::new(),
+            checkpoint: None,
         }
     }
 

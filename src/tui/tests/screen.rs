@@ -394,3 +394,47 @@ fn the_trial_screen_shows_a_pbt_childs_parent_and_a_parents_children() {
     let parent = s.trial(TrialNumber(0)).expect("the parent");
     assert_eq!(parent.children, vec![TrialNumber(2)]);
 }
+
+#[test]
+fn a_running_trials_checkpoint_disk_use_shows_in_the_header_and_on_its_screen() {
+    let mut s = fresh(Direction::Minimize, Some(10));
+    s.apply(&started(0, 0));
+    s.apply(&started(1, 1));
+    let before = screen(&s, 160, 48);
+    assert!(
+        !before.contains("ckpt"),
+        "nothing saved, nothing shown:\n{before}"
+    );
+    for (n, step, bytes) in [
+        (0, 3, 3 * 1024 * 1024),
+        (1, 1, 512 * 1024),
+        (0, 4, 4 * 1024 * 1024),
+    ] {
+        s.apply(&Event::Checkpointed {
+            number: TrialNumber(n),
+            step,
+            bytes,
+        });
+    }
+    // Unknown trials are ignored.
+    s.apply(&Event::Checkpointed {
+        number: TrialNumber(42),
+        step: 1,
+        bytes: 1,
+    });
+    assert!(s.trial(TrialNumber(42)).is_none());
+    let text = screen(&s, 160, 48);
+    assert!(
+        text.contains("ckpt 4.5 MiB"),
+        "the latest of each running trial:\n{text}"
+    );
+    s.apply(&done(0, 0, TrialState::Complete, Some(0.3)));
+    let text = screen(&s, 160, 48);
+    assert!(
+        text.contains("ckpt 512.0 KiB"),
+        "running trials only:\n{text}"
+    );
+    s.handle_key(code(KeyCode::Enter));
+    let text = screen(&s, 160, 48);
+    assert!(text.contains("at step 1, 512.0 KiB on disk"), "{text}");
+}

@@ -114,6 +114,19 @@ pub(super) fn render_header(frame: &mut Frame, area: Rect, state: &UiState, them
             None => "  left ?".into(),
         };
         l2.push(Span::raw(left));
+        // What the running trials' checkpoints hold on disk, once any has saved one.
+        let ckpt: Vec<u64> = state
+            .trials
+            .iter()
+            .filter(|t| t.state == TrialState::Running)
+            .filter_map(|t| t.checkpoint.map(|(_, b)| b))
+            .collect();
+        if !ckpt.is_empty() {
+            l2.push(Span::styled(
+                format!("  ckpt {}", crate::checkpoint::fmt_bytes(ckpt.iter().sum())),
+                theme.dim(),
+            ));
+        }
     }
 
     let c = state.counts;

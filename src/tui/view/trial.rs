@@ -66,6 +66,15 @@ pub(super) fn render_trial(
             crate::fmt::fmt_param(v)
         )));
     }
+    if let Some((step, bytes)) = t.checkpoint {
+        lines.push(Line::from(vec![
+            Span::styled("ckpt    ", theme.header()),
+            Span::raw(format!(
+                "at step {step}, {} on disk",
+                crate::checkpoint::fmt_bytes(bytes)
+            )),
+        ]));
+    }
     if let Some(p) = t.parent {
         lines.push(Line::from(vec![
             Span::styled("parent  ", theme.header()),
