@@ -1193,6 +1193,29 @@ mod tests {
         }
     }
 
+    /// Runs `study` to its end in SQLite at `db` on trials that sleep, its GPUs read from
+    /// `source`: its summary, and every event it sent.
+    async fn run_with_gpus(
+        study: &Study,
+        db: &std::path::Path,
+        source: Arc<dyn GpuSource>,
+    ) -> (RunSummary, mpsc::UnboundedReceiver<Event>) {
+        let storage = Box::new(SqliteStorage::open(db).expect("sqlite"));
+        let (etx, erx) = mpsc::unbounded_channel();
+        let (_ctx, crx) = mpsc::unbounded_channel();
+        let scheduler = Scheduler::open(
+            study.clone(),
+            storage,
+            crate::sampler::build_with(study.sampler, &study.sampler_options),
+            crate::pruner::build(&study.pruner),
+            Arc::new(Sleeper),
+            etx,
+        )
+        .expect("opens")
+        .with_gpu_source(source);
+        (scheduler.run(crx).await.expect("runs"), erx)
+    }
+
     /// GPU 0 with this process (the trial's) using 1.5 GB and another process 4 GB.
     #[derive(Default)]
     struct Scripted {
@@ -1240,21 +1263,8 @@ command = ["true"]
         let study = crate::spec::parse(&file, STUDY, &crate::spec::Overrides::default())
             .expect("a valid study");
         let db = dir.path().join("t.db");
-        let storage = Box::new(SqliteStorage::open(&db).expect("sqlite"));
         let source = Arc::new(Scripted::default());
-        let (etx, _erx) = mpsc::unbounded_channel();
-        let (_ctx, crx) = mpsc::unbounded_channel();
-        let scheduler = Scheduler::open(
-            study.clone(),
-            storage,
-            crate::sampler::build_with(study.sampler, &study.sampler_options),
-            crate::pruner::build(&study.pruner),
-            Arc::new(Sleeper),
-            etx,
-        )
-        .expect("opens")
-        .with_gpu_source(source.clone());
-        let summary = scheduler.run(crx).await.expect("runs");
+        let (summary, _events) = run_with_gpus(&study, &db, source.clone()).await;
         assert_eq!(summary.complete, 2);
 
         let storage = SqliteStorage::open(&db).expect("reopens");
@@ -1319,21 +1329,9 @@ command = ["true"]
             .expect("a valid study");
         assert_eq!(study.slots, vec!["cuda:0,cuda:1".to_string()]);
         let db = dir.path().join("t.db");
-        let storage = Box::new(SqliteStorage::open(&db).expect("sqlite"));
         let source = Arc::new(Pair::default());
-        let (etx, mut erx) = mpsc::unbounded_channel();
-        let (_ctx, crx) = mpsc::unbounded_channel();
-        let scheduler = Scheduler::open(
-            study.clone(),
-            storage,
-            crate::sampler::build_with(study.sampler, &study.sampler_options),
-            crate::pruner::build(&study.pruner),
-            Arc::new(Sleeper),
-            etx,
-        )
-        .expect("opens")
-        .with_gpu_source(source.clone());
-        assert_eq!(scheduler.run(crx).await.expect("runs").complete, 1);
+        let (summary, mut erx) = run_with_gpus(&study, &db, source.clone()).await;
+        assert_eq!(summary.complete, 1);
 
         let reads = source.reads.each_ref().map(|r| r.load(Ordering::SeqCst));
         assert!(reads[0] >= 1, "the group's first GPU was sampled");

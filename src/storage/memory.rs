@@ -41,6 +41,15 @@ struct Stored {
     parent: Option<super::Parent>,
 }
 
+/// The params of `params` that `space` has (what a queued trial keeps).
+fn of_space(space: &Space, params: &Params) -> Params {
+    params
+        .iter()
+        .filter(|(k, _)| space.get(k).is_some())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
 /// Every study and trial in plain collections.
 #[derive(Default)]
 struct Data {
@@ -367,12 +376,7 @@ impl Storage for Data {
         space: &Space,
         params: &Params,
     ) -> Result<TrialNumber, StorageError> {
-        let params: Params = params
-            .iter()
-            .filter(|(k, _)| space.get(k).is_some())
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        let id = self.insert(study.id, params, TrialStatus::Queued)?;
+        let id = self.insert(study.id, of_space(space, params), TrialStatus::Queued)?;
         let s = self.stored_mut(id)?;
         s.fixed = true;
         Ok(s.trial.number)
@@ -385,12 +389,7 @@ impl Storage for Data {
         params: &Params,
         parent: super::Parent,
     ) -> Result<TrialNumber, StorageError> {
-        let params: Params = params
-            .iter()
-            .filter(|(k, _)| space.get(k).is_some())
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        let id = self.insert(study.id, params, TrialStatus::Queued)?;
+        let id = self.insert(study.id, of_space(space, params), TrialStatus::Queued)?;
         let s = self.stored_mut(id)?;
         s.parent = Some(parent);
         Ok(s.trial.number)

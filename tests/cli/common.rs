@@ -238,3 +238,14 @@ pub fn states(sb: &Sandbox) -> Vec<(u64, String)> {
         .map(|rows| rows.filter_map(Result::ok).collect())
         .unwrap_or_default()
 }
+
+/// The non-final report steps of a trial as `tune show N --format json` gives them.
+pub fn report_steps(shown: &Value) -> Vec<i64> {
+    shown["reports"]
+        .as_array()
+        .expect("reports")
+        .iter()
+        .filter(|r| r["final"] != true)
+        .map(|r| r["step"].as_i64().expect("a step"))
+        .collect()
+}

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{Sandbox, assert_numbers_once, counted, output_within, text, tune_bin};
+use crate::common::{
+    Sandbox, assert_numbers_once, counted, output_within, report_steps, text, tune_bin,
+};
 use crate::multi_host::{Proc, count_in, machines_with_a_database, poll};
 use crate::postgres::test_server::PgServer;
 
@@ -89,17 +91,6 @@ fn running_on(server: &PgServer, host: &str) -> u64 {
              WHERE t.state = 'RUNNING' AND w.host = '{host}'"
         ),
     )
-}
-
-/// The report steps of a trial as `tune show N --format json` gives them.
-fn steps(shown: &Value) -> Vec<i64> {
-    shown["reports"]
-        .as_array()
-        .expect("reports")
-        .iter()
-        .filter(|r| r["final"] != true)
-        .map(|r| r["step"].as_i64().expect("a step"))
-        .collect()
 }
 
 /// `attempt=A trial=N resumed_from=E` lines of a checkpoint directory's `attempts.log`.
@@ -295,14 +286,17 @@ fn a_sigterm_on_one_machine_resumes_its_trials_on_the_other_from_their_checkpoin
             resumed_from >= recorded,
             "trial {r} resumed from its checkpoint (step {recorded}), not from scratch: {log:?}"
         );
-        let reported_by_a = steps(lost).last().copied().expect("A reported epochs");
+        let reported_by_a = report_steps(lost)
+            .last()
+            .copied()
+            .expect("A reported epochs");
         assert!(
             reported_by_a - resumed_from <= 1,
             "at most one epoch redone: A reported up to {reported_by_a}, B resumed after {resumed_from}"
         );
         // The resumed trial's curve: every epoch once, in order, no gap.
         let want: Vec<i64> = (0..EPOCHS).collect();
-        assert_eq!(steps(rerun), want, "every epoch once: {rerun:#}");
+        assert_eq!(report_steps(rerun), want, "every epoch once: {rerun:#}");
     }
     eprintln!(
         "multi-host preemption: A exited 75 {:.1} s after SIGTERM; study done in {:.1} s",

@@ -7,10 +7,8 @@
 //! last of two. Only `lr` is explored, only by perturbation, so the child's params are known
 //! up to the factor.
 
-use serde_json::Value;
-
 use crate::attempts::show;
-use crate::common::{Sandbox, text};
+use crate::common::{Sandbox, report_steps, text};
 
 fn pbt_study(sb: &Sandbox, extra: &str) -> &'static str {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("studies");
@@ -66,16 +64,6 @@ pace = 0.9
     file
 }
 
-fn steps(trial: &Value) -> Vec<u64> {
-    trial["reports"]
-        .as_array()
-        .expect("reports")
-        .iter()
-        .filter(|r| r["final"] != true)
-        .map(|r| r["step"].as_u64().expect("a step"))
-        .collect()
-}
-
 #[test]
 fn a_bottom_trial_is_exploited_and_its_child_continues_from_the_parents_checkpoint() {
     let sb = Sandbox::new();
@@ -112,8 +100,8 @@ fn a_bottom_trial_is_exploited_and_its_child_continues_from_the_parents_checkpoi
     // and it completed.
     assert_eq!(child["state"], "complete", "{child}");
     assert_eq!(
-        steps(&child),
-        ((from + 1)..6).collect::<Vec<_>>(),
+        report_steps(&child),
+        ((from as i64 + 1)..6).collect::<Vec<_>>(),
         "{child}"
     );
     let dir = std::path::PathBuf::from(child["trial_dir"].as_str().expect("its directory"));

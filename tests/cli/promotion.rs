@@ -8,10 +8,8 @@
 
 use std::path::Path;
 
-use serde_json::Value;
-
 use crate::attempts::{rerun_of, resumable_study, show};
-use crate::common::{Sandbox, text};
+use crate::common::{Sandbox, report_steps, text};
 
 /// The decays of the enqueued trials, in order: trial 0 the best; 1 to 5 each worse than all
 /// before it, so each pauses at the first rung (step 1), until 5 trials there rank below
@@ -36,16 +34,6 @@ fn promote_study(sb: &Sandbox) -> &'static str {
     );
     sb.write(file, &study);
     file
-}
-
-fn steps(trial: &Value) -> Vec<u64> {
-    trial["reports"]
-        .as_array()
-        .expect("reports")
-        .iter()
-        .filter(|r| r["final"] != true)
-        .map(|r| r["step"].as_u64().expect("a step"))
-        .collect()
 }
 
 #[test]
@@ -95,10 +83,10 @@ fn a_paused_trial_is_promoted_and_resumes_from_its_checkpoint_with_each_step_onc
     let shown = show(&sb, file, n);
     assert_eq!(shown["retry_of"], 1, "{shown}");
     assert_eq!(shown["attempt"], 2, "{shown}");
-    let curve = steps(&shown);
+    let curve = report_steps(&shown);
     assert_eq!(
         curve,
-        (0..curve.len() as u64).collect::<Vec<_>>(),
+        (0..curve.len() as i64).collect::<Vec<_>>(),
         "{shown}"
     );
     assert!(
@@ -118,7 +106,7 @@ fn a_paused_trial_is_promoted_and_resumes_from_its_checkpoint_with_each_step_onc
     assert!(from >= 1, "attempt 2 resumed after the rung: {attempts}");
     assert_eq!(curve.first().copied(), Some(0));
     assert!(
-        curve.contains(&(from as u64 + 1)),
+        curve.contains(&(from + 1)),
         "attempt 2 reported the step after its checkpoint: {shown}"
     );
 

@@ -89,6 +89,32 @@ pub struct PostgresStorage {
 }
 
 impl PostgresStorage {
+    /// Queues a trial with `params` and one `trial_system_attributes` entry (`key` = `value`),
+    /// in one transaction under the study's lock: `[[enqueue]]`'s fixed params, or a PBT
+    /// child's parent.
+    fn queue(
+        &mut self,
+        study: &StudyRow,
+        space: &Space,
+        params: &Params,
+        key: &str,
+        value: &str,
+    ) -> Result<TrialNumber, StorageError> {
+        let sid = id32(study.id);
+        self.run(|c| {
+            let tx = c.transaction()?;
+            lock_study(&tx, &self.stmts, sid)?;
+            let (id, number) = insert_trial(&tx, &self.stmts, sid, TrialState::Queued.optuna())?;
+            insert_params(&tx, &self.stmts, id, space, params)?;
+            tx.execute(
+                "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES ($1, $2, $3)",
+                &[&id, &key, &value],
+            )?;
+            tx.commit()?;
+            Ok(TrialNumber(number as u64))
+        })
+    }
+
     /// Connects and brings the schema up to date (several processes migrating a fresh
     /// database at once: one migrates, the others wait for it and find the work done).
     pub fn open(url: &PgUrl) -> Result<PostgresStorage, StorageError> {
@@ -1154,20 +1180,8 @@ impl Storage for PostgresStorage {
         space: &Space,
         params: &Params,
     ) -> Result<TrialNumber, StorageError> {
-        let sid = id32(study.id);
         let json = serde_json::to_string(params).unwrap_or_else(|_| "{}".into());
-        self.run(|c| {
-            let tx = c.transaction()?;
-            lock_study(&tx, &self.stmts, sid)?;
-            let (id, number) = insert_trial(&tx, &self.stmts, sid, TrialState::Queued.optuna())?;
-            insert_params(&tx, &self.stmts, id, space, params)?;
-            tx.execute(
-                "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES ($1, 'fixed_params', $2)",
-                &[&id, &json],
-            )?;
-            tx.commit()?;
-            Ok(TrialNumber(number as u64))
-        })
+        self.queue(study, space, params, "fixed_params", &json)
     }
 
     fn enqueue_child(
@@ -1177,20 +1191,7 @@ impl Storage for PostgresStorage {
         params: &Params,
         parent: super::Parent,
     ) -> Result<TrialNumber, StorageError> {
-        let sid = id32(study.id);
-        let json = parent.json();
-        self.run(|c| {
-            let tx = c.transaction()?;
-            lock_study(&tx, &self.stmts, sid)?;
-            let (id, number) = insert_trial(&tx, &self.stmts, sid, TrialState::Queued.optuna())?;
-            insert_params(&tx, &self.stmts, id, space, params)?;
-            tx.execute(
-                "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES ($1, $2, $3)",
-                &[&id, &super::PARENT_KEY, &json],
-            )?;
-            tx.commit()?;
-            Ok(TrialNumber(number as u64))
-        })
+        self.queue(study, space, params, super::PARENT_KEY, &parent.json())
     }
 
     fn set_parent(&mut self, trial: TrialId, parent: super::Parent) -> Result<(), StorageError> {

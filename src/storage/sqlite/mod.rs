@@ -962,16 +962,8 @@ impl Storage for SqliteStorage {
         space: &Space,
         params: &Params,
     ) -> Result<TrialNumber, StorageError> {
-        self.write(|tx| {
-            let id = insert_trial(tx, study.id, TrialState::Queued.optuna())?;
-            insert_params(tx, id, space, params)?;
-            tx.execute(
-                "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES (?1, 'fixed_params', ?2)",
-                params![id, serde_json::to_string(params).unwrap_or_else(|_| "{}".into())],
-            )?;
-            let n: i64 = tx.query_row("SELECT number FROM trials WHERE trial_id = ?1", [id], |r| r.get(0))?;
-            Ok(TrialNumber(n as u64))
-        })
+        let json = serde_json::to_string(params).unwrap_or_else(|_| "{}".into());
+        self.write(|tx| queue(tx, study, space, params, "fixed_params", &json))
     }
 
     fn enqueue_child(
@@ -981,16 +973,8 @@ impl Storage for SqliteStorage {
         params: &Params,
         parent: super::Parent,
     ) -> Result<TrialNumber, StorageError> {
-        self.write(|tx| {
-            let id = insert_trial(tx, study.id, TrialState::Queued.optuna())?;
-            insert_params(tx, id, space, params)?;
-            tx.execute(
-                "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES (?1, ?2, ?3)",
-                params![id, super::PARENT_KEY, parent.json()],
-            )?;
-            let n: i64 = tx.query_row("SELECT number FROM trials WHERE trial_id = ?1", [id], |r| r.get(0))?;
-            Ok(TrialNumber(n as u64))
-        })
+        let json = parent.json();
+        self.write(|tx| queue(tx, study, space, params, super::PARENT_KEY, &json))
     }
 
     fn set_parent(&mut self, trial_id: TrialId, parent: super::Parent) -> Result<(), StorageError> {
@@ -1506,6 +1490,28 @@ fn requeue(
         params![new_id, number],
     )?;
     Ok(())
+}
+
+/// Queues a trial with `params` and one `trial_system_attributes` entry (`key` = `value`), in
+/// the caller's transaction: `[[enqueue]]`'s fixed params, or a PBT child's parent.
+fn queue(
+    tx: &rusqlite::Transaction<'_>,
+    study: &StudyRow,
+    space: &Space,
+    params: &Params,
+    key: &str,
+    value: &str,
+) -> rusqlite::Result<TrialNumber> {
+    let id = insert_trial(tx, study.id, TrialState::Queued.optuna())?;
+    insert_params(tx, id, space, params)?;
+    tx.execute(
+        "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES (?1, ?2, ?3)",
+        params![id, key, value],
+    )?;
+    let n: i64 = tx.query_row("SELECT number FROM trials WHERE trial_id = ?1", [id], |r| {
+        r.get(0)
+    })?;
+    Ok(TrialNumber(n as u64))
 }
 
 fn insert_trial(tx: &Transaction<'_>, study_id: i64, state: &str) -> rusqlite::Result<i64> {
