@@ -325,27 +325,49 @@ pub fn claim(dir: &Path, owner: &str) -> std::io::Result<bool> {
 
 /// Fills `child`, the checkpoint directory of a child of population-based training, with a
 /// copy of `parent`'s checkpoints (every file, in subdirectories too, but the parent's
-/// [`OWNER`] file and temporaries, hidden ones and `.tmp` files: a save in progress is written
-/// to one and renamed),
+/// [`OWNER`] file, a builtin parent's [`BEST`] snapshot, and temporaries, hidden ones and
+/// `.tmp` files: a save in progress is written to one and renamed),
 /// then makes it the child's ([`OWNER`] = `owner`), so that the child resumes from it as a
 /// re-run would from its own. Whatever `child` held before goes first. Files are copied, not
 /// linked: a parent that rewrites a file in place does not change the child's. Returns the
 /// files and bytes copied; none when `parent` holds no checkpoint.
 pub fn seed_from(parent: &Path, child: &Path, owner: &str) -> std::io::Result<(usize, u64)> {
-    fn copy_tree(from: &Path, to: &Path, top: bool, n: &mut (usize, u64)) -> std::io::Result<()> {
+    /// A file with several names there (the latest and its `keep_last` link) gets the same
+    /// names here, one copy linked, not one copy per name.
+    type Copied = std::collections::HashMap<(u64, u64), PathBuf>;
+    fn copy_tree(
+        from: &Path,
+        to: &Path,
+        top: bool,
+        n: &mut (usize, u64),
+        copied: &mut Copied,
+    ) -> std::io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
         std::fs::create_dir_all(to)?;
         for entry in std::fs::read_dir(from)? {
             let entry = entry?;
             let name = entry.file_name();
             let text = name.to_string_lossy();
-            if text.starts_with('.') || text.ends_with(".tmp") || (top && text == OWNER) {
+            // The parent's best (builtin) stays its own: the child's best is what it reaches.
+            if text.starts_with('.')
+                || text.ends_with(".tmp")
+                || (top && (text == OWNER || text == BEST))
+            {
                 continue;
             }
             let kind = entry.file_type()?;
+            let dest = to.join(&name);
             if kind.is_dir() {
-                copy_tree(&entry.path(), &to.join(&name), false, n)?;
+                copy_tree(&entry.path(), &dest, false, n, copied)?;
             } else if kind.is_file() {
-                let bytes = std::fs::copy(entry.path(), to.join(&name))?;
+                let meta = entry.metadata()?;
+                let key = (meta.dev(), meta.ino());
+                if let Some(first) = copied.get(&key).filter(|_| meta.nlink() > 1) {
+                    std::fs::hard_link(first, &dest)?;
+                    continue;
+                }
+                let bytes = std::fs::copy(entry.path(), &dest)?;
+                copied.insert(key, dest);
                 n.0 += 1;
                 n.1 += bytes;
             }
@@ -357,7 +379,7 @@ pub fn seed_from(parent: &Path, child: &Path, owner: &str) -> std::io::Result<(u
     }
     let mut n = (0, 0);
     if parent.is_dir() {
-        copy_tree(parent, child, true, &mut n)?;
+        copy_tree(parent, child, true, &mut n, &mut Copied::new())?;
     }
     std::fs::create_dir_all(child)?;
     let file = child.join(OWNER);
@@ -485,13 +507,23 @@ mod tests {
         std::fs::create_dir_all(parent.join("sub")).expect("mkdir");
         std::fs::write(parent.join(OWNER), "parent").expect("write");
         std::fs::write(parent.join("latest.pt"), b"12345").expect("write");
+        std::fs::hard_link(parent.join("latest.pt"), parent.join("step-4.pt")).expect("link");
         std::fs::write(parent.join("sub/opt.pt"), b"678").expect("write");
         std::fs::write(parent.join(".latest.pt.tmp"), b"half").expect("write");
         std::fs::write(parent.join("state.json.tmp"), b"half").expect("write");
+        std::fs::write(parent.join(BEST), b"the parent's").expect("write");
         // A stale child directory (a trial number reused after `tune delete`).
         std::fs::create_dir_all(&child).expect("mkdir");
         std::fs::write(child.join("stale.pt"), b"old").expect("write");
         assert_eq!(seed_from(&parent, &child, "child").expect("seeded"), (2, 8));
+        {
+            use std::os::unix::fs::MetadataExt;
+            let (a, b) = (
+                std::fs::metadata(child.join("latest.pt")).expect("latest"),
+                std::fs::metadata(child.join("step-4.pt")).expect("its link"),
+            );
+            assert_eq!(a.ino(), b.ino(), "linked as in the parent, copied once");
+        }
         assert_eq!(
             std::fs::read(child.join("latest.pt")).expect("read"),
             b"12345"
@@ -502,6 +534,7 @@ mod tests {
         );
         assert!(!child.join(".latest.pt.tmp").exists(), "no temporary");
         assert!(!child.join("state.json.tmp").exists(), "no temporary");
+        assert!(!child.join(BEST).exists(), "the parent's best is its own");
         assert!(!child.join("stale.pt").exists(), "nothing stale");
         assert_eq!(
             std::fs::read_to_string(child.join(OWNER)).expect("owner"),
