@@ -162,7 +162,7 @@ impl Pruner for PbtPruner {
             .filter_map(|t| Some((t.number, value_at(ctx, &t.reports, point)?)))
             .collect();
         // The latest `population` trials there, itself among them.
-        at.sort_by(|a, b| b.0.cmp(&a.0));
+        at.sort_by_key(|t| std::cmp::Reverse(t.0));
         let own_at = *at.iter().find(|(n, _)| *n == ctx.trial)?;
         let mut ranked: Vec<(TrialNumber, f64)> = at
             .into_iter()
@@ -252,8 +252,7 @@ pub fn explore(
     let mut params = parent_params.clone();
     let mut changes = Vec::new();
     for p in space.params() {
-        if !mutate.iter().any(|m| *m == p.name) || parents_of_conditions.contains(&p.name.as_str())
-        {
+        if !mutate.contains(&p.name) || parents_of_conditions.contains(&p.name.as_str()) {
             continue;
         }
         let Some(from) = parent_params.get(&p.name) else {
