@@ -755,14 +755,17 @@ impl Engine {
 
     /// Acts on the advice of population-based training for running trial `id`
     /// ([`Decision::Exploit`]): takes the first of its candidate parents (best first) that has
-    /// recorded a checkpoint that `readable` says can be read here, explores the parent's
-    /// params, queues the child (its parent recorded with it) and marks the trial as stopping,
-    /// pruned with the reason. `None`, and the trial goes on, where no parent qualifies or the
-    /// budget has no room for the child (the trial is counted; so is the child).
+    /// recorded a checkpoint that `take` can read here, explores the parent's params, queues
+    /// the child (its parent recorded with it) and marks the trial as stopping, pruned with
+    /// the reason. `take` says the step of the checkpoint the child will copy (the recorded
+    /// one, or a newer one that the parent has saved since and that was frozen for the
+    /// child), `None` where it cannot be read. `None`, and the trial goes on, where no parent
+    /// qualifies or the budget has no room for the child (the trial is counted; so is the
+    /// child).
     pub fn exploit(
         &mut self,
         id: TrialId,
-        readable: impl Fn(&ParentCheckpoint) -> bool,
+        mut take: impl FnMut(&ParentCheckpoint) -> Option<u64>,
     ) -> Result<Option<Exploited>, StorageError> {
         let Some(config) = self.pbt.clone() else {
             return Ok(None);
@@ -787,9 +790,10 @@ impl Engine {
         }
         let mut chosen = None;
         for &p in parents {
-            if let Some(c) = self.parent_checkpoint(p)?
-                && readable(&c)
+            if let Some(mut c) = self.parent_checkpoint(p)?
+                && let Some(step) = take(&c)
             {
+                c.step = step;
                 chosen = Some(c);
                 break;
             }
@@ -1255,6 +1259,74 @@ mod tests {
             (Box::new(MemoryStorage::new()), None),
             (Box::new(sqlite), Some(dir)),
         ]
+    }
+
+    /// Population-based training through the engine: a parent whose checkpoint the driver
+    /// cannot read is passed over (the trial goes on), and the child's record and the
+    /// exploited trial's reason name the step of the checkpoint the driver says the child
+    /// copies: a builtin parent's, frozen when it is exploited, is often newer than the one
+    /// its last checkpoint message recorded.
+    #[test]
+    fn a_pbt_child_records_the_step_of_the_checkpoint_it_copies_not_the_last_recorded_one() {
+        for (storage, _dir) in backends() {
+            let pruner = PrunerConfig::Pbt(crate::pruner::PbtConfig {
+                interval: 2.0,
+                quantile: 0.5,
+                resample_probability: 0.0,
+                ..crate::pruner::PbtConfig::default()
+            });
+            let mut e = engine(storage, Some(4), &pruner);
+            let t0 = e.ask(0, "cpu").expect("ask").expect("a trial");
+            let t1 = e.ask(0, "cpu").expect("ask").expect("a trial");
+            for (step, loss) in [(1, 0.2), (2, 0.1)] {
+                assert_eq!(
+                    e.report(t0.id, report(step, loss)).expect("r"),
+                    Decision::Continue
+                );
+            }
+            e.checkpoint(t0.id, 2).expect("checkpoint");
+            assert_eq!(
+                e.report(t1.id, report(1, 0.6)).expect("r"),
+                Decision::Continue
+            );
+            assert_eq!(
+                e.report(t1.id, report(2, 0.5)).expect("r"),
+                Decision::Exploit
+            );
+            assert_eq!(e.exploit(t1.id, |_| None).expect("exploit"), None);
+            // At the next point the parent's checkpoint can be read, and the driver froze a
+            // newer one than the recorded step 4.
+            for (step, loss) in [(3, 0.09), (4, 0.08)] {
+                e.report(t0.id, report(step, loss)).expect("r");
+            }
+            e.checkpoint(t0.id, 4).expect("checkpoint");
+            e.report(t1.id, report(3, 0.5)).expect("r");
+            assert_eq!(
+                e.report(t1.id, report(4, 0.5)).expect("r"),
+                Decision::Exploit
+            );
+            let x = e
+                .exploit(t1.id, |c| {
+                    assert_eq!((c.trial, c.step), (t0.number, 4));
+                    Some(5)
+                })
+                .expect("exploit")
+                .expect("exploited");
+            let parent = crate::storage::Parent {
+                trial: t0.number,
+                step: 5,
+            };
+            assert_eq!((x.trial, x.parent, x.from.step), (t1.number, parent, 5));
+            assert!(
+                x.reason.contains(&format!(
+                    "exploited; trial {} continues from trial {}'s checkpoint at step 5 with",
+                    x.child, t0.number
+                )),
+                "{}",
+                x.reason
+            );
+            assert_eq!(e.parent_of(x.child).expect("lineage"), Some(parent));
+        }
     }
 
     /// Promotion-based ASHA through the engine: a trial outside the top at a rung gets

@@ -388,6 +388,126 @@ pub fn seed_from(parent: &Path, child: &Path, owner: &str) -> std::io::Result<(u
     Ok(n)
 }
 
+/// The first bytes of a builtin trainer's snapshot file (`snapshot.rs` in tune-train): then
+/// the length of its JSON header (u64, little-endian), then the header.
+pub const SNAPSHOT_MARK: &[u8; 8] = b"TUNESNAP";
+
+/// A snapshot's header is a few hundred bytes: a longer one is damage, not a header.
+const MAX_SNAPSHOT_HEADER: u64 = 1 << 20;
+
+/// The step of the builtin trainer's snapshot at `path`, from its header alone (checking the
+/// rest is the trainer's business): `None` when it is not one or cannot be read.
+pub fn snapshot_step(path: &Path) -> Option<u64> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut head = [0u8; 16];
+    file.read_exact(&mut head).ok()?;
+    let (mark, len) = head.split_at(SNAPSHOT_MARK.len());
+    if mark != SNAPSHOT_MARK {
+        return None;
+    }
+    let len = u64::from_le_bytes(len.try_into().ok()?);
+    if len > MAX_SNAPSHOT_HEADER {
+        return None;
+    }
+    let mut header = vec![0; usize::try_from(len).ok()?];
+    file.read_exact(&mut header).ok()?;
+    serde_json::from_slice::<serde_json::Value>(&header).ok()?["step"].as_u64()
+}
+
+/// The step a builtin trial resuming from `dir` starts at: that of the snapshot the trainer
+/// loads first (`SnapshotStore::load`: the latest, else the newest kept with `keep_last`,
+/// else the best); `None` when `dir` holds none.
+pub fn resume_step(dir: &Path) -> Option<u64> {
+    let mut kept: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name();
+            let step = name
+                .to_str()?
+                .strip_prefix("step-")?
+                .strip_suffix(".snap")?
+                .parse()
+                .ok()?;
+            Some((step, e.path()))
+        })
+        .collect();
+    kept.sort_by_key(|k| std::cmp::Reverse(k.0));
+    std::iter::once(dir.join(LATEST))
+        .chain(kept.into_iter().map(|(_, p)| p))
+        .chain(std::iter::once(dir.join(BEST)))
+        .find_map(|p| snapshot_step(&p))
+}
+
+/// Freezes a builtin parent's checkpoints in `parent` as they stand now, for a child of
+/// population-based training: `staging` (emptied first) gets a hard link to each of its
+/// files (not its [`OWNER`] file, nor hidden temporaries), and the step the child will resume
+/// from ([`resume_step`]) comes back with the files and bytes linked; `None`, and no
+/// `staging`, when `parent` holds no snapshot.
+///
+/// Why links, taken at once: the parent goes on and saves newer checkpoints, and removes them
+/// all when it ends; a copy taken later, or slowly, could be of a newer checkpoint than the
+/// step the child's record names (or find none). The trainer never writes into a snapshot
+/// file (it writes a new one and renames it over the name, and links the best and the kept
+/// ones), so a link keeps exactly this state. An error (`staging` on another filesystem than
+/// `parent`, links refused) removes `staging`: the caller copies instead ([`seed_from`]).
+pub fn freeze(parent: &Path, staging: &Path) -> std::io::Result<Option<(u64, usize, u64)>> {
+    fn link_all(parent: &Path, staging: &Path) -> std::io::Result<(usize, u64)> {
+        std::fs::create_dir_all(staging)?;
+        let mut n = (0, 0);
+        for entry in std::fs::read_dir(parent)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let text = name.to_string_lossy();
+            if text.starts_with('.') || text == OWNER {
+                continue;
+            }
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                // The trainer writes none: whatever this is, the caller's copy takes it.
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::Unsupported,
+                    format!("{} is a directory", entry.path().display()),
+                ));
+            }
+            if !kind.is_file() {
+                continue;
+            }
+            match std::fs::hard_link(entry.path(), staging.join(&name)) {
+                Ok(()) => {
+                    n.0 += 1;
+                    n.1 += std::fs::metadata(staging.join(&name))?.len();
+                }
+                // A kept checkpoint rotated away since the listing: the others stand.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(n)
+    }
+    if staging.exists() {
+        std::fs::remove_dir_all(staging)?;
+    }
+    if !has_snapshot(parent) {
+        return Ok(None);
+    }
+    let linked = link_all(parent, staging);
+    // The step of the links themselves, not of the parent's names, which may be newer now.
+    match linked.map(|n| (resume_step(staging), n)) {
+        Ok((Some(step), (files, bytes))) => Ok(Some((step, files, bytes))),
+        Ok((None, _)) => {
+            std::fs::remove_dir_all(staging)?;
+            Ok(None)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(staging);
+            Err(e)
+        }
+    }
+}
+
 /// Removes a trial's checkpoints when it ended (the trainer removes its snapshots itself
 /// after a finished or failed trial, not the [`OWNER`] file), keeping the best and its owner
 /// with [`Keep::Best`]. The directory goes too when nothing else is left in it.
@@ -547,6 +667,82 @@ mod tests {
         assert_eq!(none, (0, 0));
         assert!(!child.join("latest.pt").exists());
         assert!(child.join(OWNER).exists());
+    }
+
+    /// A file shaped as the trainer's snapshot at `step` (its tensors stand-in bytes), written
+    /// as the trainer writes one: a temporary renamed over the name.
+    fn snap(path: &Path, step: u64) {
+        let header = serde_json::json!({ "format": 1, "step": step }).to_string();
+        let mut bytes = SNAPSHOT_MARK.to_vec();
+        bytes.extend_from_slice(&(header.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(header.as_bytes());
+        bytes.extend_from_slice(b"tensors");
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, bytes).expect("write");
+        std::fs::rename(&tmp, path).expect("rename");
+    }
+
+    #[test]
+    fn the_resume_step_is_that_of_the_snapshot_the_trainer_loads_first() {
+        let t = tempfile::tempdir().expect("temp dir");
+        let d = t.path();
+        assert_eq!(resume_step(d), None);
+        snap(&d.join(BEST), 4);
+        assert_eq!(resume_step(d), Some(4), "the best alone");
+        snap(&d.join("step-000000000006.snap"), 6);
+        snap(&d.join("step-000000000008.snap"), 8);
+        assert_eq!(resume_step(d), Some(8), "the newest kept before the best");
+        std::fs::write(d.join(LATEST), b"TUNESNAP damaged").expect("write");
+        assert_eq!(
+            resume_step(d),
+            Some(8),
+            "an unreadable latest is passed over"
+        );
+        snap(&d.join(LATEST), 9);
+        assert_eq!(resume_step(d), Some(9));
+        assert_eq!(snapshot_step(&d.join(OWNER)), None, "not a snapshot");
+    }
+
+    /// The parent goes on after its child was queued: it saves newer checkpoints, then removes
+    /// them all when it ends. What was frozen for the child stays the checkpoint whose step
+    /// the child's record names.
+    #[test]
+    fn a_frozen_parent_checkpoint_keeps_its_step_while_the_parent_saves_on_and_ends() {
+        let t = tempfile::tempdir().expect("temp dir");
+        let (parent, staging) = (t.path().join("p"), t.path().join("runs/.pbt/s"));
+        std::fs::create_dir_all(&parent).expect("mkdir");
+        assert_eq!(freeze(&parent, &staging).expect("freeze"), None);
+        assert!(!staging.exists());
+        std::fs::write(parent.join(OWNER), "parent").expect("write");
+        std::fs::write(parent.join(".latest.snap.tmp.1"), b"half").expect("write");
+        snap(&parent.join(LATEST), 300);
+        std::fs::hard_link(parent.join(LATEST), parent.join(BEST)).expect("link");
+        let (step, files, bytes) = freeze(&parent, &staging)
+            .expect("freeze")
+            .expect("a snapshot");
+        assert_eq!((step, files), (300, 2));
+        assert_eq!(
+            bytes,
+            2 * std::fs::metadata(parent.join(LATEST)).expect("len").len()
+        );
+        assert!(!staging.join(OWNER).exists() && !staging.join(".latest.snap.tmp.1").exists());
+        // The parent saves at step 400, then ends and removes its snapshots.
+        snap(&parent.join(LATEST), 400);
+        assert_eq!(resume_step(&parent), Some(400));
+        clean(&parent, Keep::None).expect("clean");
+        assert_eq!(resume_step(&staging), Some(300), "the frozen state");
+        // The child's copy of it is its own.
+        let child = t.path().join("c");
+        assert_eq!(seed_from(&staging, &child, "child").expect("seeded").0, 2);
+        assert_eq!(resume_step(&child), Some(300));
+        // Freezing again empties what was there first.
+        std::fs::create_dir_all(&parent).expect("mkdir");
+        snap(&parent.join(LATEST), 500);
+        assert_eq!(
+            freeze(&parent, &staging).expect("freeze").map(|f| f.0),
+            Some(500)
+        );
+        assert!(!staging.join(BEST).exists());
     }
 
     fn parse(src: &str) -> Result<CheckpointSpec, CheckpointError> {

@@ -891,30 +891,65 @@ impl Scheduler {
                 Decision::Pause => b.stop(StopKind::Pause),
                 Decision::Exploit => {
                     // A parent qualifies where its checkpoint can be read here: in the object
-                    // store, or in a directory this machine sees.
+                    // store, or in a directory this machine sees. A builtin parent's is frozen
+                    // at once (`checkpoint::freeze`: hard links), and the child's record names
+                    // the step frozen: the parent has often saved past its recorded step by
+                    // now (its checkpoint messages trail its saves), and saves on.
                     let (store, builtin) = (self.store.is_some(), self.builtin());
                     let dirs = self.checkpoint_dirs();
-                    let readable = |c: &crate::engine::ParentCheckpoint| {
-                        store
-                            || crate::checkpoint::holds_checkpoint(
-                                &dirs.of(c.first, c.first_run_dir.clone()),
-                                builtin,
-                            )
+                    let frozen_dir = self
+                        .study
+                        .runs_dir
+                        .join(".pbt")
+                        .join(format!("exploited-{:05}", b.number.0));
+                    let mut frozen = None;
+                    let take = |c: &crate::engine::ParentCheckpoint| {
+                        frozen = None;
+                        if store {
+                            return Some(c.step);
+                        }
+                        let dir = dirs.of(c.first, c.first_run_dir.clone());
+                        if builtin {
+                            match crate::checkpoint::freeze(&dir, &frozen_dir) {
+                                Ok(Some((step, files, bytes))) => {
+                                    frozen = Some((files, bytes));
+                                    return Some(step);
+                                }
+                                Ok(None) => return None,
+                                // Another filesystem: copied below, as it stands then.
+                                Err(_) => {}
+                            }
+                        }
+                        crate::checkpoint::holds_checkpoint(&dir, builtin).then_some(c.step)
                     };
-                    if let Some(x) = self.engine.exploit(b.id, readable)? {
-                        tracing_line(&format!("trial {} pruned {}", x.trial, x.reason));
-                        b.stop(StopKind::Prune);
-                        // The parent goes on and overwrites its checkpoint: the child's copy
-                        // is taken now, as the parent stands at the point.
-                        let from = self.seed_source(&x.from);
-                        let staging = self
-                            .study
-                            .runs_dir
-                            .join(".pbt")
-                            .join(format!("trial-{:05}", x.child.0));
-                        let to = staging.clone();
-                        let task = tokio::spawn(async move { from.copy_to(&to, "").await });
-                        self.staged.insert(x.child, Staged { staging, task });
+                    let exploited = self.engine.exploit(b.id, take)?;
+                    match (exploited, frozen) {
+                        (Some(x), frozen) => {
+                            tracing_line(&format!("trial {} pruned {}", x.trial, x.reason));
+                            b.stop(StopKind::Prune);
+                            let (staging, task) = match frozen {
+                                Some(n) => (frozen_dir, tokio::spawn(async move { Ok(n) })),
+                                // The parent goes on and overwrites its checkpoint: the
+                                // child's copy is taken now, as the parent stands at the point.
+                                None => {
+                                    let from = self.seed_source(&x.from);
+                                    let staging = self
+                                        .study
+                                        .runs_dir
+                                        .join(".pbt")
+                                        .join(format!("trial-{:05}", x.child.0));
+                                    let to = staging.clone();
+                                    let task =
+                                        tokio::spawn(async move { from.copy_to(&to, "").await });
+                                    (staging, task)
+                                }
+                            };
+                            self.staged.insert(x.child, Staged { staging, task });
+                        }
+                        (None, Some(_)) => {
+                            let _ = std::fs::remove_dir_all(&frozen_dir);
+                        }
+                        (None, None) => {}
                     }
                 }
             }

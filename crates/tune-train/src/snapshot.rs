@@ -42,7 +42,9 @@ use tune::trial::Direction;
 
 /// The version of the file format this build writes and reads.
 pub const FORMAT: u32 = 1;
-const MAGIC: &[u8; 8] = b"TUNESNAP";
+/// The mark a snapshot file starts with; `tune` reads a snapshot's step from the header after
+/// it (`checkpoint::snapshot_step`) to record where a child of population-based training starts.
+const MAGIC: &[u8; 8] = tune::checkpoint::SNAPSHOT_MARK;
 /// The latest checkpoint's file name in a trial's checkpoint directory.
 pub const LATEST: &str = "latest.snap";
 /// The best checkpoint's file name.
@@ -863,6 +865,42 @@ mod tests {
         let empty = SnapshotStore::open(&tmp.path().join("e"), Direction::Maximize).expect("opens");
         assert!(empty.load(&mut warnings).is_none());
         assert!(empty.improves(Some(0.9), Some(0.8)));
+    }
+
+    /// What `tune` reads of a snapshot without libtorch (its header's step) agrees with the
+    /// trainer: the step of the checkpoint the store loads, and of each file.
+    #[test]
+    fn tune_reads_the_step_of_the_checkpoint_the_store_resumes_from() {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let store = SnapshotStore::open(&tmp.path().join("ckpt"), Direction::Minimize)
+            .expect("opens")
+            .keep_last(2);
+        assert_eq!(tune::checkpoint::resume_step(store.dir()), None);
+        store
+            .save(&sample(10, Some(0.5), Some(0.5)))
+            .expect("saves");
+        store
+            .save(&sample(20, Some(0.7), Some(0.5)))
+            .expect("saves");
+        store.save(&sample(25, None, Some(0.5))).expect("saves");
+        let mut warnings = Vec::new();
+        let loaded = store.load(&mut warnings).expect("latest").header.step;
+        assert_eq!(tune::checkpoint::resume_step(store.dir()), Some(loaded));
+        assert_eq!(
+            tune::checkpoint::snapshot_step(&store.best_path()),
+            Some(10)
+        );
+        assert_eq!(
+            tune::checkpoint::snapshot_step(&store.dir().join(step_name(20))),
+            Some(20)
+        );
+        // A damaged latest (a new file: the kept one of its step is a link to the old one):
+        // both fall back to the newest kept one.
+        fs::remove_file(store.latest_path()).expect("remove");
+        fs::write(store.latest_path(), b"TUNESNAP").expect("write");
+        let loaded = store.load(&mut warnings).expect("kept").header.step;
+        assert_eq!(loaded, 25);
+        assert_eq!(tune::checkpoint::resume_step(store.dir()), Some(loaded));
     }
 
     #[test]
