@@ -1468,16 +1468,16 @@ mod tests {
                 .collect();
             assert_eq!(steps(&mut e, &t, 1, 2), Decision::Exploit);
             // Its only candidate parent (trial 1) recorded no checkpoint: no exploit, it goes on.
-            assert_eq!(e.exploit(t[2].id, |_| true).expect("exploit"), None);
+            assert_eq!(e.exploit(t[2].id, |c| Some(c.step)).expect("exploit"), None);
             assert_eq!(e.prune_reason(t[2].id), None);
             e.checkpoint(t[1].id, 4).expect("checkpoint");
             assert_eq!(steps(&mut e, &t, 3, 4), Decision::Exploit);
             // A parent this machine cannot read is passed over.
-            assert_eq!(e.exploit(t[2].id, |_| false).expect("exploit"), None);
+            assert_eq!(e.exploit(t[2].id, |_| None).expect("exploit"), None);
             e.checkpoint(t[1].id, 6).expect("checkpoint");
             assert_eq!(steps(&mut e, &t, 5, 6), Decision::Exploit);
             let x = e
-                .exploit(t[2].id, |c| c.trial == t[1].number)
+                .exploit(t[2].id, |c| (c.trial == t[1].number).then_some(c.step))
                 .expect("exploit")
                 .expect("exploited");
             assert_eq!((x.parent.trial, x.parent.step), (t[1].number, 6));
@@ -1508,7 +1508,7 @@ mod tests {
             .collect();
         e.checkpoint(t[1].id, 1).expect("checkpoint");
         assert_eq!(steps(&mut e, &t, 1, 2), Decision::Exploit);
-        assert_eq!(e.exploit(t[2].id, |_| true).expect("exploit"), None);
+        assert_eq!(e.exploit(t[2].id, |c| Some(c.step)).expect("exploit"), None);
         assert_eq!(e.prune_reason(t[2].id), None);
     }
 

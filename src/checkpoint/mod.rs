@@ -731,9 +731,10 @@ mod tests {
         assert_eq!(resume_step(&parent), Some(400));
         clean(&parent, Keep::None).expect("clean");
         assert_eq!(resume_step(&staging), Some(300), "the frozen state");
-        // The child's copy of it is its own.
+        // The child's copy of it is its own (the parent's best stays the parent's).
         let child = t.path().join("c");
-        assert_eq!(seed_from(&staging, &child, "child").expect("seeded").0, 2);
+        assert_eq!(seed_from(&staging, &child, "child").expect("seeded").0, 1);
+        assert!(!child.join(BEST).exists());
         assert_eq!(resume_step(&child), Some(300));
         // Freezing again empties what was there first.
         std::fs::create_dir_all(&parent).expect("mkdir");
