@@ -75,11 +75,12 @@ pub enum PrunerArm {
 }
 
 /// How many points (exploit opportunities) the `pbt` arm gives a trial's run: its interval is
-/// `epochs / PBT_POINTS` (4 epochs of 27, 13 of 81). The interval is also how long a child
-/// trains on its own params before it is judged, so it is long enough for a curve's early
-/// ordering to form (a child judged one epoch in would be ranked on its parent's momentum);
-/// six points still let a lineage be renewed five times in a run, about as often as ASHA at
-/// η = 3 judges (epochs 1, 3, 9 of 27).
+/// `epochs / PBT_POINTS` (4 epochs of 27, 13 of 81, 3 of 20). The interval is also how long a
+/// child trains on its own params before it is judged, so it is long enough for a curve's
+/// early ordering to form (one epoch after a real child starts, its loss is still mostly its
+/// parent's weights'); six points still let a lineage be renewed five times in a run, about as
+/// often as ASHA at η = 3 judges (epochs 1, 3, 9 of 27). Not tuned here: 9 and 13 points score
+/// within a few points of 6 (docs/experiments/pbt.md).
 const PBT_POINTS: u64 = 6;
 
 impl PrunerArm {
