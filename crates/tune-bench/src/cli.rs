@@ -262,7 +262,8 @@ pub struct MultifidelityArgs {
     pub samplers: String,
     /// Pruners paired with every sampler (comma list): `none`, `median`, `asha`,
     /// `asha-promote` (ASHA that pauses and promotes), `hyperband`, `hyperband-promote`,
-    /// `forecast`.
+    /// `forecast`, `pbt` (population-based training; a child follows its own params' curve
+    /// from its parent's checkpoint epoch, the epochs before it inherited at no cost).
     #[arg(long, default_value = "none,asha,hyperband,forecast")]
     pub pruners: String,
     /// Seeds per sampler, pruner and problem (0..seeds).

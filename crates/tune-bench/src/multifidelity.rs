@@ -12,6 +12,19 @@
 //! in the same run with seeds of its own), clipped to ±100. A run that has completed no trial
 //! at a budget scores as chance ([`curves::V0`]).
 //!
+//! **Population-based training** (the `pbt` arm) is simulated as Syne Tune simulates it on
+//! tabulated and surrogate blackboxes: every trial records a checkpoint after each epoch, and a
+//! child (queued by [`Engine::exploit`] from a parent's latest checkpoint, at epoch `s`)
+//! follows **its own params' curve** from epoch `s + 1` on. The `s` epochs it inherits cost
+//! nothing; only the epochs it trains are compute. The model credits inherited progress
+//! without modelling weight inheritance: a child's loss is what its params would have reached
+//! from scratch, not what the parent's weights trained on under its params would reach. It is
+//! optimistic about PBT wherever the two differ (a learning rate raised late, a curve whose end
+//! depends on its start), and the more so the later a child starts. A child of a complete
+//! parent (`s` = the trial's epochs) has no epoch left to train: it is the parent's final
+//! model, reported once at no cost (the parent's true final, with a noise draw of its own),
+//! not a free look at its own params' final loss.
+//!
 //! With `TUNE_BENCH_TRACE` set, every finished trial is also traced on standard error (problem,
 //! arm, seed, number, outcome, epochs trained, last reported and true final loss, the
 //! incumbent's true final, params): what a run did, when a score needs explaining.
@@ -35,11 +48,11 @@ use crate::curves::{self, CurveProblem, V0};
 use crate::optimizers::{median, score};
 use tune::engine::{Decision, Engine, EngineSpec, Finish};
 use tune::pruner::{
-    AshaConfig, AshaMode, ForecastConfig, HyperbandConfig, MedianConfig, PrunerConfig,
+    AshaConfig, AshaMode, ForecastConfig, HyperbandConfig, MedianConfig, PbtConfig, PrunerConfig,
 };
 use tune::sampler::{SamplerKind, mix as mix_seed};
 use tune::storage::MemoryStorage;
-use tune::trial::{Direction, Report, TrialId};
+use tune::trial::{Direction, Report, TrialId, TrialNumber};
 
 /// The pruners the benchmark pairs with every sampler, each over epochs with the trial's full
 /// epochs as its maximum resource.
@@ -55,7 +68,20 @@ pub enum PrunerArm {
     /// Hyperband with `mode = "promote"`.
     HyperbandPromote,
     Forecast,
+    /// Population-based training: the bottom of a point is exploited into a child that
+    /// continues from a top trial's checkpoint with explored params (the module's comment
+    /// says how a child's curve is simulated).
+    Pbt,
 }
+
+/// How many points (exploit opportunities) the `pbt` arm gives a trial's run: its interval is
+/// `epochs / PBT_POINTS` (4 epochs of 27, 13 of 81, 3 of 20). The interval is also how long a
+/// child trains on its own params before it is judged, so it is long enough for a curve's
+/// early ordering to form (one epoch after a real child starts, its loss is still mostly its
+/// parent's weights'); six points still let a lineage be renewed five times in a run, about as
+/// often as ASHA at η = 3 judges (epochs 1, 3, 9 of 27). Not tuned here: 9 and 13 points score
+/// within a few points of 6 (docs/experiments/pbt.md).
+const PBT_POINTS: u64 = 6;
 
 impl PrunerArm {
     pub const NAMES: &'static [&'static str] = &[
@@ -66,6 +92,7 @@ impl PrunerArm {
         "hyperband",
         "hyperband-promote",
         "forecast",
+        "pbt",
     ];
 
     pub fn parse(s: &str) -> Option<PrunerArm> {
@@ -77,6 +104,7 @@ impl PrunerArm {
             "hyperband" => PrunerArm::Hyperband,
             "hyperband-promote" => PrunerArm::HyperbandPromote,
             "forecast" => PrunerArm::Forecast,
+            "pbt" => PrunerArm::Pbt,
             _ => return None,
         })
     }
@@ -90,6 +118,7 @@ impl PrunerArm {
             PrunerArm::Hyperband => "hyperband",
             PrunerArm::HyperbandPromote => "hyperband-promote",
             PrunerArm::Forecast => "forecast",
+            PrunerArm::Pbt => "pbt",
         }
     }
 
@@ -130,7 +159,23 @@ impl PrunerArm {
                 resource,
                 ..ForecastConfig::default()
             }),
+            // The population is the default 8, not the workers `q`: tune's PBT ranks a trial
+            // among the latest trials to reach a point, finished or not, so the population is
+            // a window of the history rather than the trials running side by side, and the
+            // benchmark's default `q = 1` could not be one (it must be 2 or more). The
+            // quantile is the default 0.25 and `mutate` absent: every param is explored.
+            PrunerArm::Pbt => PrunerConfig::Pbt(PbtConfig {
+                interval: (epochs / PBT_POINTS).max(1) as f64,
+                max_resource: max,
+                resource,
+                ..PbtConfig::default()
+            }),
         }
+    }
+
+    /// Whether trials record a checkpoint after every epoch (parents for PBT's children).
+    fn checkpoints_every_epoch(self) -> bool {
+        self == PrunerArm::Pbt
     }
 }
 
@@ -163,6 +208,13 @@ pub struct RunResult {
     /// incumbent's when they were stopped: stops that cost the run its best trial.
     pub pruned: usize,
     pub false_stops: usize,
+    /// Trials population-based training exploited (stopped for a child; not in `pruned`); the
+    /// children that started as copies of a complete parent's final model (nothing left to
+    /// train); and the epochs the other children that started inherited from their parents'
+    /// checkpoints: progress credited without compute.
+    pub exploited: usize,
+    pub copies: usize,
+    pub inherited: u64,
     /// Milliseconds of each ask (the sampler's proposal and the claim).
     pub ask_ms: Vec<f64>,
 }
@@ -170,10 +222,14 @@ pub struct RunResult {
 /// A trial on a worker.
 struct Live {
     id: TrialId,
+    trial: TrialNumber,
     /// The number of its first attempt (a promoted trial's re-run has a number of its own):
     /// its noise is drawn from it, so a resumed curve goes on as the paused one would have.
     number: u64,
     curve: curves::Curve,
+    /// The epoch it started from (0, a promoted trial's checkpoint, a PBT parent's), and the
+    /// last it trained.
+    start: u64,
     epoch: u64,
     params: tune::space::Params,
 }
@@ -197,6 +253,17 @@ pub fn run_one(
     q: usize,
     budgets: &[f64],
 ) -> anyhow::Result<RunResult> {
+    Ok(run_study(problem, arm, seed, q, budgets)?.0)
+}
+
+/// [`run_one`], with the engine it ran, whose storage holds the study (for the tests).
+fn run_study(
+    problem: &CurveProblem,
+    arm: Arm,
+    seed: u64,
+    q: usize,
+    budgets: &[f64],
+) -> anyhow::Result<(RunResult, Engine)> {
     let space = problem.space()?;
     let pruner = arm.pruner.config(problem.epochs);
     pruner
@@ -219,33 +286,36 @@ pub fn run_one(
         complete: 0,
         pruned: 0,
         false_stops: 0,
+        exploited: 0,
+        copies: 0,
+        inherited: 0,
         ask_ms: Vec::new(),
     };
+    // The true loss at the last epoch of every trial that reached it: what a child of its
+    // final checkpoint inherits.
+    let mut finals: BTreeMap<TrialNumber, f64> = BTreeMap::new();
     while spent < cap {
         for (slot, w) in workers.iter_mut().enumerate() {
-            if w.is_none() {
-                let t0 = Instant::now();
-                let trial = engine
-                    .ask(slot, "cpu")?
-                    .context("the engine stopped asking before the compute was spent")?;
-                result.ask_ms.push(t0.elapsed().as_secs_f64() * 1e3);
-                space
-                    .validate(&trial.params)
-                    .with_context(|| format!("{} proposed invalid params", arm.label()))?;
-                // A promoted trial's re-run resumes at the epoch its checkpoint holds.
-                let resumed = engine.recorded_checkpoint(trial.number)?;
-                if resumed.is_none() {
-                    result.trials += 1;
-                } else {
-                    result.resumed += 1;
+            while w.is_none() {
+                let at = Claim {
+                    problem,
+                    space: &space,
+                    arm,
+                    seed,
+                    slot,
+                };
+                match start(&mut engine, &at, &finals, &mut result)? {
+                    Started::Train(live) => *w = Some(live),
+                    Started::Copied { trial, seen, truth } => {
+                        finals.insert(trial, truth);
+                        if !seen.is_nan() {
+                            result.complete += 1;
+                            if incumbent.is_none_or(|(best_seen, _)| seen < best_seen) {
+                                incumbent = Some((seen, truth));
+                            }
+                        }
+                    }
                 }
-                *w = Some(Live {
-                    id: trial.id,
-                    number: engine.attempt(trial.number)?.first.0,
-                    curve: problem.run_curve(&trial.params, seed)?,
-                    epoch: resumed.map_or(0, |c| c.step),
-                    params: trial.params.clone(),
-                });
             }
         }
         for w in workers.iter_mut() {
@@ -257,6 +327,14 @@ pub fn run_one(
             spent += 1;
             let truth = live.curve.losses[(live.epoch - 1) as usize];
             let seen = observe(problem, truth, seed, live.number, live.epoch);
+            if live.epoch == epochs {
+                finals.insert(live.trial, truth);
+            }
+            // Saved before the report, as a trainer saves at the end of its epoch: a trial
+            // exploited at this report's point may take it as its parent.
+            if arm.pruner.checkpoints_every_epoch() {
+                engine.checkpoint(live.id, live.epoch)?;
+            }
             let mut metrics = BTreeMap::new();
             metrics.insert("loss".to_string(), seen);
             metrics.insert("epoch".to_string(), live.epoch as f64);
@@ -278,44 +356,12 @@ pub fn run_one(
                     incumbent = Some((seen, truth));
                 }
                 Some(Finish::Ended)
-            } else if decision == Decision::Pause {
-                // Checkpointed at this epoch, then stopped: paused, not counted as pruned.
-                engine.checkpoint(live.id, live.epoch)?;
-                Some(Finish::Pruned {
-                    value: None,
-                    reason: None,
-                })
-            } else if decision == Decision::Prune {
-                result.pruned += 1;
-                let would_reach = live.curve.losses.last().copied().unwrap_or(f64::NAN);
-                if incumbent.is_none_or(|(_, best)| would_reach < best) {
-                    result.false_stops += 1;
-                }
-                Some(Finish::Pruned {
-                    value: None,
-                    reason: None,
-                })
             } else {
-                None
+                stop(&mut engine, live, decision, incumbent, &mut result)?
             };
             if let Some(how) = ended {
                 if std::env::var_os("TUNE_BENCH_TRACE").is_some() {
-                    eprintln!(
-                        "TRACE {} {} seed {seed} #{} {:?} epochs {} seen {:.4} final {:.4} inc {:?} {:?}",
-                        problem.name,
-                        arm.label(),
-                        live.number,
-                        match &how {
-                            Finish::Ended => "complete",
-                            Finish::Pruned { .. } => "pruned",
-                            _ => "failed",
-                        },
-                        live.epoch,
-                        seen,
-                        live.curve.losses.last().copied().unwrap_or(f64::NAN),
-                        incumbent.map(|i| (i.1 * 1e4).round() / 1e4),
-                        live.params,
-                    );
+                    trace(problem, arm, seed, live, &how, seen, incumbent);
                 }
                 engine.finish(live.id, how, &[])?;
                 *w = None;
@@ -331,7 +377,185 @@ pub fn run_one(
     while result.best.len() < budgets.len() {
         result.best.push(incumbent.map_or(V0, |(_, truth)| truth));
     }
-    Ok(result)
+    Ok((result, engine))
+}
+
+/// Where [`start`] claims a trial.
+struct Claim<'a> {
+    problem: &'a CurveProblem,
+    space: &'a tune::space::Space,
+    arm: Arm,
+    seed: u64,
+    slot: usize,
+}
+
+/// A claimed trial.
+enum Started {
+    /// To train from its `epoch` on.
+    Train(Live),
+    /// A child of population-based training whose parent had completed: nothing is left to
+    /// train, it reported the parent's final model once (`seen`, true loss `truth`) and ended.
+    Copied {
+        trial: TrialNumber,
+        seen: f64,
+        truth: f64,
+    },
+}
+
+/// Claims the next trial for worker `at.slot`: a new one starts at epoch 0, a promoted one at
+/// its checkpoint's epoch, a child of population-based training at its parent's (the epochs
+/// before it inherited, at no cost; `finals` holds what a child of a complete parent is).
+fn start(
+    engine: &mut Engine,
+    at: &Claim<'_>,
+    finals: &BTreeMap<TrialNumber, f64>,
+    result: &mut RunResult,
+) -> anyhow::Result<Started> {
+    let problem = at.problem;
+    let t0 = Instant::now();
+    let trial = engine
+        .ask(at.slot, "cpu")?
+        .context("the engine stopped asking before the compute was spent")?;
+    result.ask_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+    at.space
+        .validate(&trial.params)
+        .with_context(|| format!("{} proposed invalid params", at.arm.label()))?;
+    let number = engine.attempt(trial.number)?.first.0;
+    // A promoted trial's re-run resumes at the epoch its checkpoint holds.
+    let resumed = engine.recorded_checkpoint(trial.number)?;
+    let parent = engine.parent_of(trial.number)?;
+    let epoch = match (&resumed, parent) {
+        (Some(c), _) => {
+            result.resumed += 1;
+            c.step
+        }
+        (None, Some(parent)) => {
+            result.trials += 1;
+            if parent.step < problem.epochs {
+                result.inherited += parent.step;
+            } else {
+                result.copies += 1;
+            }
+            parent.step
+        }
+        (None, None) => {
+            result.trials += 1;
+            0
+        }
+    };
+    if let Some(parent) = parent.filter(|p| p.step >= problem.epochs) {
+        let truth = *finals
+            .get(&parent.trial)
+            .with_context(|| format!("trial {} checkpointed its last epoch", parent.trial))?;
+        let seen = observe(problem, truth, at.seed, number, problem.epochs);
+        let mut metrics = BTreeMap::new();
+        metrics.insert("loss".to_string(), seen);
+        metrics.insert("epoch".to_string(), problem.epochs as f64);
+        engine.report(
+            trial.id,
+            Report {
+                step: problem.epochs,
+                metrics,
+            },
+        )?;
+        let how = if seen.is_nan() {
+            Finish::Failed {
+                reason: "the loss diverged".into(),
+                log_tail: None,
+            }
+        } else {
+            Finish::Ended
+        };
+        if std::env::var_os("TUNE_BENCH_TRACE").is_some() {
+            eprintln!(
+                "TRACE {} {} seed {} #{number} copy of #{}'s final model: seen {seen:.4} final {truth:.4} {:?}",
+                problem.name,
+                at.arm.label(),
+                at.seed,
+                parent.trial,
+                trial.params,
+            );
+        }
+        engine.finish(trial.id, how, &[])?;
+        return Ok(Started::Copied {
+            trial: trial.number,
+            seen,
+            truth,
+        });
+    }
+    Ok(Started::Train(Live {
+        id: trial.id,
+        trial: trial.number,
+        number,
+        curve: problem.run_curve(&trial.params, at.seed)?,
+        start: epoch,
+        epoch,
+        params: trial.params.clone(),
+    }))
+}
+
+/// What the pruner's `decision` on running trial `live` (neither diverged nor at its end)
+/// ends it with, if anything; counts the stops.
+fn stop(
+    engine: &mut Engine,
+    live: &Live,
+    decision: Decision,
+    incumbent: Option<(f64, f64)>,
+    result: &mut RunResult,
+) -> anyhow::Result<Option<Finish>> {
+    let pruned = Finish::Pruned {
+        value: None,
+        reason: None,
+    };
+    Ok(match decision {
+        Decision::Continue => None,
+        Decision::Pause => {
+            // Checkpointed at this epoch, then stopped: paused, not counted as pruned.
+            engine.checkpoint(live.id, live.epoch)?;
+            Some(pruned)
+        }
+        Decision::Prune => {
+            result.pruned += 1;
+            if incumbent.is_none_or(|(_, best)| live.curve.last() < best) {
+                result.false_stops += 1;
+            }
+            Some(pruned)
+        }
+        // Every checkpoint can be read here. `None`: no parent has one, and the trial goes on.
+        Decision::Exploit => engine.exploit(live.id, |_| true)?.map(|_| {
+            result.exploited += 1;
+            pruned
+        }),
+    })
+}
+
+/// One line on standard error for a finished trial (`TUNE_BENCH_TRACE`).
+fn trace(
+    problem: &CurveProblem,
+    arm: Arm,
+    seed: u64,
+    live: &Live,
+    how: &Finish,
+    seen: f64,
+    incumbent: Option<(f64, f64)>,
+) {
+    eprintln!(
+        "TRACE {} {} seed {seed} #{} {:?} epochs {}..={} seen {:.4} final {:.4} inc {:?} {:?}",
+        problem.name,
+        arm.label(),
+        live.number,
+        match how {
+            Finish::Ended => "complete",
+            Finish::Pruned { .. } => "pruned",
+            _ => "failed",
+        },
+        live.start + 1,
+        live.epoch,
+        seen,
+        live.curve.last(),
+        incumbent.map(|i| (i.1 * 1e4).round() / 1e4),
+        live.params,
+    );
 }
 
 /// The engine of `tune run` on memory storage for a study of `problem` (minimising `loss`),
@@ -379,6 +603,9 @@ pub struct Cell {
     pub complete: f64,
     pub pruned: f64,
     pub false_stops: f64,
+    pub exploited: f64,
+    pub copies: f64,
+    pub inherited: f64,
     pub ask_ms: Vec<f64>,
 }
 
@@ -624,6 +851,9 @@ pub fn measure(opts: &Options) -> anyhow::Result<Measured> {
                         .map(|r| r.false_stops as f64)
                         .collect::<Vec<_>>(),
                 ),
+                exploited: mean(&mine.iter().map(|r| r.exploited as f64).collect::<Vec<_>>()),
+                copies: mean(&mine.iter().map(|r| r.copies as f64).collect::<Vec<_>>()),
+                inherited: mean(&mine.iter().map(|r| r.inherited as f64).collect::<Vec<_>>()),
                 ask_ms: mine.iter().flat_map(|r| r.ask_ms.iter().copied()).collect(),
             });
         }
@@ -669,14 +899,14 @@ pub fn render(opts: &Options, m: &Measured) -> String {
     }
     let _ = writeln!(
         out,
-        " trials | complete | pruned (would have led) | ask ms p50 / p99 | crossing: pruned − none {} |",
+        " trials | complete | pruned (would have led) | exploited (copies; epochs inherited) | ask ms p50 / p99 | crossing: pruned − none {} |",
         budgets.last().map_or("", |s| s.as_str())
     );
     let _ = write!(out, "|---|");
     for _ in &budgets {
         let _ = write!(out, "---|---|");
     }
-    let _ = writeln!(out, "---|---|---|---|---|");
+    let _ = writeln!(out, "---|---|---|---|---|---|");
     let crossing: Vec<usize> = opts
         .problems
         .iter()
@@ -716,9 +946,19 @@ pub fn render(opts: &Options, m: &Measured) -> String {
             }
             _ => "–".to_string(),
         };
+        let exploited = if arm.pruner == PrunerArm::Pbt {
+            format!(
+                "{:.1} ({:.1}; {:.0})",
+                mean(&cells.iter().map(|c| c.exploited).collect::<Vec<_>>()),
+                mean(&cells.iter().map(|c| c.copies).collect::<Vec<_>>()),
+                mean(&cells.iter().map(|c| c.inherited).collect::<Vec<_>>()),
+            )
+        } else {
+            "–".to_string()
+        };
         let _ = writeln!(
             out,
-            " {:.0} | {:.1} | {:.1} ({:.2}) | {:.2} / {:.2} | {cross} |",
+            " {:.0} | {:.1} | {:.1} ({:.2}) | {exploited} | {:.2} / {:.2} | {cross} |",
             mean(&cells.iter().map(|c| c.trials).collect::<Vec<_>>()),
             mean(&cells.iter().map(|c| c.complete).collect::<Vec<_>>()),
             mean(&cells.iter().map(|c| c.pruned).collect::<Vec<_>>()),
@@ -971,6 +1211,98 @@ mod tests {
     }
 
     #[test]
+    fn pbt_children_start_at_their_parents_epoch_and_pay_only_the_epochs_they_train() {
+        let p = problem(curves::Shape::Exponential);
+        // Four workers: parents are often still running when a trial is exploited, so most
+        // children have epochs left to train.
+        let (r, engine) =
+            run_study(&p, arm(SamplerKind::Random, PrunerArm::Pbt), 3, 4, &[10.0]).unwrap();
+        assert!(r.exploited > 0, "{r:?}");
+        // An exploited trial is not a stop that cost the run its best trial.
+        assert_eq!((r.pruned, r.false_stops), (0, 0), "{r:?}");
+        let storage = engine.storage();
+        let study = engine.study();
+        let reports = storage.reports(study).unwrap();
+        let parents: BTreeMap<_, _> = storage
+            .lineage(study)
+            .unwrap()
+            .into_iter()
+            .map(|l| (l.child, l.parent))
+            .collect();
+        // One child queued per exploited trial (the last may not have been claimed).
+        assert_eq!(parents.len(), r.exploited, "{r:?}");
+        let mut trained = 0;
+        let mut inherited = 0;
+        let mut copies = 0;
+        for (number, curve) in &reports {
+            let steps: Vec<u64> = curve.iter().map(|r| r.step).collect();
+            let start = match parents.get(number) {
+                // A child of a complete parent is its final model: one report, nothing trained.
+                Some(parent) if parent.step == p.epochs => {
+                    assert_eq!(steps, vec![p.epochs], "{number}");
+                    copies += 1;
+                    parent.step
+                }
+                Some(parent) => {
+                    assert!(parent.step >= 1, "{number}: {parent:?}");
+                    assert_eq!(steps[0], parent.step + 1, "{number}: {steps:?}");
+                    inherited += parent.step;
+                    parent.step
+                }
+                None => {
+                    assert_eq!(steps[0], 1, "{number}: {steps:?}");
+                    0
+                }
+            };
+            // Every epoch once, from where the trial started.
+            assert!(steps.windows(2).all(|w| w[1] == w[0] + 1), "{steps:?}");
+            trained += steps.last().unwrap() - start;
+        }
+        assert!(
+            parents
+                .iter()
+                .any(|(c, at)| at.step < p.epochs && reports.contains_key(c)),
+            "some child trained"
+        );
+        // The compute is the epochs trained, one report each: 10 trials' worth, although the
+        // trials reached further through what the children inherited.
+        assert_eq!(trained, 10 * p.epochs);
+        assert!(
+            inherited > 0 && inherited <= r.inherited,
+            "{inherited} vs {r:?}"
+        );
+        assert_eq!(copies, r.copies, "{r:?}");
+        // The pick is the complete trial (children among them) with the best final. A child
+        // that trained ends at its own params' curve's final (no noise here); one of a complete
+        // parent at the parent's.
+        let complete = storage
+            .trials(study, Some(tune::trial::TrialState::Complete))
+            .unwrap();
+        assert!(
+            complete
+                .iter()
+                .any(|t| parents.get(&t.number).is_some_and(|at| at.step < p.epochs)),
+            "some child that trained completed"
+        );
+        let value_of = |n: TrialNumber| {
+            let t = complete.iter().find(|t| t.number == n).unwrap();
+            t.status.value().unwrap()
+        };
+        let best = complete
+            .iter()
+            .map(|t| {
+                let last = match parents.get(&t.number) {
+                    Some(at) if at.step == p.epochs => value_of(at.trial),
+                    _ => p.run_curve(&t.params, 3).unwrap().last(),
+                };
+                assert_eq!(t.status.value(), Some(last), "{}", t.number);
+                last
+            })
+            .fold(f64::INFINITY, f64::min);
+        assert_eq!(r.best, vec![best]);
+    }
+
+    #[test]
     fn a_run_that_completed_nothing_scores_as_chance() {
         let p = problem(curves::Shape::Plateau);
         // Half a trial of compute on one worker: nothing can complete.
@@ -1007,6 +1339,9 @@ mod tests {
             complete: 0.0,
             pruned: 0.0,
             false_stops: 0.0,
+            exploited: 0.0,
+            copies: 0.0,
+            inherited: 0.0,
             ask_ms: vec![],
         };
         let cells = [cell(vec![10.0, 50.0]), cell(vec![30.0, -10.0])];
