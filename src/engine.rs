@@ -86,6 +86,9 @@ pub struct ParentCheckpoint {
     pub step: u64,
     /// The parent's params (its checkpoints' owner names them).
     pub params: Params,
+    /// Whether the parent is still running: only a running trial is a parent, since a finished
+    /// one's checkpoint is at its end (nothing left to train) or gone.
+    pub running: bool,
 }
 
 /// What [`Engine::exploit`] did: the child queued, the parent it continues from, and what
@@ -754,7 +757,7 @@ impl Engine {
     }
 
     /// Acts on the advice of population-based training for running trial `id`
-    /// ([`Decision::Exploit`]): takes the first of its candidate parents (best first) that has
+    /// ([`Decision::Exploit`]): takes the first of its candidate parents (best first) still running that has
     /// recorded a checkpoint that `take` can read here, explores the parent's params, queues
     /// the child (its parent recorded with it) and marks the trial as stopping, pruned with
     /// the reason. `take` says the step of the checkpoint the child will copy (the recorded
@@ -791,6 +794,7 @@ impl Engine {
         let mut chosen = None;
         for &p in parents {
             if let Some(mut c) = self.parent_checkpoint(p)?
+                && c.running
                 && let Some(step) = take(&c)
             {
                 c.step = step;
@@ -886,6 +890,7 @@ impl Engine {
             first_run_dir,
             host: t.status.placement().and_then(|p| p.host.clone()),
             step,
+            running: t.state() == TrialState::Running,
             params: t.params,
         }))
     }

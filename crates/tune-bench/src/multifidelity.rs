@@ -522,7 +522,7 @@ fn stop(
             Some(pruned)
         }
         // Every checkpoint can be read here. `None`: no parent has one, and the trial goes on.
-        Decision::Exploit => engine.exploit(live.id, |_| true)?.map(|_| {
+        Decision::Exploit => engine.exploit(live.id, |c| Some(c.step))?.map(|_| {
             result.exploited += 1;
             pruned
         }),
