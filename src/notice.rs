@@ -30,20 +30,27 @@ macro_rules! say_out {
     }};
 }
 
+/// What every told line starts with on standard error.
+const PREFIX: &str = "tune: ";
+
 type Sink = Arc<dyn Fn(String) + Send + Sync>;
 
 /// Where messages go; `None`: standard error.
 static SINK: Mutex<Option<Sink>> = Mutex::new(None);
 
 /// Tells the user `message` (no `tune: ` prefix, no newline): on standard error, or to whoever
-/// holds the [`Redirect`].
+/// holds the [`Redirect`]. A message that brings its own prefix loses it: written by the
+/// caller as well, it printed `tune: tune: …`.
 pub fn tell(message: impl Into<String>) {
-    let message = message.into();
+    let mut message = message.into();
+    if let Some(rest) = message.strip_prefix(PREFIX) {
+        message = rest.to_string();
+    }
     // Cloned out of the lock: a sink that tells again must not deadlock.
     let sink = SINK.lock().unwrap_or_else(PoisonError::into_inner).clone();
     match sink {
         Some(sink) => sink(message),
-        None => crate::say!("tune: {message}"),
+        None => crate::say!("{PREFIX}{message}"),
     }
 }
 
@@ -89,5 +96,27 @@ mod tests {
         assert!(at("lost the database") < at("reconnected"), "{got:?}");
         assert!(at("lost the database").is_some(), "{got:?}");
         assert!(at("after: to standard error").is_none(), "{got:?}");
+    }
+
+    #[test]
+    fn a_message_that_brings_its_own_prefix_is_told_with_one() {
+        let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let into = Arc::clone(&got);
+        let guard = redirect(move |m| into.lock().expect("not poisoned").push(m));
+        tell("tune: trial 7: cannot fetch its checkpoints");
+        tell("trial 8: tune: is part of the text");
+        drop(guard);
+        let got = got.lock().expect("not poisoned");
+        assert!(
+            got.iter()
+                .any(|m| m == "trial 7: cannot fetch its checkpoints"),
+            "{got:?}"
+        );
+        assert!(
+            got.iter()
+                .any(|m| m == "trial 8: tune: is part of the text"),
+            "{got:?}"
+        );
     }
 }

@@ -330,7 +330,9 @@ pub fn claim(dir: &Path, owner: &str) -> std::io::Result<bool> {
 /// then makes it the child's ([`OWNER`] = `owner`), so that the child resumes from it as a
 /// re-run would from its own. Whatever `child` held before goes first. Files are copied, not
 /// linked: a parent that rewrites a file in place does not change the child's. Returns the
-/// files and bytes copied; none when `parent` holds no checkpoint.
+/// files and bytes copied; none when `parent` holds no checkpoint. An error names the path it
+/// met and what was done there: the fault may be the parent's (reading) or the child's
+/// (emptying, writing), and the caller's message would otherwise blame one for the other.
 pub fn seed_from(parent: &Path, child: &Path, owner: &str) -> std::io::Result<(usize, u64)> {
     /// A file with several names there (the latest and its `keep_last` link) gets the same
     /// names here, one copy linked, not one copy per name.
@@ -343,9 +345,10 @@ pub fn seed_from(parent: &Path, child: &Path, owner: &str) -> std::io::Result<(u
         copied: &mut Copied,
     ) -> std::io::Result<()> {
         use std::os::unix::fs::MetadataExt;
-        std::fs::create_dir_all(to)?;
-        for entry in std::fs::read_dir(from)? {
-            let entry = entry?;
+        std::fs::create_dir_all(to).map_err(at("creating", to))?;
+        let reading = at("reading", from);
+        for entry in std::fs::read_dir(from).map_err(&reading)? {
+            let entry = entry.map_err(&reading)?;
             let name = entry.file_name();
             let text = name.to_string_lossy();
             // The parent's best (builtin) stays its own: the child's best is what it reaches.
@@ -355,18 +358,23 @@ pub fn seed_from(parent: &Path, child: &Path, owner: &str) -> std::io::Result<(u
             {
                 continue;
             }
-            let kind = entry.file_type()?;
-            let dest = to.join(&name);
+            let (src, dest) = (entry.path(), to.join(&name));
+            let kind = entry.file_type().map_err(at("reading", &src))?;
             if kind.is_dir() {
-                copy_tree(&entry.path(), &dest, false, n, copied)?;
+                copy_tree(&src, &dest, false, n, copied)?;
             } else if kind.is_file() {
-                let meta = entry.metadata()?;
+                let meta = entry.metadata().map_err(at("reading", &src))?;
                 let key = (meta.dev(), meta.ino());
                 if let Some(first) = copied.get(&key).filter(|_| meta.nlink() > 1) {
-                    std::fs::hard_link(first, &dest)?;
+                    std::fs::hard_link(first, &dest).map_err(at("linking", &dest))?;
                     continue;
                 }
-                let bytes = std::fs::copy(entry.path(), &dest)?;
+                let bytes = std::fs::copy(&src, &dest).map_err(|e| {
+                    std::io::Error::new(
+                        e.kind(),
+                        format!("copying {} to {}: {e}", src.display(), dest.display()),
+                    )
+                })?;
                 copied.insert(key, dest);
                 n.0 += 1;
                 n.1 += bytes;
@@ -375,16 +383,18 @@ pub fn seed_from(parent: &Path, child: &Path, owner: &str) -> std::io::Result<(u
         Ok(())
     }
     if child.exists() {
-        std::fs::remove_dir_all(child)?;
+        std::fs::remove_dir_all(child).map_err(at("emptying", child))?;
     }
     let mut n = (0, 0);
     if parent.is_dir() {
         copy_tree(parent, child, true, &mut n, &mut Copied::new())?;
     }
-    std::fs::create_dir_all(child)?;
+    std::fs::create_dir_all(child).map_err(at("creating", child))?;
     let file = child.join(OWNER);
-    std::fs::write(&file, owner)?;
-    std::fs::File::open(child)?.sync_all()?;
+    std::fs::write(&file, owner).map_err(at("writing", &file))?;
+    std::fs::File::open(child)
+        .and_then(|d| d.sync_all())
+        .map_err(at("syncing", child))?;
     Ok(n)
 }
 
@@ -506,6 +516,12 @@ pub fn freeze(parent: &Path, staging: &Path) -> std::io::Result<Option<(u64, usi
             Err(e)
         }
     }
+}
+
+/// An I/O error of [`seed_from`] that says what it was doing where (`emptying
+/// /c/trial-00002: Not a directory (os error 20)`), of the same kind.
+fn at<'a>(doing: &'a str, path: &'a Path) -> impl Fn(std::io::Error) -> std::io::Error + 'a {
+    move |e| std::io::Error::new(e.kind(), format!("{doing} {}: {e}", path.display()))
 }
 
 /// Removes a trial's checkpoints when it ended (the trainer removes its snapshots itself
@@ -744,6 +760,41 @@ mod tests {
             Some(500)
         );
         assert!(!staging.join(BEST).exists());
+    }
+
+    #[test]
+    fn a_seed_that_cannot_be_written_names_the_childs_path_and_what_failed_there() {
+        let t = tempfile::tempdir().expect("temp dir");
+        let parent = t.path().join("p");
+        std::fs::create_dir_all(&parent).expect("mkdir");
+        std::fs::write(parent.join("state.json"), b"{}").expect("write");
+        // The child's directory made a regular file: it cannot be emptied.
+        let file = t.path().join("c");
+        std::fs::write(&file, "a file").expect("write");
+        let e = seed_from(&parent, &file, "child").expect_err("a file is no directory");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("emptying {}: Not a directory", file.display())),
+            "{e}"
+        );
+        // A directory under a regular file: it cannot be created.
+        let under = file.join("trial-00002");
+        let e = seed_from(&parent, &under, "child").expect_err("under a file");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("creating {}: Not a directory", under.display())),
+            "{e}"
+        );
+        assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::NotADirectory,
+            "the kind is kept"
+        );
+        assert_eq!(
+            std::fs::read(parent.join("state.json")).expect("the parent's"),
+            b"{}",
+            "the parent is untouched"
+        );
     }
 
     fn parse(src: &str) -> Result<CheckpointSpec, CheckpointError> {

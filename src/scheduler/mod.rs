@@ -185,7 +185,7 @@ impl Scheduler {
             crate::checkpoint::remote::Store::open(url)
                 .inspect_err(|e| {
                     crate::notice::tell(format!(
-                        "tune: trial.checkpoint_dir: {e}; checkpoints stay on this machine"
+                        "trial.checkpoint_dir: {e}; checkpoints stay on this machine"
                     ));
                 })
                 .ok()
@@ -562,7 +562,7 @@ impl Scheduler {
         }
         let Some(pc) = self.engine.parent_checkpoint(parent.trial)? else {
             crate::notice::tell(format!(
-                "tune: trial {} continues trial {}, which recorded no checkpoint; it starts from scratch with its params",
+                "trial {} continues trial {}, which recorded no checkpoint; it starts from scratch with its params",
                 trial.number, parent.trial
             ));
             return Ok(None);
@@ -1077,14 +1077,14 @@ impl SeedFrom {
     /// Copies the parent's checkpoints into `dir` (emptied first) and makes it `owner`'s.
     /// Returns the files and bytes copied.
     async fn copy_to(self, dir: &Path, owner: &str) -> Result<(usize, u64), String> {
+        // `seed_from`'s errors name the path they met, the parent's or the child's.
         let blocking = |src: PathBuf, dir: &Path, owner: &str| {
             let (d, o) = (dir.to_path_buf(), owner.to_string());
-            let shown = src.display().to_string();
             async move {
                 tokio::task::spawn_blocking(move || crate::checkpoint::seed_from(&src, &d, &o))
                     .await
                     .map_err(|e| e.to_string())
-                    .and_then(|r| r.map_err(|e| format!("copying {shown}: {e}")))
+                    .and_then(|r| r.map_err(|e| e.to_string()))
             }
         };
         match self {
@@ -1092,7 +1092,7 @@ impl SeedFrom {
             SeedFrom::Store(store) => {
                 // Emptied and made the child's first; then the parent's objects come down.
                 match crate::checkpoint::seed_from(Path::new(""), dir, owner) {
-                    Err(e) => Err(format!("emptying {}: {e}", dir.display())),
+                    Err(e) => Err(e.to_string()),
                     Ok(_) => store
                         .download_all(dir)
                         .await
@@ -1142,13 +1142,13 @@ impl Seed {
                 crate::checkpoint::fmt_bytes(bytes)
             )),
             Ok(_) => crate::notice::tell(format!(
-                "tune: trial {child} cannot read trial {parent}'s checkpoint at step {step} here (recorded on host {}; is trial.checkpoint_dir shared by every machine?); it starts from scratch with its params",
+                "trial {child} cannot read trial {parent}'s checkpoint at step {step} here (recorded on host {}; is trial.checkpoint_dir shared by every machine?); it starts from scratch with its params",
                 host.as_deref().unwrap_or("unknown")
             )),
             Err(e) => {
                 let _ = crate::checkpoint::seed_from(Path::new(""), &dir, &owner);
                 crate::notice::tell(format!(
-                    "tune: trial {child} cannot copy trial {parent}'s checkpoint (trial.checkpoint_dir): {e}; it starts from scratch with its params"
+                    "trial {child} cannot copy trial {parent}'s checkpoint (trial.checkpoint_dir): {e}; it starts from scratch with its params"
                 ));
             }
         }

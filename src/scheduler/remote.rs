@@ -7,13 +7,13 @@
 //! (`crate::notice`) naming `trial.checkpoint_dir`, the URL and the cause, and the trial goes
 //! on; the next checkpoint retries the upload.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::checkpoint::Keep;
-use crate::checkpoint::remote::{Fetched, TrialStore, Uploaded};
+use crate::checkpoint::remote::{Fetched, RemoteError, TrialStore, Uploaded};
 use crate::runner::{RunEnd, StopRequest};
 use crate::trial::TrialNumber;
 
@@ -42,7 +42,7 @@ pub(super) struct Uploads {
 
 impl TrialCopy {
     fn tell(&self, what: String) {
-        crate::notice::tell(format!("tune: trial {}: {what}", self.number.0));
+        crate::notice::tell(format!("trial {}: {what}", self.number.0));
     }
 
     /// Fetches the copy into the staging directory (see `TrialStore::fetch`), then starts the
@@ -57,10 +57,11 @@ impl TrialCopy {
                 self.dir.display()
             )),
             Ok(_) => {}
-            Err(e) => self.tell(format!(
-                "cannot fetch its checkpoints (trial.checkpoint_dir): {e}; it runs from what {} holds (from scratch where that is nothing)",
-                self.dir.display()
-            )),
+            Err(e) => {
+                // `runner_cleans` is true of builtin trials, whose snapshots alone count.
+                let holds = crate::checkpoint::holds_checkpoint(&self.dir, self.runner_cleans);
+                self.tell(fetch_failed(&e, &self.dir, holds));
+            }
         }
         let (wake, mut woken) = watch::channel(0u64);
         let (store, dir, owner, number) = (
@@ -76,7 +77,7 @@ impl TrialCopy {
                     Ok(_) if failing => {
                         failing = false;
                         crate::notice::tell(format!(
-                            "tune: trial {}: its checkpoints go up to {} again",
+                            "trial {}: its checkpoints go up to {} again",
                             number.0,
                             store.url()
                         ));
@@ -85,7 +86,7 @@ impl TrialCopy {
                     Err(e) => {
                         failing = true;
                         crate::notice::tell(format!(
-                            "tune: trial {}: cannot upload its checkpoint (trial.checkpoint_dir): {e}; the trial goes on, and its next checkpoint tries again",
+                            "trial {}: cannot upload its checkpoint (trial.checkpoint_dir): {e}; the trial goes on, and its next checkpoint tries again",
                             number.0
                         ));
                     }
@@ -99,6 +100,21 @@ impl TrialCopy {
             copy: self,
         }
     }
+}
+
+/// What a run is told when its copy cannot be fetched: the cause, and what it runs from, said
+/// for this run (`holds`: whether its staging directory `dir` holds a checkpoint here), never
+/// left for the user to guess.
+fn fetch_failed(e: &RemoteError, dir: &Path, holds: bool) -> String {
+    let from = if holds {
+        format!("it runs from what {} holds", dir.display())
+    } else {
+        format!(
+            "it starts from scratch: {} holds no checkpoint on this machine",
+            dir.display()
+        )
+    };
+    format!("cannot fetch its checkpoints (trial.checkpoint_dir): {e}; {from}")
 }
 
 impl Uploads {
@@ -137,5 +153,30 @@ impl Uploads {
                 if for_good { "clean up" } else { "upload" }
             ));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_fetch_says_whether_the_run_resumes_from_its_staging_directory_or_from_scratch() {
+        let e = RemoteError::Garbled {
+            url: "s3://b/p/st/trial-00000".into(),
+        };
+        let dir = Path::new("/runs/st/trial-00000/checkpoints");
+        let head = "cannot fetch its checkpoints (trial.checkpoint_dir): s3://b/p/st/trial-00000: the test object read back differs from the one written; ";
+        assert_eq!(
+            fetch_failed(&e, dir, true),
+            format!("{head}it runs from what {} holds", dir.display())
+        );
+        assert_eq!(
+            fetch_failed(&e, dir, false),
+            format!(
+                "{head}it starts from scratch: {} holds no checkpoint on this machine",
+                dir.display()
+            )
+        );
     }
 }

@@ -1,8 +1,12 @@
 //! Faults of checkpoint directories (issue 27), each with a clear message and no study lost: a
-//! `trial.checkpoint_dir` this machine cannot write is refused before any trial runs; a re-run
+//! `trial.checkpoint_dir` this machine cannot write is refused before any trial runs; one that
+//! breaks mid-study (made a regular file, a path component made one, its filesystem full)
+//! fails the trials that need it, each saying why, and the study ends with its budget; a re-run
 //! whose machine does not see the checkpoint an earlier attempt recorded (a checkpoint directory
 //! that is not shared) says so once and restarts from scratch with a curve of its own; a re-run
-//! of a command that never reports a checkpoint says once that it starts from scratch.
+//! of a command that never reports a checkpoint says once that it starts from scratch; a
+//! checkpoint damaged between two attempts is the script's to judge (the example starts over
+//! and says so), and the re-run completes.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -10,7 +14,10 @@ use std::process::{Command, Output, Stdio};
 use rstest::rstest;
 
 use crate::attempts::{resumable_study, saved_epoch, show};
-use crate::common::{PATIENCE, Sandbox, counted, sh_study, stderr, text, wait_output, wait_until};
+use crate::checkpoint_store::{slow_epochs, store_study};
+use crate::common::{
+    PATIENCE, Sandbox, counted, report_steps, sh_study, stderr, text, wait_output, wait_until,
+};
 
 /// A builtin study with a `checkpoint_dir` (never run past the check: no libtorch needed).
 fn builtin_study(checkpoint_dir: &Path) -> String {
@@ -42,25 +49,27 @@ dataset = "digits"
     )
 }
 
-/// A read-only filesystem mounted on `dir` (a tmpfs), unmounted on drop.
-struct ReadOnly(PathBuf);
+/// A small tmpfs mounted on `dir` with mount options `options` (`ro,size=64k`: read-only),
+/// unmounted on drop. Needs root (tests run as root; where mounting is not permitted the test
+/// says `skipped:`).
+pub(crate) struct Tmpfs(PathBuf);
 
-impl ReadOnly {
-    fn mount(dir: &Path) -> Result<ReadOnly, String> {
+impl Tmpfs {
+    pub(crate) fn mount(dir: &Path, options: &str) -> Result<Tmpfs, String> {
         std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
         let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "ro,size=64k", "tmpfs"])
+            .args(["-t", "tmpfs", "-o", options, "tmpfs"])
             .arg(dir)
             .output()
             .map_err(|e| e.to_string())?;
         if !out.status.success() {
             return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
         }
-        Ok(ReadOnly(dir.to_path_buf()))
+        Ok(Tmpfs(dir.to_path_buf()))
     }
 }
 
-impl Drop for ReadOnly {
+impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg(&self.0).output();
     }
@@ -85,7 +94,7 @@ fn a_checkpoint_dir_this_machine_cannot_write_is_refused_before_any_trial(#[case
     let _mounted;
     let (dir, os_error) = match how {
         Unwritable::ReadOnly => {
-            match ReadOnly::mount(&sb.join("ro")) {
+            match Tmpfs::mount(&sb.join("ro"), "ro,size=64k") {
                 Ok(m) => _mounted = m,
                 Err(e) => {
                     eprintln!("skipped: cannot mount a read-only tmpfs: {e}");
@@ -120,6 +129,141 @@ fn a_checkpoint_dir_this_machine_cannot_write_is_refused_before_any_trial(#[case
     );
 }
 
+/// How a shared `checkpoint_dir` breaks mid-study, after the up-front check passed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Breaks {
+    /// `checkpoint_dir` itself becomes a regular file (the directory moved aside).
+    IntoAFile,
+    /// A component of the trials' paths, `<checkpoint_dir>/<study>`, becomes a regular file.
+    ComponentIntoAFile,
+    /// Its filesystem fills up (a 64 KiB tmpfs, which took the first trial's checkpoints).
+    Full,
+}
+
+/// Fills the filesystem of `dir` to the last block.
+fn fill(dir: &Path) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(dir.join("filler")).expect("a file to fill it with");
+    let block = [0u8; 4096];
+    while f.write_all(&block).is_ok() {}
+}
+
+/// Why a failed trial failed, as `tune show N --format json` gives it: its error and the tail
+/// of its stderr.
+fn why(trial: &serde_json::Value) -> String {
+    format!(
+        "{} | {}",
+        trial["error"].as_str().unwrap_or_default(),
+        trial["log_tail"].as_str().unwrap_or_default()
+    )
+}
+
+/// A shared checkpoint directory that breaks while trial 1 runs (trial 0 completed in it): the
+/// trials that need it fail, each with a reason that names the directory (tune's own
+/// `cannot create the checkpoint directory …`) or the script's own error (its save refused);
+/// the study ends with its budget, no panic, and everything stored is still read.
+#[rstest]
+#[case::made_a_regular_file(Breaks::IntoAFile)]
+#[case::a_path_component_made_a_regular_file(Breaks::ComponentIntoAFile)]
+#[case::its_filesystem_full(Breaks::Full)]
+fn a_checkpoint_dir_that_breaks_mid_study_fails_the_trials_needing_it_and_the_study_ends(
+    #[case] how: Breaks,
+) {
+    let sb = Sandbox::new();
+    let root = sb.join("ckpt");
+    // Declared after the sandbox: unmounted before the sandbox is removed.
+    let _mounted;
+    if how == Breaks::Full {
+        match Tmpfs::mount(&root, "size=64k") {
+            Ok(m) => _mounted = m,
+            Err(e) => {
+                eprintln!("skipped: cannot mount a tmpfs: {e}");
+                return;
+            }
+        }
+    }
+    let file = store_study(&sb, 3, &root.display().to_string());
+    // Epochs of 1 s: trial 1 is still running when the directory breaks, on a loaded machine too.
+    slow_epochs(&sb, file);
+    let study_dir = root.join("resumable-curve");
+    let trial = |n: u64| study_dir.join(format!("trial-{n:05}"));
+    let child = sb
+        .tune(&["run", file, "--no-tui"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tune starts");
+    wait_until(PATIENCE, "trial 1's first checkpoint", || {
+        saved_epoch(&trial(1)).is_some()
+    });
+    match how {
+        Breaks::IntoAFile => {
+            std::fs::rename(&root, sb.join("ckpt.moved")).expect("the directory moved aside");
+            std::fs::write(&root, "a regular file now").expect("a file in its place");
+        }
+        Breaks::ComponentIntoAFile => {
+            std::fs::rename(&study_dir, sb.join("study.moved")).expect("moved aside");
+            std::fs::write(&study_dir, "a regular file now").expect("a file in its place");
+        }
+        Breaks::Full => fill(&root),
+    }
+    let out = wait_output(child, PATIENCE);
+    let err = stderr(&out);
+    assert!(!err.contains("panicked"), "{how:?}: {err}");
+    // Trial 0 completed: the run ends as one that used its budget.
+    assert!(out.status.success(), "{how:?}: {}", text(&out));
+    let trials = sb.trials(file);
+    assert_eq!(trials.len(), 3, "{how:?}: {trials:#?}");
+    assert_eq!(counted(&trials), 3, "{how:?}: the budget: {trials:#?}");
+    let states: Vec<&str> = trials
+        .iter()
+        .map(|t| t["state"].as_str().expect("a state"))
+        .collect();
+    assert_eq!(
+        states,
+        ["complete", "failed", "failed"],
+        "{how:?}: {trials:#?}"
+    );
+    // Trial 1 failed at its next save: the script's error, with the path where it has one.
+    let (saved, second) = (why(&show(&sb, file, 1)), why(&show(&sb, file, 2)));
+    eprintln!("{how:?}: 1: {saved}\n{how:?}: 2: {second}");
+    match how {
+        Breaks::IntoAFile | Breaks::ComponentIntoAFile => {
+            assert!(
+                saved.contains("Not a directory") || saved.contains("No such file or directory"),
+                "{how:?}: {saved}"
+            );
+            assert!(
+                saved.contains(&trial(1).display().to_string()),
+                "{how:?}: {saved}"
+            );
+            // Trial 2 never started: tune could not make its directory, and says which.
+            assert!(
+                second.contains(&format!(
+                    "cannot create the checkpoint directory {}: ",
+                    trial(2).display()
+                )) && second.contains("Not a directory"),
+                "{how:?}: {second}"
+            );
+        }
+        Breaks::Full => {
+            for t in [&saved, &second] {
+                assert!(t.contains("No space left on device"), "{how:?}: {t}");
+            }
+        }
+    }
+    // Nothing stored is lost: every report of trial 0, trial 1's up to the fault.
+    assert_eq!(
+        report_steps(&show(&sb, file, 0)),
+        (0..6).collect::<Vec<i64>>(),
+        "{how:?}"
+    );
+    assert!(
+        report_steps(&show(&sb, file, 1)).starts_with(&[0]),
+        "{how:?}: trial 1's reports kept"
+    );
+}
+
 /// Starts `tune run FILE`, waits for `ready`, sends SIGTERM and expects the preemption's 75.
 fn preempt_when(sb: &Sandbox, file: &str, what: &str, ready: impl FnMut() -> bool) -> Output {
     let child = sb
@@ -134,17 +278,6 @@ fn preempt_when(sb: &Sandbox, file: &str, what: &str, ready: impl FnMut() -> boo
     let out = wait_output(child, PATIENCE);
     assert_eq!(out.status.code(), Some(75), "{}", text(&out));
     out
-}
-
-/// The non-final report steps of a trial as `tune show N --format json` gives them.
-fn steps(shown: &serde_json::Value) -> Vec<i64> {
-    shown["reports"]
-        .as_array()
-        .expect("reports")
-        .iter()
-        .filter(|r| r["final"] != true)
-        .map(|r| r["step"].as_i64().expect("a step"))
-        .collect()
 }
 
 /// The lines of `text` that contain `needle`.
@@ -201,7 +334,11 @@ fn a_rerun_whose_machine_lacks_the_recorded_checkpoint_says_so_once_and_restarts
     assert_eq!(log, format!("attempt=2 trial={r} resumed_from=-1\n"));
     let shown = show(&sb, file, r);
     assert_eq!(shown["attempt"], 2, "{shown:#}");
-    assert_eq!(steps(&shown), (0..6).collect::<Vec<i64>>(), "{shown:#}");
+    assert_eq!(
+        report_steps(&shown),
+        (0..6).collect::<Vec<i64>>(),
+        "{shown:#}"
+    );
 }
 
 /// A command that reports epochs but never a checkpoint: its re-run after a preemption starts
@@ -247,5 +384,81 @@ fn a_rerun_of_a_command_that_never_reports_a_checkpoint_says_once_it_starts_from
     );
     let shown = show(&sb, "s.toml", r);
     assert_eq!(shown["attempt"], 2, "{shown:#}");
-    assert_eq!(steps(&shown), (0..5).collect::<Vec<i64>>(), "{shown:#}");
+    assert_eq!(
+        report_steps(&shown),
+        (0..5).collect::<Vec<i64>>(),
+        "{shown:#}"
+    );
+}
+
+/// How a checkpoint is damaged between an interrupted attempt and its re-run.
+#[derive(Debug, Clone, Copy)]
+enum Damage {
+    /// Cut in the middle (a copy that stopped short).
+    Truncated,
+    /// Zero bytes.
+    Emptied,
+    /// Bytes that are not UTF-8.
+    NotText,
+}
+
+/// A damaged checkpoint is the script's to judge (tune copies none of a command trial's files):
+/// the shipped example cannot read its `state.json`, says so on its stderr and starts from
+/// scratch; the re-run completes, and its curve restarts at step 0 with each step once (none
+/// of the interrupted attempt's reports kept before its first).
+#[rstest]
+#[case::truncated(Damage::Truncated)]
+#[case::emptied(Damage::Emptied)]
+#[case::not_text(Damage::NotText)]
+fn a_checkpoint_damaged_between_attempts_makes_the_example_start_over_and_say_so(
+    #[case] how: Damage,
+) {
+    let sb = Sandbox::new();
+    let file = resumable_study(&sb, 1);
+    let ckpt: PathBuf = sb.join("studies/runs/resumable-curve/trial-00000/checkpoints");
+    preempt_when(&sb, file, "trial 0 saved epoch 1", || {
+        saved_epoch(&ckpt).is_some_and(|e| e >= 1)
+    });
+    let state = ckpt.join("state.json");
+    let saved = std::fs::read(&state).expect("the checkpoint");
+    let damaged: &[u8] = match how {
+        Damage::Truncated => &saved[..saved.len() / 2],
+        Damage::Emptied => b"",
+        Damage::NotText => b"\xff\xfe{\"epoch\": 3",
+    };
+    std::fs::write(&state, damaged).expect("the checkpoint damaged");
+
+    let out = sb.ok(&["run", file, "--no-tui"]);
+    assert!(
+        !stderr(&out).contains("panicked"),
+        "{how:?}: {}",
+        text(&out)
+    );
+    let trials = sb.trials(file);
+    assert_eq!(counted(&trials), 1, "{how:?}: {trials:#?}");
+    let rerun = trials
+        .iter()
+        .find(|t| t["state"] == "complete")
+        .expect("the re-run completed");
+    let r = rerun["number"].as_u64().expect("a number");
+    let shown = show(&sb, file, r);
+    assert_eq!(shown["attempt"], 2, "{how:?}: {shown:#}");
+    assert_eq!(
+        report_steps(&shown),
+        (0..6).collect::<Vec<i64>>(),
+        "{how:?}: {shown:#}"
+    );
+    let log = std::fs::read_to_string(ckpt.join("attempts.log")).expect("attempts.log");
+    assert_eq!(
+        log.lines().nth(1),
+        Some(format!("attempt=2 trial={r} resumed_from=-1").as_str()),
+        "{how:?}: {log}"
+    );
+    let dir = PathBuf::from(shown["trial_dir"].as_str().expect("its directory"));
+    let said = std::fs::read_to_string(dir.join("stderr.log")).expect("the re-run's stderr");
+    assert!(
+        said.contains(&format!("cannot read the checkpoint {} (", state.display()))
+            && said.contains("); starting from scratch"),
+        "{how:?}: {said}"
+    );
 }

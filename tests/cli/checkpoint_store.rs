@@ -2,18 +2,21 @@
 //! server mode, `tests/cli/moto.rs`): a command trial's staging directory goes up after each
 //! checkpoint line, comes back on another machine (here: the local directory deleted) for the
 //! trial's next attempt, and is cleaned when the trial ends; a store that cannot take the
-//! checkpoints is refused before any trial, and one lost mid-study is a warning.
+//! checkpoints is refused before any trial, and one lost mid-study is a warning; one that
+//! fails when a re-run fetches its copy leaves the re-run with what its staging directory
+//! holds (resumed on the same machine, from scratch on another), and the study completes.
 
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use rstest::rstest;
 use serde_json::Value;
 
 use crate::common::{
-    PATIENCE, Sandbox, counted, stderr, text, wait_output, wait_until, wait_within,
+    PATIENCE, Sandbox, counted, report_steps, stderr, text, wait_output, wait_until, wait_within,
 };
-use crate::moto::{Moto, free_port, s3_env};
+use crate::moto::{Moto, Outage, free_port, s3_env};
 
 const BUCKET: &str = "ckpt";
 const URL: &str = "s3://ckpt/tune";
@@ -25,8 +28,9 @@ fn repo() -> &'static Path {
 }
 
 /// The shipped resumable example (`studies/resumable-curve.toml`) with `trials` trials on one
-/// slot, epochs of 0.3 s, and its checkpoints in `checkpoint_dir`; its path in `sb`.
-fn store_study(sb: &Sandbox, trials: u32, checkpoint_dir: &str) -> &'static str {
+/// slot, epochs of 0.3 s, and its checkpoints in `checkpoint_dir` (a URL or a directory); its
+/// path in `sb`.
+pub(crate) fn store_study(sb: &Sandbox, trials: u32, checkpoint_dir: &str) -> &'static str {
     let file = crate::attempts::resumable_study(sb, trials);
     let study = std::fs::read_to_string(sb.join(file))
         .expect("the study")
@@ -42,7 +46,7 @@ fn store_study(sb: &Sandbox, trials: u32, checkpoint_dir: &str) -> &'static str 
 /// Epochs of 1 s for a test that kills tune once trial 0's copy holds a checkpoint: the kill
 /// must come mid-trial even on a loaded machine, where the store is polled seconds apart (with
 /// 0.3 s epochs trial 0 could end, and its copy be cleaned, between that poll and the kill).
-fn slow_epochs(sb: &Sandbox, file: &str) {
+pub(crate) fn slow_epochs(sb: &Sandbox, file: &str) {
     let study = std::fs::read_to_string(sb.join(file))
         .expect("the study")
         .replace(
@@ -318,5 +322,128 @@ fn deleting_a_study_removes_its_checkpoint_copies_from_the_object_store() {
         sb.join("studies/runs/resumable-curve/trial-00000/checkpoints/state.json")
             .exists(),
         "the script's own files stay"
+    );
+}
+
+/// What the machine of a re-run holds of the trial's checkpoints when the store fails it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Staging {
+    /// The same machine: the staging directory as the killed attempt left it.
+    Kept,
+    /// Another machine: nothing of the trial here.
+    Removed,
+}
+
+/// The store passes tune's up-front probe, then fails at the re-run's first request for the
+/// trial's copy (and stays down: uploads and the clean-up fail too). The re-run says the fetch
+/// failed, naming the key and the cause, and runs from what its staging directory holds: on
+/// the machine that ran the lost attempt it resumes after the epoch saved there, every epoch
+/// once in its curve; on another it starts from scratch and says so. Either way it completes.
+#[rstest]
+#[case::staging_kept_resumes_from_it(Staging::Kept)]
+#[case::staging_removed_starts_from_scratch(Staging::Removed)]
+fn a_store_that_fails_the_reruns_fetch_leaves_it_with_its_staging_directory(
+    #[case] staging: Staging,
+) {
+    let Some(moto) = Moto::start(repo(), &[]) else {
+        return;
+    };
+    moto.create_bucket(BUCKET);
+    let sb = Sandbox::new();
+    let file = store_study(&sb, 1, URL);
+    slow_epochs(&sb, file);
+    let local = sb.join("studies/runs/resumable-curve/trial-00000/checkpoints");
+    kill_once(
+        &sb,
+        &moto.env(),
+        file,
+        "trial 0's epoch 1 or later in the store",
+        || {
+            moto.keys(BUCKET, TRIAL_0)
+                .contains(&format!("{TRIAL_0}state.json"))
+                && moto
+                    .get(BUCKET, &format!("{TRIAL_0}state.json"))
+                    .and_then(|s| epoch_of(&s))
+                    .is_some_and(|e| e >= 1)
+        },
+    );
+    // The staging directory may be an epoch ahead of the store (its upload cut off by the kill).
+    let saved = crate::attempts::saved_epoch(&local).expect("the staging directory's epoch");
+    assert!((1..5).contains(&saved), "killed mid-trial: {saved}");
+    if staging == Staging::Removed {
+        std::fs::remove_dir_all(&local).expect("the staging directory goes");
+    }
+
+    let outage = Outage::start(moto.port, "/trial-00000/");
+    let out = wait_output(
+        tune_with(&sb, &s3_env(&outage.endpoint()), &["run", file, "--no-tui"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tune starts"),
+        PATIENCE,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(outage.is_down(), "the fetch met the outage: {}", text(&out));
+    let err = stderr(&out);
+    assert!(!err.contains("panicked"), "{err}");
+    let trials = sb.trials(file);
+    assert_eq!(counted(&trials), 1, "{trials:#?}");
+    let first = trials.iter().find(|t| t["number"] == 0).expect("trial 0");
+    let rerun = crate::attempts::rerun_of(&trials, first);
+    assert_eq!(rerun["state"], "complete", "{rerun:#}");
+    let r = rerun["number"].as_u64().expect("a number");
+
+    let fetch = format!(
+        "tune: trial {r}: cannot fetch its checkpoints (trial.checkpoint_dir): {URL}/resumable-curve/trial-00000: reading its owner: "
+    );
+    let said: Vec<&str> = err.lines().filter(|l| l.starts_with(&fetch)).collect();
+    assert_eq!(said.len(), 1, "the failed fetch is told once:\n{err}");
+    let log = std::fs::read_to_string(local.join("attempts.log")).expect("attempts.log");
+    let steps = report_steps(&crate::attempts::show(&sb, file, r));
+    let all: Vec<i64> = (0..6).collect();
+    match staging {
+        Staging::Kept => {
+            assert!(
+                said[0].ends_with(&format!("; it runs from what {} holds", local.display())),
+                "{}",
+                said[0]
+            );
+            assert_eq!(
+                log.lines().collect::<Vec<_>>(),
+                [
+                    "attempt=1 trial=0 resumed_from=-1".to_string(),
+                    format!("attempt=2 trial={r} resumed_from={saved}"),
+                ],
+                "resumed from the staging directory: {log}"
+            );
+            // A kill -9 may take the saved epoch's report with tune: then it is missing,
+            // never repeated.
+            let gap: Vec<i64> = all.iter().copied().filter(|e| *e != saved).collect();
+            assert!(steps == all || steps == gap, "{steps:?} (saved {saved})");
+        }
+        Staging::Removed => {
+            assert!(
+                said[0].ends_with(&format!(
+                    "; it starts from scratch: {} holds no checkpoint on this machine",
+                    local.display()
+                )),
+                "{}",
+                said[0]
+            );
+            assert_eq!(log, format!("attempt=2 trial={r} resumed_from=-1\n"));
+            assert_eq!(steps, all, "a curve of its own");
+        }
+    }
+    // The store stayed down: the uploads and the clean-up are warnings, not failures.
+    assert!(
+        err.contains("cannot upload its checkpoint (trial.checkpoint_dir)"),
+        "{err}"
+    );
+    // What the store kept of attempt 1 is still there for a later run to clean.
+    assert!(
+        moto.keys(BUCKET, TRIAL_0)
+            .contains(&format!("{TRIAL_0}state.json")),
+        "nothing lost in the store"
     );
 }

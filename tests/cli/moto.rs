@@ -15,6 +15,8 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// A moto server of one test; stopped (killed, by its pid) when dropped.
@@ -166,6 +168,137 @@ pub fn s3_env(endpoint: &str) -> Vec<(&'static str, String)> {
         ("AWS_ENDPOINT", endpoint.to_string()),
         ("AWS_ALLOW_HTTP", "true".to_string()),
     ]
+}
+
+/// A store that goes down at a chosen request: a loopback proxy in front of the server on
+/// `upstream` that forwards HTTP/1.1 requests (one per connection: it answers each with
+/// `Connection: close`) until one whose target contains `trigger` comes; that one gets no
+/// answer, and from then on the proxy's port refuses connections. Tune's up-front probe of
+/// the store passes through it, and the fault comes exactly where the test wants it (say, the
+/// first request for a trial's copy), which stopping the server itself cannot time.
+pub struct Outage {
+    pub port: u16,
+    down: Arc<AtomicBool>,
+}
+
+impl Outage {
+    pub fn start(upstream: u16, trigger: &str) -> Outage {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port for the proxy");
+        let port = listener.local_addr().expect("the proxy's address").port();
+        // Polled, so that the listener (and with it the port) goes as soon as `down` is set.
+        listener
+            .set_nonblocking(true)
+            .expect("a non-blocking listener");
+        let down = Arc::new(AtomicBool::new(false));
+        let (flag, trigger) = (Arc::clone(&down), trigger.to_string());
+        std::thread::spawn(move || {
+            while !flag.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        let (flag, trigger) = (Arc::clone(&flag), trigger.clone());
+                        std::thread::spawn(move || relay(client, upstream, &trigger, &flag));
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(_) => break,
+                }
+            }
+        });
+        Outage { port, down }
+    }
+
+    /// `http://127.0.0.1:PORT` of the proxy.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Whether the trigger came (and the proxy went down).
+    pub fn is_down(&self) -> bool {
+        self.down.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Outage {
+    fn drop(&mut self) {
+        self.down.store(true, Ordering::SeqCst);
+    }
+}
+
+/// One request of `client` to the server on `upstream`, and its answer back; none when the
+/// proxy is down or the request is the trigger (which takes it down). Errors drop the
+/// connection, as a failing server would.
+fn relay(mut client: TcpStream, upstream: u16, trigger: &str, down: &AtomicBool) {
+    let _ = client.set_nonblocking(false);
+    let _ = client.set_read_timeout(Some(Duration::from_secs(30)));
+    let Some(head) = read_head(&mut client) else {
+        return;
+    };
+    let target = head.split_whitespace().nth(1).unwrap_or_default();
+    if down.load(Ordering::SeqCst) || target.contains(trigger) {
+        down.store(true, Ordering::SeqCst);
+        return;
+    }
+    let length: usize = header(&head, "content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        header(&head, "transfer-encoding").is_none(),
+        "the proxy forwards bodies with a Content-Length only: {head}"
+    );
+    let mut body = vec![0; length];
+    if client.read_exact(&mut body).is_err() {
+        return;
+    }
+    let Ok(mut server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+        return;
+    };
+    let _ = server.set_read_timeout(Some(Duration::from_secs(30)));
+    if server.write_all(closing(&head).as_bytes()).is_err() || server.write_all(&body).is_err() {
+        return;
+    }
+    let Some(answer) = read_head(&mut server) else {
+        return;
+    };
+    if client.write_all(closing(&answer).as_bytes()).is_ok() {
+        let _ = std::io::copy(&mut server, &mut client);
+    }
+}
+
+/// An HTTP head (through its blank line), read a byte at a time so nothing after it is taken.
+fn read_head(s: &mut TcpStream) -> Option<String> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => return None,
+        }
+    }
+    Some(String::from_utf8_lossy(&head).into_owned())
+}
+
+/// The value of header `name` (lower case) in `head`.
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().skip(1).find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+/// `head` with `Connection: close` in place of its own `Connection` header.
+fn closing(head: &str) -> String {
+    let mut out: String = head
+        .trim_end()
+        .lines()
+        .filter(|l| {
+            !l.split_once(':')
+                .is_some_and(|(k, _)| k.trim().eq_ignore_ascii_case("connection"))
+        })
+        .map(|l| format!("{l}\r\n"))
+        .collect();
+    out.push_str("Connection: close\r\n\r\n");
+    out
 }
 
 /// One HTTP/1.1 request without a body to the local server on `port`: its status and body.

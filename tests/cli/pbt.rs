@@ -5,10 +5,14 @@
 //! best) takes 0.6 s an epoch, trial 1 (decay 0.4) 0.9 s, so trial 0 reaches step 2 first and
 //! is still running (its checkpoint a step or two further) when trial 1 reaches step 2 ranked
 //! last of two. Only `lr` is explored, only by perturbation, so the child's params are known
-//! up to the factor.
+//! up to the factor. A child whose checkpoint directory cannot be written fails alone, the
+//! copy's message naming that directory.
+
+use rstest::rstest;
 
 use crate::attempts::show;
-use crate::common::{Sandbox, report_steps, text};
+use crate::checkpoint_faults::Tmpfs;
+use crate::common::{Sandbox, counted, report_steps, stderr, text};
 
 fn pbt_study(sb: &Sandbox, extra: &str) -> &'static str {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("studies");
@@ -234,4 +238,105 @@ kind = "pbt"
         said.contains("s.toml: key `pruner.kind`: \"pbt\""),
         "{said}"
     );
+}
+
+/// How the child's directory in a shared `checkpoint_dir` cannot be written.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum ChildDir {
+    /// A regular file where it goes.
+    ARegularFile,
+    /// A read-only filesystem mounted there.
+    AReadOnlyMount,
+}
+
+/// Tune itself copies a parent's checkpoint into its child's directory
+/// (`checkpoint::seed_from`). Where that directory cannot be written, the copy says so, naming
+/// the child's directory and what failed there (not the parent's, which is fine); the child
+/// fails alone with its own reason, the parent and the exploited trial are untouched, and the
+/// study ends with its budget.
+#[rstest]
+#[case::a_regular_file(ChildDir::ARegularFile)]
+#[case::a_read_only_mount(ChildDir::AReadOnlyMount)]
+fn a_child_whose_checkpoint_dir_cannot_be_written_fails_alone_and_the_copy_names_it(
+    #[case] how: ChildDir,
+) {
+    let sb = Sandbox::new();
+    let file = pbt_study(&sb, "");
+    let root = sb.join("ckpt");
+    let study = std::fs::read_to_string(sb.join(file)).expect("study");
+    sb.write(
+        file,
+        &study.replace(
+            "timeout = \"1m\"",
+            &format!(
+                "timeout = \"1m\"\ncheckpoint_dir = {:?}",
+                root.display().to_string()
+            ),
+        ),
+    );
+    let child = root.join("pbt/trial-00002");
+    // Declared after the sandbox: unmounted before the sandbox is removed.
+    let _mounted;
+    match how {
+        ChildDir::ARegularFile => {
+            sb.write("ckpt/pbt/trial-00002", "a regular file");
+        }
+        ChildDir::AReadOnlyMount => match Tmpfs::mount(&child, "ro,size=64k") {
+            Ok(m) => _mounted = m,
+            Err(e) => {
+                eprintln!("skipped: cannot mount a read-only tmpfs: {e}");
+                return;
+            }
+        },
+    }
+    let out = sb.run(&["run", file, "--no-tui"]);
+    let err = stderr(&out);
+    assert!(!err.contains("panicked"), "{how:?}: {err}");
+    assert!(out.status.success(), "{how:?}: {}", text(&out));
+    let said = err
+        .lines()
+        .find(|l| l.starts_with("tune: trial 2 cannot copy trial 0's checkpoint"))
+        .unwrap_or_else(|| panic!("{how:?}: the failed copy is told: {err}"));
+    let at = format!(
+        "(trial.checkpoint_dir): emptying {}: {}",
+        child.display(),
+        match how {
+            ChildDir::ARegularFile => "Not a directory",
+            ChildDir::AReadOnlyMount => "Device or resource busy",
+        }
+    );
+    assert!(said.contains(&at), "{how:?}: {at:?} in {said}");
+    assert!(
+        !said.contains(".pbt"),
+        "{how:?}: names the child's directory, not the staging copy: {said}"
+    );
+
+    let trials = sb.trials(file);
+    assert_eq!(counted(&trials), 3, "{how:?}: the budget: {trials:#?}");
+    let shown = show(&sb, file, 2);
+    assert_eq!(shown["state"], "failed", "{how:?}: {shown:#}");
+    let why = format!(
+        "{} | {}",
+        shown["error"].as_str().unwrap_or_default(),
+        shown["log_tail"].as_str().unwrap_or_default()
+    );
+    let want = match how {
+        ChildDir::ARegularFile => {
+            format!(
+                "cannot create the checkpoint directory {}: ",
+                child.display()
+            )
+        }
+        ChildDir::AReadOnlyMount => format!(
+            "Read-only file system: '{}'",
+            child.join("attempts.log").display()
+        ),
+    };
+    assert!(why.contains(&want), "{how:?}: {want:?} in {why}");
+    // The parent and the exploited trial are as they would be without the fault.
+    let parent = show(&sb, file, 0);
+    assert_eq!(parent["state"], "complete", "{how:?}: {parent}");
+    assert_eq!(report_steps(&parent), (0..6).collect::<Vec<_>>(), "{how:?}");
+    assert_eq!(show(&sb, file, 1)["state"], "pruned", "{how:?}");
+    assert!(!sb.join("studies/runs/pbt/.pbt").exists(), "{how:?}");
 }
