@@ -63,6 +63,8 @@ impl Busy {
 
 enum SlotMsg {
     Report(usize, Progress),
+    /// The trial's checkpoints could not be fetched and none is there: it starts from scratch.
+    FromScratch(usize, TrialNumber),
     Gpu(usize, TrialNumber, SlotUsage),
     Done(usize, RunResult),
 }
@@ -340,6 +342,12 @@ impl Scheduler {
                     let Some(msg) = msg else { break };
                     let res = match msg {
                         SlotMsg::Report(slot, report) => self.on_report(slot, &mut slots, report),
+                        SlotMsg::FromScratch(slot, number) => {
+                            if let Some(b) = slots[slot].as_ref().filter(|b| b.number == number) {
+                                self.engine.from_scratch(b.id);
+                            }
+                            Ok(())
+                        }
                         SlotMsg::Gpu(slot, number, usage) => {
                             // A sample may trail its trial's end; only the running trial's counts.
                             if let Some(b) = slots[slot].as_ref().filter(|b| b.number == number) {
@@ -765,6 +773,10 @@ impl Scheduler {
                 Some(c) => Some(c.start().await),
                 None => None,
             };
+            // Sent before any report of the run, on the channel they take.
+            if uploads.as_ref().is_some_and(|u| u.from_scratch) {
+                let _ = tx.send(SlotMsg::FromScratch(slot, number));
+            }
             let asked = stop_rx.clone();
             let (rtx, mut rrx) = mpsc::unbounded_channel();
             let fut = runner.run(job, rtx, stop_rx);

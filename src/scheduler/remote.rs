@@ -38,6 +38,9 @@ pub(super) struct Uploads {
     wake: watch::Sender<u64>,
     task: JoinHandle<Uploaded>,
     copy: TrialCopy,
+    /// The fetch failed and the staging directory holds no checkpoint: the run starts from
+    /// scratch, and its curve must keep nothing of the earlier attempts.
+    pub from_scratch: bool,
 }
 
 impl TrialCopy {
@@ -49,6 +52,7 @@ impl TrialCopy {
     /// uploader. A failed fetch leaves the run with what the directory holds.
     pub async fn start(self) -> Uploads {
         let mut sent = Uploaded::default();
+        let mut from_scratch = false;
         match self.store.fetch(&self.dir, &self.owner, &mut sent).await {
             Ok(Fetched::Ours { files, bytes }) if files > 0 => self.tell(format!(
                 "fetched {files} checkpoint file(s), {}, from {} into {}",
@@ -60,6 +64,7 @@ impl TrialCopy {
             Err(e) => {
                 // `runner_cleans` is true of builtin trials, whose snapshots alone count.
                 let holds = crate::checkpoint::holds_checkpoint(&self.dir, self.runner_cleans);
+                from_scratch = !holds;
                 self.tell(fetch_failed(&e, &self.dir, holds));
             }
         }
@@ -98,6 +103,7 @@ impl TrialCopy {
             wake,
             task,
             copy: self,
+            from_scratch,
         }
     }
 }
@@ -129,7 +135,9 @@ impl Uploads {
     /// whose worker died and left its checkpoints) gets a last upload of what its staging
     /// directory holds.
     pub async fn finish(self, end: &RunEnd, asked: StopRequest) {
-        let Uploads { wake, task, copy } = self;
+        let Uploads {
+            wake, task, copy, ..
+        } = self;
         drop(wake);
         let mut sent = task.await.unwrap_or_default();
         let ended = match end {
