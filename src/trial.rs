@@ -799,6 +799,31 @@ impl Trial {
     }
 }
 
+/// The trial a trial continues from (population-based training, `[pruner] kind = "pbt"`): its
+/// number, and the step of its checkpoint the child started from. Storage keeps it in Optuna's
+/// `trial_system_attributes` (`tune:parent`, [`Parent::json`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Parent {
+    pub trial: TrialNumber,
+    pub step: u64,
+}
+
+impl Parent {
+    /// The attribute's JSON value.
+    pub fn json(&self) -> String {
+        serde_json::json!({"trial": self.trial.0, "step": self.step}).to_string()
+    }
+
+    /// A stored attribute's value; `None` for one that is not a parent (damaged by hand).
+    pub fn parse(json: &str) -> Option<Parent> {
+        let v: serde_json::Value = serde_json::from_str(json).ok()?;
+        Some(Parent {
+            trial: TrialNumber(v.get("trial")?.as_u64()?),
+            step: v.get("step")?.as_u64()?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

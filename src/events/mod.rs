@@ -111,7 +111,7 @@ pub enum Event {
     /// training: sent when it starts (and by a replay for every child stored).
     Lineage {
         child: TrialNumber,
-        parent: crate::storage::Parent,
+        parent: crate::trial::Parent,
     },
     /// A trial ended: the whole trial as stored, its log files among it.
     TrialFinished {

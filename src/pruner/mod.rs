@@ -826,7 +826,7 @@ impl PrunerConfig {
             }
             PrunerConfig::Pbt(c) => {
                 check_resource_key(&c.resource)?;
-                c.check().map_err(PrunerConfigError::Invalid)
+                c.check()
             }
         }
     }

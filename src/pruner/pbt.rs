@@ -67,44 +67,44 @@ impl Default for PbtConfig {
 
 impl PbtConfig {
     /// Validates the values; the error names the key.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), super::PrunerConfigError> {
         if self.population < 2 {
-            return Err(format!(
+            return Err(super::PrunerConfigError::Invalid(format!(
                 "pruner.population must be at least 2 (a trial is ranked among the population), got {}",
                 self.population
-            ));
+            )));
         }
         if !(self.interval.is_finite() && self.interval > 0.0) {
-            return Err(format!(
+            return Err(super::PrunerConfigError::Invalid(format!(
                 "pruner.interval must be a positive number of the resource, got {}",
                 self.interval
-            ));
+            )));
         }
         if !(self.quantile > 0.0 && self.quantile <= 0.5) {
-            return Err(format!(
+            return Err(super::PrunerConfigError::Invalid(format!(
                 "pruner.quantile must be above 0 and at most 0.5 (the bottom and the top share), got {}",
                 self.quantile
-            ));
+            )));
         }
         if !(0.0..=1.0).contains(&self.resample_probability) {
-            return Err(format!(
+            return Err(super::PrunerConfigError::Invalid(format!(
                 "pruner.resample_probability must be from 0 to 1, got {}",
                 self.resample_probability
-            ));
+            )));
         }
         if self.perturb.is_empty() || self.perturb.iter().any(|f| !(f.is_finite() && *f > 0.0)) {
-            return Err(format!(
+            return Err(super::PrunerConfigError::Invalid(format!(
                 "pruner.perturb must be a list of positive factors (e.g. [0.8, 1.2]), got {:?}",
                 self.perturb
-            ));
+            )));
         }
         if let Some(max) = self.max_resource
             && !(max.is_finite() && max > self.interval)
         {
-            return Err(format!(
+            return Err(super::PrunerConfigError::Invalid(format!(
                 "pruner.max_resource ({max}) must be above pruner.interval ({})",
                 self.interval
-            ));
+            )));
         }
         Ok(())
     }
@@ -585,7 +585,7 @@ mom = { type = "float", low = 0.0, high = 0.99, when = { opt = ["sgd"] } }
             ),
         ] {
             let e = c.check().expect_err(key);
-            assert!(e.starts_with(key), "{e}");
+            assert!(e.to_string().starts_with(key), "{e}");
         }
         PbtConfig::default()
             .check()

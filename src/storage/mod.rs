@@ -194,29 +194,7 @@ pub const CHECKPOINT_STEP_KEY: &str = "tune:checkpoint_step";
 /// from (its value a [`Parent`] as JSON: `{"trial": 3, "step": 40}`).
 pub const PARENT_KEY: &str = "tune:parent";
 
-/// The trial a trial continues from (population-based training, `[pruner] kind = "pbt"`): its
-/// number, and the step of its checkpoint the child started from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Parent {
-    pub trial: TrialNumber,
-    pub step: u64,
-}
-
-impl Parent {
-    /// The attribute's JSON value.
-    pub fn json(&self) -> String {
-        serde_json::json!({"trial": self.trial.0, "step": self.step}).to_string()
-    }
-
-    /// A stored attribute's value; `None` for one that is not a parent (damaged by hand).
-    pub fn parse(json: &str) -> Option<Parent> {
-        let v: serde_json::Value = serde_json::from_str(json).ok()?;
-        Some(Parent {
-            trial: TrialNumber(v.get("trial")?.as_u64()?),
-            step: v.get("step")?.as_u64()?,
-        })
-    }
-}
+pub use crate::trial::Parent;
 
 /// One child of population-based training and the trial it continues from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -51,7 +51,7 @@ pub struct TrialRow {
     /// before three complete curves, and for a complete trial.
     pub predicted: Option<crate::pruner::prediction::Prediction>,
     /// Population-based training: the trial it continues from, and those continuing from it.
-    pub parent: Option<crate::storage::Parent>,
+    pub parent: Option<crate::trial::Parent>,
     pub children: Vec<TrialNumber>,
     /// Its last checkpoint's step and what its checkpoint directory held then, in bytes (live
     /// runs only: the scheduler measures it at each checkpoint).

@@ -360,7 +360,7 @@ fn the_trial_screen_shows_a_pbt_childs_parent_and_a_parents_children() {
     s.apply(&started(2, 1));
     let lineage = Event::Lineage {
         child: TrialNumber(2),
-        parent: crate::storage::Parent {
+        parent: crate::trial::Parent {
             trial: TrialNumber(0),
             step: 4,
         },
@@ -371,7 +371,7 @@ fn the_trial_screen_shows_a_pbt_childs_parent_and_a_parents_children() {
     // A child whose parent is unknown here makes up no row.
     s.apply(&Event::Lineage {
         child: TrialNumber(2),
-        parent: crate::storage::Parent {
+        parent: crate::trial::Parent {
             trial: TrialNumber(77),
             step: 1,
         },
