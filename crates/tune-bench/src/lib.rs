@@ -19,6 +19,7 @@ pub mod multifidelity;
 pub mod optimizers;
 pub mod overhead;
 pub mod preemption;
+pub mod preemption_optuna;
 pub mod problems;
 pub mod process;
 pub mod pruning;

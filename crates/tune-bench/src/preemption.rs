@@ -7,7 +7,15 @@
 //! 2. `checkpoints`: checkpoints on, and `tune run` interrupted about once every `--every`
 //!    trial-epochs (SIGKILL: a lost machine; or SIGTERM, a preemption, with `--signal term`),
 //!    then started again until the study is done;
-//! 3. `no checkpoints`: the same interruptions with `checkpoints = false`.
+//! 3. `no checkpoints`: the same interruptions with `checkpoints = false`;
+//!
+//! then twice by Optuna (`preemption_optuna`), training the same model on the same data in
+//! eager PyTorch, where a Python with Optuna and torch is set up (skipped, with a line that
+//! says why, where not):
+//! 4. `optuna uninterrupted`: never stopped, the Optuna arms' own baseline (another trainer,
+//!    other startup costs: its wall time is not tune's);
+//! 5. `optuna retry`: the same interruptions, survived as Optuna documents it (heartbeat,
+//!    stale trials failed and enqueued again by the retry callback, retrained from scratch).
 //!
 //! Measured: the wall time of the whole arm (every `tune run` of it, restarts included) and the
 //! epochs trained (every report of every attempt), each over the baseline's; and whether the
@@ -31,7 +39,7 @@ use tune::storage::SqliteStorage;
 #[derive(Debug, Clone, PartialEq)]
 pub struct ArmRun {
     pub wall_s: f64,
-    /// Every report with an `epoch`, over every attempt of every trial.
+    /// Every epoch trained, over every attempt of every trial (a copied report counts once).
     pub epochs_reported: u64,
     pub interruptions: u32,
     /// The final values of the complete trials, by their params (as JSON text), sorted.
@@ -44,16 +52,23 @@ pub enum Arm {
     Uninterrupted,
     Checkpoints,
     NoCheckpoints,
+    OptunaUninterrupted,
+    OptunaRetry,
 }
 
 impl Arm {
-    pub const ALL: [Arm; 3] = [Arm::Uninterrupted, Arm::Checkpoints, Arm::NoCheckpoints];
+    /// The arms `tune` runs; the first is their baseline.
+    pub const TUNE: [Arm; 3] = [Arm::Uninterrupted, Arm::Checkpoints, Arm::NoCheckpoints];
+    /// The arms Optuna runs; the first is their baseline.
+    pub const OPTUNA: [Arm; 2] = [Arm::OptunaUninterrupted, Arm::OptunaRetry];
 
     pub fn label(self) -> &'static str {
         match self {
             Arm::Uninterrupted => "uninterrupted",
             Arm::Checkpoints => "checkpoints",
             Arm::NoCheckpoints => "no checkpoints",
+            Arm::OptunaUninterrupted => "optuna uninterrupted",
+            Arm::OptunaRetry => "optuna retry",
         }
     }
 
@@ -62,7 +77,7 @@ impl Arm {
     }
 
     fn interrupted(self) -> bool {
-        self != Arm::Uninterrupted
+        !matches!(self, Arm::Uninterrupted | Arm::OptunaUninterrupted)
     }
 }
 
@@ -144,7 +159,12 @@ pub fn schedule(seed: u64, every: f64, n: usize) -> Vec<(u64, f64)> {
         .collect()
 }
 
-/// The epochs reported so far in `db` (every attempt), 0 while it does not exist yet.
+/// The epochs trained so far in `db` (every attempt), 0 while it does not exist yet.
+///
+/// A retry that resumes from a checkpoint starts with a copy of the reports its earlier attempt
+/// made (so that its curve is whole), byte for byte: counting rows would charge the checkpoints
+/// arm for epochs nobody trained again. A report really trained carries its own timings
+/// (`samples_per_s`, `data_wait`), so distinct reports are the epochs trained.
 fn reported(db: &Path) -> u64 {
     let Ok(storage) = SqliteStorage::open_read_only(db) else {
         return 0;
@@ -152,7 +172,8 @@ fn reported(db: &Path) -> u64 {
     storage
         .connection()
         .query_row(
-            "SELECT COUNT(*) FROM tune_reports WHERE json_extract(metrics_json, '$.epoch') IS NOT NULL",
+            "SELECT COUNT(DISTINCT metrics_json) FROM tune_reports
+             WHERE json_extract(metrics_json, '$.epoch') IS NOT NULL",
             [],
             |r| r.get::<_, i64>(0),
         )
@@ -277,6 +298,34 @@ fn run_arm(
     })
 }
 
+/// Prints one arm's row against its group's baseline `b`; returns its wall and epoch ratios.
+fn print_row(seed: u64, arm: Arm, r: &ArmRun, b: &ArmRun) -> (Arm, f64, f64) {
+    let same = r.values.len() == b.values.len()
+        && r.values
+            .iter()
+            .zip(&b.values)
+            .all(|(x, y)| x.0 == y.0 && x.1 == y.1);
+    let (tw, te) = (
+        r.wall_s / b.wall_s,
+        r.epochs_reported as f64 / b.epochs_reported.max(1) as f64,
+    );
+    println!(
+        "| {seed} | {} | {} | {:.1} | {tw:.2} | {} | {te:.2} | {} |",
+        arm.label(),
+        r.interruptions,
+        r.wall_s,
+        r.epochs_reported,
+        if same {
+            "yes, bit for bit"
+        } else if r.values.len() == b.values.len() {
+            "no"
+        } else {
+            "trials missing"
+        }
+    );
+    (arm, tw, te)
+}
+
 pub fn run(a: &PreemptionArgs) -> anyhow::Result<ExitCode> {
     crate::process::require_fashion_mnist("preemption")?;
     anyhow::ensure!(!a.seeds.is_empty(), "--seeds: give at least one seed");
@@ -313,52 +362,60 @@ pub fn run(a: &PreemptionArgs) -> anyhow::Result<ExitCode> {
         a.every,
         a.seeds
     );
+    println!(
+        "(the optuna rows train in eager PyTorch: their ratios are over `optuna uninterrupted`)"
+    );
     println!();
     println!(
         "| seed | arm | interruptions | wall s | × uninterrupted | epochs trained | × uninterrupted | values as uninterrupted |"
     );
     println!("|---|---|---|---|---|---|---|---|");
+    // Optuna's arms need a Python with Optuna and torch; without one they are left out, and
+    // the tune arms' figures stand alone.
+    let python = crate::preemption_optuna::Python::find();
     let mut ratios: Vec<(Arm, f64, f64)> = Vec::new();
     for &seed in &a.seeds {
-        let mut base: Option<ArmRun> = None;
-        for arm in Arm::ALL {
-            let dir = root.join(format!("seed-{seed}-{}", arm.label().replace(' ', "-")));
-            // The baseline's epoch time places each interruption inside an epoch.
-            let epoch_s = base.as_ref().map_or(1.0, |b| {
-                b.wall_s * a.workers as f64 / b.epochs_reported.max(1) as f64
-            });
-            let r = run_arm(&exe, a, arm, seed, &dir, epoch_s)?;
-            let b = base.get_or_insert_with(|| r.clone());
-            let same = r.values.len() == b.values.len()
-                && r.values
-                    .iter()
-                    .zip(&b.values)
-                    .all(|(x, y)| x.0 == y.0 && x.1 == y.1);
-            let (tw, te) = (
-                r.wall_s / b.wall_s,
-                r.epochs_reported as f64 / b.epochs_reported.max(1) as f64,
-            );
-            println!(
-                "| {seed} | {} | {} | {:.1} | {tw:.2} | {} | {te:.2} | {} |",
-                arm.label(),
-                r.interruptions,
-                r.wall_s,
-                r.epochs_reported,
-                if same {
-                    "yes, bit for bit"
-                } else if r.values.len() == b.values.len() {
-                    "no"
-                } else {
-                    "trials missing"
-                }
-            );
-            ratios.push((arm, tw, te));
+        let mut groups: Vec<&[Arm]> = vec![&Arm::TUNE];
+        if python.is_ok() {
+            groups.push(&Arm::OPTUNA);
+        }
+        for group in groups {
+            let mut base: Option<ArmRun> = None;
+            for &arm in group {
+                let dir = root.join(format!("seed-{seed}-{}", arm.label().replace(' ', "-")));
+                // The baseline's epoch time places each interruption inside an epoch.
+                let epoch_s = base.as_ref().map_or(1.0, |b| {
+                    b.wall_s * a.workers as f64 / b.epochs_reported.max(1) as f64
+                });
+                let r = match &python {
+                    Ok(py) if Arm::OPTUNA.contains(&arm) => crate::preemption_optuna::run_arm(
+                        py,
+                        a,
+                        arm.interrupted(),
+                        seed,
+                        &dir,
+                        epoch_s,
+                    )?,
+                    _ => run_arm(&exe, a, arm, seed, &dir, epoch_s)?,
+                };
+                let b = base.get_or_insert_with(|| r.clone());
+                ratios.push(print_row(seed, arm, &r, b));
+            }
         }
     }
+    if let Err(why) = &python {
+        println!(
+            "| – | {} | skipped: {why} | | | | | |",
+            Arm::OptunaRetry.label()
+        );
+    }
     println!();
-    for arm in [Arm::Checkpoints, Arm::NoCheckpoints] {
+    for arm in [Arm::Checkpoints, Arm::NoCheckpoints, Arm::OptunaRetry] {
         let mine: Vec<&(Arm, f64, f64)> = ratios.iter().filter(|r| r.0 == arm).collect();
-        let n = mine.len().max(1) as f64;
+        if mine.is_empty() {
+            continue;
+        }
+        let n = mine.len() as f64;
         println!(
             "{}: compute spent × {:.2} of an uninterrupted study (wall), × {:.2} in epochs trained (mean of {} seeds)",
             arm.label(),
@@ -410,7 +467,7 @@ mod tests {
         };
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("study.toml");
-        for arm in Arm::ALL {
+        for arm in Arm::TUNE {
             let text = study_toml(&a, arm, 1);
             match tune::spec::parse(&path, &text, &Default::default()) {
                 Ok(study) => assert_eq!(study.trials, Some(4)),
