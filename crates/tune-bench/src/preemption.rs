@@ -388,14 +388,27 @@ pub fn run(a: &PreemptionArgs) -> anyhow::Result<ExitCode> {
                     b.wall_s * a.workers as f64 / b.epochs_reported.max(1) as f64
                 });
                 let r = match &python {
-                    Ok(py) if Arm::OPTUNA.contains(&arm) => crate::preemption_optuna::run_arm(
-                        py,
-                        a,
-                        arm.interrupted(),
-                        seed,
-                        &dir,
-                        epoch_s,
-                    )?,
+                    Ok(py) if Arm::OPTUNA.contains(&arm) => {
+                        match crate::preemption_optuna::run_arm(
+                            py,
+                            a,
+                            arm.interrupted(),
+                            seed,
+                            &dir,
+                            epoch_s,
+                        ) {
+                            Ok(r) => r,
+                            // The other arms' figures stand; this one says why it has none
+                            // (without its baseline, the rest of the group has no ratio).
+                            Err(why) => {
+                                println!("| {seed} | {} | {why:#} | | | | | |", arm.label());
+                                if base.is_none() {
+                                    break;
+                                }
+                                continue;
+                            }
+                        }
+                    }
                     _ => run_arm(&exe, a, arm, seed, &dir, epoch_s)?,
                 };
                 let b = base.get_or_insert_with(|| r.clone());

@@ -278,7 +278,22 @@ pub fn run_arm(
             .then(|| next.next().copied())
             .flatten()
             .map(|(gap, frac)| (reported(&log) + gap, frac));
+        let mut seen = (reported(&log), Instant::now());
         let finished = loop {
+            // Optuna can lose a trial for good (a kill between failing a stale trial and
+            // queueing its retry): then nothing trains again and the workers wait forever. A run
+            // with no new epoch for long is stopped, and the arm says why.
+            let now_reported = reported(&log);
+            if now_reported != seen.0 {
+                seen = (now_reported, Instant::now());
+            } else if seen.1.elapsed() > stall_limit(epoch_s) {
+                kill_all(&mut workers, nix::sys::signal::Signal::SIGKILL)?;
+                anyhow::bail!(
+                    "stalled: no epoch trained for {:.0} s after {now_reported} epochs and {interruptions} interruptions (Optuna lost a trial: killed between failing it as stale and queueing its retry); see {}",
+                    stall_limit(epoch_s).as_secs_f64(),
+                    dir.display()
+                );
+            }
             let mut all_done = true;
             for w in &mut workers {
                 match w.try_wait()? {
@@ -317,9 +332,21 @@ pub fn run_arm(
     })
 }
 
+/// How long a run of the arm may go without a new epoch before it counts as stalled: far past
+/// an epoch, a heartbeat grace and a restart.
+fn stall_limit(epoch_s: f64) -> Duration {
+    Duration::from_secs_f64((60.0 * epoch_s).max(120.0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stall_is_far_past_an_epoch_and_never_under_two_minutes() {
+        assert_eq!(stall_limit(0.5), Duration::from_secs(120));
+        assert_eq!(stall_limit(10.0), Duration::from_secs(600));
+    }
 
     #[test]
     fn the_epoch_log_counts_whole_lines_and_not_one_a_kill_cut_short() {
