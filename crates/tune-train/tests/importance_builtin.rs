@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 
 mod common;
 
-use common::{tune_bin, tune_json};
+use common::{run_study, tune_json};
 
 const STUDY: &str = r#"
 [study]
@@ -89,18 +89,7 @@ fn importance_of_a_builtin_study_agrees_with_optuna_for_both_methods() {
     let study = dir.path().join("study.toml");
     std::fs::write(&study, STUDY).expect("write study");
     let db = dir.path().join("t.db");
-    let run = Command::new(tune_bin())
-        .arg("--db")
-        .arg(&db)
-        .args(["run", "--no-tui"])
-        .arg(&study)
-        .output()
-        .expect("tune runs");
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    run_study(&db, &study);
     let python = python();
     for method in ["ped-anova", "fanova"] {
         let study_s = study.to_str().expect("utf-8 path");

@@ -4,13 +4,12 @@
 //! slots race each other, and the other trainer tests would load the machine under them.
 
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::Value;
 
 mod common;
 
-use common::{tune_bin, tune_json, worker_log};
+use common::{run_study, tune_json, worker_log};
 
 /// Two slots on digits (the MLP, on the CPU, adam), 16 epochs, seeded. Trial 0 (`lr = 1e-4`,
 /// batch 16) learns steadily; trial 1 (`lr = 1e-6`, batch 4) barely moves, and with four
@@ -92,15 +91,7 @@ fn a_builtin_trial_exploited_by_pbt_is_replaced_by_a_child_resuming_its_parents_
     let study = dir.path().join("pbt.toml");
     std::fs::write(&study, pbt_study()).expect("write study");
     let db = dir.path().join("t.db");
-    let out = Command::new(tune_bin())
-        .arg("--db")
-        .arg(&db)
-        .args(["run", "--no-tui"])
-        .arg(&study)
-        .output()
-        .expect("tune runs");
-    let log = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(out.status.success(), "{log}");
+    let log = run_study(&db, &study);
     let study_s = study.to_str().expect("utf-8 path");
     let show = |n: u64| tune_json(&db, &["show", &n.to_string(), study_s, "--format", "json"]);
     let trials = tune_json(&db, &["trials", study_s, "--format", "json"]);

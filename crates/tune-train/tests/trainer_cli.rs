@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{resume_study, tune_bin, tune_json};
+use common::{resume_study, run_study, tune_bin, tune_json};
 
 /// The pids of the children of `pid` (Linux: /proc/PID/task/*/children).
 fn children(pid: u32) -> Vec<i32> {
@@ -456,15 +456,7 @@ resource = "epoch"
     }
     std::fs::write(&study, text).expect("write study");
     let db = dir.path().join("t.db");
-    let out = Command::new(tune_bin())
-        .arg("--db")
-        .arg(&db)
-        .args(["run", "--no-tui"])
-        .arg(&study)
-        .output()
-        .expect("tune runs");
-    let log = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(out.status.success(), "{log}");
+    let log = run_study(&db, &study);
     let study_s = study.to_str().expect("utf-8 path");
     let trials = tune_json(&db, &["trials", study_s, "--format", "json"]);
     let trials = trials.as_array().expect("an array");

@@ -85,3 +85,18 @@ pub fn tune_json(db: &Path, args: &[&str]) -> serde_json::Value {
     );
     serde_json::from_slice(&out.stdout).expect("JSON")
 }
+
+/// `tune --db DB run --no-tui STUDY` to its end, which must succeed: its standard error (the
+/// run's log lines).
+pub fn run_study(db: &Path, study: &Path) -> String {
+    let out = std::process::Command::new(tune_bin())
+        .arg("--db")
+        .arg(db)
+        .args(["run", "--no-tui"])
+        .arg(study)
+        .output()
+        .expect("tune runs");
+    let log = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{log}");
+    log
+}
