@@ -88,10 +88,13 @@ impl TrialCopy {
                         ));
                     }
                     Ok(_) => {}
+                    // Said once for a run of failures (a store down for an hour would say it
+                    // at every checkpoint of every trial otherwise), and again when it is over.
+                    Err(_) if failing => {}
                     Err(e) => {
                         failing = true;
                         crate::notice::tell(format!(
-                            "trial {}: cannot upload its checkpoint (trial.checkpoint_dir): {e}; the trial goes on, and its next checkpoint tries again",
+                            "trial {}: cannot upload its checkpoint (trial.checkpoint_dir): {e}; the trial goes on, and each checkpoint tries again (said once until an upload succeeds)",
                             number.0
                         ));
                     }

@@ -271,6 +271,11 @@ fn a_store_lost_mid_study_is_a_warning_and_the_trials_go_on() {
             && err.contains("the trial goes on"),
         "{err}"
     );
+    // Once a trial, not once a checkpoint: the store never came back.
+    assert!(
+        err.matches("cannot upload its checkpoint").count() <= 2,
+        "{err}"
+    );
     let trials = sb.trials(file);
     assert_eq!(counted(&trials), 2, "{trials:#?}");
     assert!(
