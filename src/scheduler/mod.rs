@@ -453,7 +453,7 @@ impl Scheduler {
             let _ = staged.task.await;
             let _ = std::fs::remove_dir_all(&staged.staging);
         }
-        let _ = std::fs::remove_dir(self.study.runs_dir.join(".pbt"));
+        let _ = std::fs::remove_dir(self.pbt_staging(""));
         match ending {
             Ending::Storage(e) => Err(e),
             _ => Ok(summary),
@@ -524,6 +524,14 @@ impl Scheduler {
             }
             Some(Control::Pause | Control::Resume) | None => {}
         }
+    }
+
+    /// Where copies of parents' checkpoints wait for their children (population-based
+    /// training): `name` inside the study's `.pbt` staging directory (the directory itself for
+    /// an empty `name`).
+    fn pbt_staging(&self, name: &str) -> PathBuf {
+        let dir = self.study.runs_dir.join(".pbt");
+        if name.is_empty() { dir } else { dir.join(name) }
     }
 
     fn builtin(&self) -> bool {
@@ -909,11 +917,7 @@ impl Scheduler {
                     // now (its checkpoint messages trail its saves), and saves on.
                     let (store, builtin) = (self.store.is_some(), self.builtin());
                     let dirs = self.checkpoint_dirs();
-                    let frozen_dir = self
-                        .study
-                        .runs_dir
-                        .join(".pbt")
-                        .join(format!("exploited-{:05}", b.number.0));
+                    let frozen_dir = self.pbt_staging(&format!("exploited-{:05}", b.number.0));
                     let mut frozen = None;
                     let take = |c: &crate::engine::ParentCheckpoint| {
                         frozen = None;
@@ -945,11 +949,8 @@ impl Scheduler {
                                 // child's copy is taken now, as the parent stands at the point.
                                 None => {
                                     let from = self.seed_source(&x.from);
-                                    let staging = self
-                                        .study
-                                        .runs_dir
-                                        .join(".pbt")
-                                        .join(format!("trial-{:05}", x.child.0));
+                                    let staging =
+                                        self.pbt_staging(&format!("trial-{:05}", x.child.0));
                                     let to = staging.clone();
                                     let task =
                                         tokio::spawn(async move { from.copy_to(&to, "").await });
