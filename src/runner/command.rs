@@ -4,7 +4,7 @@
 //! process group on timeout or stop.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -863,7 +863,10 @@ async fn run_command(
             reason,
         },
         RunEnd::Failed { reason, .. } => RunEnd::Failed {
-            reason,
+            reason: match full_filesystem(&job.checkpoint_dir, tail.as_deref()) {
+                Some(note) => format!("{reason}; {note}"),
+                None => reason,
+            },
             log_tail: tail,
         },
         other => other,
@@ -873,6 +876,35 @@ async fn run_command(
         logs,
         notes: Some(notes),
     }
+}
+
+/// What the OS says when a write finds its filesystem full (ENOSPC), as C, Python and the
+/// shell print it.
+const NO_SPACE: &str = "No space left on device";
+
+/// A note for a failed command trial when a full filesystem is a likely cause: its output says
+/// [`NO_SPACE`], or the filesystem of its checkpoint directory is (nearly) full. The script's own
+/// error names a file at best; this names the trial's checkpoint directory and what is free
+/// there, so the user knows which disk to clear (or which `trial.checkpoint_dir` to move).
+fn full_filesystem(checkpoint_dir: &Path, tail: Option<&str>) -> Option<String> {
+    let said = tail.is_some_and(|t| t.contains(NO_SPACE));
+    let Ok(fs) = nix::sys::statvfs::statvfs(checkpoint_dir) else {
+        return said.then(|| format!("its checkpoint directory is {}", checkpoint_dir.display()));
+    };
+    let block = fs.fragment_size() as u64;
+    let free = u64::from(fs.blocks_available()) * block;
+    let total = u64::from(fs.blocks()) * block;
+    // Nearly full: under 1 % of the filesystem and under 1 MiB left.
+    let nearly_full = free < (total / 100).min(1 << 20);
+    (said || nearly_full).then(|| {
+        format!(
+            "its checkpoint directory {} is on a filesystem with {} free of {}{}",
+            checkpoint_dir.display(),
+            crate::checkpoint::fmt_bytes(free),
+            crate::checkpoint::fmt_bytes(total),
+            if nearly_full { " (full)" } else { "" }
+        )
+    })
 }
 
 fn why_end(status: &Option<std::io::Result<std::process::ExitStatus>>) -> Option<RunEnd> {
@@ -902,6 +934,33 @@ mod tests {
     use super::*;
     use crate::space::{ParamValue, Params};
     use crate::trial::TrialNumber;
+
+    #[test]
+    fn a_failure_that_says_its_disk_is_full_names_the_checkpoint_directory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let tail = "Traceback …\nOSError: [Errno 28] No space left on device: 'ckpt.tmp'";
+        let note = full_filesystem(dir.path(), Some(tail)).expect("a note");
+        assert!(
+            note.starts_with(&format!(
+                "its checkpoint directory {} is on a filesystem with ",
+                dir.path().display()
+            )) && note.contains(" free of "),
+            "{note}"
+        );
+        // Other failures on a filesystem with room get no note.
+        assert_eq!(
+            full_filesystem(dir.path(), Some("ValueError: bad lr")),
+            None
+        );
+        assert_eq!(full_filesystem(dir.path(), None), None);
+        // A directory that is gone still gets named when the output says the disk is full.
+        let gone = dir.path().join("gone");
+        assert_eq!(
+            full_filesystem(&gone, Some(tail)),
+            Some(format!("its checkpoint directory is {}", gone.display()))
+        );
+        assert_eq!(full_filesystem(&gone, Some("killed")), None);
+    }
 
     #[test]
     fn a_checkpoint_line_is_read_apart_from_reports_and_a_numeric_checkpoint_stays_a_metric() {

@@ -250,6 +250,16 @@ fn a_checkpoint_dir_that_breaks_mid_study_fails_the_trials_needing_it_and_the_st
             for t in [&saved, &second] {
                 assert!(t.contains("No space left on device"), "{how:?}: {t}");
             }
+            // The script's error names a file; tune's note names the trial's checkpoint
+            // directory and says its filesystem is full.
+            let note = format!(
+                "its checkpoint directory {} is on a filesystem with ",
+                trial(1).display()
+            );
+            assert!(
+                saved.contains(&note) && saved.contains("(full)"),
+                "{how:?}: {saved}"
+            );
         }
     }
     // Nothing stored is lost: every report of trial 0, trial 1's up to the fault.
