@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use crate::pruner::forecast::Place;
 use crate::pruner::{Prune, PruneContext, Pruner, PrunerConfig, TrialCurve};
 use crate::sampler::{AskContext, Sampler};
 use crate::space::{Params, Space};
@@ -392,9 +393,12 @@ impl Engine {
         // Interrupted trials are left out: their params run again under a new number, and a
         // rerun must not compete with its own earlier attempt at a rung.
         let trials = self.storage.trials(&self.study, None)?;
-        let states: BTreeMap<TrialNumber, (TrialState, bool)> = trials
+        let states: BTreeMap<TrialNumber, (TrialState, bool, Place)> = trials
             .iter()
-            .map(|t| (t.number, (t.state(), t.status.interrupted())))
+            .map(|t| {
+                let place = Place::of(&self.space, &t.params);
+                (t.number, (t.state(), t.status.interrupted(), place))
+            })
             .collect();
         self.paused = trials
             .iter()
@@ -405,11 +409,16 @@ impl Engine {
             .into_iter()
             .filter(|(n, _)| !states.get(n).is_some_and(|s| s.1))
             .map(|(n, reports)| {
-                let state = states.get(&n).map_or(TrialState::Running, |s| s.0);
+                let (state, place) = states
+                    .get(&n)
+                    .map_or((TrialState::Running, Place::default()), |s| {
+                        (s.0, s.2.clone())
+                    });
                 TrialCurve {
                     number: n,
                     state,
                     reports,
+                    place,
                 }
             })
             .collect();
@@ -625,12 +634,18 @@ impl Engine {
         let at = match self.curves.binary_search_by_key(&number, |c| c.number) {
             Ok(i) => i,
             Err(i) => {
+                let place = self
+                    .running
+                    .values()
+                    .find(|l| l.trial.number == number)
+                    .map_or_else(Place::default, |l| Place::of(&self.space, &l.trial.params));
                 self.curves.insert(
                     i,
                     TrialCurve {
                         number,
                         state: TrialState::Running,
                         reports: Vec::new(),
+                        place,
                     },
                 );
                 i
@@ -1264,6 +1279,40 @@ mod tests {
             (Box::new(MemoryStorage::new()), None),
             (Box::new(sqlite), Some(dir)),
         ]
+    }
+
+    /// The pruner sees where every trial sits in the search space, running ones from their
+    /// first report and the others as read back from storage, so that a forecast can tell a
+    /// trial near complete ones from one in a region none of them has seen.
+    #[test]
+    fn the_pruner_sees_each_trials_place_in_the_space() {
+        use crate::pruner::forecast::Place;
+        for (storage, _dir) in backends() {
+            let pruner = PrunerConfig::Forecast(crate::pruner::ForecastConfig {
+                max_resource: Some(10.0),
+                resource: "step".into(),
+                ..crate::pruner::ForecastConfig::default()
+            });
+            let mut e = engine(storage, Some(3), &pruner);
+            let t0 = e.ask(0, "cpu").expect("ask").expect("a trial");
+            let t1 = e.ask(0, "cpu").expect("ask").expect("a trial");
+            e.report(t0.id, report(1, 0.5)).expect("r");
+            e.report(t1.id, report(1, 0.4)).expect("r");
+            let want = |t: &Trial| Place::of(&space(), &t.params);
+            let place = |e: &Engine, t: &Trial| {
+                e.curves
+                    .iter()
+                    .find(|c| c.number == t.number)
+                    .map(|c| c.place.clone())
+            };
+            assert_eq!(place(&e, &t0), Some(want(&t0)));
+            assert_ne!(want(&t0), want(&t1));
+            e.finish(t0.id, Finish::Ended, &[]).expect("finish");
+            e.heartbeat().expect("refresh from storage");
+            assert_eq!(place(&e, &t0), Some(want(&t0)));
+            assert_eq!(place(&e, &t1), Some(want(&t1)));
+            assert_ne!(want(&t0), Place::default());
+        }
     }
 
     /// Population-based training through the engine: a parent whose checkpoint the driver

@@ -249,6 +249,7 @@ fn parallel_asha_decisions_replay_from_the_stored_reports() {
             Some(i) => i,
             None => {
                 curves.push(TrialCurve {
+                    place: Default::default(),
                     number: TrialNumber(n),
                     state: TrialState::Running,
                     reports: Vec::new(),

@@ -312,6 +312,7 @@ mod tests {
         values
             .iter()
             .map(|&(n, vs)| TrialCurve {
+                place: Default::default(),
                 number: TrialNumber(n),
                 state: if paused.contains(&n) {
                     TrialState::Pruned
@@ -589,11 +590,13 @@ mod tests {
     fn asha_counts_failed_and_pruned_trials_at_a_rung() {
         let trials = vec![
             TrialCurve {
+                place: Default::default(),
                 number: TrialNumber(0),
                 state: TrialState::Failed,
                 reports: vec![report(1, 1.0)],
             },
             TrialCurve {
+                place: Default::default(),
                 number: TrialNumber(1),
                 state: TrialState::Pruned,
                 reports: vec![report(1, 1.5)],

@@ -18,7 +18,68 @@
 //! study's own complete curves needs no assumed curve family and costs `O(complete trials)`.
 //! Everything is in losses (lower is better), as the pruners compare.
 
+use std::sync::OnceLock;
+
 use super::reached;
+use crate::space::{ParamKind, Params, Space};
+
+/// How many times wider a forecast's band grows, at most, for a trial far in the search space
+/// from every complete trial (see [`Place`]).
+const REACH_CAP: f64 = 3.0;
+
+/// Where a trial sits in the search space, so that a forecast knows how far it reaches: a
+/// curve matched only against complete trials of another region (another optimizer, a learning
+/// rate two decades away) is a guess, however alike the curves look so far. Each param's
+/// position in [0, 1] on its own scale (a categorical: its choice, equal or not). Empty when
+/// unknown: the forecast then widens by the curves alone.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Place(Vec<Coord>);
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Coord {
+    Inactive,
+    Number(f64),
+    Choice(f64),
+}
+
+impl Place {
+    /// The place of `params` in `space` (a param missing from `params` is inactive).
+    pub fn of(space: &Space, params: &Params) -> Place {
+        Place(
+            space
+                .params()
+                .iter()
+                .map(|p| match params.get(&p.name) {
+                    None => Coord::Inactive,
+                    Some(v) => match p.kind {
+                        ParamKind::Categorical { .. } => Coord::Choice(p.to_unit(v)),
+                        _ => Coord::Number(p.to_unit(v)),
+                    },
+                })
+                .collect(),
+        )
+    }
+
+    /// The root-mean-square difference over the params: 1 between places that differ in every
+    /// categorical and sit at opposite ends of every range. `None` when either is unknown.
+    fn distance(&self, other: &Place) -> Option<f64> {
+        if self.0.is_empty() || self.0.len() != other.0.len() {
+            return None;
+        }
+        let sum: f64 = self
+            .0
+            .iter()
+            .zip(&other.0)
+            .map(|(a, b)| match (a, b) {
+                (Coord::Inactive, Coord::Inactive) => 0.0,
+                (Coord::Number(a), Coord::Number(b)) => (a - b).powi(2),
+                (Coord::Choice(a), Coord::Choice(b)) if a == b => 0.0,
+                _ => 1.0,
+            })
+            .sum();
+        Some((sum / self.0.len() as f64).sqrt())
+    }
+}
 
 /// A forecast of a final loss: the central value and a two-sided band.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -36,6 +97,7 @@ pub struct Forecast {
 pub struct Reference {
     points: Vec<(f64, f64)>,
     last: f64,
+    place: Place,
 }
 
 impl Reference {
@@ -48,7 +110,17 @@ impl Reference {
             .collect();
         points.sort_by(|a, b| a.0.total_cmp(&b.0));
         let last = points.last()?.1;
-        Some(Reference { points, last })
+        Some(Reference {
+            points,
+            last,
+            place: Place::default(),
+        })
+    }
+
+    /// The same, at `place` in the search space.
+    pub fn placed(mut self, place: Place) -> Reference {
+        self.place = place;
+        self
     }
 
     /// The furthest resource its reports reach.
@@ -96,10 +168,14 @@ pub fn forecast(
     refs: &[Reference],
     earlier: Option<(f64, f64)>,
     (r, y): (f64, f64),
+    place: &Place,
     confidence: f64,
 ) -> Option<Forecast> {
-    Matched::at(refs, earlier.map(|p| p.0), r)?.forecast(earlier.map(|p| p.1), y, confidence)
+    Matched::at(refs, earlier.map(|p| p.0), r)?.forecast(earlier.map(|p| p.1), y, place, confidence)
 }
+
+/// Per reference: its loss at `r`, its rate before `r`, its improvement still to come.
+type Row = (f64, Option<f64>, f64);
 
 /// The references read where a curve stands: at `r` (and `r₀`, the curve's earlier point, if
 /// any), what [`forecast`] matches a curve against. Curves that stand at the same `r₀` and `r`
@@ -108,19 +184,21 @@ pub fn forecast(
 pub struct Matched {
     r0: Option<f64>,
     r: f64,
-    /// Per reference: its loss at `r`, its rate before `r`, its improvement still to come.
-    rows: Vec<(f64, Option<f64>, f64)>,
+    rows: Vec<Row>,
     /// The spread of the references' losses and rates at `r` (before the floor).
     spread_y: f64,
     spread_s: f64,
     /// The scale of what is left to gain.
     scale: f64,
+    /// The references' places, and how far apart they typically sit (read on first use).
+    places: Vec<Place>,
+    spacing: OnceLock<Option<f64>>,
 }
 
 impl Matched {
     /// `None` without a reference that reaches `r`.
     pub fn at(refs: &[Reference], r0: Option<f64>, r: f64) -> Option<Matched> {
-        let rows: Vec<(f64, Option<f64>, f64)> = refs
+        let (rows, places): (Vec<Row>, Vec<Place>) = refs
             .iter()
             .filter_map(|k| {
                 let yk = k.at(r)?;
@@ -128,9 +206,9 @@ impl Matched {
                     return None;
                 }
                 let sk = r0.and_then(|r0| Some(rate(k.at(r0)?, yk, r0, r)));
-                Some((yk, sk, k.last() - yk))
+                Some(((yk, sk, k.last() - yk), k.place.clone()))
             })
-            .collect();
+            .unzip();
         if rows.is_empty() {
             return None;
         }
@@ -152,11 +230,65 @@ impl Matched {
             spread_y,
             spread_s,
             scale,
+            places,
+            spacing: OnceLock::new(),
         })
     }
 
+    /// The median distance from a reference to its nearest other one: how densely the complete
+    /// trials cover the space they explored. `None` with fewer than two placed references.
+    fn spacing(&self) -> Option<f64> {
+        *self.spacing.get_or_init(|| {
+            let mut nearest: Vec<f64> = self
+                .places
+                .iter()
+                .enumerate()
+                .filter_map(|(i, a)| {
+                    self.places
+                        .iter()
+                        .enumerate()
+                        .filter(|(j, _)| *j != i)
+                        .filter_map(|(_, b)| a.distance(b))
+                        .min_by(f64::total_cmp)
+                })
+                .collect();
+            if nearest.is_empty() {
+                return None;
+            }
+            let mid = nearest.len() / 2;
+            let (_, m, _) = nearest.select_nth_unstable_by(mid, f64::total_cmp);
+            Some(*m)
+        })
+    }
+
+    /// How much wider a forecast at `place` gets for being far from every complete trial: its
+    /// distance to the nearest over their typical spacing, between 1 and [`REACH_CAP`]. A trial
+    /// as close to a complete one as they are to each other is forecast as the curves say;
+    /// one in a region no complete trial has seen (a categorical value only pruned trials have
+    /// tried) gets a band that says so.
+    fn reach(&self, place: &Place) -> f64 {
+        let Some(spacing) = self.spacing() else {
+            return 1.0;
+        };
+        let Some(nearest) = self
+            .places
+            .iter()
+            .filter_map(|k| place.distance(k))
+            .min_by(f64::total_cmp)
+        else {
+            return 1.0;
+        };
+        (nearest / spacing.max(1e-3)).clamp(1.0, REACH_CAP)
+    }
+
     /// The forecast of a curve at loss `y` here, `y0` at `r₀` (given iff `r₀` was).
-    pub fn forecast(&self, y0: Option<f64>, y: f64, confidence: f64) -> Option<Forecast> {
+    pub fn forecast(
+        &self,
+        y0: Option<f64>,
+        y: f64,
+        place: &Place,
+        confidence: f64,
+    ) -> Option<Forecast> {
         let rows = &self.rows;
         let s = match (self.r0, y0) {
             (Some(r0), Some(y0)) => Some(rate(y0, y, r0, self.r)),
@@ -201,7 +333,7 @@ impl Matched {
         let support = sw * sw / w.iter().map(|w| w * w).sum::<f64>();
         // Far from every complete curve, the neighbours say little: widen by the distance to
         // the nearest (in standard deviations of the features) past one.
-        let far = nearest.max(1.0);
+        let far = nearest.max(1.0) * self.reach(place);
         let sd = (var_d * (1.0 + 1.0 / support))
             .sqrt()
             .max(0.05 * self.scale)
@@ -237,7 +369,7 @@ mod tests {
             .map(|&(end, e)| Reference::new(power(end, e, 27)).unwrap())
             .collect();
         let mid = power(0.3, 1.0, 27);
-        let f = forecast(&refs, Some(mid[1]), mid[2], 0.9).unwrap();
+        let f = forecast(&refs, Some(mid[1]), mid[2], &Place::default(), 0.9).unwrap();
         assert!(f.mean > 0.2 && f.mean < 0.4, "{f:?}");
         assert!(f.low <= f.mean && f.mean <= f.high);
     }
@@ -254,8 +386,8 @@ mod tests {
         }
         let slow = power(0.15, 0.3, 27);
         let fast = power(0.55, 2.0, 27);
-        let fs = forecast(&refs, Some(slow[2]), slow[8], 0.9).unwrap();
-        let ff = forecast(&refs, Some(fast[2]), fast[8], 0.9).unwrap();
+        let fs = forecast(&refs, Some(slow[2]), slow[8], &Place::default(), 0.9).unwrap();
+        let ff = forecast(&refs, Some(fast[2]), fast[8], &Place::default(), 0.9).unwrap();
         assert!((fs.mean - 0.15).abs() < 0.08, "{fs:?}");
         assert!((ff.mean - 0.55).abs() < 0.08, "{ff:?}");
     }
@@ -267,11 +399,82 @@ mod tests {
             .collect();
         let near = power(0.34, 1.0, 27);
         let far = power(0.05, 0.2, 27);
-        let fn_ = forecast(&refs, Some(near[0]), near[2], 0.9).unwrap();
-        let ff = forecast(&refs, Some(far[0]), far[2], 0.9).unwrap();
+        let fn_ = forecast(&refs, Some(near[0]), near[2], &Place::default(), 0.9).unwrap();
+        let ff = forecast(&refs, Some(far[0]), far[2], &Place::default(), 0.9).unwrap();
         assert!(
             ff.high - ff.low > 2.0 * (fn_.high - fn_.low),
             "{fn_:?} {ff:?}"
+        );
+    }
+
+    fn space() -> Space {
+        Space::from_toml(
+            &toml::from_str(
+                r#"
+lr = { type = "float", low = 1e-4, high = 1e-1, log = true }
+opt = { type = "categorical", choices = ["sgd", "adam"] }
+mom = { type = "float", low = 0.0, high = 0.9, when = { opt = ["sgd"] } }
+"#,
+            )
+            .expect("toml"),
+        )
+        .expect("space")
+    }
+
+    fn params(lr: f64, opt: &str, mom: Option<f64>) -> Params {
+        use crate::space::ParamValue;
+        let mut p = Params::from([
+            ("lr".to_string(), ParamValue::Float(lr)),
+            ("opt".to_string(), ParamValue::Str(opt.into())),
+        ]);
+        if let Some(m) = mom {
+            p.insert("mom".into(), ParamValue::Float(m));
+        }
+        p
+    }
+
+    #[test]
+    fn places_differ_by_position_choice_and_active_params() {
+        let s = space();
+        let a = Place::of(&s, &params(1e-3, "sgd", Some(0.0)));
+        let d = |b: &Place| a.distance(b).unwrap();
+        assert_eq!(d(&a.clone()), 0.0);
+        // A decade of the three-decade lr range: a third of the way, over three params.
+        let lr = d(&Place::of(&s, &params(1e-2, "sgd", Some(0.0))));
+        assert!((lr - (1.0f64 / 9.0 / 3.0).sqrt()).abs() < 1e-9, "{lr}");
+        // Another optimizer: its choice differs and `mom` is no longer active.
+        let adam = d(&Place::of(&s, &params(1e-3, "adam", None)));
+        assert!((adam - (2.0f64 / 3.0).sqrt()).abs() < 1e-9, "{adam}");
+        assert_eq!(a.distance(&Place::default()), None);
+    }
+
+    #[test]
+    fn a_curve_in_a_region_no_complete_trial_has_seen_gets_a_wider_band() {
+        // Complete sgd trials spread over the lr range; two trials with the same partial curve,
+        // one among them and one with adam, which no complete trial used.
+        let s = space();
+        let refs: Vec<Reference> = (0..10)
+            .map(|i| {
+                let lr = 1e-4 * 10f64.powf(3.0 * i as f64 / 9.0);
+                Reference::new(power(0.3 + 0.01 * i as f64, 1.0, 27))
+                    .unwrap()
+                    .placed(Place::of(&s, &params(lr, "sgd", Some(0.5))))
+            })
+            .collect();
+        let curve = power(0.34, 1.0, 27);
+        let band = |place: &Place| {
+            let f = forecast(&refs, Some(curve[2]), curve[8], place, 0.9).unwrap();
+            (f.mean, f.high - f.low)
+        };
+        let among = band(&Place::of(&s, &params(1e-3, "sgd", Some(0.5))));
+        let unseen = band(&Place::of(&s, &params(1e-3, "adam", None)));
+        let unknown = band(&Place::default());
+        // The place moves the band, never the central value.
+        assert_eq!(among.0, unseen.0);
+        assert_eq!(among, unknown);
+        assert!(
+            unseen.1 > 2.0 * among.1 && unseen.1 <= REACH_CAP * among.1 * (1.0 + 1e-12),
+            "{among:?} {unseen:?}"
         );
     }
 
@@ -298,7 +501,11 @@ mod tests {
         let finals: Vec<f64> = test.iter().map(|c| c[26].1).collect();
         let forecasts: Vec<f64> = test
             .iter()
-            .map(|c| forecast(&refs, Some(c[5]), c[8], 0.9).unwrap().mean)
+            .map(|c| {
+                forecast(&refs, Some(c[5]), c[8], &Place::default(), 0.9)
+                    .unwrap()
+                    .mean
+            })
             .collect();
         let raw: Vec<f64> = test.iter().map(|c| c[8].1).collect();
         let rho = crate::insight::spearman(&forecasts, &finals);

@@ -200,6 +200,7 @@ mod tests {
             .find(|&n| hash.bracket_of(TrialNumber(n)) == 0 && n != rival)
             .expect("a later number in bracket 0");
         let curve = |n: u64, v: f64, state: TrialState| TrialCurve {
+            place: Default::default(),
             number: TrialNumber(n),
             state,
             reports: vec![report(1, v)],

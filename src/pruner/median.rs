@@ -344,6 +344,7 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(n, &v)| TrialCurve {
+                place: Default::default(),
                 number: TrialNumber(n as u64),
                 state: TrialState::Complete,
                 reports: vec![report(1, sign * v)],

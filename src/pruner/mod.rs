@@ -42,6 +42,8 @@ pub struct TrialCurve {
     pub number: TrialNumber,
     pub state: TrialState,
     pub reports: Vec<Report>,
+    /// Where its params sit in the search space (empty when not known).
+    pub place: forecast::Place,
 }
 
 /// Everything a pruner may look at when trial `trial` has just reported.
@@ -1297,6 +1299,7 @@ mod tests {
         let mut memo: Memo<usize> = Memo::new();
         let mut calls = 0;
         let mut trial = TrialCurve {
+            place: Default::default(),
             number: TrialNumber(3),
             state: TrialState::Running,
             reports: vec![report(1, 1.0)],
@@ -1397,11 +1400,13 @@ mod tests {
         // Trial 0 complete at 1.0 through step 3; trial 1 reports 5.0 up to step 3.
         let trials = [
             TrialCurve {
+                place: Default::default(),
                 number: TrialNumber(0),
                 state: TrialState::Complete,
                 reports: (0..=3).map(|s| report(s, 1.0)).collect(),
             },
             TrialCurve {
+                place: Default::default(),
                 number: TrialNumber(1),
                 state: TrialState::Running,
                 reports: (0..=3).map(|s| report(s, 5.0)).collect(),

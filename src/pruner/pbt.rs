@@ -306,6 +306,7 @@ mod tests {
 
     fn curve(number: u64, points: &[(u64, f64)]) -> TrialCurve {
         TrialCurve {
+            place: Default::default(),
             number: TrialNumber(number),
             state: TrialState::Running,
             reports: points

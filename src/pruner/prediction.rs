@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 
-use super::forecast::{Reference, forecast};
+use super::forecast::{Place, Reference, forecast};
 use super::reached;
 use crate::trial::{Direction, Report};
 
@@ -100,7 +100,7 @@ pub fn prediction(
             .collect();
         &shorter
     };
-    let f = forecast(refs, earlier, now, BAND)?;
+    let f = forecast(refs, earlier, now, &Place::default(), BAND)?;
     let (a, b) = (direction.loss(f.low), direction.loss(f.high));
     Some(Prediction {
         value: direction.loss(f.mean),

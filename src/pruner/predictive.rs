@@ -10,7 +10,7 @@
 //! completed there is nothing to forecast from, and nothing is pruned (a NaN value is, as by
 //! every rule). The `[pruner]` keys are in [`super::ForecastConfig`].
 
-use super::forecast::{Reference, forecast};
+use super::forecast::{Place, Reference, forecast};
 use super::{ForecastConfig, Memo, Prune, PruneContext, PruneWhy, Pruner, reached};
 use crate::trial::TrialState;
 
@@ -55,6 +55,7 @@ impl Pruner for ForecastPruner {
         {
             let k = self.memo.get(ctx, t, |t| {
                 Reference::new(ctx.curve(&t.reports).map(|p| (p.resource, p.loss)))
+                    .map(|k| k.placed(t.place.clone()))
             });
             if let Some(k) = k.as_ref().filter(|k| reached(k.reach(), self.max_resource)) {
                 refs.push(k.clone());
@@ -73,7 +74,18 @@ impl Pruner for ForecastPruner {
             .rev()
             .find(|p| p.resource < now.resource && p.loss.is_finite())
             .map(|p| (p.resource, p.loss));
-        let f = forecast(&refs, earlier, (now.resource, now.loss), self.confidence)?;
+        let place = ctx
+            .trials
+            .iter()
+            .find(|t| t.number == ctx.trial)
+            .map(|t| &t.place);
+        let f = forecast(
+            &refs,
+            earlier,
+            (now.resource, now.loss),
+            place.unwrap_or(&Place::default()),
+            self.confidence,
+        )?;
         (f.low > best).then(|| {
             let value = |loss: f64| ctx.direction.loss(loss);
             Prune::at(
@@ -100,6 +112,7 @@ mod tests {
 
     fn curve(number: u64, state: TrialState, losses: &[f64]) -> TrialCurve {
         TrialCurve {
+            place: Default::default(),
             number: TrialNumber(number),
             state,
             reports: losses
@@ -194,6 +207,56 @@ mod tests {
         assert_eq!(fast.at, 4.0);
         // Ranked last of every trial at epoch 4, yet it goes on.
         assert_eq!(decide(&mut p, &trials, 21, Direction::Minimize), None);
+    }
+
+    #[test]
+    fn a_trial_far_in_the_space_from_every_complete_one_needs_more_evidence_to_stop() {
+        use crate::pruner::forecast::Place;
+        use crate::space::{ParamValue, Params, Space};
+        let space = Space::from_toml(
+            &toml::from_str(
+                r#"
+lr = { type = "float", low = 1e-4, high = 1e-1, log = true }
+opt = { type = "categorical", choices = ["sgd", "adam"] }
+"#,
+            )
+            .expect("toml"),
+        )
+        .expect("space");
+        let at = |lr: f64, opt: &str| {
+            Place::of(
+                &space,
+                &Params::from([
+                    ("lr".to_string(), ParamValue::Float(lr)),
+                    ("opt".to_string(), ParamValue::Str(opt.into())),
+                ]),
+            )
+        };
+        // The complete trials all used sgd, over the lr range.
+        let mut trials = complete();
+        for (i, t) in trials.iter_mut().enumerate() {
+            t.place = at(1e-4 * 10f64.powf(3.0 * i as f64 / 7.0), "sgd");
+        }
+        // A curve that stops among them ...
+        let decide_at = |losses: &[f64], place: Place| {
+            let mut t = trials.clone();
+            t.push(curve(20, TrialState::Running, losses));
+            t.last_mut().unwrap().place = place;
+            decide(
+                &mut ForecastPruner::new(&config(3)),
+                &t,
+                20,
+                Direction::Minimize,
+            )
+        };
+        // A curve still falling that stops among them goes on with an optimizer no complete
+        // trial used: its forecast leans on another region's curves only.
+        let falling = [0.9, 0.7, 0.55, 0.45];
+        assert!(decide_at(&falling, at(1e-3, "sgd")).is_some());
+        assert_eq!(decide_at(&falling, at(1e-3, "adam")), None);
+        // The widening is bounded: a curve that has flattened far above the best stops there too.
+        let flat = [0.9, 0.66, 0.6, 0.59];
+        assert!(decide_at(&flat, at(1e-3, "adam")).is_some());
     }
 
     #[test]

@@ -193,6 +193,7 @@ impl Sim {
             .into_iter()
             .filter(|t| self.ids.contains_key(&t.number.0))
             .map(|t| TrialCurve {
+                place: Default::default(),
                 number: t.number,
                 state: t.state(),
                 reports: reports.get(&t.number).cloned().unwrap_or_default(),

@@ -891,9 +891,15 @@ fn full_filesystem(checkpoint_dir: &Path, tail: Option<&str>) -> Option<String> 
     let Ok(fs) = nix::sys::statvfs::statvfs(checkpoint_dir) else {
         return said.then(|| format!("its checkpoint directory is {}", checkpoint_dir.display()));
     };
-    let block = fs.fragment_size() as u64;
-    let free = u64::from(fs.blocks_available()) * block;
-    let total = u64::from(fs.blocks()) * block;
+    // statvfs's field types differ between platforms (u64 here, u32 on others).
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    let (free, total) = {
+        let block = fs.fragment_size() as u64;
+        (
+            u64::from(fs.blocks_available()) * block,
+            u64::from(fs.blocks()) * block,
+        )
+    };
     // Nearly full: under 1 % of the filesystem and under 1 MiB left.
     let nearly_full = free < (total / 100).min(1 << 20);
     (said || nearly_full).then(|| {

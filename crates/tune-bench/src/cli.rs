@@ -184,6 +184,9 @@ pub struct PruningArgs {
     /// Worker slots.
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
+    /// The device every slot trains on: `cpu`, or a GPU such as `cuda:0` (the slots share it).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
     /// Keep the temp dir with the study files and databases (its path is printed).
     #[arg(long)]
     pub keep: bool,

@@ -226,7 +226,7 @@ kind = "{sampler}"
 {pruner}
 [workers]
 count = {workers}
-devices = ["cpu"]
+devices = ["{device}"]
 
 [trial]
 kind = "builtin"
@@ -250,6 +250,7 @@ limit = {limit}
         epochs = a.epochs,
         report_every = a.report_every,
         limit = a.limit,
+        device = a.device,
     ))
 }
 
@@ -388,9 +389,9 @@ pub fn run(a: &PruningArgs) -> anyhow::Result<ExitCode> {
     }
     println!(
         "tune bench pruning: Fashion-MNIST ({} training images, 10 000 validation), MLP depth 2, \
-         the quickstart's space, {} epochs, a report every {} steps, sampler {}, {} workers; \
+         the quickstart's space, {} epochs, a report every {} steps, sampler {}, {} workers on {}; \
          {name}: {pruner:?}; {} trials; seeds {:?}",
-        a.limit, a.epochs, a.report_every, a.sampler, a.workers, a.trials, a.seeds
+        a.limit, a.epochs, a.report_every, a.sampler, a.workers, a.device, a.trials, a.seeds
     );
     let t_all = Instant::now();
     let mut results = Vec::new();
@@ -670,6 +671,7 @@ mod tests {
             reduction_factor: 3.0,
             sampler: sampler.into(),
             workers: 2,
+            device: "cpu".into(),
             keep: false,
         }
     }
@@ -705,6 +707,15 @@ mod tests {
                 Err(e) if e.message.contains("fashion-mnist is not installed") => {}
                 Err(e) => panic!("{e}"),
             }
+        }
+        // `--device` puts every slot on it (a GPU run, docs/gpu.md).
+        let gpu = PruningArgs {
+            device: "cuda:0".into(),
+            ..args("gp")
+        };
+        for arm in [Arm::None, Arm::Pruned] {
+            let text = study_toml(&gpu, arm, 1, 4).unwrap();
+            assert!(text.contains("devices = [\"cuda:0\"]\n"), "{text}");
         }
     }
 

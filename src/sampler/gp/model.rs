@@ -11,7 +11,7 @@ use super::GpPolicy;
 use super::fit::{self, FitData, Posterior};
 use super::kernel::Layout;
 
-use crate::pruner::forecast::{Matched, Reference};
+use crate::pruner::forecast::{Matched, Place, Reference};
 use crate::sampler::{AskContext, MIN_AT_RUNG_TO_MODEL, MIN_COMPLETE_TO_MODEL};
 use crate::space::{Params, Space};
 use crate::trial::{Direction, FinishedTrial, Outcome};
@@ -190,7 +190,7 @@ pub(super) fn forecast_final(
         .entry((earlier.map(|p| p.0.to_bits()), r.to_bits()))
         .or_insert_with(|| Matched::at(refs, earlier.map(|p| p.0), r))
         .as_ref()?
-        .forecast(earlier.map(|p| p.1), y, 0.9)
+        .forecast(earlier.map(|p| p.1), y, &Place::default(), 0.9)
         .map(|f| f.mean)
         .filter(|m| m.is_finite())
 }
