@@ -632,6 +632,20 @@ pub fn fmt_bytes(n: u64) -> String {
     format!("{v:.1} {}", UNITS[unit])
 }
 
+/// A file shaped as the trainer's snapshot at `step` (its tensors stand-in bytes), written
+/// as the trainer writes one: a temporary renamed over the name.
+#[cfg(test)]
+pub(crate) fn test_snapshot(path: &Path, step: u64) {
+    let header = serde_json::json!({ "format": 1, "step": step }).to_string();
+    let mut bytes = SNAPSHOT_MARK.to_vec();
+    bytes.extend_from_slice(&(header.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend_from_slice(b"tensors");
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).expect("write");
+    std::fs::rename(&tmp, path).expect("rename");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -685,18 +699,7 @@ mod tests {
         assert!(child.join(OWNER).exists());
     }
 
-    /// A file shaped as the trainer's snapshot at `step` (its tensors stand-in bytes), written
-    /// as the trainer writes one: a temporary renamed over the name.
-    fn snap(path: &Path, step: u64) {
-        let header = serde_json::json!({ "format": 1, "step": step }).to_string();
-        let mut bytes = SNAPSHOT_MARK.to_vec();
-        bytes.extend_from_slice(&(header.len() as u64).to_le_bytes());
-        bytes.extend_from_slice(header.as_bytes());
-        bytes.extend_from_slice(b"tensors");
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, bytes).expect("write");
-        std::fs::rename(&tmp, path).expect("rename");
-    }
+    use super::test_snapshot as snap;
 
     #[test]
     fn the_resume_step_is_that_of_the_snapshot_the_trainer_loads_first() {

@@ -65,6 +65,9 @@ enum SlotMsg {
     Report(usize, Progress),
     /// The trial's checkpoints could not be fetched and none is there: it starts from scratch.
     FromScratch(usize, TrialNumber),
+    /// A child of population-based training copied its builtin parent's snapshot at a step
+    /// other than the one recorded when it was queued (the parent saved again in between).
+    Reparent(usize, TrialNumber, crate::trial::Parent),
     Gpu(usize, TrialNumber, SlotUsage),
     Done(usize, RunResult),
 }
@@ -348,6 +351,16 @@ impl Scheduler {
                             }
                             Ok(())
                         }
+                        SlotMsg::Reparent(slot, number, parent) => {
+                            match slots[slot].as_ref().filter(|b| b.number == number) {
+                                Some(b) => {
+                                    let id = b.id;
+                                    self.emit(Event::Lineage { child: number, parent });
+                                    self.engine.set_parent(id, parent)
+                                }
+                                None => Ok(()),
+                            }
+                        }
                         SlotMsg::Gpu(slot, number, usage) => {
                             // A sample may trail its trial's end; only the running trial's counts.
                             if let Some(b) = slots[slot].as_ref().filter(|b| b.number == number) {
@@ -574,6 +587,7 @@ impl Scheduler {
                 from: SeedFrom::Staged(staged),
                 dir: dir.to_path_buf(),
                 owner,
+                builtin: self.builtin(),
             }));
         }
         let Some(pc) = self.engine.parent_checkpoint(parent.trial)? else {
@@ -599,6 +613,7 @@ impl Scheduler {
             from,
             dir: dir.to_path_buf(),
             owner,
+            builtin: self.builtin(),
         }))
     }
 
@@ -773,8 +788,10 @@ impl Scheduler {
                 return;
             }
             // A child of population-based training: its parent's checkpoints first.
-            if let Some(seed) = seed {
-                seed.plant().await;
+            if let Some(seed) = seed
+                && let Some(parent) = seed.plant().await
+            {
+                let _ = tx.send(SlotMsg::Reparent(slot, number, parent));
             }
             // Before the run: its checkpoints fetched from the object store, if any.
             let uploads = match copy {
@@ -1133,12 +1150,17 @@ struct Seed {
     dir: PathBuf,
     /// The child's owner (`checkpoint::owner`).
     owner: String,
+    /// A builtin trial: the step it resumes at is read from the copied snapshot.
+    builtin: bool,
 }
 
 impl Seed {
     /// Copies and tells what it did; a copy that fails is told, and the child starts from
-    /// scratch with its params (never a half copy: the directory is emptied).
-    async fn plant(self) {
+    /// scratch with its params (never a half copy: the directory is emptied). A builtin
+    /// parent's copied snapshot names the step the child resumes at: when it is not the
+    /// recorded one (the parent saved again between the record and the copy), the parent
+    /// with that step is returned, to be recorded instead.
+    async fn plant(self) -> Option<crate::trial::Parent> {
         let Seed {
             child,
             parent,
@@ -1147,13 +1169,26 @@ impl Seed {
             from,
             dir,
             owner,
+            builtin,
         } = self;
         let result = from.copy_to(&dir, &owner).await;
         match result {
-            Ok((files, bytes)) if files > 0 => tracing_line(&format!(
-                "trial {child} starts from trial {parent}'s checkpoint at step {step} ({files} file(s), {})",
-                crate::checkpoint::fmt_bytes(bytes)
-            )),
+            Ok((files, bytes)) if files > 0 => {
+                let copied = if builtin {
+                    crate::checkpoint::resume_step(&dir).filter(|s| *s != step)
+                } else {
+                    None
+                };
+                tracing_line(&format!(
+                    "trial {child} starts from trial {parent}'s checkpoint at step {} ({files} file(s), {})",
+                    copied.unwrap_or(step),
+                    crate::checkpoint::fmt_bytes(bytes)
+                ));
+                return copied.map(|step| crate::trial::Parent {
+                    trial: parent,
+                    step,
+                });
+            }
             Ok(_) => crate::notice::tell(format!(
                 "trial {child} cannot read trial {parent}'s checkpoint at step {step} here (recorded on host {}; is trial.checkpoint_dir shared by every machine?); it starts from scratch with its params",
                 host.as_deref().unwrap_or("unknown")
@@ -1165,6 +1200,7 @@ impl Seed {
                 ));
             }
         }
+        None
     }
 }
 
@@ -1212,6 +1248,38 @@ mod tests {
     use crate::telemetry::GpuReading;
     use crate::trial::Report;
     use crate::trial::{GpuMemScope, GpuTelemetry};
+
+    /// A child queued by another process copies its parent's directory as it stands when the
+    /// child starts: a builtin parent that saved again since its recorded checkpoint hands over
+    /// a newer snapshot, and the step to record is the copied one's. A command parent's files
+    /// are the script's (no step to read), and a copy at the recorded step changes nothing.
+    #[tokio::test]
+    async fn a_child_records_the_step_of_the_builtin_snapshot_it_copied() {
+        let t = tempfile::tempdir().expect("temp dir");
+        let parent_dir = t.path().join("parent");
+        std::fs::create_dir_all(&parent_dir).expect("mkdir");
+        crate::checkpoint::test_snapshot(&parent_dir.join(crate::checkpoint::LATEST), 5);
+        let seed = |child: &str, builtin: bool, step: u64| Seed {
+            child: TrialNumber(9),
+            parent: TrialNumber(3),
+            step,
+            host: None,
+            from: SeedFrom::Dir(parent_dir.clone()),
+            dir: t.path().join(child),
+            owner: "owner".into(),
+            builtin,
+        };
+        assert_eq!(
+            seed("a", true, 3).plant().await,
+            Some(crate::trial::Parent {
+                trial: TrialNumber(3),
+                step: 5
+            })
+        );
+        assert_eq!(crate::checkpoint::resume_step(&t.path().join("a")), Some(5));
+        assert_eq!(seed("b", false, 3).plant().await, None);
+        assert_eq!(seed("c", true, 5).plant().await, None);
+    }
 
     /// A trial that runs a few sample periods and reports `loss`; its processes are this test's
     /// own.
