@@ -267,6 +267,11 @@ impl Matched {
     /// one in a region no complete trial has seen (a categorical value only pruned trials have
     /// tried) gets a band that says so.
     fn reach(&self, place: &Place) -> f64 {
+        // An unknown place (the GP's imputation, the predictions shown) never pays for the
+        // spacing, which is quadratic in the references.
+        if place.0.is_empty() {
+            return 1.0;
+        }
         let Some(spacing) = self.spacing() else {
             return 1.0;
         };
