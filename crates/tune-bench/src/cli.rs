@@ -167,7 +167,10 @@ pub struct PruningArgs {
     /// an epoch.
     #[arg(long, default_value_t = 13)]
     pub report_every: u64,
-    /// The pruner set against `none`: `asha`, `hyperband`, `median`, `forecast`, or `default`
+    /// The pruner set against `none`: `asha`, `hyperband`, `median`, `forecast`, `pbt`
+    /// (population-based training: a point every third of the epochs, the slots as its
+    /// population; a child counts only the epochs it trained past its parent's checkpoint), or
+    /// `default`
     /// (a builtin study without a `[pruner]` table: what a user gets).
     #[arg(long, default_value = "asha")]
     pub pruner: String,

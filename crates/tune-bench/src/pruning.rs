@@ -171,7 +171,7 @@ enum Arm {
 }
 
 /// The pruners `--pruner` takes.
-pub const PRUNERS: [&str; 5] = ["asha", "hyperband", "median", "forecast", "default"];
+pub const PRUNERS: [&str; 6] = ["asha", "hyperband", "median", "forecast", "pbt", "default"];
 
 /// The `[pruner]` table of the pruned arm (its `max_resource` is filled from `epochs` by the
 /// study check), or `None` for `default`: no table, the builtin default.
@@ -187,6 +187,15 @@ fn pruner_table(a: &PruningArgs) -> anyhow::Result<Option<String>> {
         "asha" => Some(body("asha", min(Some(1.0 / 3.0)) + &eta)),
         "hyperband" => Some(body("hyperband", min(None) + &eta)),
         "median" | "forecast" => Some(body(&a.pruner, min(None))),
+        // Three points a run (a third of the epochs apart), a population of the slots.
+        "pbt" => Some(body(
+            "pbt",
+            format!(
+                "\ninterval = {}\npopulation = {}",
+                (a.epochs as f64 / 3.0).max(1.0),
+                a.workers.max(2)
+            ),
+        )),
         "default" => None,
         other => anyhow::bail!(
             "--pruner: unknown pruner `{other}` (one of {})",
@@ -299,7 +308,13 @@ fn read_trials(db: &Path) -> anyhow::Result<Vec<TrialRecord>> {
                 (SELECT json_extract(r.metrics_json, '$.epoch') FROM tune_reports r
                  WHERE r.trial_id = t.trial_id
                    AND json_extract(r.metrics_json, '$.epoch') IS NOT NULL
-                 ORDER BY r.seq DESC LIMIT 1)
+                 ORDER BY r.seq DESC LIMIT 1),
+                (SELECT r.step FROM tune_reports r
+                 WHERE r.trial_id = t.trial_id
+                   AND json_extract(r.metrics_json, '$.epoch') IS NOT NULL
+                 ORDER BY r.seq DESC LIMIT 1),
+                (SELECT json_extract(a.value_json, '$.step') FROM trial_system_attributes a
+                 WHERE a.trial_id = t.trial_id AND a.key = 'tune:parent')
          FROM trials t
          LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0
          ORDER BY t.number",
@@ -310,18 +325,27 @@ fn read_trials(db: &Path) -> anyhow::Result<Vec<TrialRecord>> {
             r.get::<_, String>(1)?,
             r.get::<_, Option<f64>>(2)?,
             r.get::<_, Option<f64>>(3)?,
+            r.get::<_, Option<f64>>(4)?,
+            r.get::<_, Option<f64>>(5)?,
         ))
     })?;
     let mut out = Vec::new();
     for row in rows {
-        let (number, state, value, epochs) = row?;
+        let (number, state, value, epochs, step, parent_step) = row?;
+        // A child of population-based training resumes its parent's checkpoint: its epochs
+        // count on from the parent's, and it trained only those past the checkpoint's step
+        // (the epoch a step stands at, from its own last report).
+        let inherited = match (epochs, step, parent_step) {
+            (Some(e), Some(s), Some(p)) if s > 0.0 => p * e / s,
+            _ => 0.0,
+        };
         let state = TrialState::from_optuna(&state)
             .ok_or_else(|| anyhow::anyhow!("trial {number}: unknown state {state:?}"))?;
         out.push(TrialRecord {
             number: u64::try_from(number)?,
             state,
             value,
-            epochs: epochs.unwrap_or(0.0),
+            epochs: (epochs.unwrap_or(0.0) - inherited).max(0.0),
         });
     }
     Ok(out)
@@ -740,6 +764,19 @@ mod tests {
             table(&a).unwrap().unwrap(),
             "kind = \"forecast\"\nresource = \"epoch\"\nmin_resource = 2"
         );
+        // Population-based training: three points a run, the slots as its population, and a
+        // study file `tune run` takes (a builtin trainer's checkpoints are on by default).
+        a.pruner = "pbt".into();
+        assert_eq!(
+            table(&a).unwrap().unwrap(),
+            "kind = \"pbt\"\nresource = \"epoch\"\ninterval = 3\npopulation = 2"
+        );
+        let text = study_toml(&a, Arm::Pruned, 1, 4).unwrap();
+        match tune::spec::parse(Path::new("study.toml"), &text, &Default::default()) {
+            Ok(study) => assert!(matches!(study.pruner, PrunerConfig::Pbt(_)), "{text}"),
+            Err(e) if e.message.contains("fashion-mnist is not installed") => {}
+            Err(e) => panic!("{e}"),
+        }
         a.pruner = "default".into();
         assert_eq!(table(&a).unwrap(), None);
         assert!(
