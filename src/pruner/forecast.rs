@@ -11,6 +11,9 @@
 //! bandwidth the distance to the `k`-th nearest, `k = max(3, √n)`). Its spread is the weighted
 //! spread of those `Δ_k`, widened by the effective number of neighbours and by how far the
 //! nearest one is: a curve unlike any complete one gets a wide band, not a confident guess.
+//! Where the trial's [`Place`] in the search space is known, the band also widens (up to
+//! threefold) by its distance to the nearest complete trial over their typical spacing: a
+//! curve matched only against another region's curves is a guess too, however alike they look.
 //!
 //! Why this shape: a curve's rate at `r` says what a loss at `r` is worth (a slow starter at a
 //! high loss but falling fast is not a fast starter that has flattened), which is exactly where
