@@ -146,6 +146,14 @@ pub fn trial_params(seed: u64, n: u64) -> Vec<String> {
         .collect()
 }
 
+/// The signal that interrupts a study, from `--signal` (`term`, else `kill`).
+pub fn signal(a: &PreemptionArgs) -> nix::sys::signal::Signal {
+    match a.signal.as_str() {
+        "term" => nix::sys::signal::Signal::SIGTERM,
+        _ => nix::sys::signal::Signal::SIGKILL,
+    }
+}
+
 /// Where the next interruption comes: after this many more reported trial-epochs, then this
 /// fraction of an epoch later.
 pub fn schedule(seed: u64, every: f64, n: usize) -> Vec<(u64, f64)> {
@@ -242,10 +250,7 @@ fn run_arm(
     let db = dir.join("bench.db");
     let plan = schedule(seed, a.every, 10_000);
     let mut next = plan.iter();
-    let signal = match a.signal.as_str() {
-        "term" => nix::sys::signal::Signal::SIGTERM,
-        _ => nix::sys::signal::Signal::SIGKILL,
-    };
+    let signal = signal(a);
     let mut interruptions = 0u32;
     let t0 = Instant::now();
     for run in 0.. {

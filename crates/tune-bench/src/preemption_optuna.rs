@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use crate::cli::PreemptionArgs;
-use crate::preemption::{ArmRun, schedule, trial_params};
+use crate::preemption::{ArmRun, schedule, signal, trial_params};
 
 /// The arms' script, relative to the repository root.
 const SCRIPT: &str = "crates/tune-bench/python/optuna_retry_arm.py";
@@ -245,10 +245,7 @@ pub fn run_arm(
     ];
     let plan = schedule(seed, a.every, 10_000);
     let mut next = plan.iter();
-    let signal = match a.signal.as_str() {
-        "term" => nix::sys::signal::Signal::SIGTERM,
-        _ => nix::sys::signal::Signal::SIGKILL,
-    };
+    let signal = signal(a);
     let mut interruptions = 0u32;
     let t0 = Instant::now();
     for run in 0.. {
